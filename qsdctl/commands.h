@@ -1,0 +1,36 @@
+/* commands.h: the qsdctl subcommands.  Each takes argc/argv with argv[0] the
+ * subcommand name and returns the process exit status (see EXIT_* below). */
+#pragma once
+
+#include <stdbool.h>
+
+/* Exit codes, documented in `qsdctl --help`. */
+enum {
+    EXIT_OK = 0,
+    EXIT_FAILURE_GENERIC = 1, /* the operation failed */
+    EXIT_USAGE = 2,           /* bad command line or invalid argument */
+    EXIT_NOT_FOUND = 3,       /* volume, snapshot or socket does not exist */
+    EXIT_EXISTS = 4,          /* already exists / conflicting state */
+    EXIT_TIMEOUT = 5,         /* a bounded wait expired */
+    EXIT_QEMU = 6,            /* QEMU (QSD or qemu-img) reported an error */
+    EXIT_MISMATCH = 7,        /* verify: data did not match */
+};
+
+/* Global options shared by every subcommand (parsed before the subcommand). */
+struct global_opts {
+    const char *run_dir;
+    const char *pool;
+    bool json;
+};
+extern struct global_opts g_opts;
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
+/* Data-path commands (vhost-user-blk client): qsdctl/vhost_cmds.c */
+int cmd_vhost_info(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
