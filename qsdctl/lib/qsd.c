@@ -1,0 +1,956 @@
+/* qsd.c: QSD options, command line, spawn, supervision, stop, adoption.  See qsd.h. */
+#include "qsd.h"
+#include "log.h"
+#include "proc.h"
+#include "qmp.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+/* ------------------------------------------------------------ options */
+
+void qsd_opts_init(struct qsd_opts *o)
+{
+    *o = (struct qsd_opts){
+        .num_queues = 1,
+        .logical_block_size = 512,
+        .cache = xstrdup("none"),
+        .aio = xstrdup("io_uring"),
+        .discard = xstrdup("unmap"),
+        .detect_zeroes = xstrdup("off"),
+        .iothread = true,
+        .socket_gid = -1,
+        .socket_mode = 0660,
+    };
+}
+
+void qsd_opts_clear(struct qsd_opts *o)
+{
+    free(o->image);
+    free(o->format);
+    free(o->cache);
+    free(o->aio);
+    free(o->discard);
+    free(o->detect_zeroes);
+    memset(o, 0, sizeof(*o));
+}
+
+static char *dup_or_null(const char *s) { return s ? xstrdup(s) : NULL; }
+
+void qsd_opts_copy(struct qsd_opts *dst, const struct qsd_opts *src)
+{
+    *dst = *src;
+    dst->image = dup_or_null(src->image);
+    dst->format = dup_or_null(src->format);
+    dst->cache = dup_or_null(src->cache);
+    dst->aio = dup_or_null(src->aio);
+    dst->discard = dup_or_null(src->discard);
+    dst->detect_zeroes = dup_or_null(src->detect_zeroes);
+}
+
+static bool one_of(const char *v, const char *const *allowed)
+{
+    for (; *allowed; allowed++)
+        if (streq(v, *allowed))
+            return true;
+    return false;
+}
+
+static const char *const CACHE_MODES[] = {"none", "writeback", "writethrough", "directsync", "unsafe", NULL};
+static const char *const AIO_MODES[] = {"io_uring", "native", "threads", NULL};
+static const char *const DISCARD_MODES[] = {"unmap", "ignore", NULL};
+static const char *const DZ_MODES[] = {"off", "on", "unmap", NULL};
+static const char *const FORMATS[] = {"qcow2", "raw", NULL};
+
+static int parse_bool(const char *v, bool *ret)
+{
+    if (streq(v, "true") || streq(v, "on") || streq(v, "yes") || streq(v, "1"))
+        *ret = true;
+    else if (streq(v, "false") || streq(v, "off") || streq(v, "no") || streq(v, "0"))
+        *ret = false;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+static int set_enum(char **field, const char *key, const char *value, const char *const *allowed,
+                    char **ret_msg)
+{
+    if (!one_of(value, allowed)) {
+        _cleanup_free_ char *list = NULL;
+        size_t n = 0;
+        for (const char *const *a = allowed; *a; a++)
+            n += strlen(*a) + 2;
+        list = xcalloc(1, n + 1);
+        for (const char *const *a = allowed; *a; a++) {
+            if (a != allowed)
+                strcat(list, ", ");
+            strcat(list, *a);
+        }
+        *ret_msg = xasprintf("invalid %s '%s': expected one of %s", key, value, list);
+        return -EINVAL;
+    }
+    free(*field);
+    *field = xstrdup(value);
+    return 0;
+}
+
+int qsd_opts_set(struct qsd_opts *o, const char *key, const char *value, char **ret_msg)
+{
+    uint64_t v;
+    bool b;
+    if (streq(key, "num-queues")) {
+        if (parse_uint(value, 1, 16, &v) < 0) {
+            *ret_msg = xasprintf("invalid num-queues '%s': expected an integer from 1 to 16", value);
+            return -EINVAL;
+        }
+        o->num_queues = (unsigned)v;
+    } else if (streq(key, "logical-block-size")) {
+        if (parse_uint(value, 512, 4096, &v) < 0 || (v != 512 && v != 4096)) {
+            *ret_msg = xasprintf("invalid logical-block-size '%s': expected 512 or 4096", value);
+            return -EINVAL;
+        }
+        o->logical_block_size = (unsigned)v;
+    } else if (streq(key, "read-only") || streq(key, "iothread")) {
+        if (parse_bool(value, &b) < 0) {
+            *ret_msg = xasprintf("invalid %s '%s': expected true or false", key, value);
+            return -EINVAL;
+        }
+        if (streq(key, "read-only"))
+            o->read_only = b;
+        else
+            o->iothread = b;
+    } else if (streq(key, "cache")) {
+        return set_enum(&o->cache, key, value, CACHE_MODES, ret_msg);
+    } else if (streq(key, "aio")) {
+        return set_enum(&o->aio, key, value, AIO_MODES, ret_msg);
+    } else if (streq(key, "discard")) {
+        return set_enum(&o->discard, key, value, DISCARD_MODES, ret_msg);
+    } else if (streq(key, "detect-zeroes")) {
+        return set_enum(&o->detect_zeroes, key, value, DZ_MODES, ret_msg);
+    } else if (streq(key, "format")) {
+        return set_enum(&o->format, key, value, FORMATS, ret_msg);
+    } else if (streq(key, "socket-mode")) {
+        char *end;
+        errno = 0;
+        unsigned long m = strtoul(value, &end, 8);
+        if (!*value || *end || errno || (m & ~0660ul) || !(m & 0600)) {
+            *ret_msg = xasprintf("invalid socket-mode '%s': expected octal within 0660 "
+                                 "(owner rw required; no world or execute bits)", value);
+            return -EINVAL;
+        }
+        o->socket_mode = (unsigned)m;
+    } else if (streq(key, "socket-group")) {
+        if (parse_uint(value, 0, INT32_MAX, &v) == 0) {
+            o->socket_gid = (int)v;
+        } else {
+            struct group *g = getgrnam(value);
+            if (!g) {
+                *ret_msg = xasprintf("invalid socket-group '%s': no such group", value);
+                return -EINVAL;
+            }
+            o->socket_gid = (int)g->gr_gid;
+        }
+    } else {
+        *ret_msg = xasprintf("unknown option '%s'", key);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int qsd_opts_validate(const struct qsd_opts *o, char **ret_msg)
+{
+    if (!o->image || o->image[0] != '/') {
+        *ret_msg = xstrdup("image path must be absolute");
+        return -EINVAL;
+    }
+    if (!o->format || !one_of(o->format, FORMATS)) {
+        *ret_msg = xstrdup("format must be qcow2 or raw");
+        return -EINVAL;
+    }
+    if (streq(o->aio, "native") && !(streq(o->cache, "none") || streq(o->cache, "directsync"))) {
+        *ret_msg = xasprintf("aio=native needs O_DIRECT: use cache=none or cache=directsync, not cache=%s",
+                             o->cache);
+        return -EINVAL;
+    }
+    if (streq(o->detect_zeroes, "unmap") && !streq(o->discard, "unmap")) {
+        *ret_msg = xstrdup("detect-zeroes=unmap needs discard=unmap");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+json_t *qsd_opts_to_json(const struct qsd_opts *o)
+{
+    return json_pack("{s:s?, s:s?, s:I, s:I, s:b, s:s, s:s, s:s, s:s, s:b, s:I, s:I}",
+                     "image", o->image, "format", o->format, "num-queues",
+                     (json_int_t)o->num_queues, "logical-block-size",
+                     (json_int_t)o->logical_block_size, "read-only", o->read_only, "cache",
+                     o->cache, "aio", o->aio, "discard", o->discard, "detect-zeroes",
+                     o->detect_zeroes, "iothread", o->iothread, "socket-gid",
+                     (json_int_t)o->socket_gid, "socket-mode", (json_int_t)o->socket_mode);
+}
+
+int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg)
+{
+    struct qsd_opts o;
+    qsd_opts_init(&o);
+    const char *image = NULL, *format = NULL, *cache = NULL, *aio = NULL, *discard = NULL,
+               *dz = NULL;
+    json_int_t nq = 1, lbs = 512, gid = -1, mode = 0660;
+    int ro = 0, iot = 1;
+    json_error_t jerr;
+    if (json_unpack_ex(j, &jerr, 0, "{s:s, s:s, s:I, s:I, s:b, s:s, s:s, s:s, s:s, s:b, s:I, s:I}",
+                       "image", &image, "format", &format, "num-queues", &nq,
+                       "logical-block-size", &lbs, "read-only", &ro, "cache", &cache, "aio", &aio,
+                       "discard", &discard, "detect-zeroes", &dz, "iothread", &iot, "socket-gid",
+                       &gid, "socket-mode", &mode) < 0) {
+        qsd_opts_clear(&o);
+        *ret_msg = xasprintf("bad options record: %s", jerr.text);
+        return -EINVAL;
+    }
+    o.image = xstrdup(image);
+    o.format = xstrdup(format);
+    o.num_queues = (unsigned)nq;
+    o.logical_block_size = (unsigned)lbs;
+    o.read_only = ro;
+    free(o.cache), o.cache = xstrdup(cache);
+    free(o.aio), o.aio = xstrdup(aio);
+    free(o.discard), o.discard = xstrdup(discard);
+    free(o.detect_zeroes), o.detect_zeroes = xstrdup(dz);
+    o.iothread = iot;
+    o.socket_gid = (int)gid;
+    o.socket_mode = (unsigned)mode;
+    int r = qsd_opts_validate(&o, ret_msg);
+    if (r < 0) {
+        qsd_opts_clear(&o);
+        return r;
+    }
+    *ret = o;
+    return 0;
+}
+
+/* -------------------------------------------------------------- paths */
+
+void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *ret)
+{
+    struct qsd_paths p;
+    p.export_dir = xasprintf("%s/exports/%s", run_dir, volume);
+    p.socket = xasprintf("%s/vhost.sock", p.export_dir);
+    p.meta = xasprintf("%s/volume.json", p.export_dir);
+    p.ctl_dir = xasprintf("%s/ctl/%s", run_dir, volume);
+    p.qmp = xasprintf("%s/qmp.sock", p.ctl_dir);
+    p.state = xasprintf("%s/qsd.json", p.ctl_dir);
+    p.log = xasprintf("%s/qsd.log", p.ctl_dir);
+    p.lock = xasprintf("%s/lock", p.ctl_dir);
+    *ret = p;
+}
+
+void qsd_paths_clear(struct qsd_paths *p)
+{
+    free(p->export_dir);
+    free(p->socket);
+    free(p->meta);
+    free(p->ctl_dir);
+    free(p->qmp);
+    free(p->state);
+    free(p->log);
+    free(p->lock);
+    memset(p, 0, sizeof(*p));
+}
+
+/* ------------------------------------------------------- command line */
+
+/* QEMU's comma-separated option syntax escapes ',' by doubling it. */
+static char *qemu_opt_escape(const char *s)
+{
+    size_t n = strlen(s), commas = 0;
+    for (size_t i = 0; i < n; i++)
+        commas += s[i] == ',';
+    char *out = xmalloc(n + commas + 1), *o = out;
+    for (size_t i = 0; i < n; i++) {
+        *o++ = s[i];
+        if (s[i] == ',')
+            *o++ = ',';
+    }
+    *o = '\0';
+    return out;
+}
+
+static char *json_arg(json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(j);
+    if (!s)
+        abort();
+    return s;
+}
+
+char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p)
+{
+    bool direct = streq(o->cache, "none") || streq(o->cache, "directsync");
+    bool no_flush = streq(o->cache, "unsafe");
+    bool writethrough = streq(o->cache, "writethrough") || streq(o->cache, "directsync");
+    char **argv = xcalloc(16, sizeof(char *));
+    int i = 0;
+    argv[i++] = xstrdup(binary);
+    argv[i++] = xstrdup("--blockdev");
+    argv[i++] = json_arg(json_pack("{s:s, s:s, s:s, s:s, s:{s:b, s:b}, s:s, s:b}", "driver",
+                                   "file", "node-name", "file0", "filename", o->image, "aio",
+                                   o->aio, "cache", "direct", direct, "no-flush", no_flush,
+                                   "discard", o->discard, "read-only", o->read_only));
+    argv[i++] = xstrdup("--blockdev");
+    argv[i++] = json_arg(json_pack("{s:s, s:s, s:s, s:{s:b, s:b}, s:s, s:s, s:b}", "driver",
+                                   o->format, "node-name", QSD_NODE, "file", "file0", "cache",
+                                   "direct", direct, "no-flush", no_flush, "discard", o->discard,
+                                   "detect-zeroes", o->detect_zeroes, "read-only", o->read_only));
+    if (o->iothread) {
+        argv[i++] = xstrdup("--object");
+        argv[i++] = json_arg(json_pack("{s:s, s:s}", "qom-type", "iothread", "id", "iot0"));
+    }
+    json_t *exp = json_pack("{s:s, s:s, s:s, s:{s:s, s:s}, s:b, s:b, s:I, s:I}", "type",
+                            "vhost-user-blk", "id", QSD_EXPORT_ID, "node-name", QSD_NODE, "addr",
+                            "type", "unix", "path", p->socket, "writable", !o->read_only,
+                            "writethrough", writethrough, "num-queues", (json_int_t)o->num_queues,
+                            "logical-block-size", (json_int_t)o->logical_block_size);
+    if (o->iothread)
+        json_object_set_new(exp, "iothread", json_string("iot0"));
+    argv[i++] = xstrdup("--export");
+    argv[i++] = json_arg(exp);
+    _cleanup_free_ char *qmp = qemu_opt_escape(p->qmp);
+    argv[i++] = xstrdup("--chardev");
+    argv[i++] = xasprintf("socket,id=qmp0,path=%s,server=on,wait=off", qmp);
+    argv[i++] = xstrdup("--monitor");
+    argv[i++] = xstrdup("chardev=qmp0");
+    argv[i] = NULL;
+    return argv;
+}
+
+void qsd_argv_free(char **argv)
+{
+    if (!argv)
+        return;
+    for (char **a = argv; *a; a++)
+        free(*a);
+    free(argv);
+}
+
+/* --------------------------------------------------------- state file */
+
+static int write_state(const struct qsd_paths *p, const char *volume, const struct qsd_opts *o,
+                       bool running, pid_t pid, uint64_t starttime)
+{
+    json_t *j = json_pack("{s:i, s:s, s:s, s:I, s:I, s:o}", "version", 1, "volume", volume,
+                          "desired", running ? "running" : "stopped", "pid", (json_int_t)pid,
+                          "starttime", (json_int_t)starttime, "opts", qsd_opts_to_json(o));
+    _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(j);
+    return write_file_atomic(p->state, s, strlen(s), 0600);
+}
+
+int qsd_read_state(const char *state_path, struct qsd_opts *ret_opts, bool *ret_desired_running,
+                   pid_t *ret_pid, uint64_t *ret_starttime)
+{
+    _cleanup_free_ char *data = NULL;
+    int r = read_file(state_path, 1 << 20, &data, NULL);
+    if (r < 0)
+        return r;
+    json_t *j = json_loads(data, 0, NULL);
+    if (!j)
+        return -EBADMSG;
+    const char *desired = NULL;
+    json_int_t pid = 0, st = 0;
+    json_t *opts = NULL;
+    if (json_unpack(j, "{s:s, s:I, s:I, s:o}", "desired", &desired, "pid", &pid, "starttime", &st,
+                    "opts", &opts) < 0) {
+        json_decref(j);
+        return -EBADMSG;
+    }
+    if (ret_opts) {
+        _cleanup_free_ char *msg = NULL;
+        r = qsd_opts_from_json(opts, ret_opts, &msg);
+        if (r < 0) {
+            json_decref(j);
+            return -EBADMSG;
+        }
+    }
+    if (ret_desired_running)
+        *ret_desired_running = streq(desired, "running");
+    if (ret_pid)
+        *ret_pid = (pid_t)pid;
+    if (ret_starttime)
+        *ret_starttime = (uint64_t)st;
+    json_decref(j);
+    return 0;
+}
+
+bool qsd_pid_is_ours(pid_t pid, uint64_t starttime, const char *qmp_path)
+{
+    if (pid <= 0)
+        return false;
+    uint64_t st;
+    if (proc_starttime(pid, &st) < 0 || st != starttime)
+        return false;
+    _cleanup_free_ char *cmd = NULL;
+    size_t len;
+    if (proc_cmdline(pid, &cmd, &len) < 0)
+        return false;
+    _cleanup_free_ char *esc = qemu_opt_escape(qmp_path);
+    _cleanup_free_ char *needle = xasprintf("path=%s,", esc);
+    return memmem(cmd, len, needle, strlen(needle)) != NULL;
+}
+
+/* ----------------------------------------------------------- live QSD */
+
+enum qsd_state { QS_IDLE, QS_STARTING, QS_RUNNING, QS_BACKOFF, QS_STOPPING, QS_STOPPED };
+
+struct qsd {
+    struct loop *loop;
+    struct qsd_config cfg;
+    char *volume;
+    struct qsd_opts opts;
+    struct qsd_paths paths;
+    enum qsd_state state;
+    pid_t pid;
+    uint64_t starttime;
+    int pidfd;
+    struct loop_watch *pid_watch;
+    struct loop_timer *timer;   /* probe, backoff or stop deadline */
+    uint64_t deadline_ms;
+    uint64_t started_at_ms;
+    bool supervised;
+    bool restarting;
+    unsigned restarts, recent_failures;
+    struct qmp *qmp;            /* only while stopping */
+    qsd_done_cb done;
+    void *done_opaque;
+    qsd_event_cb event_cb;
+    void *event_opaque;
+};
+
+int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
+            const struct qsd_opts *opts, struct qsd **ret)
+{
+    struct qsd *q = xcalloc(1, sizeof(*q));
+    q->loop = l;
+    q->cfg = *cfg;
+    q->cfg.run_dir = xstrdup(cfg->run_dir);
+    q->cfg.binary = xstrdup(cfg->binary ? cfg->binary : "qemu-storage-daemon");
+    if (!q->cfg.start_timeout_ms)
+        q->cfg.start_timeout_ms = 10000;
+    if (!q->cfg.stop_timeout_ms)
+        q->cfg.stop_timeout_ms = 5000;
+    q->volume = xstrdup(volume);
+    if (opts)
+        qsd_opts_copy(&q->opts, opts);
+    else
+        qsd_opts_init(&q->opts);
+    qsd_paths_init(cfg->run_dir, volume, &q->paths);
+    q->pidfd = -1;
+    q->supervised = true;
+    *ret = q;
+    return 0;
+}
+
+static void release_process(struct qsd *q)
+{
+    loop_watch_remove(q->pid_watch);
+    q->pid_watch = NULL;
+    if (q->pidfd >= 0)
+        close(q->pidfd);
+    q->pidfd = -1;
+}
+
+void qsd_free(struct qsd *q)
+{
+    if (!q)
+        return;
+    release_process(q);
+    loop_timer_cancel(q->timer);
+    qmp_close(q->qmp);
+    free((char *)q->cfg.run_dir);
+    free((char *)q->cfg.binary);
+    free(q->volume);
+    qsd_opts_clear(&q->opts);
+    qsd_paths_clear(&q->paths);
+    free(q);
+}
+
+const struct qsd_paths *qsd_get_paths(struct qsd *q) { return &q->paths; }
+const struct qsd_opts *qsd_get_opts(struct qsd *q) { return &q->opts; }
+const char *qsd_get_volume(struct qsd *q) { return q->volume; }
+pid_t qsd_get_pid(struct qsd *q) { return q->pid; }
+bool qsd_running(struct qsd *q) { return q->state == QS_RUNNING; }
+unsigned qsd_restart_count(struct qsd *q) { return q->restarts; }
+void qsd_set_supervised(struct qsd *q, bool on) { q->supervised = on; }
+void qsd_set_event_handler(struct qsd *q, qsd_event_cb cb, void *opaque)
+{
+    q->event_cb = cb;
+    q->event_opaque = opaque;
+}
+
+static void emit(struct qsd *q, enum qsd_event ev, const char *detail)
+{
+    if (q->event_cb)
+        q->event_cb(q, ev, detail, q->event_opaque);
+}
+
+static void finish(struct qsd *q, int status, const char *msg)
+{
+    qsd_done_cb done = q->done;
+    void *opaque = q->done_opaque;
+    q->done = NULL;
+    q->done_opaque = NULL;
+    if (done)
+        done(q, status, msg, opaque);
+}
+
+/* The tail of the QSD's log: its own error message when it fails to start. */
+static char *log_tail(const struct qsd_paths *p)
+{
+    _cleanup_free_ char *data = NULL;
+    if (read_file(p->log, 1 << 20, &data, NULL) < 0)
+        return xstrdup("(no log)");
+    char line[512];
+    return xstrdup(proc_last_line(data, line, sizeof(line)));
+}
+
+static int prepare_dirs(struct qsd *q)
+{
+    _cleanup_free_ char *exports = xasprintf("%s/exports", q->cfg.run_dir);
+    _cleanup_free_ char *ctl = xasprintf("%s/ctl", q->cfg.run_dir);
+    int r;
+    if ((r = mkdir_p(q->cfg.run_dir, 0711)) < 0 || (r = mkdir_p(exports, 0711)) < 0 ||
+        (r = mkdir_p(ctl, 0700)) < 0 || (r = mkdir_p(q->paths.ctl_dir, 0700)) < 0 ||
+        (r = mkdir_p(q->paths.export_dir, 0750)) < 0)
+        return r;
+    if (chmod(q->paths.export_dir, 0750) < 0 || chmod(q->paths.ctl_dir, 0700) < 0)
+        return -errno;
+    if (q->opts.socket_gid >= 0 && chown(q->paths.export_dir, 0, (gid_t)q->opts.socket_gid) < 0)
+        return -errno;
+    return 0;
+}
+
+static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaque);
+static void on_probe(struct loop *l, void *opaque);
+
+static int spawn(struct qsd *q)
+{
+    unlink(q->paths.socket);
+    unlink(q->paths.qmp);
+    char **argv = qsd_argv(q->cfg.binary, &q->opts, &q->paths);
+    int logfd = open(q->paths.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (logfd < 0) {
+        int e = -errno;
+        qsd_argv_free(argv);
+        return e;
+    }
+    int execp[2];
+    if (pipe2(execp, O_CLOEXEC) < 0) {
+        int e = -errno;
+        close(logfd);
+        qsd_argv_free(argv);
+        return e;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = -errno;
+        close(logfd), close(execp[0]), close(execp[1]);
+        qsd_argv_free(argv);
+        return e;
+    }
+    if (pid == 0) {
+        /* Child: its own session, so the controller's signals and death do
+         * not reach it; sockets created rw for owner and group only. */
+        setsid();
+        umask(0117);
+        int devnull = open("/dev/null", O_RDWR);
+        dup2(devnull, 0);
+        dup2(logfd, 1);
+        dup2(logfd, 2);
+        sigset_t all;
+        sigemptyset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        execvp(argv[0], argv);
+        int e = errno;
+        (void)!write(execp[1], &e, sizeof(e));
+        _exit(127);
+    }
+    close(logfd);
+    close(execp[1]);
+    qsd_argv_free(argv);
+    int exec_errno = 0;
+    ssize_t n = read(execp[0], &exec_errno, sizeof(exec_errno));
+    close(execp[0]);
+    if (n == sizeof(exec_errno)) {
+        waitpid(pid, NULL, 0);
+        return -exec_errno;
+    }
+    int pidfd = pidfd_open_pid(pid);
+    if (pidfd < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return pidfd;
+    }
+    q->pid = pid;
+    q->pidfd = pidfd;
+    q->starttime = 0;
+    proc_starttime(pid, &q->starttime);
+    q->started_at_ms = now_ms();
+    q->pid_watch = loop_watch_fd(q->loop, pidfd, POLLIN, on_process_exit, q);
+    int r = write_state(&q->paths, q->volume, &q->opts, true, pid, q->starttime);
+    if (r < 0)
+        log_warn("qsd", "cannot record state", "volume=%s err=%s", q->volume, strerror(-r));
+    q->state = QS_STARTING;
+    q->deadline_ms = now_ms() + q->cfg.start_timeout_ms;
+    q->timer = loop_timer_add(q->loop, 2, on_probe, q);
+    return 0;
+}
+
+static void set_socket_access(struct qsd *q)
+{
+    if (q->opts.socket_gid >= 0)
+        (void)!chown(q->paths.socket, 0, (gid_t)q->opts.socket_gid);
+    (void)!chmod(q->paths.socket, q->opts.socket_mode);
+}
+
+static void on_probe(struct loop *l, void *opaque)
+{
+    struct qsd *q = opaque;
+    q->timer = NULL;
+    if (unix_socket_probe(q->paths.socket) == 0) {
+        set_socket_access(q);
+        q->state = QS_RUNNING;
+        q->recent_failures = 0;
+        if (q->restarting) {
+            q->restarting = false;
+            q->restarts++;
+            char d[64];
+            snprintf(d, sizeof(d), "pid=%d", (int)q->pid);
+            emit(q, QSD_EV_RESTARTED, d);
+        } else {
+            emit(q, QSD_EV_READY, NULL);
+        }
+        finish(q, 0, NULL);
+        return;
+    }
+    if (now_ms() >= q->deadline_ms) {
+        /* Never became ready: kill it; on_process_exit reports. */
+        q->state = QS_STOPPING;
+        pidfd_signal(q->pidfd, SIGKILL);
+        _cleanup_free_ char *tail = log_tail(&q->paths);
+        _cleanup_free_ char *msg =
+            xasprintf("export socket %s did not accept connections within %llu ms (QSD log: %s)",
+                      q->paths.socket, (unsigned long long)q->cfg.start_timeout_ms, tail);
+        q->supervised = false;
+        emit(q, QSD_EV_START_FAILED, msg);
+        finish(q, -ETIMEDOUT, msg);
+        return;
+    }
+    q->timer = loop_timer_add(q->loop, 5, on_probe, q);
+}
+
+static void restart_now(struct loop *l, void *opaque)
+{
+    struct qsd *q = opaque;
+    q->timer = NULL;
+    q->restarting = true;
+    int r = spawn(q);
+    if (r < 0) {
+        char d[128];
+        snprintf(d, sizeof(d), "cannot spawn %s: %s", q->cfg.binary, strerror(-r));
+        emit(q, QSD_EV_START_FAILED, d);
+        q->recent_failures++;
+        q->state = QS_BACKOFF;
+        q->timer = loop_timer_add(q->loop, 1000, restart_now, q);
+    }
+}
+
+static void reap(struct qsd *q)
+{
+    /* Reap if it is our child; ECHILD for an adopted process is expected. */
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    waitid(P_PIDFD, (id_t)q->pidfd, &si, WEXITED | WNOHANG);
+}
+
+static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct qsd *q = opaque;
+    reap(q);
+    release_process(q);
+    loop_timer_cancel(q->timer);
+    q->timer = NULL;
+    pid_t dead = q->pid;
+    q->pid = 0;
+
+    if (q->state == QS_STOPPING) {
+        qmp_close(q->qmp);
+        q->qmp = NULL;
+        q->state = QS_STOPPED;
+        emit(q, QSD_EV_STOPPED, NULL);
+        finish(q, 0, NULL);
+        return;
+    }
+
+    _cleanup_free_ char *tail = log_tail(&q->paths);
+    char d[700];
+    snprintf(d, sizeof(d), "pid=%d last_log=%s", (int)dead, tail);
+    bool was_starting = q->state == QS_STARTING;
+    emit(q, QSD_EV_DIED, d);
+
+    if (was_starting && q->done) {
+        /* A first start failed: report, do not loop. */
+        _cleanup_free_ char *msg = xasprintf("qemu-storage-daemon exited during start-up: %s", tail);
+        q->state = QS_STOPPED;
+        finish(q, -EIO, msg);
+        return;
+    }
+    /* Respect the desired state: a stop by another process is not a crash. */
+    bool desired = false;
+    if (qsd_read_state(q->paths.state, NULL, &desired, NULL, NULL) < 0 || !desired ||
+        !q->supervised) {
+        q->state = QS_STOPPED;
+        emit(q, QSD_EV_STOPPED, "not restarted: desired state is stopped");
+        return;
+    }
+    /* Back off only when it keeps dying quickly. */
+    uint64_t delay = 0;
+    if (now_ms() - q->started_at_ms < 10000) {
+        if (q->recent_failures > 0)
+            delay = MIN(100u << MIN(q->recent_failures - 1, 6u), 5000u);
+        q->recent_failures++;
+    } else {
+        q->recent_failures = 0;
+    }
+    q->state = QS_BACKOFF;
+    q->timer = loop_timer_add(q->loop, delay, restart_now, q);
+}
+
+int qsd_start(struct qsd *q, qsd_done_cb done, void *opaque)
+{
+    if (q->state == QS_STARTING || q->state == QS_RUNNING || q->state == QS_STOPPING)
+        return -EBUSY;
+    int r = prepare_dirs(q);
+    if (r < 0)
+        return r;
+    r = write_state(&q->paths, q->volume, &q->opts, true, 0, 0);
+    if (r < 0)
+        return r;
+    q->done = done;
+    q->done_opaque = opaque;
+    q->restarting = false;
+    r = spawn(q);
+    if (r < 0) {
+        q->done = NULL;
+        write_state(&q->paths, q->volume, &q->opts, false, 0, 0);
+    }
+    return r;
+}
+
+int qsd_adopt(struct qsd *q)
+{
+    pid_t pid;
+    uint64_t st;
+    bool desired;
+    struct qsd_opts opts;
+    int r = qsd_read_state(q->paths.state, &opts, &desired, &pid, &st);
+    if (r < 0)
+        return r == -ENOENT ? -ESRCH : r;
+    qsd_opts_clear(&q->opts);
+    q->opts = opts;
+    if (!desired || !qsd_pid_is_ours(pid, st, q->paths.qmp))
+        return -ESRCH;
+    int pidfd = pidfd_open_pid(pid);
+    if (pidfd < 0)
+        return -ESRCH;
+    /* The pid could have been recycled between the check and pidfd_open. */
+    if (!qsd_pid_is_ours(pid, st, q->paths.qmp)) {
+        close(pidfd);
+        return -ESRCH;
+    }
+    q->pid = pid;
+    q->starttime = st;
+    q->pidfd = pidfd;
+    q->started_at_ms = now_ms();
+    q->pid_watch = loop_watch_fd(q->loop, pidfd, POLLIN, on_process_exit, q);
+    q->state = QS_RUNNING;
+    return 0;
+}
+
+static void on_stop_deadline(struct loop *l, void *opaque)
+{
+    struct qsd *q = opaque;
+    q->timer = NULL;
+    log_warn("qsd", "did not quit in time, killing", "volume=%s pid=%d", q->volume, (int)q->pid);
+    pidfd_signal(q->pidfd, SIGKILL);
+    /* Bound the wait for the kill too: a process in D state may linger. */
+    q->timer = NULL;
+}
+
+static void on_quit_reply(struct qmp *qmp, const struct qmp_reply *r, void *opaque)
+{
+    /* Either way the process exit (pidfd) finishes the stop. */
+}
+
+static void on_stop_qmp(struct qmp *qmp, int status, const struct qmp_error *err, void *opaque)
+{
+    struct qsd *q = opaque;
+    if (status == 0) {
+        qmp_send(qmp, "quit", NULL, q->cfg.stop_timeout_ms, on_quit_reply, q);
+    } else if (q->state == QS_STOPPING && q->pidfd >= 0) {
+        /* Monitor unusable: fall back to SIGTERM, which QSD also honours. */
+        pidfd_signal(q->pidfd, SIGTERM);
+    }
+}
+
+int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque)
+{
+    int r = write_state(&q->paths, q->volume, &q->opts, false, q->pid, q->starttime);
+    if (r < 0 && r != -ENOENT)
+        return r;
+    loop_timer_cancel(q->timer);
+    q->timer = NULL;
+    unlink(q->paths.meta);
+    if (q->pidfd < 0) {
+        q->state = QS_STOPPED;
+        unlink(q->paths.socket);
+        if (done)
+            done(q, 0, NULL, opaque);
+        return 0;
+    }
+    q->done = done;
+    q->done_opaque = opaque;
+    q->state = QS_STOPPING;
+    r = qmp_connect(q->loop, q->paths.qmp, q->cfg.stop_timeout_ms, on_stop_qmp, q, &q->qmp);
+    if (r < 0)
+        pidfd_signal(q->pidfd, SIGTERM);
+    q->timer = loop_timer_add(q->loop, q->cfg.stop_timeout_ms, on_stop_deadline, q);
+    return 0;
+}
+
+int qsd_meta_write(const struct qsd_paths *p, const char *volume, const struct qsd_opts *o,
+                   uint64_t size)
+{
+    json_t *j = json_pack("{s:i, s:s, s:I, s:b, s:I, s:I, s:s}", "version", 1, "volume", volume,
+                          "size", (json_int_t)size, "read_only", o->read_only, "num_queues",
+                          (json_int_t)o->num_queues, "logical_block_size",
+                          (json_int_t)o->logical_block_size, "socket", "vhost.sock");
+    _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(j);
+    unsigned mode = o->socket_gid >= 0 ? 0640 : 0600;
+    int r = write_file_atomic(p->meta, s, strlen(s), mode);
+    if (r == 0 && o->socket_gid >= 0)
+        (void)!chown(p->meta, 0, (gid_t)o->socket_gid);
+    return r;
+}
+
+int qsd_write_meta(struct qsd *q, uint64_t size)
+{
+    return qsd_meta_write(&q->paths, q->volume, &q->opts, size);
+}
+
+/* ------------------------------------------------------------- sync */
+
+struct sync_done {
+    bool done;
+    int status;
+    char *msg;
+};
+
+static void sync_done_cb(struct qsd *q, int status, const char *msg, void *opaque)
+{
+    struct sync_done *d = opaque;
+    d->done = true;
+    d->status = status;
+    d->msg = msg ? xstrdup(msg) : NULL;
+}
+
+static int run_until(struct loop *l, struct sync_done *d, uint64_t bound_ms)
+{
+    uint64_t deadline = now_ms() + bound_ms;
+    while (!d->done) {
+        if (now_ms() > deadline)
+            return -ETIMEDOUT;
+        int r = loop_run_once(l, 100);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+int qsd_start_sync(const struct qsd_config *cfg, const char *volume, const struct qsd_opts *opts,
+                   pid_t *ret_pid, char **ret_msg)
+{
+    struct loop *l;
+    int r = loop_new(&l);
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot create event loop: %s", strerror(-r));
+        return r;
+    }
+    struct qsd *q;
+    qsd_new(l, cfg, volume, opts, &q);
+    qsd_set_supervised(q, false);
+    struct sync_done d = {0};
+    r = qsd_start(q, sync_done_cb, &d);
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot start qemu-storage-daemon: %s", strerror(-r));
+    } else {
+        /* The QSD bounds itself (start timeout); this outer bound is a backstop. */
+        r = run_until(l, &d, q->cfg.start_timeout_ms + 5000);
+        if (r == 0)
+            r = d.status;
+        if (r < 0) {
+            *ret_msg = d.msg ? TAKE_PTR(d.msg) : xasprintf("start failed: %s", strerror(-r));
+            /* Leave nothing behind: the process is killed by on_probe, wait for it. */
+            if (q->pidfd >= 0) {
+                pidfd_signal(q->pidfd, SIGKILL);
+                reap(q);
+            }
+            write_state(&q->paths, q->volume, &q->opts, false, 0, 0);
+        } else if (ret_pid) {
+            *ret_pid = q->pid;
+        }
+    }
+    free(d.msg);
+    qsd_free(q);
+    loop_free(l);
+    return r;
+}
+
+int qsd_stop_sync(const struct qsd_config *cfg, const char *volume, char **ret_msg)
+{
+    struct loop *l;
+    int r = loop_new(&l);
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot create event loop: %s", strerror(-r));
+        return r;
+    }
+    struct qsd *q;
+    qsd_new(l, cfg, volume, NULL, &q);
+    qsd_set_supervised(q, false);
+    r = qsd_adopt(q);
+    if (r < 0 && r != -ESRCH) {
+        *ret_msg = xasprintf("cannot read the state of volume %s: %s", volume, strerror(-r));
+        qsd_free(q);
+        loop_free(l);
+        return r;
+    }
+    struct sync_done d = {0};
+    r = qsd_stop(q, sync_done_cb, &d);
+    if (r == 0)
+        r = run_until(l, &d, q->cfg.stop_timeout_ms + 5000);
+    if (r == 0)
+        r = d.status;
+    if (r < 0)
+        *ret_msg = d.msg ? TAKE_PTR(d.msg) : xasprintf("stop failed: %s", strerror(-r));
+    free(d.msg);
+    qsd_free(q);
+    loop_free(l);
+    return r;
+}

@@ -1,0 +1,1168 @@
+/* main.c: the qsdctl command-line tool.  Global options, the subcommand
+ * table, and the volume/snapshot/export subcommands.  The data-path commands
+ * (vhost-info, verify, bench) live in vhost_cmds.c. */
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <dirent.h>
+
+#include "commands.h"
+#include "config.h"
+#include "image.h"
+#include "log.h"
+#include "names.h"
+#include "proc.h"
+#include "qmp.h"
+#include "qsd.h"
+#include "util.h"
+
+struct global_opts g_opts = {
+    .run_dir = "/run/qsd-csi",
+    .pool = "/var/lib/qsd-csi/pool",
+};
+static const char *g_qsd_binary = QSD_BINARY_DEFAULT;
+
+#define LOCK_WAIT_MS 10000
+
+/* ------------------------------------------------------------ helpers */
+
+__attribute__((format(printf, 2, 3))) static int fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("qsdctl: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+static int exit_code_for(int r)
+{
+    switch (r) {
+    case 0: return EXIT_OK;
+    case -EINVAL: case -ERANGE: return EXIT_USAGE;
+    case -ENOENT: case -ESRCH: return EXIT_NOT_FOUND;
+    case -EEXIST: case -EBUSY: return EXIT_EXISTS;
+    case -ETIMEDOUT: return EXIT_TIMEOUT;
+    case -EIO: case -EREMOTEIO: case -EBADMSG: return EXIT_QEMU;
+    default: return EXIT_FAILURE_GENERIC;
+    }
+}
+
+/* Report an error with its message and return the matching exit code. */
+static int fail_msg(int r, char *msg)
+{
+    int code = fail(exit_code_for(r), "%s", msg ? msg : strerror(-r));
+    free(msg);
+    return code;
+}
+
+static int check_name(const char *what, const char *name)
+{
+    const char *why;
+    if (name_validate(name, &why) < 0)
+        return fail(EXIT_USAGE, "invalid %s name '%s': %s", what, name, why);
+    return 0;
+}
+
+static void print_json(json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    puts(s);
+    free(s);
+    json_decref(j);
+}
+
+static struct qsd_config qsd_cfg(void)
+{
+    return (struct qsd_config){.run_dir = g_opts.run_dir, .binary = g_qsd_binary};
+}
+
+/* Per-volume lock, shared with `qsdctl supervise`: held while a command
+ * changes the volume.  Bounded wait. */
+static int lock_volume(const char *vol, int *ret_fd)
+{
+    _cleanup_free_ char *dir = xasprintf("%s/locks", g_opts.run_dir);
+    int r = mkdir_p(g_opts.run_dir, 0711);
+    if (r == 0)
+        r = mkdir_p(dir, 0700);
+    if (r < 0)
+        return fail(EXIT_FAILURE_GENERIC, "cannot create %s: %s", dir, strerror(-r));
+    _cleanup_free_ char *path = xasprintf("%s/%s.lock", dir, vol);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return fail(EXIT_FAILURE_GENERIC, "cannot open lock %s: %s", path, strerror(errno));
+    uint64_t deadline = now_ms() + LOCK_WAIT_MS;
+    while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        if (errno != EWOULDBLOCK || now_ms() > deadline) {
+            close(fd);
+            return fail(EXIT_EXISTS, "volume %s is busy (another qsdctl holds its lock)", vol);
+        }
+        sleep_ms(20);
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+/* Is the volume's QSD running (recorded, alive, really ours)? */
+static bool volume_exported(const char *vol, pid_t *ret_pid)
+{
+    struct qsd_paths p;
+    qsd_paths_init(g_opts.run_dir, vol, &p);
+    bool desired = false;
+    pid_t pid = 0;
+    uint64_t st = 0;
+    bool ok = qsd_read_state(p.state, NULL, &desired, &pid, &st) == 0 && desired &&
+              qsd_pid_is_ours(pid, st, p.qmp);
+    qsd_paths_clear(&p);
+    if (ok && ret_pid)
+        *ret_pid = pid;
+    return ok;
+}
+
+static int connect_qmp(const char *vol, struct qmp_sync **ret)
+{
+    struct qsd_paths p;
+    qsd_paths_init(g_opts.run_dir, vol, &p);
+    struct qmp_error e = {0};
+    int r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, ret, &e);
+    if (r < 0) {
+        int code = fail(exit_code_for(r), "cannot talk to the QSD of volume %s: %s", vol,
+                        e.desc ? e.desc : strerror(-r));
+        qmp_error_clear(&e);
+        qsd_paths_clear(&p);
+        return -code;
+    }
+    qsd_paths_clear(&p);
+    return 0;
+}
+
+static int open_pool(struct pool *p, bool create)
+{
+    char *msg = NULL;
+    int r = pool_open(g_opts.pool, create, p, &msg);
+    if (r < 0)
+        return fail_msg(r, msg);
+    return 0;
+}
+
+/* Parse --size into *ret with a clear message. */
+static int size_arg(const char *s, uint64_t *ret)
+{
+    int r = parse_size(s, ret);
+    if (r == -ERANGE)
+        return fail(EXIT_USAGE, "invalid size '%s': too large", s);
+    if (r < 0)
+        return fail(EXIT_USAGE, "invalid size '%s': expected a number of bytes with an optional "
+                                "K, M, G, T or P suffix (powers of 1024)", s);
+    return 0;
+}
+
+#define USAGE_ERR(usage) fail(EXIT_USAGE, "%s (see --help)", usage)
+
+/* Parse a subcommand's options.  Returns -1 to continue, or an exit code. */
+static int help_or_usage(int c, const char *help, const char *usage)
+{
+    if (c == 'h') {
+        fputs(help, stdout);
+        return EXIT_OK;
+    }
+    return USAGE_ERR(usage);
+}
+
+/* ------------------------------------------------------------- create */
+
+static const char HELP_CREATE[] =
+    "Usage: qsdctl create VOLUME --size SIZE [--format qcow2|raw] [--preallocation MODE]\n"
+    "                     [--from-snapshot SNAPSHOT]\n"
+    "Create a volume image in the pool (POOL/volumes/VOLUME.FORMAT).\n"
+    "  --size SIZE            bytes, or with a K/M/G/T suffix; a multiple of 512.\n"
+    "                         With --from-snapshot: defaults to the snapshot's size.\n"
+    "  --format FMT           qcow2 (default) or raw\n"
+    "  --preallocation MODE   off (default), metadata (qcow2), falloc, full\n"
+    "  --from-snapshot SNAP   copy the snapshot's content into the new volume\n";
+
+static int cmd_create(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"size", required_argument, 0, 's'}, {"format", required_argument, 0, 'f'},
+        {"preallocation", required_argument, 0, 'p'}, {"from-snapshot", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'}, {0}};
+    const char *size_s = NULL, *format = "qcow2", *prealloc = "off", *snap = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case 's': size_s = optarg; break;
+        case 'f': format = optarg; break;
+        case 'p': prealloc = optarg; break;
+        case 'S': snap = optarg; break;
+        default: return help_or_usage(c, HELP_CREATE, "usage: qsdctl create VOLUME --size SIZE");
+        }
+    }
+    if (optind + 1 != argc)
+        return USAGE_ERR("usage: qsdctl create VOLUME --size SIZE");
+    const char *vol = argv[optind];
+    int r;
+    if ((r = check_name("volume", vol)) || (snap && (r = check_name("snapshot", snap))))
+        return r;
+    if (!streq(format, "qcow2") && !streq(format, "raw"))
+        return fail(EXIT_USAGE, "invalid format '%s': expected qcow2 or raw", format);
+    char *msg = NULL;
+    if (image_check_prealloc(format, prealloc, &msg) < 0)
+        return fail_msg(-EINVAL, msg);
+    uint64_t size = 0;
+    if (!size_s && !snap)
+        return fail(EXIT_USAGE, "missing --size");
+    if (size_s) {
+        if ((r = size_arg(size_s, &size)))
+            return r;
+        if ((r = image_check_size(size, IMAGE_SIZE_ALIGN, &msg)) < 0)
+            return fail_msg(r, msg);
+    }
+    struct pool pool;
+    if ((r = open_pool(&pool, true)))
+        return r;
+    _cleanup_close_ int lock = -1;
+    if ((r = lock_volume(vol, &lock))) {
+        pool_close(&pool);
+        return r;
+    }
+    r = image_create(&pool, vol, format, size, prealloc, snap, &msg);
+    if (r < 0) {
+        pool_close(&pool);
+        return fail_msg(r, msg);
+    }
+    _cleanup_free_ char *path = NULL;
+    pool_find_volume(&pool, vol, &path, NULL);
+    uint64_t vsize = 0, alloc = 0;
+    image_info(path, format, &vsize, &alloc, &msg);
+    free(msg);
+    if (g_opts.json)
+        print_json(json_pack("{s:s, s:s, s:s, s:I}", "volume", vol, "path", path, "format",
+                             format, "size", (json_int_t)vsize));
+    else {
+        char b[32];
+        printf("created volume %s: %s, %s (%s)\n", vol, format, format_size(vsize, b, sizeof(b)), path);
+    }
+    pool_close(&pool);
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------- delete */
+
+static const char HELP_DELETE[] = "Usage: qsdctl delete VOLUME\n"
+                                  "Delete a volume's image.  Refused while the volume is exported.\n"
+                                  "Snapshots of the volume are kept.\n";
+
+static int cmd_delete(int argc, char **argv)
+{
+    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1)
+        return help_or_usage(c, HELP_DELETE, "usage: qsdctl delete VOLUME");
+    if (optind + 1 != argc)
+        return USAGE_ERR("usage: qsdctl delete VOLUME");
+    const char *vol = argv[optind];
+    if ((r = check_name("volume", vol)))
+        return r;
+    _cleanup_close_ int lock = -1;
+    if ((r = lock_volume(vol, &lock)))
+        return r;
+    if (volume_exported(vol, NULL))
+        return fail(EXIT_EXISTS, "volume %s is exported: run 'qsdctl unexport %s' first", vol, vol);
+    struct pool pool;
+    if ((r = open_pool(&pool, false)))
+        return r;
+    char *msg = NULL;
+    r = image_delete(&pool, vol, &msg);
+    pool_close(&pool);
+    if (r < 0)
+        return fail_msg(r, msg);
+    _cleanup_free_ char *lockp = xasprintf("%s/locks/%s.lock", g_opts.run_dir, vol);
+    unlink(lockp);
+    if (!g_opts.json)
+        printf("deleted volume %s\n", vol);
+    else
+        print_json(json_pack("{s:s, s:b}", "volume", vol, "deleted", 1));
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------- export */
+
+static const char HELP_EXPORT[] =
+    "Usage: qsdctl export VOLUME [options]\n"
+    "Start a qemu-storage-daemon serving VOLUME over vhost-user-blk and wait (bounded)\n"
+    "until its socket accepts connections.  The QSD keeps running after qsdctl exits;\n"
+    "run 'qsdctl supervise' to have it restarted if it dies.\n"
+    "  --num-queues N          virtqueues, 1-16 (default 1)\n"
+    "  --logical-block-size N  512 (default) or 4096\n"
+    "  --read-only             export read-only\n"
+    "  --cache MODE            none (default), writeback, writethrough, directsync, unsafe\n"
+    "  --aio MODE              io_uring (default), native, threads\n"
+    "  --discard MODE          unmap (default), ignore\n"
+    "  --detect-zeroes MODE    off (default), on, unmap\n"
+    "  --no-iothread           run the export in the main thread\n"
+    "  --socket-group GROUP    group allowed to connect (name or gid; default: root only)\n"
+    "  --socket-mode MODE      socket permissions, octal within 0660 (default 0660)\n"
+    "  --timeout MS            how long to wait for the socket (default 10000)\n"
+    "Prints the socket path.  Socket: RUN/exports/VOLUME/vhost.sock; QMP: RUN/ctl/VOLUME/qmp.sock\n";
+
+static int cmd_export(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"num-queues", required_argument, 0, 1}, {"logical-block-size", required_argument, 0, 1},
+        {"read-only", no_argument, 0, 'r'},      {"cache", required_argument, 0, 1},
+        {"aio", required_argument, 0, 1},        {"discard", required_argument, 0, 1},
+        {"detect-zeroes", required_argument, 0, 1}, {"no-iothread", no_argument, 0, 'n'},
+        {"socket-group", required_argument, 0, 1}, {"socket-mode", required_argument, 0, 1},
+        {"timeout", required_argument, 0, 't'},  {"help", no_argument, 0, 'h'}, {0}};
+    struct qsd_opts opts;
+    qsd_opts_init(&opts);
+    uint64_t timeout = 10000;
+    int c, idx, r;
+    char *msg = NULL;
+    while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
+        switch (c) {
+        case 1:
+            if (qsd_opts_set(&opts, lo[idx].name, optarg, &msg) < 0) {
+                qsd_opts_clear(&opts);
+                return fail_msg(-EINVAL, msg);
+            }
+            break;
+        case 'r': opts.read_only = true; break;
+        case 'n': opts.iothread = false; break;
+        case 't':
+            if (parse_uint(optarg, 1, 600000, &timeout) < 0) {
+                qsd_opts_clear(&opts);
+                return fail(EXIT_USAGE, "invalid --timeout '%s': milliseconds, 1-600000", optarg);
+            }
+            break;
+        default:
+            qsd_opts_clear(&opts);
+            return help_or_usage(c, HELP_EXPORT, "usage: qsdctl export VOLUME [options]");
+        }
+    }
+    if (optind + 1 != argc) {
+        qsd_opts_clear(&opts);
+        return USAGE_ERR("usage: qsdctl export VOLUME [options]");
+    }
+    const char *vol = argv[optind];
+    if ((r = check_name("volume", vol))) {
+        qsd_opts_clear(&opts);
+        return r;
+    }
+    struct pool pool;
+    if ((r = open_pool(&pool, false))) {
+        qsd_opts_clear(&opts);
+        return r;
+    }
+    _cleanup_close_ int lock = -1;
+    int code = EXIT_OK;
+    struct qsd_paths paths;
+    qsd_paths_init(g_opts.run_dir, vol, &paths);
+    if ((code = lock_volume(vol, &lock)))
+        goto out;
+    if (pool_find_volume(&pool, vol, &opts.image, &opts.format) < 0) {
+        code = fail(EXIT_NOT_FOUND, "volume %s does not exist in pool %s", vol, g_opts.pool);
+        goto out;
+    }
+    if ((r = qsd_opts_validate(&opts, &msg)) < 0) {
+        code = fail_msg(r, msg);
+        goto out;
+    }
+    pid_t pid;
+    if (volume_exported(vol, &pid)) {
+        if (g_opts.json)
+            print_json(json_pack("{s:s, s:s, s:i, s:b}", "volume", vol, "socket", paths.socket,
+                                 "pid", (int)pid, "already_exported", 1));
+        else
+            printf("volume %s is already exported (pid %d): %s\n", vol, (int)pid, paths.socket);
+        goto out;
+    }
+    uint64_t size;
+    if ((r = image_info(opts.image, opts.format, &size, NULL, &msg)) < 0) {
+        code = fail_msg(r, msg);
+        goto out;
+    }
+    if (size % opts.logical_block_size) {
+        code = fail(EXIT_USAGE, "volume %s is %" PRIu64 " bytes, not a multiple of the logical "
+                    "block size %u", vol, size, opts.logical_block_size);
+        goto out;
+    }
+    struct qsd_config cfg = qsd_cfg();
+    cfg.start_timeout_ms = timeout;
+    uint64_t t0 = now_us();
+    r = qsd_start_sync(&cfg, vol, &opts, &pid, &msg);
+    uint64_t t1 = now_us();
+    if (r < 0) {
+        code = fail_msg(r, msg);
+        rm_rf(paths.export_dir);
+        rm_rf(paths.ctl_dir);
+        goto out;
+    }
+    r = qsd_meta_write(&paths, vol, &opts, size);
+    if (r < 0)
+        log_warn("qsdctl", "cannot write volume.json", "volume=%s err=%s", vol, strerror(-r));
+    if (g_opts.json)
+        print_json(json_pack("{s:s, s:s, s:s, s:i, s:I, s:f}", "volume", vol, "socket",
+                             paths.socket, "qmp", paths.qmp, "pid", (int)pid, "size",
+                             (json_int_t)size, "ready_ms", (double)(t1 - t0) / 1000.0));
+    else
+        printf("exported volume %s (pid %d, ready in %.1f ms): %s\n", vol, (int)pid,
+               (double)(t1 - t0) / 1000.0, paths.socket);
+out:
+    qsd_paths_clear(&paths);
+    qsd_opts_clear(&opts);
+    pool_close(&pool);
+    return code;
+}
+
+/* ----------------------------------------------------------- unexport */
+
+static const char HELP_UNEXPORT[] =
+    "Usage: qsdctl unexport VOLUME [--timeout MS]\n"
+    "Stop the volume's qemu-storage-daemon: QMP quit, then SIGKILL after the bound\n"
+    "(default 5000 ms).  Removes the socket and runtime directories.  Idempotent.\n";
+
+static int cmd_unexport(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"timeout", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'}, {0}};
+    uint64_t timeout = 5000;
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if (c == 't' && parse_uint(optarg, 1, 600000, &timeout) == 0)
+            continue;
+        if (c == 't')
+            return fail(EXIT_USAGE, "invalid --timeout '%s': milliseconds, 1-600000", optarg);
+        return help_or_usage(c, HELP_UNEXPORT, "usage: qsdctl unexport VOLUME");
+    }
+    if (optind + 1 != argc)
+        return USAGE_ERR("usage: qsdctl unexport VOLUME");
+    const char *vol = argv[optind];
+    if ((r = check_name("volume", vol)))
+        return r;
+    _cleanup_close_ int lock = -1;
+    if ((r = lock_volume(vol, &lock)))
+        return r;
+    struct qsd_paths paths;
+    qsd_paths_init(g_opts.run_dir, vol, &paths);
+    int code = EXIT_OK;
+    if (access(paths.ctl_dir, F_OK) == 0) {
+        struct qsd_config cfg = qsd_cfg();
+        cfg.stop_timeout_ms = timeout;
+        char *msg = NULL;
+        r = qsd_stop_sync(&cfg, vol, &msg);
+        if (r < 0)
+            code = fail_msg(r, msg);
+    }
+    if (code == EXIT_OK) {
+        rm_rf(paths.export_dir);
+        rm_rf(paths.ctl_dir);
+        if (g_opts.json)
+            print_json(json_pack("{s:s, s:b}", "volume", vol, "exported", 0));
+        else
+            printf("volume %s is no longer exported\n", vol);
+    }
+    qsd_paths_clear(&paths);
+    return code;
+}
+
+/* ------------------------------------------------------------- resize */
+
+static const char HELP_RESIZE[] =
+    "Usage: qsdctl resize VOLUME --size SIZE\n"
+    "Grow a volume.  When it is exported the live QSD does it (block_resize) and the\n"
+    "connected vhost-user client is told of the new capacity; otherwise the image is\n"
+    "resized offline.  Shrinking is refused.\n";
+
+static int cmd_resize(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"size", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0}};
+    const char *size_s = NULL;
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if (c == 's') {
+            size_s = optarg;
+            continue;
+        }
+        return help_or_usage(c, HELP_RESIZE, "usage: qsdctl resize VOLUME --size SIZE");
+    }
+    if (optind + 1 != argc || !size_s)
+        return USAGE_ERR("usage: qsdctl resize VOLUME --size SIZE");
+    const char *vol = argv[optind];
+    uint64_t size;
+    if ((r = check_name("volume", vol)) || (r = size_arg(size_s, &size)))
+        return r;
+    char *msg = NULL;
+    struct pool pool;
+    if ((r = open_pool(&pool, false)))
+        return r;
+    _cleanup_close_ int lock = -1;
+    _cleanup_free_ char *path = NULL, *format = NULL;
+    int code = EXIT_OK;
+    if ((code = lock_volume(vol, &lock)))
+        goto out;
+    if (pool_find_volume(&pool, vol, &path, &format) < 0) {
+        code = fail(EXIT_NOT_FOUND, "volume %s does not exist in pool %s", vol, g_opts.pool);
+        goto out;
+    }
+    bool live = volume_exported(vol, NULL);
+    struct qsd_paths paths;
+    qsd_paths_init(g_opts.run_dir, vol, &paths);
+    struct qsd_opts opts;
+    unsigned align = IMAGE_SIZE_ALIGN;
+    bool have_opts = live && qsd_read_state(paths.state, &opts, NULL, NULL, NULL) == 0;
+    if (have_opts)
+        align = opts.logical_block_size;
+    if ((r = image_check_size(size, align, &msg)) < 0) {
+        code = fail_msg(r, msg);
+    } else if (live) {
+        struct qmp_sync *s = NULL;
+        r = connect_qmp(vol, &s);
+        if (r < 0)
+            code = -r;
+        else if ((r = live_resize(s, size, &msg)) < 0)
+            code = fail_msg(r, msg);
+        else if (have_opts)
+            qsd_meta_write(&paths, vol, &opts, size);
+        qmp_sync_close(s);
+    } else if ((r = image_resize_offline(path, format, size, &msg)) < 0) {
+        code = fail_msg(r, msg);
+    }
+    if (have_opts)
+        qsd_opts_clear(&opts);
+    qsd_paths_clear(&paths);
+    if (code == EXIT_OK) {
+        if (g_opts.json)
+            print_json(json_pack("{s:s, s:I, s:b}", "volume", vol, "size", (json_int_t)size,
+                                 "online", live));
+        else {
+            char b[32];
+            printf("resized volume %s to %s (%s)\n", vol, format_size(size, b, sizeof(b)),
+                   live ? "online, through its QSD" : "offline");
+        }
+    }
+out:
+    pool_close(&pool);
+    return code;
+}
+
+/* ----------------------------------------------------------- snapshot */
+
+static const char HELP_SNAPSHOT[] =
+    "Usage: qsdctl snapshot VOLUME SNAPSHOT [--timeout SECONDS]\n"
+    "Take a point-in-time snapshot of VOLUME into POOL/snapshots/SNAPSHOT.qcow2, a\n"
+    "standalone image that outlives the volume.  While the volume is exported, its QSD\n"
+    "copies it (blockdev-backup) and the guest keeps running; bound: --timeout (600).\n"
+    "Restore with: qsdctl create NEWVOLUME --from-snapshot SNAPSHOT\n";
+
+static int cmd_snapshot(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"timeout", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'}, {0}};
+    uint64_t timeout_s = 600;
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if (c == 't' && parse_uint(optarg, 1, 86400, &timeout_s) == 0)
+            continue;
+        if (c == 't')
+            return fail(EXIT_USAGE, "invalid --timeout '%s': seconds, 1-86400", optarg);
+        return help_or_usage(c, HELP_SNAPSHOT, "usage: qsdctl snapshot VOLUME SNAPSHOT");
+    }
+    if (optind + 2 != argc)
+        return USAGE_ERR("usage: qsdctl snapshot VOLUME SNAPSHOT");
+    const char *vol = argv[optind], *snap = argv[optind + 1];
+    if ((r = check_name("volume", vol)) || (r = check_name("snapshot", snap)))
+        return r;
+    struct pool pool;
+    if ((r = open_pool(&pool, true)))
+        return r;
+    _cleanup_close_ int lock = -1;
+    _cleanup_free_ char *path = NULL, *format = NULL, *spath = NULL;
+    char *msg = NULL;
+    int code = EXIT_OK;
+    bool live = false;
+    if ((code = lock_volume(vol, &lock)))
+        goto out;
+    if (pool_find_volume(&pool, vol, &path, &format) < 0) {
+        code = fail(EXIT_NOT_FOUND, "volume %s does not exist in pool %s", vol, g_opts.pool);
+        goto out;
+    }
+    live = volume_exported(vol, NULL);
+    uint64_t t0 = now_ms();
+    if (live) {
+        struct qmp_sync *s = NULL;
+        r = connect_qmp(vol, &s);
+        if (r < 0) {
+            code = -r;
+            goto out;
+        }
+        r = live_snapshot(s, &pool, snap, timeout_s * 1000, &msg);
+        qmp_sync_close(s);
+    } else {
+        r = snapshot_create_offline(&pool, path, format, snap, &msg);
+    }
+    if (r < 0) {
+        code = fail_msg(r, msg);
+        goto out;
+    }
+    spath = pool_snapshot_path(&pool, snap);
+    if (g_opts.json)
+        print_json(json_pack("{s:s, s:s, s:s, s:b, s:I}", "volume", vol, "snapshot", snap, "path",
+                             spath, "live", live, "ms", (json_int_t)(now_ms() - t0)));
+    else
+        printf("snapshot %s of volume %s taken %s in %" PRIu64 " ms: %s\n", snap, vol,
+               live ? "live through its QSD" : "offline", now_ms() - t0, spath);
+out:
+    pool_close(&pool);
+    return code;
+}
+
+static const char HELP_SNAPSHOT_DELETE[] = "Usage: qsdctl snapshot-delete SNAPSHOT\n"
+                                           "Delete a snapshot.  Volumes restored from it are independent copies\n"
+                                           "and are not affected.\n";
+
+static int cmd_snapshot_delete(int argc, char **argv)
+{
+    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1)
+        return help_or_usage(c, HELP_SNAPSHOT_DELETE, "usage: qsdctl snapshot-delete SNAPSHOT");
+    if (optind + 1 != argc)
+        return USAGE_ERR("usage: qsdctl snapshot-delete SNAPSHOT");
+    const char *snap = argv[optind];
+    if ((r = check_name("snapshot", snap)))
+        return r;
+    struct pool pool;
+    if ((r = open_pool(&pool, false)))
+        return r;
+    char *msg = NULL;
+    r = snapshot_delete(&pool, snap, &msg);
+    pool_close(&pool);
+    if (r < 0)
+        return fail_msg(r, msg);
+    if (g_opts.json)
+        print_json(json_pack("{s:s, s:b}", "snapshot", snap, "deleted", 1));
+    else
+        printf("deleted snapshot %s\n", snap);
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------ status / list */
+
+static json_t *volume_status(const struct pool *pool, const char *vol, char **ret_msg)
+{
+    _cleanup_free_ char *path = NULL, *format = NULL;
+    if (pool_find_volume(pool, vol, &path, &format) < 0) {
+        *ret_msg = xasprintf("volume %s does not exist in pool %s", vol, pool->root);
+        return NULL;
+    }
+    uint64_t size = 0, alloc = 0;
+    int r = image_info(path, format, &size, &alloc, ret_msg);
+    if (r < 0)
+        return NULL;
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I}", "volume", vol, "path", path, "format",
+                          format, "size", (json_int_t)size, "allocated", (json_int_t)alloc);
+    pid_t pid;
+    bool exported = volume_exported(vol, &pid);
+    json_object_set_new(j, "exported", json_boolean(exported));
+    if (exported) {
+        struct qsd_paths p;
+        qsd_paths_init(g_opts.run_dir, vol, &p);
+        json_object_set_new(j, "pid", json_integer(pid));
+        json_object_set_new(j, "socket", json_string(p.socket));
+        json_object_set_new(j, "socket_accepts", json_boolean(unix_socket_probe(p.socket) == 0));
+        struct qmp_error e = {0};
+        struct qmp_sync *s;
+        if (qmp_sync_connect(p.qmp, 2000, &s, &e) == 0) {
+            char *m = NULL;
+            json_t *stats = NULL;
+            uint64_t lsize;
+            if (live_size(s, &lsize, &m) == 0)
+                json_object_set_new(j, "size", json_integer((json_int_t)lsize));
+            free(m);
+            m = NULL;
+            if (live_stats(s, &stats, &m) == 0)
+                json_object_set_new(j, "stats", stats);
+            free(m);
+            qmp_sync_close(s);
+        }
+        qmp_error_clear(&e);
+        struct qsd_opts o;
+        if (qsd_read_state(p.state, &o, NULL, NULL, NULL) == 0) {
+            json_object_set_new(j, "options", qsd_opts_to_json(&o));
+            qsd_opts_clear(&o);
+        }
+        qsd_paths_clear(&p);
+    }
+    return j;
+}
+
+static const char HELP_STATUS[] = "Usage: qsdctl status VOLUME\n"
+                                  "Show a volume's image (format, virtual size, allocation) and, when exported,\n"
+                                  "its QSD (pid, socket, options, I/O statistics).\n";
+
+static int cmd_status(int argc, char **argv)
+{
+    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1)
+        return help_or_usage(c, HELP_STATUS, "usage: qsdctl status VOLUME");
+    if (optind + 1 != argc)
+        return USAGE_ERR("usage: qsdctl status VOLUME");
+    const char *vol = argv[optind];
+    if ((r = check_name("volume", vol)))
+        return r;
+    struct pool pool;
+    if ((r = open_pool(&pool, false)))
+        return r;
+    char *msg = NULL;
+    json_t *j = volume_status(&pool, vol, &msg);
+    pool_close(&pool);
+    if (!j)
+        return fail_msg(strstr(msg, "does not exist") ? -ENOENT : -EIO, msg);
+    if (g_opts.json) {
+        print_json(j);
+        return EXIT_OK;
+    }
+    char b1[32], b2[32];
+    printf("volume:     %s\nimage:      %s (%s)\nsize:       %s\nallocated:  %s\n",
+           vol, json_string_value(json_object_get(j, "path")),
+           json_string_value(json_object_get(j, "format")),
+           format_size((uint64_t)json_integer_value(json_object_get(j, "size")), b1, sizeof(b1)),
+           format_size((uint64_t)json_integer_value(json_object_get(j, "allocated")), b2, sizeof(b2)));
+    if (json_is_true(json_object_get(j, "exported"))) {
+        json_t *st = json_object_get(j, "stats");
+        printf("exported:   yes, pid %d, socket %s (%s)\n",
+               (int)json_integer_value(json_object_get(j, "pid")),
+               json_string_value(json_object_get(j, "socket")),
+               json_is_true(json_object_get(j, "socket_accepts")) ? "accepting" : "NOT accepting");
+        if (st)
+            printf("I/O:        %lld reads (%lld bytes), %lld writes (%lld bytes), %lld flushes\n",
+                   (long long)json_integer_value(json_object_get(st, "rd_operations")),
+                   (long long)json_integer_value(json_object_get(st, "rd_bytes")),
+                   (long long)json_integer_value(json_object_get(st, "wr_operations")),
+                   (long long)json_integer_value(json_object_get(st, "wr_bytes")),
+                   (long long)json_integer_value(json_object_get(st, "flush_operations")));
+    } else {
+        printf("exported:   no\n");
+    }
+    json_decref(j);
+    return EXIT_OK;
+}
+
+/* Names of entries in dir with the given suffix, sorted. */
+static json_t *list_names(const char *dir, const char *suffix1, const char *suffix2)
+{
+    json_t *names = json_array();
+    DIR *d = opendir(dir);
+    if (!d)
+        return names;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        size_t n = strlen(de->d_name);
+        const char *sfx[] = {suffix1, suffix2};
+        for (unsigned i = 0; i < 2; i++) {
+            if (!sfx[i])
+                continue;
+            size_t s = strlen(sfx[i]);
+            if (n > s && streq(de->d_name + n - s, sfx[i])) {
+                _cleanup_free_ char *name = xstrndup(de->d_name, n - s);
+                if (name_validate(name, NULL) == 0)
+                    json_array_append_new(names, json_string(name));
+            }
+        }
+    }
+    closedir(d);
+    return names;
+}
+
+static const char HELP_LIST[] = "Usage: qsdctl list\n"
+                                "List the pool's volumes (format, size, export state) and snapshots.\n";
+
+static int cmd_list(int argc, char **argv)
+{
+    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1)
+        return help_or_usage(c, HELP_LIST, "usage: qsdctl list");
+    if (optind != argc)
+        return USAGE_ERR("usage: qsdctl list");
+    struct pool pool;
+    if ((r = open_pool(&pool, false)))
+        return r;
+    json_t *vols = list_names(pool.volumes, ".qcow2", ".raw");
+    json_t *snaps = list_names(pool.snapshots, ".qcow2", NULL);
+    json_t *out_vols = json_array(), *out_snaps = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(vols, i, v)
+    {
+        _cleanup_free_ char *path = NULL, *format = NULL;
+        const char *name = json_string_value(v);
+        pool_find_volume(&pool, name, &path, &format);
+        uint64_t size = 0, alloc = 0;
+        char *msg = NULL;
+        image_info(path, format, &size, &alloc, &msg);
+        free(msg);
+        pid_t pid = 0;
+        bool exp = volume_exported(name, &pid);
+        json_array_append_new(out_vols, json_pack("{s:s, s:s, s:I, s:I, s:b}", "volume", name,
+                                                  "format", format, "size", (json_int_t)size,
+                                                  "allocated", (json_int_t)alloc, "exported", exp));
+    }
+    json_array_foreach(snaps, i, v)
+    {
+        _cleanup_free_ char *path = pool_snapshot_path(&pool, json_string_value(v));
+        uint64_t size = 0, alloc = 0;
+        char *msg = NULL;
+        image_info(path, "qcow2", &size, &alloc, &msg);
+        free(msg);
+        json_array_append_new(out_snaps, json_pack("{s:s, s:I, s:I}", "snapshot",
+                                                   json_string_value(v), "size", (json_int_t)size,
+                                                   "allocated", (json_int_t)alloc));
+    }
+    json_decref(vols);
+    json_decref(snaps);
+    pool_close(&pool);
+    if (g_opts.json) {
+        print_json(json_pack("{s:o, s:o}", "volumes", out_vols, "snapshots", out_snaps));
+        return EXIT_OK;
+    }
+    printf("%-40s %-6s %12s %12s %s\n", "VOLUME", "FORMAT", "SIZE", "ALLOCATED", "EXPORTED");
+    json_array_foreach(out_vols, i, v)
+    {
+        char b1[32], b2[32];
+        printf("%-40s %-6s %12s %12s %s\n", json_string_value(json_object_get(v, "volume")),
+               json_string_value(json_object_get(v, "format")),
+               format_size((uint64_t)json_integer_value(json_object_get(v, "size")), b1, sizeof(b1)),
+               format_size((uint64_t)json_integer_value(json_object_get(v, "allocated")), b2, sizeof(b2)),
+               json_is_true(json_object_get(v, "exported")) ? "yes" : "no");
+    }
+    printf("\n%-40s %12s %12s\n", "SNAPSHOT", "SIZE", "ALLOCATED");
+    json_array_foreach(out_snaps, i, v)
+    {
+        char b1[32], b2[32];
+        printf("%-40s %12s %12s\n", json_string_value(json_object_get(v, "snapshot")),
+               format_size((uint64_t)json_integer_value(json_object_get(v, "size")), b1, sizeof(b1)),
+               format_size((uint64_t)json_integer_value(json_object_get(v, "allocated")), b2, sizeof(b2)));
+    }
+    json_decref(out_vols);
+    json_decref(out_snaps);
+    return EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- qmp */
+
+static const char HELP_QMP[] =
+    "Usage: qsdctl qmp VOLUME COMMAND [ARGUMENTS-JSON]\n"
+    "Send one raw QMP command to the volume's QSD and print the reply (debugging).\n"
+    "Example: qsdctl qmp vol1 query-block-exports\n"
+    "         qsdctl qmp vol1 block_resize '{\"node-name\": \"vol\", \"size\": 2147483648}'\n";
+
+static int cmd_qmp(int argc, char **argv)
+{
+    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
+    int c, r;
+    while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1)
+        return help_or_usage(c, HELP_QMP, "usage: qsdctl qmp VOLUME COMMAND [ARGUMENTS-JSON]");
+    if (argc - optind < 2 || argc - optind > 3)
+        return USAGE_ERR("usage: qsdctl qmp VOLUME COMMAND [ARGUMENTS-JSON]");
+    const char *vol = argv[optind], *cmd = argv[optind + 1];
+    if ((r = check_name("volume", vol)))
+        return r;
+    json_t *args = NULL;
+    if (argc - optind == 3) {
+        json_error_t je;
+        args = json_loads(argv[optind + 2], 0, &je);
+        if (!json_is_object(args)) {
+            json_decref(args);
+            return fail(EXIT_USAGE, "ARGUMENTS must be a JSON object: %s", je.text);
+        }
+    }
+    struct qmp_sync *s;
+    if ((r = connect_qmp(vol, &s)) < 0) {
+        json_decref(args);
+        return -r;
+    }
+    struct qmp_error e = {0};
+    json_t *ret = NULL;
+    r = qmp_sync_call(s, cmd, args, QMP_DEFAULT_TIMEOUT_MS, &ret, &e);
+    qmp_sync_close(s);
+    if (r < 0) {
+        int code = fail(r == -EREMOTEIO ? EXIT_QEMU : exit_code_for(r), "%s: %s (%s)", cmd,
+                        e.desc ? e.desc : strerror(-r), e.klass ? e.klass : "error");
+        qmp_error_clear(&e);
+        return code;
+    }
+    print_json(ret);
+    return EXIT_OK;
+}
+
+/* ---------------------------------------------------------- supervise */
+
+struct sup_entry {
+    struct qsd *qsd;
+    int lockfd;
+    struct sup_entry *next;
+};
+
+struct supervisor {
+    struct loop *loop;
+    struct sup_entry *entries;
+    struct loop_timer *scan_timer;
+    uint64_t scan_ms;
+};
+
+static void sup_event(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque)
+{
+    static const char *names[] = {"ready", "died", "restarted", "start failed", "stopped"};
+    const char *vol = qsd_get_volume(q);
+    _cleanup_free_ char *d = detail ? log_quote(detail) : NULL;
+    if (ev == QSD_EV_DIED || ev == QSD_EV_START_FAILED)
+        log_warn("supervise", names[ev], "volume=%s detail=%s", vol, d ? d : "-");
+    else
+        log_info("supervise", names[ev], "volume=%s pid=%d restarts=%u%s%s", vol,
+                 (int)qsd_get_pid(q), qsd_restart_count(q), d ? " detail=" : "", d ? d : "");
+}
+
+static struct sup_entry *sup_find(struct supervisor *s, const char *vol)
+{
+    for (struct sup_entry *e = s->entries; e; e = e->next)
+        if (streq(qsd_get_volume(e->qsd), vol))
+            return e;
+    return NULL;
+}
+
+static void sup_start_done(struct qsd *q, int status, const char *msg, void *opaque)
+{
+    if (status < 0)
+        log_warn("supervise", "start failed", "volume=%s err=%s", qsd_get_volume(q), msg ? msg : strerror(-status));
+}
+
+static void sup_scan(struct loop *l, void *opaque)
+{
+    struct supervisor *s = opaque;
+    s->scan_timer = loop_timer_add(l, s->scan_ms, sup_scan, s);
+    _cleanup_free_ char *ctl = xasprintf("%s/ctl", g_opts.run_dir);
+    DIR *d = opendir(ctl);
+    /* Forget volumes whose runtime directory is gone (unexported). */
+    for (struct sup_entry **pp = &s->entries; *pp;) {
+        struct sup_entry *e = *pp;
+        if (access(qsd_get_paths(e->qsd)->state, F_OK) < 0 && !qsd_running(e->qsd)) {
+            log_info("supervise", "forgotten", "volume=%s", qsd_get_volume(e->qsd));
+            *pp = e->next;
+            qsd_free(e->qsd);
+            free(e);
+            continue;
+        }
+        pp = &e->next;
+    }
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *vol = de->d_name;
+        if (name_validate(vol, NULL) < 0 || sup_find(s, vol))
+            continue;
+        struct qsd_paths p;
+        qsd_paths_init(g_opts.run_dir, vol, &p);
+        bool desired = false;
+        int r = qsd_read_state(p.state, NULL, &desired, NULL, NULL);
+        qsd_paths_clear(&p);
+        if (r < 0 || !desired)
+            continue;
+        /* Take the volume's lock so a concurrent `qsdctl export` is not doubled. */
+        _cleanup_free_ char *lockdir = xasprintf("%s/locks", g_opts.run_dir);
+        mkdir_p(lockdir, 0700);
+        _cleanup_free_ char *lockp = xasprintf("%s/%s.lock", lockdir, vol);
+        int fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+            close(fd); /* busy: next scan */
+            continue;
+        }
+        struct sup_entry *e = xcalloc(1, sizeof(*e));
+        struct qsd_config cfg = qsd_cfg();
+        qsd_new(l, &cfg, vol, NULL, &e->qsd);
+        qsd_set_event_handler(e->qsd, sup_event, s);
+        r = qsd_adopt(e->qsd);
+        if (r == 0) {
+            log_info("supervise", "adopted", "volume=%s pid=%d", vol, (int)qsd_get_pid(e->qsd));
+        } else {
+            log_info("supervise", "not running, starting", "volume=%s", vol);
+            r = qsd_start(e->qsd, sup_start_done, s);
+            if (r < 0)
+                log_warn("supervise", "start failed", "volume=%s err=%s", vol, strerror(-r));
+        }
+        flock(fd, LOCK_UN);
+        close(fd);
+        e->next = s->entries;
+        s->entries = e;
+    }
+    closedir(d);
+}
+
+static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct signalfd_siginfo si;
+    if (read(fd, &si, sizeof(si)) == sizeof(si)) {
+        log_info("supervise", "signal received, exiting (QSDs keep running)", "signal=%u", si.ssi_signo);
+        loop_stop(l);
+    }
+}
+
+static const char HELP_SUPERVISE[] =
+    "Usage: qsdctl supervise [--scan-interval MS]\n"
+    "Run in the foreground and keep every exported volume's QSD alive: adopt the QSDs\n"
+    "already running (never starting a duplicate), restart one that dies on the same\n"
+    "socket path (backing off when it keeps dying), and pick up new exports.\n"
+    "SIGTERM or SIGINT stops the supervisor; the QSDs keep running.\n";
+
+static int cmd_supervise(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"scan-interval", required_argument, 0, 'i'}, {"help", no_argument, 0, 'h'}, {0}};
+    uint64_t scan_ms = 1000;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if (c == 'i' && parse_uint(optarg, 10, 60000, &scan_ms) == 0)
+            continue;
+        if (c == 'i')
+            return fail(EXIT_USAGE, "invalid --scan-interval '%s': milliseconds, 10-60000", optarg);
+        return help_or_usage(c, HELP_SUPERVISE, "usage: qsdctl supervise");
+    }
+    if (optind != argc)
+        return USAGE_ERR("usage: qsdctl supervise");
+    struct supervisor s = {.scan_ms = scan_ms};
+    int r = loop_new(&s.loop);
+    if (r < 0)
+        return fail(EXIT_FAILURE_GENERIC, "cannot create io_uring event loop: %s", strerror(-r));
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    struct loop_watch *sw = loop_watch_fd(s.loop, sfd, POLLIN, on_signal, NULL);
+    log_info("supervise", "started", "run_dir=%s pid=%d", g_opts.run_dir, (int)getpid());
+    sup_scan(s.loop, &s);
+    r = loop_run(s.loop);
+    loop_timer_cancel(s.scan_timer);
+    loop_watch_remove(sw);
+    while (s.entries) {
+        struct sup_entry *e = s.entries;
+        s.entries = e->next;
+        qsd_free(e->qsd);
+        free(e);
+    }
+    loop_free(s.loop);
+    close(sfd);
+    return r < 0 ? EXIT_FAILURE_GENERIC : EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static const struct command commands[] = {
+    {"create", cmd_create, "create a volume image (optionally from a snapshot)"},
+    {"delete", cmd_delete, "delete a volume image"},
+    {"export", cmd_export, "start a QSD serving the volume over vhost-user-blk"},
+    {"unexport", cmd_unexport, "stop the volume's QSD"},
+    {"resize", cmd_resize, "grow a volume (online when exported)"},
+    {"snapshot", cmd_snapshot, "snapshot a volume (live when exported)"},
+    {"snapshot-delete", cmd_snapshot_delete, "delete a snapshot"},
+    {"list", cmd_list, "list volumes and snapshots"},
+    {"status", cmd_status, "show a volume: image, QSD, I/O statistics"},
+    {"qmp", cmd_qmp, "send a raw QMP command to a volume's QSD"},
+    {"supervise", cmd_supervise, "keep exported volumes' QSDs running (adopt, restart)"},
+#ifdef QSDCTL_HAVE_VHOST
+    {"vhost-info", cmd_vhost_info, "connect to a vhost-user-blk socket and show the disk"},
+    {"verify", cmd_verify, "write and check data through a vhost-user-blk socket"},
+    {"bench", cmd_bench, "benchmark a vhost-user-blk socket or a file"},
+#endif
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: qsdctl [global options] COMMAND [options] [arguments]\n"
+            "Control qemu-storage-daemon volumes: images, vhost-user-blk exports, snapshots.\n\n"
+            "Global options:\n"
+            "  --run-dir DIR      runtime directory (default /run/qsd-csi; env QSDCTL_RUN_DIR)\n"
+            "  --pool DIR         image pool (default /var/lib/qsd-csi/pool; env QSDCTL_POOL)\n"
+            "  --qsd-binary PATH  qemu-storage-daemon to run (default: from PATH)\n"
+            "  --json             machine-readable output on stdout\n"
+            "  --log-level LEVEL  debug, info (default), warn, error\n"
+            "  --version, --help\n\nCommands:\n");
+    for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+        fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'qsdctl COMMAND --help' describes each command.\n"
+               "Exit codes: 0 ok, 1 failed, 2 bad usage or invalid argument, 3 not found,\n"
+               "4 exists or busy, 5 timed out, 6 QEMU reported an error, 7 data mismatch.\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"run-dir", required_argument, 0, 'R'}, {"pool", required_argument, 0, 'P'},
+        {"qsd-binary", required_argument, 0, 'B'}, {"json", no_argument, 0, 'j'},
+        {"log-level", required_argument, 0, 'L'}, {"version", no_argument, 0, 'V'},
+        {"help", no_argument, 0, 'h'}, {0}};
+    signal(SIGPIPE, SIG_IGN);
+    if (getenv("QSDCTL_RUN_DIR"))
+        g_opts.run_dir = getenv("QSDCTL_RUN_DIR");
+    if (getenv("QSDCTL_POOL"))
+        g_opts.pool = getenv("QSDCTL_POOL");
+    int c;
+    enum log_level lvl;
+    while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'R': g_opts.run_dir = optarg; break;
+        case 'P': g_opts.pool = optarg; break;
+        case 'B': g_qsd_binary = optarg; break;
+        case 'j': g_opts.json = true; break;
+        case 'L':
+            if (log_parse_level(optarg, &lvl) < 0)
+                return fail(EXIT_USAGE, "invalid --log-level '%s': debug, info, warn or error", optarg);
+            log_set_level(lvl);
+            break;
+        case 'V': printf("qsdctl %s\n", QSD_CSI_VERSION); return EXIT_OK;
+        case 'h': usage(stdout); return EXIT_OK;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (g_opts.run_dir[0] != '/' || g_opts.pool[0] != '/')
+        return fail(EXIT_USAGE, "--run-dir and --pool must be absolute paths");
+    const char *name = argv[optind];
+    for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+        if (streq(commands[i].name, name)) {
+            /* --json is also accepted after the command name. */
+            int sub_argc = 0;
+            char **sub_argv = argv + optind;
+            for (int k = optind; k < argc; k++) {
+                if (streq(argv[k], "--json"))
+                    g_opts.json = true;
+                else
+                    sub_argv[sub_argc++] = argv[k];
+            }
+            sub_argv[sub_argc] = NULL;
+            optind = 0; /* fully re-initialise getopt for the subcommand */
+            return commands[i].fn(sub_argc, sub_argv);
+        }
+    }
+    return fail(EXIT_USAGE, "unknown command '%s' (see qsdctl --help)", name);
+}
