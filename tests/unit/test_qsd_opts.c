@@ -1,0 +1,176 @@
+/* Unit tests for qsd.c's pure parts: option parsing and validation, the QSD
+ * command line, the state record. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "qsd.h"
+#include "util.h"
+
+static void test_defaults_argv(void **state)
+{
+    struct qsd_opts o;
+    qsd_opts_init(&o);
+    o.image = xstrdup("/pool/volumes/v1.qcow2");
+    o.format = xstrdup("qcow2");
+    struct qsd_paths p;
+    qsd_paths_init("/run/q,sd", "v1", &p);
+    assert_string_equal(p.socket, "/run/q,sd/exports/v1/vhost.sock");
+    assert_string_equal(p.qmp, "/run/q,sd/ctl/v1/qmp.sock");
+    char **argv = qsd_argv("qemu-storage-daemon", &o, &p);
+    const char *want[] = {
+        "qemu-storage-daemon",
+        "--blockdev",
+        "{\"aio\":\"io_uring\",\"cache\":{\"direct\":true,\"no-flush\":false},\"discard\":\"unmap\","
+        "\"driver\":\"file\",\"filename\":\"/pool/volumes/v1.qcow2\",\"node-name\":\"file0\","
+        "\"read-only\":false}",
+        "--blockdev",
+        "{\"cache\":{\"direct\":true,\"no-flush\":false},\"detect-zeroes\":\"off\",\"discard\":"
+        "\"unmap\",\"driver\":\"qcow2\",\"file\":\"file0\",\"node-name\":\"vol\",\"read-only\":false}",
+        "--object",
+        "{\"id\":\"iot0\",\"qom-type\":\"iothread\"}",
+        "--export",
+        "{\"addr\":{\"path\":\"/run/q,sd/exports/v1/vhost.sock\",\"type\":\"unix\"},\"id\":\"exp0\","
+        "\"iothread\":\"iot0\",\"logical-block-size\":512,\"node-name\":\"vol\",\"num-queues\":1,"
+        "\"type\":\"vhost-user-blk\",\"writable\":true,\"writethrough\":false}",
+        "--chardev",
+        "socket,id=qmp0,path=/run/q,,sd/ctl/v1/qmp.sock,server=on,wait=off", /* ',' doubled */
+        "--monitor",
+        "chardev=qmp0",
+        NULL,
+    };
+    for (int i = 0; want[i]; i++) {
+        assert_non_null(argv[i]);
+        assert_string_equal(argv[i], want[i]);
+    }
+    assert_null(argv[ARRAY_SIZE(want) - 1]);
+    qsd_argv_free(argv);
+    qsd_paths_clear(&p);
+    qsd_opts_clear(&o);
+}
+
+static void test_cache_modes_and_readonly(void **state)
+{
+    struct qsd_opts o;
+    qsd_opts_init(&o);
+    o.image = xstrdup("/i.raw");
+    o.format = xstrdup("raw");
+    char *msg = NULL;
+    assert_int_equal(qsd_opts_set(&o, "cache", "unsafe", &msg), 0);
+    assert_int_equal(qsd_opts_set(&o, "aio", "threads", &msg), 0);
+    assert_int_equal(qsd_opts_set(&o, "read-only", "true", &msg), 0);
+    assert_int_equal(qsd_opts_set(&o, "iothread", "false", &msg), 0);
+    assert_int_equal(qsd_opts_set(&o, "num-queues", "4", &msg), 0);
+    assert_int_equal(qsd_opts_validate(&o, &msg), 0);
+    struct qsd_paths p;
+    qsd_paths_init("/run", "v", &p);
+    char **argv = qsd_argv("qsd", &o, &p);
+    assert_non_null(strstr(argv[2], "\"no-flush\":true"));
+    assert_non_null(strstr(argv[2], "\"direct\":false"));
+    assert_non_null(strstr(argv[2], "\"read-only\":true"));
+    assert_string_equal(argv[5], "--export"); /* no iothread object */
+    assert_non_null(strstr(argv[6], "\"writable\":false"));
+    assert_non_null(strstr(argv[6], "\"num-queues\":4"));
+    assert_null(strstr(argv[6], "iothread"));
+    qsd_argv_free(argv);
+    qsd_paths_clear(&p);
+    qsd_opts_clear(&o);
+}
+
+static void expect_bad(const char *key, const char *value, const char *in_msg)
+{
+    struct qsd_opts o;
+    qsd_opts_init(&o);
+    char *msg = NULL;
+    assert_int_equal(qsd_opts_set(&o, key, value, &msg), -EINVAL);
+    assert_non_null(msg);
+    if (!strstr(msg, in_msg))
+        fail_msg("message '%s' does not mention '%s'", msg, in_msg);
+    free(msg);
+    qsd_opts_clear(&o);
+}
+
+static void test_bad_options(void **state)
+{
+    expect_bad("num-queues", "0", "num-queues");
+    expect_bad("num-queues", "17", "1 to 16");
+    expect_bad("num-queues", "two", "num-queues");
+    expect_bad("logical-block-size", "1024", "512 or 4096");
+    expect_bad("cache", "fast", "expected one of none, writeback");
+    expect_bad("aio", "posix", "io_uring");
+    expect_bad("discard", "yes", "unmap, ignore");
+    expect_bad("detect-zeroes", "maybe", "off, on, unmap");
+    expect_bad("read-only", "perhaps", "true or false");
+    expect_bad("socket-mode", "0666", "no world");
+    expect_bad("socket-mode", "0770", "no world or execute");
+    expect_bad("socket-mode", "9", "octal");
+    expect_bad("socket-group", "no-such-group-xyz", "no such group");
+    expect_bad("bogus", "1", "unknown option 'bogus'");
+}
+
+static void test_validate_combinations(void **state)
+{
+    struct qsd_opts o;
+    qsd_opts_init(&o);
+    char *msg = NULL;
+    assert_int_equal(qsd_opts_validate(&o, &msg), -EINVAL); /* no image */
+    free(msg);
+    o.image = xstrdup("relative.qcow2");
+    o.format = xstrdup("qcow2");
+    assert_int_equal(qsd_opts_validate(&o, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "absolute"));
+    free(msg);
+    free(o.image);
+    o.image = xstrdup("/abs.qcow2");
+    assert_int_equal(qsd_opts_set(&o, "aio", "native", &msg), 0);
+    assert_int_equal(qsd_opts_set(&o, "cache", "writeback", &msg), 0);
+    assert_int_equal(qsd_opts_validate(&o, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "aio=native needs O_DIRECT"));
+    free(msg);
+    assert_int_equal(qsd_opts_set(&o, "cache", "none", &msg), 0);
+    assert_int_equal(qsd_opts_validate(&o, &msg), 0);
+    assert_int_equal(qsd_opts_set(&o, "detect-zeroes", "unmap", &msg), 0);
+    assert_int_equal(qsd_opts_set(&o, "discard", "ignore", &msg), 0);
+    assert_int_equal(qsd_opts_validate(&o, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "detect-zeroes=unmap needs discard=unmap"));
+    free(msg);
+    qsd_opts_clear(&o);
+}
+
+static void test_json_roundtrip(void **state)
+{
+    struct qsd_opts o, back;
+    qsd_opts_init(&o);
+    o.image = xstrdup("/p/v.raw");
+    o.format = xstrdup("raw");
+    o.num_queues = 3;
+    o.read_only = true;
+    o.socket_gid = 107;
+    json_t *j = qsd_opts_to_json(&o);
+    char *msg = NULL;
+    assert_int_equal(qsd_opts_from_json(j, &back, &msg), 0);
+    assert_string_equal(back.image, "/p/v.raw");
+    assert_int_equal(back.num_queues, 3);
+    assert_true(back.read_only);
+    assert_int_equal(back.socket_gid, 107);
+    json_object_del(j, "aio");
+    assert_int_equal(qsd_opts_from_json(j, &o, &msg), -EINVAL); /* o untouched on failure */
+    assert_non_null(strstr(msg, "aio"));
+    free(msg);
+    json_decref(j);
+    qsd_opts_clear(&back);
+    qsd_opts_clear(&o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_argv),
+        cmocka_unit_test(test_cache_modes_and_readonly),
+        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_validate_combinations),
+        cmocka_unit_test(test_json_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
