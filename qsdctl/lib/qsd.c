@@ -509,14 +509,22 @@ static void finish(struct qsd *q, int status, const char *msg)
         done(q, status, msg, opaque);
 }
 
-/* The tail of the QSD's log: its own error message when it fails to start. */
+#define LOG_MARK "=== qsd-csi: spawning qemu-storage-daemon ===\n"
+#define LOG_MAX (1u << 20)
+
+/* The last line the current QSD logged (after the last spawn marker): its own
+ * error message when it fails to start. */
 static char *log_tail(const struct qsd_paths *p)
 {
     _cleanup_free_ char *data = NULL;
-    if (read_file(p->log, 1 << 20, &data, NULL) < 0)
+    if (read_file(p->log, 4 * LOG_MAX, &data, NULL) < 0)
         return xstrdup("(no log)");
+    const char *start = data, *m;
+    while ((m = strstr(start, LOG_MARK)))
+        start = m + strlen(LOG_MARK);
     char line[512];
-    return xstrdup(proc_last_line(data, line, sizeof(line)));
+    proc_last_line(start, line, sizeof(line));
+    return xstrdup(line[0] ? line : "(nothing logged)");
 }
 
 static int prepare_dirs(struct qsd *q)
@@ -549,6 +557,10 @@ static int spawn(struct qsd *q)
         qsd_argv_free(argv);
         return e;
     }
+    struct stat st;
+    if (fstat(logfd, &st) == 0 && (uint64_t)st.st_size > LOG_MAX)
+        (void)!ftruncate(logfd, 0); /* bounded: keep only recent lives */
+    (void)!write(logfd, LOG_MARK, strlen(LOG_MARK));
     int execp[2];
     if (pipe2(execp, O_CLOEXEC) < 0) {
         int e = -errno;
