@@ -426,6 +426,8 @@ struct qsd {
     bool restarting;
     unsigned restarts, recent_failures;
     struct qmp *qmp;            /* only while stopping */
+    int fail_status;            /* start failed: reported once the process is gone */
+    char *fail_msg;
     qsd_done_cb done;
     void *done_opaque;
     qsd_event_cb event_cb;
@@ -472,6 +474,7 @@ void qsd_free(struct qsd *q)
     release_process(q);
     loop_timer_cancel(q->timer);
     qmp_close(q->qmp);
+    free(q->fail_msg);
     free((char *)q->cfg.run_dir);
     free((char *)q->cfg.binary);
     free(q->volume);
@@ -652,16 +655,23 @@ static void on_probe(struct loop *l, void *opaque)
         return;
     }
     if (now_ms() >= q->deadline_ms) {
-        /* Never became ready: kill it; on_process_exit reports. */
-        q->state = QS_STOPPING;
+        /* Never became ready: kill it. */
         pidfd_signal(q->pidfd, SIGKILL);
         _cleanup_free_ char *tail = log_tail(&q->paths);
-        _cleanup_free_ char *msg =
+        char *msg =
             xasprintf("export socket %s did not accept connections within %llu ms (QSD log: %s)",
                       q->paths.socket, (unsigned long long)q->cfg.start_timeout_ms, tail);
-        q->supervised = false;
         emit(q, QSD_EV_START_FAILED, msg);
-        finish(q, -ETIMEDOUT, msg);
+        if (q->restarting) {
+            /* A supervised restart: on_process_exit tries again, with backoff. */
+            free(msg);
+            return;
+        }
+        /* A first start: report once the process is really gone (on_process_exit). */
+        q->state = QS_STOPPING;
+        q->supervised = false;
+        q->fail_status = -ETIMEDOUT;
+        q->fail_msg = msg;
         return;
     }
     q->timer = loop_timer_add(q->loop, 5, on_probe, q);
@@ -705,6 +715,13 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
         qmp_close(q->qmp);
         q->qmp = NULL;
         q->state = QS_STOPPED;
+        if (q->fail_status) {
+            _cleanup_free_ char *msg = TAKE_PTR(q->fail_msg);
+            int st = q->fail_status;
+            q->fail_status = 0;
+            finish(q, st, msg);
+            return;
+        }
         emit(q, QSD_EV_STOPPED, NULL);
         finish(q, 0, NULL);
         return;
@@ -919,9 +936,11 @@ int qsd_start_sync(const struct qsd_config *cfg, const char *volume, const struc
             r = d.status;
         if (r < 0) {
             *ret_msg = d.msg ? TAKE_PTR(d.msg) : xasprintf("start failed: %s", strerror(-r));
-            /* Leave nothing behind: the process is killed by on_probe, wait for it. */
+            /* Leave nothing behind (normally already reaped in on_process_exit). */
             if (q->pidfd >= 0) {
                 pidfd_signal(q->pidfd, SIGKILL);
+                struct pollfd pfd = {.fd = q->pidfd, .events = POLLIN};
+                poll(&pfd, 1, 2000);
                 reap(q);
             }
             write_state(&q->paths, q->volume, &q->opts, false, 0, 0);

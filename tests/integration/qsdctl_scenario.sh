@@ -77,6 +77,27 @@ out=$(q --json export v2 --read-only) || bad "export v2 read-only"
 check "read-only export recorded" test "$(q --json status v2 | json_get options.read-only)" = true
 q unexport v2 >/dev/null || bad "unexport v2"
 
+echo "# offline operations"
+out=$(q --json resize v2 --size 192M) || bad "offline resize v2"
+check "offline resize" test "$(json_get online <<<"$out"):$(q --json status v2 | json_get size)" = "false:201326592"
+out=$(q --json snapshot v2 s2) || bad "offline snapshot v2"
+check "offline snapshot" test "$(json_get live <<<"$out")" = false
+check "offline snapshot content" \
+    qemu-img compare -q -f qcow2 -F qcow2 "$T/pool/volumes/v2.qcow2" "$T/pool/snapshots/s2.qcow2"
+q snapshot-delete s2 >/dev/null || bad "snapshot-delete s2"
+expect_fail 3 "does not exist" -- q snapshot-delete s2
+
+echo "# a QSD that cannot start or hangs: its own error / a bounded wait, nothing left"
+printf '#!/bin/sh\necho "qemu-storage-daemon: fake failure for the test" >&2\nexit 1\n' >"$T/failing-qsd"
+printf '#!/bin/sh\necho $$ >"%s/hang.pid"\nexec sleep 30\n' "$T" >"$T/hanging-qsd"
+chmod +x "$T/failing-qsd" "$T/hanging-qsd"
+expect_fail 6 "fake failure for the test" -- q --qsd-binary "$T/failing-qsd" export v2
+check "failed start leaves no runtime state" test ! -e "$T/run/ctl/v2" -a ! -e "$T/run/exports/v2"
+expect_fail 5 "did not accept connections within 300 ms" -- q --qsd-binary "$T/hanging-qsd" export v2 --timeout 300
+check "the hung process was killed" sh -c "! kill -0 \$(cat '$T/hang.pid') 2>/dev/null"
+check "timed-out start leaves no runtime state" test ! -e "$T/run/ctl/v2"
+expect_fail 3 "cannot start qemu-storage-daemon: No such file" -- q --qsd-binary "$T/nonexistent-qsd" export v2
+
 echo "# supervision: kill -9 -> restart on the same socket within 2 s"
 "$QSDCTL" supervise --scan-interval 200 >"$T/sup.log" 2>&1 &
 sup=$!; BG_PIDS+=("$sup")
