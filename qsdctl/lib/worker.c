@@ -1,0 +1,171 @@
+/* worker.c: see worker.h. */
+#include "worker.h"
+#include "proc.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#define WORKER_MAX_REPLY (1u << 20)
+
+struct worker {
+    struct loop *loop;
+    pid_t pid;
+    int pidfd, pipefd;
+    struct loop_watch *pid_watch, *pipe_watch;
+    struct loop_timer *timer;
+    char *buf;
+    size_t len;
+    bool pipe_eof, exited, timed_out;
+    worker_done done;
+    void *opaque;
+};
+
+static void worker_free(struct worker *w)
+{
+    loop_watch_remove(w->pid_watch);
+    loop_watch_remove(w->pipe_watch);
+    loop_timer_cancel(w->timer);
+    if (w->pidfd >= 0) {
+        if (!w->exited) {
+            pidfd_signal(w->pidfd, SIGKILL);
+            siginfo_t si;
+            waitid(P_PIDFD, (id_t)w->pidfd, &si, WEXITED); /* SIGKILL: prompt */
+        }
+        close(w->pidfd);
+    }
+    if (w->pipefd >= 0)
+        close(w->pipefd);
+    free(w->buf);
+    free(w);
+}
+
+static void maybe_finish(struct worker *w)
+{
+    if (!w->timed_out && !(w->exited && w->pipe_eof))
+        return;
+    int status = -EIO;
+    const char *msg = NULL;
+    json_t *reply = NULL, *result = NULL;
+    _cleanup_free_ char *fallback = NULL;
+    if (w->timed_out) {
+        status = -ETIMEDOUT;
+        msg = "operation did not finish within its time limit";
+    } else {
+        reply = w->len ? json_loadb(w->buf, w->len, 0, NULL) : NULL;
+        json_int_t st = 0;
+        const char *m = NULL;
+        if (reply && json_unpack(reply, "{s:I, s?s, s?o}", "status", &st, "msg", &m, "result",
+                                 &result) == 0) {
+            status = (int)st;
+            msg = m;
+        } else {
+            msg = "worker process died without reporting a result";
+        }
+    }
+    worker_done done = w->done;
+    void *opaque = w->opaque;
+    w->done = NULL;
+    if (done)
+        done(status, msg, result, opaque);
+    json_decref(reply);
+    worker_free(w);
+}
+
+static void on_pipe(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct worker *w = opaque;
+    char tmp[8192];
+    ssize_t n = read(fd, tmp, sizeof(tmp));
+    if (n > 0) {
+        size_t keep = MIN((size_t)n, WORKER_MAX_REPLY - w->len);
+        w->buf = xrealloc(w->buf, w->len + keep + 1);
+        memcpy(w->buf + w->len, tmp, keep);
+        w->len += keep;
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    w->pipe_eof = true;
+    loop_watch_remove(w->pipe_watch);
+    w->pipe_watch = NULL;
+    maybe_finish(w);
+}
+
+static void on_exit_(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct worker *w = opaque;
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    waitid(P_PIDFD, (id_t)w->pidfd, &si, WEXITED | WNOHANG);
+    w->exited = true;
+    loop_watch_remove(w->pid_watch);
+    w->pid_watch = NULL;
+    maybe_finish(w);
+}
+
+static void on_timeout(struct loop *l, void *opaque)
+{
+    struct worker *w = opaque;
+    w->timer = NULL;
+    w->timed_out = true;
+    maybe_finish(w); /* worker_free kills and reaps the child */
+}
+
+int worker_start(struct loop *l, worker_fn fn, void *arg, uint64_t timeout_ms, worker_done done,
+                 void *opaque, struct worker **ret)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = -errno;
+        close(p[0]), close(p[1]);
+        return e;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        char *msg = NULL;
+        json_t *result = NULL;
+        int r = fn(arg, &msg, &result);
+        json_t *reply = json_pack("{s:i, s:s*, s:o*}", "status", r, "msg", msg, "result", result);
+        char *s = json_dumps(reply, JSON_COMPACT);
+        if (s)
+            write_all(p[1], s, strlen(s));
+        _exit(0); /* no atexit handlers, no leak check of the parent's heap */
+    }
+    close(p[1]);
+    struct worker *w = xcalloc(1, sizeof(*w));
+    w->loop = l;
+    w->pid = pid;
+    w->pipefd = p[0];
+    w->pidfd = pidfd_open_pid(pid);
+    w->done = done;
+    w->opaque = opaque;
+    fcntl(w->pipefd, F_SETFL, O_NONBLOCK);
+    if (w->pidfd < 0) {
+        int e = w->pidfd;
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        w->exited = true;
+        w->done = NULL;
+        worker_free(w);
+        return e;
+    }
+    w->pipe_watch = loop_watch_fd(l, w->pipefd, POLLIN, on_pipe, w);
+    w->pid_watch = loop_watch_fd(l, w->pidfd, POLLIN, on_exit_, w);
+    w->timer = loop_timer_add(l, timeout_ms, on_timeout, w);
+    if (ret)
+        *ret = w;
+    return 0;
+}
+
+void worker_cancel(struct worker *w)
+{
+    if (!w)
+        return;
+    w->done = NULL;
+    worker_free(w);
+}
