@@ -602,7 +602,7 @@ static int on_data_chunk_recv(nghttp2_session *h2, uint8_t flags, int32_t stream
 {
     struct grpc_session *s = user_data;
     struct grpc_stream *st = nghttp2_session_get_stream_user_data(h2, stream_id);
-    if (!st || st->too_big || st->answered)
+    if (!st || st->too_big || st->answered || len == 0)
         return 0; /* discarded; flow control is still replenished by nghttp2 */
     size_t max = s->srv->lim.max_message + GRPC_PREFIX;
     if (st->body_len + len > max) {
@@ -611,7 +611,8 @@ static int on_data_chunk_recv(nghttp2_session *h2, uint8_t flags, int32_t stream
         /* Look at the declared length as soon as the prefix is complete. */
         uint8_t pre[GRPC_PREFIX];
         size_t have = st->body_len;
-        memcpy(pre, st->body, have);
+        if (have)
+            memcpy(pre, st->body, have);
         memcpy(pre + have, data, GRPC_PREFIX - have);
         uint32_t declared = (uint32_t)pre[1] << 24 | (uint32_t)pre[2] << 16 |
                             (uint32_t)pre[3] << 8 | pre[4];
