@@ -144,8 +144,10 @@ char *grpc_percent_encode(const char *s);
 struct grpc_listener;
 typedef void (*grpc_drained_fn)(struct grpc_listener *ln, void *opaque);
 
-/* Listen on path (a stale socket is removed first), mode applied with
- * fchmod before listen(2) so it is never reachable with a wider mode. */
+/* Listen on path.  A stale socket is removed first; -EADDRINUSE when a live
+ * server answers there, -EEXIST when the path is not a socket.  The socket is
+ * created under a umask that gives it mode at most, then chmod'ed to mode
+ * before listen(2): it is never reachable with a wider mode. */
 int grpc_listener_new(struct loop *loop, struct grpc_server *srv, const char *path,
                       unsigned mode, struct grpc_listener **ret);
 /* Stop accepting, remove the socket, GOAWAY every connection; cb runs once

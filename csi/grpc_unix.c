@@ -211,11 +211,14 @@ int grpc_listener_new(struct loop *loop, struct grpc_server *srv, const char *pa
     _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
-    /* A stale socket from a previous run; refuse to remove anything else. */
+    /* A stale socket from a previous run is removed; a live one (another
+     * plugin serving there) or anything that is not a socket is left alone. */
     struct stat stt;
     if (lstat(path, &stt) == 0) {
         if (!S_ISSOCK(stt.st_mode))
             return -EEXIST;
+        if (unix_socket_probe(path) == 0)
+            return -EADDRINUSE;
         if (unlink(path) < 0)
             return -errno;
     }

@@ -229,6 +229,10 @@ static void test_socket_file(void **state)
     assert_int_equal(stat(f.path, &st), 0);
     assert_true(S_ISSOCK(st.st_mode));
     assert_int_equal(st.st_mode & 0777, 0660);
+    /* A live server at the path is not replaced. */
+    struct grpc_listener *ln2;
+    assert_int_equal(grpc_listener_new(f.loop, f.srv, f.path, 0660, &ln2), -EADDRINUSE);
+    assert_int_equal(stat(f.path, &st), 0);
     fx_free(&f);
 }
 
