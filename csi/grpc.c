@@ -492,14 +492,18 @@ static void stream_refuse_early(struct grpc_stream *st)
 static void stream_free(struct grpc_stream *st)
 {
     struct grpc_session *s = st->sess;
-    if (st->call) {
-        /* Abandoned before an answer: the only log line of this RPC. */
-        struct grpc_call *c = st->call;
-        if (!st->answered)
-            log_rpc(c->method->path, c->method->log_level, GRPC_CANCELLED,
-                    "stream closed before the handler answered", st->start_us);
-        call_detach(c, true);
+    if (!st->answered) {
+        /* Abandoned before an answer (peer reset, connection closed,
+         * shutdown grace over): the only log line of this RPC. */
+        const struct grpc_method *m = st->call ? st->call->method : NULL;
+        log_rpc(m ? m->path : (st->path ? st->path : "-"), m ? m->log_level : LOG_INFO,
+                GRPC_CANCELLED,
+                st->call ? "stream closed before the handler answered"
+                         : "stream closed before the request was complete",
+                st->start_us);
     }
+    if (st->call)
+        call_detach(st->call, true);
     if (st->prev)
         st->prev->next = st->next;
     else

@@ -42,6 +42,23 @@ def compile_proto(proto_dir, out_dir):
     return csi_pb2
 
 
+def h2_preface_and_open_stream(path):
+    """Client preface, empty SETTINGS, and a HEADERS frame (END_HEADERS, no
+    END_STREAM) on stream 1, HPACK literals without indexing."""
+    import struct
+
+    def frame(ftype, flags, stream, payload):
+        n = len(payload)
+        return struct.pack(">BHBBI", n >> 16, n & 0xFFFF, ftype, flags, stream) + payload
+
+    block = b""
+    for k, v in ((":method", "POST"), (":scheme", "http"), (":path", path),
+                 (":authority", "x"), ("content-type", "application/grpc")):
+        block += b"\x00" + bytes([len(k)]) + k.encode() + bytes([len(v)]) + v.encode()
+    return (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"")
+            + frame(1, 0x4, 1, block))
+
+
 def wait_for_socket(path, proc):
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -188,14 +205,22 @@ def main():
         assert all(f.result().ready.value for f in futs)
         print("ok 50 concurrent streams on one connection")
 
-        # Graceful shutdown with connections open.
+        # Graceful shutdown with idle channels open and one stalled request: a
+        # raw HTTP/2 client opens a stream and never finishes it.  The plugin
+        # must wait for it (grace period, 5 s), then exit 0 anyway.
+        stalled = pysock.socket(pysock.AF_UNIX, pysock.SOCK_STREAM)
+        stalled.connect(sock)
+        stalled.sendall(h2_preface_and_open_stream("/csi.v1.Identity/Probe"))
+        time.sleep(0.2)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=EXIT_TIMEOUT)
         took = time.monotonic() - t0
+        stalled.close()
         assert rc == 0, "exit code %d" % rc
         assert not os.path.exists(sock), "socket left behind"
-        print("ok SIGTERM -> exit 0 in %.2fs" % took)
+        assert 4.0 <= took <= 8.0, "shutdown took %.2fs, want the 5 s grace" % took
+        print("ok SIGTERM -> exit 0 in %.2fs (stalled stream cut at the grace period)" % took)
         proc = None
         for c in chans + [ch]:
             c.close()
@@ -206,6 +231,9 @@ def main():
         n_info = sum(1 for line in text.splitlines()
                      if "msg=rpc" in line and "method=/csi.v1.Identity/GetPluginInfo " in line)
         assert n_info == 1 + 1 + 1 + 50, "GetPluginInfo rpc lines: %d" % n_info
+        cut = [line for line in text.splitlines()
+               if "msg=rpc" in line and "code=CANCELLED" in line]
+        assert len(cut) == 1 and "method=/csi.v1.Identity/Probe " in cut[0], cut
         print("ok one log line per RPC")
         return 0
     except Exception:  # noqa: BLE001
