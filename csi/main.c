@@ -1,0 +1,262 @@
+/* main.c: qsd-csi-plugin, the CSI node/controller plugin binary.
+ *
+ * Parses flags, serves gRPC on a unix socket from one io_uring loop, and on
+ * SIGTERM/SIGINT (read through a signalfd in the loop) shuts down gracefully:
+ * GOAWAY, calls in flight finish within a bounded grace period, exit 0. */
+#include "config.h"
+#include "grpc.h"
+#include "log.h"
+#include "loop.h"
+#include "plugin.h"
+#include "util.h"
+
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+
+#define SHUTDOWN_GRACE_MS 5000
+#define SOCKET_MODE 0660
+
+struct plugin {
+    struct plugin_config cfg;
+    struct loop *loop;
+    struct grpc_server *srv;
+    struct grpc_listener *ln;
+    struct identity *identity;
+    int sigfd;
+    struct loop_watch *sigwatch;
+    bool stopping;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: qsd-csi-plugin [OPTIONS]\n"
+            "CSI plugin serving volumes through qemu-storage-daemon (vhost-user-blk).\n\n"
+            "  --endpoint URL        gRPC endpoint (default unix:///run/qsd-csi/csi.sock)\n"
+            "  --nodeid ID           node id (default: hostname)\n"
+            "  --driver-name NAME    CSI driver name (default qsd.csi.qsd-csi.dev)\n"
+            "  --state-dir DIR       plugin state (default /var/lib/qsd-csi/state)\n"
+            "  --pool DIR            image pool (default /var/lib/qsd-csi/pool)\n"
+            "  --run-dir DIR         runtime root (default /run/qsd-csi)\n"
+            "  --kubelet-root DIR    kubelet root (default /var/lib/kubelet)\n"
+            "  --qsd-binary PATH     qemu-storage-daemon (default: found in PATH)\n"
+            "  --log-level LEVEL     debug|info|warn|error (default info)\n"
+            "  --log-format FORMAT   text|json (default text)\n"
+            "  --version             print the version and exit\n"
+            "  --help                this text\n");
+}
+
+/* "unix:///abs/path" (or a bare absolute path) -> "/abs/path". */
+static int endpoint_path(const char *endpoint, const char **ret)
+{
+    const char *p = endpoint;
+    if (startswith(p, "unix://"))
+        p += strlen("unix://");
+    else if (startswith(p, "unix:"))
+        p += strlen("unix:");
+    if (p[0] != '/' || p[1] == '\0')
+        return -EINVAL;
+    *ret = p;
+    return 0;
+}
+
+static void drained(struct grpc_listener *ln, void *opaque)
+{
+    struct plugin *pl = opaque;
+    log_info("plugin", "stopped", "endpoint=%s", pl->cfg.endpoint);
+    loop_stop(pl->loop);
+}
+
+static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct plugin *pl = opaque;
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (pl->stopping) {
+            log_warn("plugin", "second signal, stopping now", "signal=%s",
+                     strsignal((int)si.ssi_signo));
+            loop_stop(pl->loop);
+            return;
+        }
+        pl->stopping = true;
+        log_info("plugin", "shutting down", "signal=%s connections=%u grace_ms=%d",
+                 strsignal((int)si.ssi_signo), grpc_listener_connections(pl->ln),
+                 SHUTDOWN_GRACE_MS);
+        grpc_listener_shutdown(pl->ln, SHUTDOWN_GRACE_MS, drained, pl);
+        return; /* the listener may have called drained() already */
+    }
+}
+
+static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **hostname)
+{
+    enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
+           O_LEVEL, O_FORMAT, O_VERSION, O_HELP };
+    static const struct option opts[] = {
+        {"endpoint", required_argument, NULL, O_ENDPOINT},
+        {"nodeid", required_argument, NULL, O_NODEID},
+        {"driver-name", required_argument, NULL, O_DRIVER},
+        {"state-dir", required_argument, NULL, O_STATE},
+        {"pool", required_argument, NULL, O_POOL},
+        {"run-dir", required_argument, NULL, O_RUN},
+        {"kubelet-root", required_argument, NULL, O_KUBELET},
+        {"qsd-binary", required_argument, NULL, O_QSD},
+        {"log-level", required_argument, NULL, O_LEVEL},
+        {"log-format", required_argument, NULL, O_FORMAT},
+        {"version", no_argument, NULL, O_VERSION},
+        {"help", no_argument, NULL, O_HELP},
+        {},
+    };
+    *cfg = (struct plugin_config){
+        .endpoint = "unix:///run/qsd-csi/csi.sock",
+        .driver_name = "qsd.csi.qsd-csi.dev",
+        .state_dir = "/var/lib/qsd-csi/state",
+        .pool_dir = "/var/lib/qsd-csi/pool",
+        .run_dir = "/run/qsd-csi",
+        .kubelet_root = "/var/lib/kubelet",
+        .qsd_binary = QSD_BINARY_DEFAULT,
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case O_ENDPOINT: cfg->endpoint = optarg; break;
+        case O_NODEID: cfg->node_id = optarg; break;
+        case O_DRIVER: cfg->driver_name = optarg; break;
+        case O_STATE: cfg->state_dir = optarg; break;
+        case O_POOL: cfg->pool_dir = optarg; break;
+        case O_RUN: cfg->run_dir = optarg; break;
+        case O_KUBELET: cfg->kubelet_root = optarg; break;
+        case O_QSD: cfg->qsd_binary = optarg; break;
+        case O_LEVEL: {
+            enum log_level l;
+            if (log_parse_level(optarg, &l) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --log-level '%s'\n", optarg);
+                return 2;
+            }
+            log_set_level(l);
+            break;
+        }
+        case O_FORMAT: {
+            enum log_format f;
+            if (log_parse_format(optarg, &f) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --log-format '%s'\n", optarg);
+                return 2;
+            }
+            log_set_format(f);
+            break;
+        }
+        case O_VERSION: printf("qsd-csi-plugin %s\n", QSD_CSI_VERSION); return 0;
+        case O_HELP: usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "qsd-csi-plugin: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (endpoint_path(cfg->endpoint, &cfg->socket_path) < 0) {
+        fprintf(stderr, "qsd-csi-plugin: --endpoint must be unix:///absolute/path\n");
+        return 2;
+    }
+    if (!driver_name_valid(cfg->driver_name)) {
+        fprintf(stderr, "qsd-csi-plugin: invalid --driver-name '%s'\n", cfg->driver_name);
+        return 2;
+    }
+    if (!cfg->node_id) {
+        char buf[256] = "";
+        if (gethostname(buf, sizeof(buf) - 1) < 0 || !buf[0]) {
+            fprintf(stderr, "qsd-csi-plugin: no --nodeid and no hostname\n");
+            return 2;
+        }
+        *hostname = xstrdup(buf);
+        cfg->node_id = *hostname;
+    }
+    if (strlen(cfg->node_id) > 192) {
+        fprintf(stderr, "qsd-csi-plugin: --nodeid longer than 192 bytes\n");
+        return 2;
+    }
+    return -1; /* go on */
+}
+
+static void plugin_free(struct plugin *pl)
+{
+    grpc_listener_free(pl->ln);
+    grpc_server_free(pl->srv);
+    identity_free(pl->identity);
+    loop_watch_remove(pl->sigwatch);
+    loop_free(pl->loop);
+    if (pl->sigfd >= 0)
+        close(pl->sigfd);
+}
+
+int main(int argc, char **argv)
+{
+    struct plugin pl = {.sigfd = -1};
+    _cleanup_free_ char *hostname = NULL;
+    int r = parse_args(argc, argv, &pl.cfg, &hostname);
+    if (r >= 0)
+        return r;
+
+    int ret = 1;
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0) {
+        log_error("plugin", "sigprocmask failed", "error=\"%s\"", strerror(errno));
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    pl.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (pl.sigfd < 0) {
+        log_error("plugin", "signalfd failed", "error=\"%s\"", strerror(errno));
+        goto out;
+    }
+    if ((r = loop_new(&pl.loop)) < 0) {
+        log_error("plugin", "event loop setup failed", "error=\"%s\"", strerror(-r));
+        goto out;
+    }
+    if ((r = identity_new(&pl.cfg, &pl.identity)) < 0 || (r = grpc_server_new(NULL, &pl.srv)) < 0) {
+        log_error("plugin", "setup failed", "error=\"%s\"", strerror(-r));
+        goto out;
+    }
+    size_t n;
+    const struct grpc_method *m = identity_methods(pl.identity, &n);
+    if ((r = grpc_server_add_methods(pl.srv, m, n)) < 0) {
+        log_error("plugin", "method table rejected", "error=\"%s\"", strerror(-r));
+        goto out;
+    }
+    /* Controller and Node methods are not registered yet: they answer
+     * UNIMPLEMENTED like every unknown method. */
+
+    {
+        _cleanup_free_ char *dir = xstrdup(pl.cfg.socket_path);
+        r = mkdir_p(dirname(dir), 0711);
+        if (r < 0) {
+            log_error("plugin", "cannot create the socket directory", "path=%s error=\"%s\"",
+                      pl.cfg.socket_path, strerror(-r));
+            goto out;
+        }
+    }
+    r = grpc_listener_new(pl.loop, pl.srv, pl.cfg.socket_path, SOCKET_MODE, &pl.ln);
+    if (r < 0) {
+        log_error("plugin", "cannot listen", "path=%s error=\"%s\"", pl.cfg.socket_path,
+                  strerror(-r));
+        goto out;
+    }
+    pl.sigwatch = loop_watch_fd(pl.loop, pl.sigfd, POLLIN, on_signal, &pl);
+
+    log_info("plugin", "serving", "endpoint=%s driver=%s node=%s version=%s",
+             pl.cfg.endpoint, pl.cfg.driver_name, pl.cfg.node_id, QSD_CSI_VERSION);
+    r = loop_run(pl.loop);
+    if (r < 0) {
+        log_error("plugin", "event loop failed", "error=\"%s\"", strerror(-r));
+        goto out;
+    }
+    ret = 0;
+out:
+    plugin_free(&pl);
+    return ret;
+}

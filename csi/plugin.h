@@ -1,0 +1,38 @@
+/* plugin.h: the CSI plugin's configuration and its service tables.
+ *
+ * Owns: struct plugin_config (filled from the command line by main.c) and the
+ * entry points each service file exports: a method table for grpc.h. */
+#pragma once
+
+#include "grpc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct plugin_config {
+    const char *endpoint;     /* unix:///run/qsd-csi/csi.sock */
+    const char *socket_path;  /* endpoint without the scheme */
+    const char *node_id;
+    const char *driver_name;
+    const char *state_dir;
+    const char *pool_dir;
+    const char *run_dir;
+    const char *kubelet_root;
+    const char *qsd_binary;   /* name (looked up in PATH) or absolute path */
+};
+
+struct identity;
+
+int identity_new(const struct plugin_config *cfg, struct identity **ret);
+void identity_free(struct identity *id);
+/* The Identity service's method table (valid while id lives). */
+const struct grpc_method *identity_methods(struct identity *id, size_t *ret_n);
+
+/* Readiness: 0 when the plugin can serve, else a negative errno and a static
+ * reason.  Checks: state and pool directories exist and are writable, the
+ * qemu-storage-daemon binary is executable.  Extend here. */
+int plugin_check_ready(const struct plugin_config *cfg, const char **ret_reason);
+
+/* Validate a CSI driver name: 1..63 chars of [A-Za-z0-9.-], alphanumeric at
+ * both ends (the spec's GetPluginInfo rule). */
+bool driver_name_valid(const char *name);
