@@ -20,3 +20,10 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 run_build build
 run_build build-asan -DSANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+
+# Fuzzers (libFuzzer, clang): each harness runs for a short time on its seeds.
+echo "=== build build-fuzz (clang, FUZZ=ON)"
+CC=clang cmake -S . -B build-fuzz -DFUZZ=ON -DWERROR=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build-fuzz -j"$jobs" --target fuzz_grpc_session fuzz_csi_decode
+echo "=== fuzz"
+ctest --test-dir build-fuzz -L fuzz --output-on-failure

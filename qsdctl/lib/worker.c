@@ -48,7 +48,6 @@ static void maybe_finish(struct worker *w)
     int status = -EIO;
     const char *msg = NULL;
     json_t *reply = NULL, *result = NULL;
-    _cleanup_free_ char *fallback = NULL;
     if (w->timed_out) {
         status = -ETIMEDOUT;
         msg = "operation did not finish within its time limit";
