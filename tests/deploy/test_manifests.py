@@ -1,0 +1,863 @@
+#!/usr/bin/python3
+"""Static checks of the Kubernetes manifests under deploy/.
+
+Usage: test_manifests.py --plugin BIN [--launcher BIN] [--qsdctl BIN] [--root SRC]
+
+Parses every YAML document under deploy/ and checks:
+  * apiVersion/kind are known, and the fields each kind needs are there
+    (with the values the design needs for CSIDriver, StorageClass, the node
+    DaemonSet and the VM pod);
+  * every --flag passed to our binaries (containers whose command is
+    qsd-csi-plugin or qsd-vm-launcher) appears in that binary's --help, and
+    every flag passed to an upstream sidecar is one that sidecar has
+    (SIDECAR_FLAGS, taken from the sidecars' sources);
+  * consistency: the driver name (CSIDriver == StorageClass provisioner ==
+    VolumeSnapshotClass driver == plugin --driver-name == inline CSI volumes
+    == registrar path), the CSI socket seen by the plugin, the registrar and
+    every sidecar is the same host file, StorageClass parameters are the ones
+    documented in docs/storageclass.md, each maps to a qsdctl option that
+    exists and accepts the documented values;
+  * the VM pod: no privilege, bridge volume and PVC mounts where the launcher
+    looks, the VM description in the ConfigMap parses; with --launcher, the
+    launcher itself builds a domain from it (--dry-run, fake volumes).
+
+Before checking deploy/, it checks itself: a copy of the manifests with a
+bogus plugin flag (and one with a mismatched driver name) must be rejected.
+Exit 0: all good; 1: problems (listed); 77: cannot run (no PyYAML).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+try:
+    import yaml
+except ImportError:
+    print("SKIP: python3-yaml is not installed")
+    sys.exit(77)
+
+DRIVER_DEFAULT = "qsd.csi.qsd-csi.dev"
+TOPOLOGY_KEY = "topology.qsd.csi.qsd-csi.dev/node"
+
+# kind -> apiVersion, namespaced?
+KINDS = {
+    "Namespace": ("v1", False),
+    "ServiceAccount": ("v1", True),
+    "ConfigMap": ("v1", True),
+    "PersistentVolumeClaim": ("v1", True),
+    "Pod": ("v1", True),
+    "DaemonSet": ("apps/v1", True),
+    "ClusterRole": ("rbac.authorization.k8s.io/v1", False),
+    "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", False),
+    "Role": ("rbac.authorization.k8s.io/v1", True),
+    "RoleBinding": ("rbac.authorization.k8s.io/v1", True),
+    "CSIDriver": ("storage.k8s.io/v1", False),
+    "StorageClass": ("storage.k8s.io/v1", False),
+    "VolumeSnapshotClass": ("snapshot.storage.k8s.io/v1", False),
+}
+
+# Upstream sidecars: image name -> flags that release accepts (from
+# cmd/*/main.go of node-driver-registrar v2.x, livenessprobe v2.x,
+# external-provisioner v6.x, external-resizer v2.x, external-snapshotter
+# v8.x; klog/component-base logging flags are in COMMON_FLAGS).
+COMMON_FLAGS = {"v", "vmodule", "logging-format", "log-flush-frequency", "version"}
+SIDECAR_FLAGS = {
+    "csi-node-driver-registrar": {
+        "csi-address", "kubelet-registration-path", "plugin-registration-path", "timeout",
+        "connection-timeout", "health-port", "http-endpoint", "mode", "enable-pprof"},
+    "livenessprobe": {
+        "csi-address", "probe-timeout", "health-port", "http-endpoint", "metrics-address",
+        "metrics-path"},
+    "csi-provisioner": {
+        "csi-address", "kubeconfig", "master", "volume-name-prefix", "volume-name-uuid-length",
+        "retry-interval-start", "retry-interval-max", "worker-threads",
+        "cloning-protection-threads", "capacity-threads", "timeout", "leader-election",
+        "leader-election-namespace", "leader-election-lease-duration",
+        "leader-election-renew-deadline", "leader-election-retry-period", "strict-topology",
+        "immediate-topology", "extra-create-metadata", "metrics-address", "http-endpoint",
+        "metrics-path", "enable-pprof", "default-fstype", "kube-api-qps", "kube-api-burst",
+        "kube-api-capacity-qps", "kube-api-capacity-burst", "enable-capacity",
+        "capacity-for-immediate-binding", "capacity-poll-interval", "capacity-ownerref-level",
+        "node-deployment", "node-deployment-immediate-binding", "node-deployment-base-delay",
+        "node-deployment-max-delay", "controller-publish-readonly",
+        "prevent-volume-mode-conversion", "feature-gates"},
+    "csi-resizer": {
+        "csi-address", "kubeconfig", "master", "resync-period", "workers",
+        "extra-modify-metadata", "timeout", "retry-interval-start", "retry-interval-max",
+        "leader-election", "leader-election-namespace", "leader-election-lease-duration",
+        "leader-election-renew-deadline", "leader-election-retry-period", "metrics-address",
+        "http-endpoint", "metrics-path", "kube-api-qps", "kube-api-burst",
+        "handle-volume-inuse-error", "feature-gates"},
+    "csi-snapshotter": {
+        "csi-address", "kubeconfig", "resync-period", "snapshot-name-prefix",
+        "snapshot-name-uuid-length", "worker-threads", "timeout", "extra-create-metadata",
+        "leader-election", "leader-election-namespace", "leader-election-lease-duration",
+        "leader-election-renew-deadline", "leader-election-retry-period", "kube-api-qps",
+        "kube-api-burst", "metrics-address", "http-endpoint", "metrics-path",
+        "retry-interval-start", "retry-interval-max", "node-deployment",
+        "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length", "feature-gates"},
+}
+SIDECAR_IMAGE = re.compile(r"^registry\.k8s\.io/sig-storage/([a-z-]+):v\d+\.\d+\.\d+$")
+
+# StorageClass parameter -> (qsdctl subcommand, option).  The allowed values
+# come from docs/storageclass.md and must each appear in the option's line of
+# `qsdctl SUBCOMMAND --help`.
+PARAM_OPTION = {
+    "format": ("create", "--format"),
+    "preallocation": ("create", "--preallocation"),
+    "cache": ("export", "--cache"),
+    "aio": ("export", "--aio"),
+    "numQueues": ("export", "--num-queues"),
+    "logicalBlockSize": ("export", "--logical-block-size"),
+    "discard": ("export", "--discard"),
+    "detectZeroes": ("export", "--detect-zeroes"),
+}
+
+
+class Checker:
+    def __init__(self, root, helps, launcher=None, qsdctl_help=None, quiet=False):
+        self.root = root
+        self.helps = helps            # binary name -> set of flags
+        self.help_text = {}
+        self.launcher = launcher
+        self.qsdctl_help = qsdctl_help or {}
+        self.errors = []
+        self.notes = []
+        self.quiet = quiet
+        self.docs = []                # (file, index, doc)
+
+    def err(self, where, msg):
+        self.errors.append("%s: %s" % (where, msg))
+
+    def note(self, msg):
+        self.notes.append(msg)
+
+    # ------------------------------------------------------------ loading
+    def load(self):
+        deploy = os.path.join(self.root, "deploy")
+        files = []
+        for d, _, names in os.walk(deploy):
+            for n in names:
+                if n.endswith((".yaml", ".yml")):
+                    files.append(os.path.join(d, n))
+        if not files:
+            self.err("deploy/", "no YAML files")
+        for f in sorted(files):
+            rel = os.path.relpath(f, self.root)
+            try:
+                with open(f) as fh:
+                    docs = list(yaml.safe_load_all(fh))
+            except yaml.YAMLError as e:
+                self.err(rel, "YAML does not parse: %s" % e)
+                continue
+            for i, doc in enumerate(docs):
+                if doc is None:
+                    continue
+                if not isinstance(doc, dict):
+                    self.err("%s#%d" % (rel, i), "document is not a mapping")
+                    continue
+                self.docs.append((rel, i, doc))
+
+    def of_kind(self, kind):
+        return [(f, i, d) for f, i, d in self.docs if d.get("kind") == kind]
+
+    # ------------------------------------------------------- generic shape
+    def check_shapes(self):
+        seen = set()
+        for f, i, d in self.docs:
+            where = "%s#%d" % (f, i)
+            kind, api = d.get("kind"), d.get("apiVersion")
+            if kind not in KINDS:
+                self.err(where, "unknown kind %r" % kind)
+                continue
+            want_api, namespaced = KINDS[kind]
+            if api != want_api:
+                self.err(where, "%s: apiVersion %r, expected %r" % (kind, api, want_api))
+            md = d.get("metadata") or {}
+            name = md.get("name")
+            if not name:
+                self.err(where, "%s without metadata.name" % kind)
+                continue
+            where = "%s %s" % (kind, name)
+            if namespaced and not md.get("namespace"):
+                self.err(where, "namespaced kind without metadata.namespace")
+            if not namespaced and md.get("namespace"):
+                self.err(where, "cluster-scoped kind with metadata.namespace")
+            key = (kind, md.get("namespace"), name)
+            if key in seen:
+                self.err(where, "defined twice")
+            seen.add(key)
+            getattr(self, "shape_" + kind, lambda w, x: None)(where, d)
+
+    def shape_ClusterRole(self, where, d):
+        rules = d.get("rules")
+        if not rules:
+            self.err(where, "no rules")
+        for r in rules or []:
+            for k in ("apiGroups", "resources", "verbs"):
+                if not isinstance(r.get(k), list) or (k != "apiGroups" and not r[k]):
+                    self.err(where, "rule without %s: %r" % (k, r))
+
+    shape_Role = shape_ClusterRole
+
+    def shape_ClusterRoleBinding(self, where, d):
+        ref = d.get("roleRef") or {}
+        if ref.get("apiGroup") != "rbac.authorization.k8s.io" or not ref.get("name") or \
+                ref.get("kind") not in ("Role", "ClusterRole"):
+            self.err(where, "bad roleRef %r" % ref)
+        if not d.get("subjects"):
+            self.err(where, "no subjects")
+        ns = (d.get("metadata") or {}).get("namespace")
+        if ref.get("kind") and not self.find(ref["kind"], ref.get("name"),
+                                             ns if ref["kind"] == "Role" else None):
+            self.err(where, "roleRef %s %s is not defined in deploy/" % (ref["kind"], ref.get("name")))
+        for s in d.get("subjects") or []:
+            if s.get("kind") == "ServiceAccount":
+                if not s.get("namespace") and d["kind"] == "ClusterRoleBinding":
+                    self.err(where, "ServiceAccount subject without namespace")
+                if not self.find("ServiceAccount", s.get("name"), s.get("namespace") or ns):
+                    self.err(where, "subject ServiceAccount %s/%s is not defined" %
+                             (s.get("namespace"), s.get("name")))
+
+    shape_RoleBinding = shape_ClusterRoleBinding
+
+    def shape_CSIDriver(self, where, d):
+        spec = d.get("spec") or {}
+        want = {"attachRequired": False, "podInfoOnMount": True, "fsGroupPolicy": "File",
+                "storageCapacity": True}
+        for k, v in want.items():
+            if spec.get(k) != v:
+                self.err(where, "spec.%s is %r, the design needs %r" % (k, spec.get(k), v))
+        if sorted(spec.get("volumeLifecycleModes") or []) != ["Ephemeral", "Persistent"]:
+            self.err(where, "spec.volumeLifecycleModes must be Persistent and Ephemeral")
+
+    def shape_StorageClass(self, where, d):
+        if not d.get("provisioner"):
+            self.err(where, "no provisioner")
+        if d.get("volumeBindingMode") != "WaitForFirstConsumer":
+            self.err(where, "volumeBindingMode must be WaitForFirstConsumer (node-local volumes)")
+        params = d.get("parameters") or {}
+        for k, v in params.items():
+            if not isinstance(v, str):
+                self.err(where, "parameter %s: value %r is not a string (quote it)" % (k, v))
+
+    def shape_VolumeSnapshotClass(self, where, d):
+        if not d.get("driver"):
+            self.err(where, "no driver")
+        if d.get("deletionPolicy") not in ("Delete", "Retain"):
+            self.err(where, "deletionPolicy must be Delete or Retain")
+
+    def shape_PersistentVolumeClaim(self, where, d):
+        spec = d.get("spec") or {}
+        if not spec.get("accessModes"):
+            self.err(where, "no accessModes")
+        if not ((spec.get("resources") or {}).get("requests") or {}).get("storage"):
+            self.err(where, "no resources.requests.storage")
+        sc = spec.get("storageClassName")
+        if not sc or not self.find("StorageClass", sc):
+            self.err(where, "storageClassName %r is not a StorageClass in deploy/" % sc)
+
+    def shape_ConfigMap(self, where, d):
+        if not d.get("data") and not d.get("binaryData"):
+            self.err(where, "no data")
+
+    def shape_DaemonSet(self, where, d):
+        spec = d.get("spec") or {}
+        sel = (spec.get("selector") or {}).get("matchLabels") or {}
+        tmpl = spec.get("template") or {}
+        labels = (tmpl.get("metadata") or {}).get("labels") or {}
+        if not sel or any(labels.get(k) != v for k, v in sel.items()):
+            self.err(where, "selector.matchLabels do not match the template's labels")
+        self.check_podspec(where, tmpl.get("spec") or {}, d["metadata"]["namespace"])
+
+    def shape_Pod(self, where, d):
+        self.check_podspec(where, d.get("spec") or {}, d["metadata"]["namespace"])
+
+    def find(self, kind, name, namespace=None):
+        for _, _, d in self.of_kind(kind):
+            md = d.get("metadata") or {}
+            if md.get("name") == name and (namespace is None or md.get("namespace") == namespace):
+                return d
+        return None
+
+    def check_podspec(self, where, spec, namespace):
+        containers = spec.get("containers") or []
+        if not containers:
+            self.err(where, "no containers")
+        vols = {v.get("name"): v for v in spec.get("volumes") or []}
+        sa = spec.get("serviceAccountName")
+        if sa and not self.find("ServiceAccount", sa, namespace):
+            self.err(where, "serviceAccountName %s is not defined" % sa)
+        names = set()
+        for c in containers:
+            cw = "%s container %s" % (where, c.get("name"))
+            if not c.get("name") or not c.get("image"):
+                self.err(cw, "container without name or image")
+            if c.get("name") in names:
+                self.err(cw, "duplicate container name")
+            names.add(c.get("name"))
+            for m in c.get("volumeMounts") or []:
+                if m.get("name") not in vols:
+                    self.err(cw, "volumeMount %s has no volume" % m.get("name"))
+                if not str(m.get("mountPath", "")).startswith("/"):
+                    self.err(cw, "volumeMount %s: mountPath not absolute" % m.get("name"))
+            for p in ("livenessProbe", "readinessProbe"):
+                probe = c.get(p)
+                if probe and "httpGet" in probe:
+                    port = probe["httpGet"].get("port")
+                    if isinstance(port, str) and port not in \
+                            [x.get("name") for x in (c.get("ports") or [])]:
+                        self.err(cw, "%s uses port %r the container does not declare" % (p, port))
+
+    # --------------------------------------------------------- containers
+    def all_containers(self):
+        """(where, podspec, container, owner doc) for every container."""
+        out = []
+        for f, i, d in self.docs:
+            if d.get("kind") == "DaemonSet":
+                spec = ((d.get("spec") or {}).get("template") or {}).get("spec") or {}
+            elif d.get("kind") == "Pod":
+                spec = d.get("spec") or {}
+            else:
+                continue
+            for c in spec.get("containers") or []:
+                out.append(("%s %s container %s" % (d["kind"], d["metadata"].get("name"),
+                                                     c.get("name")), spec, c, d))
+        return out
+
+    @staticmethod
+    def expand(value, c):
+        env = {e.get("name"): e.get("value", "$(%s)" % e.get("name")) for e in c.get("env") or []}
+        return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                      lambda m: env.get(m.group(1), m.group(0)), value)
+
+    def parse_args(self, where, c):
+        """--name[=value] list -> dict name -> value (None for no value)."""
+        args = [str(a) for a in (c.get("args") or [])] + \
+            [str(a) for a in (c.get("command") or [])[1:]]
+        out, prev = {}, None
+        for a in args:
+            if a.startswith("--"):
+                name, eq, val = a[2:].partition("=")
+                if not re.match(r"^[a-z0-9][a-z0-9-]*$", name):
+                    self.err(where, "malformed flag %r" % a)
+                if name in out:
+                    self.err(where, "flag --%s given twice" % name)
+                out[name] = self.expand(val, c) if eq else None
+                prev = None if eq else name
+            elif a.startswith("-"):
+                self.err(where, "short flag %r: use the --long form" % a)
+                prev = None
+            elif prev is not None:
+                out[prev] = self.expand(a, c)
+                prev = None
+            else:
+                self.err(where, "stray argument %r" % a)
+        return out
+
+    def binary_of(self, c):
+        cmd = c.get("command") or []
+        return os.path.basename(str(cmd[0])) if cmd else None
+
+    def check_containers(self):
+        for where, spec, c, owner in self.all_containers():
+            image = str(c.get("image", ""))
+            binary = self.binary_of(c)
+            m = SIDECAR_IMAGE.match(image)
+            ours = [b for b in ("qsd-csi-plugin", "qsd-vm-launcher") if b in image or b == binary]
+            if ours:
+                b = ours[0]
+                if binary != b:
+                    self.err(where, "runs %s: give command: [/path/to/%s] explicitly" % (b, b))
+                    continue
+                flags = self.parse_args(where, c)
+                if b not in self.helps:
+                    self.note("%s: %s --help not available, its flags were not checked" %
+                              (where, b))
+                    continue
+                for name in flags:
+                    if "--" + name not in self.helps[b]:
+                        self.err(where, "--%s is not an option of %s (not in its --help)" %
+                                 (name, b))
+            elif m:
+                name = m.group(1)
+                if name not in SIDECAR_FLAGS:
+                    self.err(where, "unknown sidecar image %s" % image)
+                    continue
+                known = SIDECAR_FLAGS[name] | COMMON_FLAGS
+                for flag in self.parse_args(where, c):
+                    if flag not in known:
+                        self.err(where, "--%s is not a flag of %s" % (flag, name))
+            else:
+                self.err(where, "image %r is neither ours nor a pinned registry.k8s.io/"
+                         "sig-storage sidecar" % image)
+
+    # -------------------------------------------------------- consistency
+    def driver_name(self):
+        drivers = self.of_kind("CSIDriver")
+        if len(drivers) != 1:
+            self.err("deploy/", "expected exactly one CSIDriver, found %d" % len(drivers))
+            return None
+        return drivers[0][2]["metadata"]["name"]
+
+    def check_consistency(self):
+        driver = self.driver_name()
+        if not driver:
+            return
+        for _, _, sc in self.of_kind("StorageClass"):
+            if sc.get("provisioner") != driver:
+                self.err("StorageClass %s" % sc["metadata"]["name"],
+                         "provisioner %r != CSIDriver %r" % (sc.get("provisioner"), driver))
+        for _, _, vsc in self.of_kind("VolumeSnapshotClass"):
+            if vsc.get("driver") != driver:
+                self.err("VolumeSnapshotClass %s" % vsc["metadata"]["name"],
+                         "driver %r != CSIDriver %r" % (vsc.get("driver"), driver))
+        plugins = [(w, s, c, o) for w, s, c, o in self.all_containers()
+                   if self.binary_of(c) == "qsd-csi-plugin"]
+        if not plugins:
+            self.err("deploy/", "no container runs qsd-csi-plugin")
+        for where, spec, c, owner in plugins:
+            self.check_node_pod(where, spec, c, driver)
+        for where, spec, c, owner in self.all_containers():
+            if self.binary_of(c) == "qsd-vm-launcher":
+                self.check_vm_pod(where, spec, c, owner, driver)
+        for _, _, pod in self.of_kind("Pod"):
+            for v in (pod.get("spec") or {}).get("volumes") or []:
+                if "csi" in v and v["csi"].get("driver") != driver:
+                    self.err("Pod %s" % pod["metadata"]["name"],
+                             "inline CSI volume %s uses driver %r, not %r" %
+                             (v.get("name"), v["csi"].get("driver"), driver))
+
+    def mount_of(self, c, spec, path):
+        """The volumeMount (and its volume) whose mountPath holds path (deepest)."""
+        vols = {v.get("name"): v for v in spec.get("volumes") or []}
+        best = None
+        for m in c.get("volumeMounts") or []:
+            mp = m.get("mountPath", "").rstrip("/")
+            if path == mp or path.startswith(mp + "/"):
+                if best is None or len(mp) > len(best[0].get("mountPath", "").rstrip("/")):
+                    best = (m, vols.get(m.get("name")))
+        return best
+
+    def host_path(self, c, spec, path):
+        """path inside container c -> path on the host, if on a hostPath volume."""
+        mv = self.mount_of(c, spec, path)
+        if not mv or not mv[1] or "hostPath" not in mv[1]:
+            return None
+        mp = mv[0]["mountPath"].rstrip("/")
+        return mv[1]["hostPath"]["path"].rstrip("/") + path[len(mp):]
+
+    def check_node_pod(self, where, spec, plugin, driver):
+        flags = self.parse_args(where, plugin)
+        name = flags.get("driver-name") or DRIVER_DEFAULT
+        if name != driver:
+            self.err(where, "--driver-name %r != CSIDriver %r" % (name, driver))
+        if not (plugin.get("securityContext") or {}).get("privileged"):
+            self.err(where, "the node plugin must be privileged (mounts, QSD)")
+        if spec.get("hostPID"):
+            self.err(where, "hostPID must be false")
+        endpoint = flags.get("endpoint") or "unix:///run/qsd-csi/csi.sock"
+        sock = re.sub(r"^unix:(//)?", "", endpoint)
+        host_sock = self.host_path(plugin, spec, sock)
+        if not host_sock:
+            self.err(where, "the CSI socket %s is not on a hostPath volume" % sock)
+            return
+        if not host_sock.startswith("/var/lib/kubelet/plugins/%s/" % driver):
+            self.err(where, "CSI socket on the host is %s, expected under "
+                     "/var/lib/kubelet/plugins/%s/" % (host_sock, driver))
+        # Directories that must be on the host (state survives restarts).
+        for flag, default in (("run-dir", "/run/qsd-csi"), ("pool", "/var/lib/qsd-csi/pool"),
+                              ("state-dir", "/var/lib/qsd-csi/state"),
+                              ("kubelet-root", "/var/lib/kubelet")):
+            p = flags.get(flag) or default
+            hp = self.host_path(plugin, spec, p)
+            if hp is None:
+                self.err(where, "--%s %s is not on a hostPath volume" % (flag, p))
+            elif flag == "kubelet-root":
+                if hp != p:
+                    self.err(where, "--kubelet-root %s is %s on the host: kubelet passes host "
+                             "paths, mount it at the same path" % (p, hp))
+                mv = self.mount_of(plugin, spec, p)
+                if mv[0].get("mountPropagation") != "Bidirectional":
+                    self.err(where, "the kubelet directory needs mountPropagation: Bidirectional")
+        if self.host_path(plugin, spec, "/dev") != "/dev":
+            self.err(where, "/dev of the host is not mounted")
+        # Every other container must reach the same socket.
+        seen = set()
+        for c in spec.get("containers") or []:
+            if c is plugin:
+                continue
+            m = SIDECAR_IMAGE.match(str(c.get("image", "")))
+            if not m:
+                continue
+            cw = "%s (sidecar %s)" % (where.rsplit(" container ", 1)[0], c.get("name"))
+            sidecar = m.group(1)
+            seen.add(sidecar)
+            f = self.parse_args(cw, c)
+            addr = f.get("csi-address")
+            if not addr:
+                self.err(cw, "no --csi-address")
+                continue
+            addr = re.sub(r"^unix:(//)?", "", addr)
+            hp = self.host_path(c, spec, addr)
+            if hp != host_sock:
+                self.err(cw, "--csi-address %s is %s on the host, the plugin serves %s" %
+                         (addr, hp, host_sock))
+            env = {e.get("name") for e in c.get("env") or []}
+            if sidecar == "csi-node-driver-registrar":
+                if f.get("kubelet-registration-path") != host_sock:
+                    self.err(cw, "--kubelet-registration-path %r != the plugin socket on the "
+                             "host %r" % (f.get("kubelet-registration-path"), host_sock))
+                if self.host_path(c, spec, "/registration") != \
+                        "/var/lib/kubelet/plugins_registry":
+                    self.err(cw, "/registration is not kubelet's plugins_registry")
+            if sidecar in ("csi-provisioner", "csi-snapshotter"):
+                if f.get("node-deployment") != "true":
+                    self.err(cw, "node-local volumes: --node-deployment=true needed")
+                if "NODE_NAME" not in env:
+                    self.err(cw, "--node-deployment needs the NODE_NAME env variable")
+                if f.get("leader-election") == "true":
+                    self.err(cw, "--leader-election cannot be combined with --node-deployment")
+            if sidecar == "csi-provisioner":
+                gates = f.get("feature-gates") or ""
+                if "Topology=true" not in gates.split(","):
+                    self.err(cw, "--feature-gates=Topology=true needed")
+                if f.get("enable-capacity") != "true":
+                    self.err(cw, "--enable-capacity=true needed")
+                if f.get("capacity-ownerref-level") is None:
+                    self.err(cw, "--capacity-ownerref-level needed")
+                for e in ("NAMESPACE", "POD_NAME"):
+                    if e not in env:
+                        self.err(cw, "--enable-capacity needs the %s env variable" % e)
+        for want in ("csi-node-driver-registrar", "livenessprobe", "csi-provisioner",
+                     "csi-resizer", "csi-snapshotter"):
+            if want not in seen:
+                self.err(where, "no %s sidecar next to the plugin" % want)
+
+    def check_vm_pod(self, where, spec, c, owner, driver):
+        if owner.get("kind") != "Pod":
+            return
+        ns = owner["metadata"]["namespace"]
+        for k in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(k):
+                self.err(where, "%s in a VM pod" % k)
+        for v in spec.get("volumes") or []:
+            if "hostPath" in v:
+                self.err(where, "hostPath volume %s in a VM pod" % v.get("name"))
+        for cc in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+            sc = cc.get("securityContext") or {}
+            if sc.get("privileged"):
+                self.err(where, "privileged container %s" % cc.get("name"))
+            if sc.get("allowPrivilegeEscalation") is not False:
+                self.err(where, "container %s: set allowPrivilegeEscalation: false" %
+                         cc.get("name"))
+            if (sc.get("capabilities") or {}).get("add"):
+                self.err(where, "container %s adds capabilities" % cc.get("name"))
+        if (spec.get("securityContext") or {}).get("fsGroup") is None:
+            self.err(where, "no fsGroup: the sockets' group comes from it")
+        flags = self.parse_args(where, c)
+        voldir = (flags.get("volumes") or "").rstrip("/")
+        mv = self.mount_of(c, spec, voldir) if voldir else None
+        if not mv or mv[0]["mountPath"].rstrip("/") != voldir:
+            self.err(where, "--volumes %r is not a volume mount" % voldir)
+        else:
+            m, v = mv
+            if not v or (v.get("csi") or {}).get("driver") != driver:
+                self.err(where, "--volumes must be the bridge: an inline CSI volume of %s" % driver)
+            if m.get("mountPropagation") != "HostToContainer":
+                self.err(where, "the bridge mount needs mountPropagation: HostToContainer "
+                         "(volumes hot-plugged later are mounts made on the host)")
+        # PVC mounts: subdirectories of the volumes directory.
+        vols = {v.get("name"): v for v in spec.get("volumes") or []}
+        pvc_dirs = {}
+        for m in c.get("volumeMounts") or []:
+            v = vols.get(m.get("name")) or {}
+            if "persistentVolumeClaim" in v:
+                claim = v["persistentVolumeClaim"].get("claimName")
+                if not self.find("PersistentVolumeClaim", claim, ns):
+                    self.err(where, "PVC %s is not defined in deploy/" % claim)
+                parent, base = os.path.split(m["mountPath"].rstrip("/"))
+                if parent != voldir:
+                    self.err(where, "PVC %s is mounted at %s, not directly in the volumes "
+                             "directory %s" % (claim, m["mountPath"], voldir))
+                pvc_dirs[base] = claim
+        root = (flags.get("root") or "/var/lib/qsd-vm-launcher")
+        rv = self.mount_of(c, spec, root)
+        if not rv or not rv[1] or "emptyDir" not in rv[1]:
+            self.err(where, "--root %s should be an emptyDir (writable, per pod)" % root)
+        # The VM description.
+        spec_path = flags.get("spec")
+        sm = self.mount_of(c, spec, spec_path or "")
+        if not spec_path or not sm or not sm[1] or "configMap" not in sm[1]:
+            self.err(where, "--spec %r is not in a ConfigMap volume" % spec_path)
+            return
+        cm_name = sm[1]["configMap"].get("name")
+        cm = self.find("ConfigMap", cm_name, ns)
+        key = os.path.relpath(spec_path, sm[0]["mountPath"])
+        if not cm or key not in (cm.get("data") or {}):
+            self.err(where, "--spec: ConfigMap %s has no key %s" % (cm_name, key))
+            return
+        try:
+            desc = json.loads(cm["data"][key])
+        except ValueError as e:
+            self.err("ConfigMap %s" % cm_name, "%s is not JSON: %s" % (key, e))
+            return
+        wanted = [d.get("volume") for d in desc.get("disks") or []]
+        if (desc.get("boot") or {}).get("volume"):
+            wanted.append(desc["boot"]["volume"])
+        for w in wanted:
+            if w not in pvc_dirs:
+                self.err("ConfigMap %s" % cm_name, "disk %r is not a PVC mounted at %s/%s" %
+                         (w, voldir, w))
+        if self.launcher:
+            self.launcher_dry_run(where, cm["data"][key], sorted(set(wanted)))
+        else:
+            self.note("qsd-vm-launcher not built: launcher flags and the VM description "
+                      "were checked statically only")
+
+    def launcher_dry_run(self, where, text, volumes):
+        """Let the real launcher build a domain from the description (--dry-run)."""
+        tmp = tempfile.mkdtemp(prefix="qsd-deploy-test-")
+        socks = []
+        try:
+            with open(os.path.join(tmp, "vm.json"), "w") as fh:
+                fh.write(text)
+            vdir = os.path.join(tmp, "volumes")
+            os.mkdir(vdir)
+            for v in volumes:
+                d = os.path.join(vdir, v)
+                os.mkdir(d)
+                with open(os.path.join(d, "volume.json"), "w") as fh:
+                    json.dump({"version": 1, "volume": "pvc-test-" + v, "size": 1 << 30,
+                               "read_only": False, "num_queues": 1,
+                               "logical_block_size": 512, "socket": "vhost.sock"}, fh)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.bind(os.path.join(d, "vhost.sock"))
+                s.listen(8)
+                socks.append(s)
+            p = subprocess.run([self.launcher, "--spec", os.path.join(tmp, "vm.json"),
+                                "--volumes", vdir, "--root", os.path.join(tmp, "root"),
+                                "--wait-volumes", "5", "--dry-run"],
+                               capture_output=True, text=True, timeout=60)
+            if p.returncode != 0 or "<domain" not in p.stdout:
+                self.err(where, "qsd-vm-launcher --dry-run rejects the VM description "
+                         "(exit %d): %s" % (p.returncode, p.stderr.strip()[-500:]))
+            elif p.stdout.count("type='vhostuser'") + p.stdout.count('type="vhostuser"') \
+                    < len(volumes):
+                self.err(where, "the launcher's domain lacks vhostuser disks:\n" + p.stdout)
+            else:
+                self.note("qsd-vm-launcher --dry-run built the domain from the example's "
+                          "VM description (%d vhostuser disk(s))" % len(volumes))
+        finally:
+            for s in socks:
+                s.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # ----------------------------------------------- StorageClass parameters
+    def documented_params(self):
+        """Parameter table of docs/storageclass.md: name -> allowed values."""
+        path = os.path.join(self.root, "docs", "storageclass.md")
+        out = {}
+        try:
+            text = open(path).read()
+        except OSError as e:
+            self.err("docs/storageclass.md", str(e))
+            return out
+        for line in text.splitlines():
+            m = re.match(r"^\|\s*`([A-Za-z]+)`\s*\|([^|]*)\|", line)
+            if m:
+                out[m.group(1)] = [v.strip() for v in re.findall(r"`([^`]+)`", m.group(2))]
+        if not out:
+            self.err("docs/storageclass.md", "no parameter table found")
+        return out
+
+    def check_parameters(self):
+        docs = self.documented_params()
+        if set(docs) != set(PARAM_OPTION):
+            self.err("docs/storageclass.md", "documents %s; the parameters the plugin maps to "
+                     "qsdctl options are %s" % (sorted(docs), sorted(PARAM_OPTION)))
+        for name, (sub, opt) in PARAM_OPTION.items():
+            text = self.qsdctl_help.get(sub)
+            if text is None:
+                continue
+            line = next((l for l in text.splitlines() if l.strip().startswith(opt + " ")), None)
+            if line is None:
+                self.err("qsdctl %s --help" % sub, "no option %s (StorageClass %s)" % (opt, name))
+                continue
+            for v in docs.get(name, []):
+                if re.fullmatch(r"\d+-\d+", v):
+                    if v not in line:
+                        self.err("docs/storageclass.md", "%s range %s not in `qsdctl %s "
+                                 "--help`: %s" % (name, v, sub, line.strip()))
+                elif not re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(v), line):
+                    self.err("docs/storageclass.md", "%s value %r is not accepted by qsdctl %s "
+                             "%s (help: %s)" % (name, v, sub, opt, line.strip()))
+        for _, _, sc in self.of_kind("StorageClass"):
+            where = "StorageClass %s" % sc["metadata"]["name"]
+            for k, v in (sc.get("parameters") or {}).items():
+                if k.startswith("csi.storage.k8s.io/"):
+                    continue
+                if k not in docs:
+                    self.err(where, "parameter %s is not documented in docs/storageclass.md" % k)
+                    continue
+                allowed = docs[k]
+                rng = [a for a in allowed if re.fullmatch(r"\d+-\d+", a)]
+                if rng:
+                    lo, hi = map(int, rng[0].split("-"))
+                    if not (str(v).isdigit() and lo <= int(v) <= hi):
+                        self.err(where, "%s=%r outside %s" % (k, v, rng[0]))
+                elif str(v) not in allowed:
+                    self.err(where, "%s=%r, allowed: %s" % (k, v, ", ".join(allowed)))
+
+    def check_topology(self, plugin_bin):
+        """Informational: does the plugin binary know the topology key yet?"""
+        try:
+            with open(plugin_bin, "rb") as fh:
+                has = TOPOLOGY_KEY.encode() in fh.read()
+        except OSError:
+            return
+        if not has:
+            self.note("qsd-csi-plugin does not contain the topology key %s yet (no Node "
+                      "service): the per-node provisioner needs NodeGetInfo to report it" %
+                      TOPOLOGY_KEY)
+
+    def run(self):
+        self.load()
+        self.check_shapes()
+        self.check_containers()
+        self.check_consistency()
+        self.check_parameters()
+        return not self.errors
+
+
+def help_flags(binary, *sub):
+    p = subprocess.run([binary, *sub, "--help"], capture_output=True, text=True, timeout=30)
+    text = p.stdout + p.stderr
+    if p.returncode != 0 or "Usage" not in text:
+        raise RuntimeError("%s %s --help failed (exit %d): %s" %
+                           (binary, " ".join(sub), p.returncode, text[:300]))
+    return text, set(re.findall(r"--[a-z0-9][a-z0-9-]*", text))
+
+
+def _containers(doc):
+    if doc.get("kind") == "DaemonSet":
+        return doc["spec"]["template"]["spec"]["containers"]
+    if doc.get("kind") == "Pod":
+        return doc["spec"]["containers"]
+    return []
+
+
+def _edit_args(image_or_cmd, fn):
+    """Mutation: apply fn(args) to the containers whose image or command matches."""
+    def mutate(doc):
+        for c in _containers(doc):
+            if image_or_cmd in str(c.get("image")) + str(c.get("command")):
+                c["args"] = fn(list(c.get("args") or []))
+    return mutate
+
+
+def _set_param(key, value):
+    def mutate(doc):
+        if doc.get("kind") == "StorageClass":
+            doc.setdefault("parameters", {})[key] = value
+    return mutate
+
+
+def self_check(root, make_checker, with_launcher):
+    """The checker must reject broken copies of our manifests."""
+    ok = True
+    ds = "deploy/kubernetes/30-node-daemonset.yaml"
+    cases = [
+        ("bogus plugin flag", "--bogus-flag", ds,
+         _edit_args("qsd-csi-plugin", lambda a: a + ["--bogus-flag=1"])),
+        ("driver name mismatch", "--driver-name", ds,
+         _edit_args("qsd-csi-plugin", lambda a: [
+             "--driver-name=other.example.com" if x.startswith("--driver-name") else x
+             for x in a])),
+        ("registrar socket mismatch", "--kubelet-registration-path", ds,
+         _edit_args("node-driver-registrar", lambda a: [
+             x.replace("/csi.sock", "/other.sock") for x in a])),
+        ("sidecar flag that does not exist", "--node-deployment is not a flag", ds,
+         _edit_args("csi-resizer", lambda a: a + ["--node-deployment=true"])),
+        ("StorageClass value qsdctl refuses", "cache='fast'",
+         "deploy/kubernetes/40-storageclass.yaml", _set_param("cache", "fast")),
+        ("undocumented StorageClass parameter", "readOnly",
+         "deploy/kubernetes/40-storageclass.yaml", _set_param("readOnly", "true")),
+    ]
+    if with_launcher:
+        cases.append(("bogus launcher flag", "--bogus-flag", "deploy/examples/vm-pod.yaml",
+                      _edit_args("qsd-vm-launcher", lambda a: a + ["--bogus-flag=1"])))
+    for label, expect, rel, mutate in cases:
+        tmp = tempfile.mkdtemp(prefix="qsd-deploy-selfcheck-")
+        try:
+            shutil.copytree(os.path.join(root, "deploy"), os.path.join(tmp, "deploy"))
+            shutil.copytree(os.path.join(root, "docs"), os.path.join(tmp, "docs"))
+            path = os.path.join(tmp, rel)
+            with open(path) as fh:
+                docs = [d for d in yaml.safe_load_all(fh) if d is not None]
+            for d in docs:
+                mutate(d)
+            with open(path, "w") as fh:
+                yaml.safe_dump_all(docs, fh)
+            ch = make_checker(tmp)
+            if ch.run() or not any(expect in e for e in ch.errors):
+                print("FAIL self-check (%s): not rejected as expected; errors: %s" %
+                      (label, ch.errors))
+                ok = False
+            else:
+                print("ok   self-check: %s rejected (%s)" %
+                      (label, next(e for e in ch.errors if expect in e)))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plugin", required=True)
+    ap.add_argument("--launcher")
+    ap.add_argument("--qsdctl")
+    ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    a = ap.parse_args()
+    root = os.path.abspath(a.root)
+
+    helps = {}
+    try:
+        _, helps["qsd-csi-plugin"] = help_flags(a.plugin)
+        if a.launcher:
+            _, helps["qsd-vm-launcher"] = help_flags(a.launcher)
+        qhelp = {}
+        if a.qsdctl:
+            for sub in ("create", "export"):
+                qhelp[sub], _ = help_flags(a.qsdctl, sub)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
+        print("FAIL: %s" % e)
+        return 1
+
+    def make(r, quiet=True):
+        return Checker(r, helps, launcher=a.launcher, qsdctl_help=qhelp, quiet=quiet)
+
+    ok = self_check(root, make, a.launcher is not None)
+    ch = make(root, quiet=False)
+    good = ch.run()
+    if a.launcher is None:
+        ch.note("launcher flags SKIPPED: no qsd-vm-launcher target in this build")
+    if not a.qsdctl:
+        ch.note("qsdctl not given: StorageClass values not checked against qsdctl --help")
+    ch.check_topology(a.plugin)
+    print("checked %d documents in %d files under deploy/" %
+          (len(ch.docs), len({f for f, _, _ in ch.docs})))
+    for n in ch.notes:
+        print("note %s" % n)
+    for e in ch.errors:
+        print("FAIL %s" % e)
+    return 0 if ok and good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
