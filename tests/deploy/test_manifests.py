@@ -41,6 +41,26 @@ except ImportError:
     print("SKIP: python3-yaml is not installed")
     sys.exit(77)
 
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (PyYAML keeps the last
+    one silently; the API server's strict decoding does not)."""
+
+
+def _no_duplicates(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, "duplicate key %r" % (key,), key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
 DRIVER_DEFAULT = "qsd.csi.qsd-csi.dev"
 TOPOLOGY_KEY = "topology.qsd.csi.qsd-csi.dev/node"
 
@@ -151,7 +171,7 @@ class Checker:
             rel = os.path.relpath(f, self.root)
             try:
                 with open(f) as fh:
-                    docs = list(yaml.safe_load_all(fh))
+                    docs = list(yaml.load_all(fh, Loader=StrictLoader))
             except yaml.YAMLError as e:
                 self.err(rel, "YAML does not parse: %s" % e)
                 continue
@@ -789,6 +809,8 @@ def self_check(root, make_checker, with_launcher):
         ("undocumented StorageClass parameter", "readOnly",
          "deploy/kubernetes/40-storageclass.yaml", _set_param("readOnly", "true")),
     ]
+    cases.append(("duplicate YAML key", "duplicate key", "deploy/kubernetes/10-csidriver.yaml",
+                  "  attachRequired: true\n"))
     if with_launcher:
         cases.append(("bogus launcher flag", "--bogus-flag", "deploy/examples/vm-pod.yaml",
                       _edit_args("qsd-vm-launcher", lambda a: a + ["--bogus-flag=1"])))
@@ -798,12 +820,17 @@ def self_check(root, make_checker, with_launcher):
             shutil.copytree(os.path.join(root, "deploy"), os.path.join(tmp, "deploy"))
             shutil.copytree(os.path.join(root, "docs"), os.path.join(tmp, "docs"))
             path = os.path.join(tmp, rel)
-            with open(path) as fh:
-                docs = [d for d in yaml.safe_load_all(fh) if d is not None]
-            for d in docs:
-                mutate(d)
-            with open(path, "w") as fh:
-                yaml.safe_dump_all(docs, fh)
+            if isinstance(mutate, str):
+                # Raw text appended to the file (the last document's spec).
+                with open(path, "a") as fh:
+                    fh.write(mutate)
+            else:
+                with open(path) as fh:
+                    docs = [d for d in yaml.safe_load_all(fh) if d is not None]
+                for d in docs:
+                    mutate(d)
+                with open(path, "w") as fh:
+                    yaml.safe_dump_all(docs, fh)
             ch = make_checker(tmp)
             if ch.run() or not any(expect in e for e in ch.errors):
                 print("FAIL self-check (%s): not rejected as expected; errors: %s" %
