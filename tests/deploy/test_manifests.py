@@ -173,7 +173,7 @@ class Checker:
                 with open(f) as fh:
                     docs = list(yaml.load_all(fh, Loader=StrictLoader))
             except yaml.YAMLError as e:
-                self.err(rel, "YAML does not parse: %s" % e)
+                self.err(rel, "YAML does not parse: %s" % " ".join(str(e).split()))
                 continue
             for i, doc in enumerate(docs):
                 if doc is None:
@@ -314,7 +314,7 @@ class Checker:
         if sa and not self.find("ServiceAccount", sa, namespace):
             self.err(where, "serviceAccountName %s is not defined" % sa)
         names = set()
-        for c in containers:
+        for c in containers + (spec.get("initContainers") or []):
             cw = "%s container %s" % (where, c.get("name"))
             if not c.get("name") or not c.get("image"):
                 self.err(cw, "container without name or image")
@@ -345,9 +345,11 @@ class Checker:
                 spec = d.get("spec") or {}
             else:
                 continue
-            for c in spec.get("containers") or []:
-                out.append(("%s %s container %s" % (d["kind"], d["metadata"].get("name"),
-                                                     c.get("name")), spec, c, d))
+            for init in (False, True):
+                for c in spec.get("initContainers" if init else "containers") or []:
+                    out.append(("%s %s %scontainer %s" % (
+                        d["kind"], d["metadata"].get("name"), "init" if init else "",
+                        c.get("name")), spec, c, d))
         return out
 
     @staticmethod
@@ -393,6 +395,9 @@ class Checker:
             if ours:
                 b = ours[0]
                 if binary != b:
+                    if binary and " initcontainer " in where:
+                        # A helper command from our image (e.g. mkdir).
+                        continue
                     self.err(where, "runs %s: give command: [/path/to/%s] explicitly" % (b, b))
                     continue
                 flags = self.parse_args(where, c)
