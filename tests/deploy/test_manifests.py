@@ -9,7 +9,9 @@ Parses every YAML document under deploy/ and checks:
     DaemonSet and the VM pod);
   * every --flag passed to our binaries (containers whose command is
     qsd-csi-plugin or qsd-vm-launcher) appears in that binary's --help, and
-    every flag passed to an upstream sidecar is one that sidecar has
+    the binary itself accepts the whole argument list (run with --version
+    appended, which both binaries handle inside their option loop); every
+    flag passed to an upstream sidecar is one that sidecar has
     (SIDECAR_FLAGS, taken from the sidecars' sources);
   * consistency: the driver name (CSIDriver == StorageClass provisioner ==
     VolumeSnapshotClass driver == plugin --driver-name == inline CSI volumes
@@ -140,8 +142,9 @@ PARAM_OPTION = {
 
 
 class Checker:
-    def __init__(self, root, helps, launcher=None, qsdctl_help=None, quiet=False):
+    def __init__(self, root, helps, launcher=None, qsdctl_help=None, quiet=False, paths=None):
         self.root = root
+        self.paths = paths or {}      # binary name -> path, to run it
         self.helps = helps            # binary name -> set of flags
         self.help_text = {}
         self.launcher = launcher
@@ -382,6 +385,22 @@ class Checker:
                 self.err(where, "stray argument %r" % a)
         return out
 
+    def parse_with_binary(self, where, b, c):
+        """Let the binary parse the manifest's arguments: both binaries handle
+        --version inside their option loop, so ARGS... --version exits 0 once
+        every earlier option (and its value, e.g. --log-level) was accepted."""
+        args = [self.expand(str(a), c) for a in (c.get("command") or [])[1:]] + \
+            [self.expand(str(a), c) for a in c.get("args") or []]
+        try:
+            p = subprocess.run([self.paths[b]] + args + ["--version"], capture_output=True,
+                               text=True, timeout=30, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.err(where, "cannot run %s: %s" % (b, e))
+            return
+        if p.returncode != 0:
+            self.err(where, "%s refuses the manifest's arguments (exit %d): %s" %
+                     (b, p.returncode, (p.stderr or p.stdout).strip()[:300]))
+
     def binary_of(self, c):
         cmd = c.get("command") or []
         return os.path.basename(str(cmd[0])) if cmd else None
@@ -405,10 +424,12 @@ class Checker:
                     self.note("%s: %s --help not available, its flags were not checked" %
                               (where, b))
                     continue
-                for name in flags:
-                    if "--" + name not in self.helps[b]:
-                        self.err(where, "--%s is not an option of %s (not in its --help)" %
-                                 (name, b))
+                bad = [n for n in flags if "--" + n not in self.helps[b]]
+                for name in bad:
+                    self.err(where, "--%s is not an option of %s (not in its --help)" %
+                             (name, b))
+                if not bad and b in self.paths:
+                    self.parse_with_binary(where, b, c)
             elif m:
                 name = m.group(1)
                 if name not in SIDECAR_FLAGS:
@@ -814,11 +835,19 @@ def self_check(root, make_checker, with_launcher):
         ("undocumented StorageClass parameter", "readOnly",
          "deploy/kubernetes/40-storageclass.yaml", _set_param("readOnly", "true")),
     ]
+    cases.append(("value the plugin refuses", "refuses the manifest's arguments", ds,
+                  _edit_args("qsd-csi-plugin", lambda a: [
+                      "--log-level=verbose" if x.startswith("--log-level") else x for x in a])))
     cases.append(("duplicate YAML key", "duplicate key", "deploy/kubernetes/10-csidriver.yaml",
                   "  attachRequired: true\n"))
     if with_launcher:
         cases.append(("bogus launcher flag", "--bogus-flag", "deploy/examples/vm-pod.yaml",
                       _edit_args("qsd-vm-launcher", lambda a: a + ["--bogus-flag=1"])))
+        cases.append(("value the launcher refuses", "refuses the manifest's arguments",
+                      "deploy/examples/vm-pod.yaml",
+                      _edit_args("qsd-vm-launcher", lambda a: [
+                          "--shutdown-timeout=forever" if x.startswith("--shutdown-timeout")
+                          else x for x in a])))
     for label, expect, rel, mutate in cases:
         tmp = tempfile.mkdtemp(prefix="qsd-deploy-selfcheck-")
         try:
@@ -859,6 +888,9 @@ def main():
     root = os.path.abspath(a.root)
 
     helps = {}
+    paths = {"qsd-csi-plugin": a.plugin}
+    if a.launcher:
+        paths["qsd-vm-launcher"] = a.launcher
     try:
         _, helps["qsd-csi-plugin"] = help_flags(a.plugin)
         if a.launcher:
@@ -872,7 +904,8 @@ def main():
         return 1
 
     def make(r, quiet=True):
-        return Checker(r, helps, launcher=a.launcher, qsdctl_help=qhelp, quiet=quiet)
+        return Checker(r, helps, launcher=a.launcher, qsdctl_help=qhelp, quiet=quiet,
+                       paths=paths)
 
     ok = self_check(root, make, a.launcher is not None)
     ch = make(root, quiet=False)
