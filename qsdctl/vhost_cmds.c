@@ -169,10 +169,525 @@ int cmd_vhost_info(int argc, char **argv)
     return EXIT_OK;
 }
 
+/* ======================================================================
+ * verify
+ * ====================================================================== */
+
+/* Every 512-byte sector written by verify carries a header saying which run
+ * (seed) and which sector it belongs to, followed by a pseudo-random body
+ * derived from both: a sector read from the wrong place, an old run, another
+ * image or never written is told apart in the error message. */
+#define PATTERN_MAGIC 0x7173642d76726679ull /* "qsd-vrfy" */
+
+struct sector_hdr {
+    uint64_t magic;
+    uint64_t seed;
+    uint64_t sector;
+};
+
+static void fill_sector(uint8_t *p, uint64_t seed, uint64_t sector)
+{
+    struct sector_hdr h = {PATTERN_MAGIC, seed, sector};
+    memcpy(p, &h, sizeof(h));
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull ^ (sector + 1) * 0xbf58476d1ce4e5b9ull;
+    for (size_t i = sizeof(h); i < VIRTIO_BLK_SECTOR; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+}
+
+static void fill_pattern(uint8_t *buf, size_t len, uint64_t seed, uint64_t first_sector)
+{
+    for (size_t off = 0; off < len; off += VIRTIO_BLK_SECTOR)
+        fill_sector(buf + off, seed, first_sector + off / VIRTIO_BLK_SECTOR);
+}
+
+static bool all_zero(const uint8_t *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
+/* Describe what a wrong sector holds, for the error message. */
+static void describe_sector(const uint8_t *p, char *out, size_t len)
+{
+    struct sector_hdr h;
+    memcpy(&h, p, sizeof(h));
+    if (all_zero(p, VIRTIO_BLK_SECTOR))
+        snprintf(out, len, "zeros");
+    else if (h.magic == PATTERN_MAGIC)
+        snprintf(out, len, "verify pattern of seed %" PRIu64 " for sector %" PRIu64,
+                 h.seed, h.sector);
+    else
+        snprintf(out, len, "foreign data (first bytes %02x %02x %02x %02x %02x %02x %02x %02x)",
+                 p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+}
+
+/* Compare buf (read from first_sector) with the expected pattern, or zeros
+ * when seed is 0.  Reports the first bad sector and how many are bad. */
+static bool check_pattern(const uint8_t *buf, size_t len, uint64_t seed, uint64_t first_sector,
+                          const char *what)
+{
+    uint8_t want[VIRTIO_BLK_SECTOR];
+    size_t bad = 0, first_bad = 0;
+    for (size_t off = 0; off < len; off += VIRTIO_BLK_SECTOR) {
+        if (seed)
+            fill_sector(want, seed, first_sector + off / VIRTIO_BLK_SECTOR);
+        else
+            memset(want, 0, sizeof(want));
+        if (memcmp(want, buf + off, VIRTIO_BLK_SECTOR) != 0) {
+            if (bad++ == 0)
+                first_bad = off;
+        }
+    }
+    if (!bad)
+        return true;
+    const uint8_t *p = buf + first_bad;
+    size_t byte = 0;
+    if (seed)
+        fill_sector(want, seed, first_sector + first_bad / VIRTIO_BLK_SECTOR);
+    else
+        memset(want, 0, sizeof(want));
+    while (byte < VIRTIO_BLK_SECTOR && p[byte] == want[byte])
+        byte++;
+    char found[160], expected[96];
+    describe_sector(p, found, sizeof(found));
+    uint64_t sector = first_sector + first_bad / VIRTIO_BLK_SECTOR;
+    if (seed)
+        snprintf(expected, sizeof(expected), "verify pattern of seed %" PRIu64
+                 " for sector %" PRIu64, seed, sector);
+    else
+        snprintf(expected, sizeof(expected), "zeros");
+    fprintf(stderr,
+            "qsdctl verify: MISMATCH (%s) at byte offset %" PRIu64 " (sector %" PRIu64
+            ", byte %zu of the sector): expected %s, found %s; %zu of %zu sectors in "
+            "[%" PRIu64 ", +%zu bytes) differ\n",
+            what, sector * VIRTIO_BLK_SECTOR + byte, sector, byte, expected, found, bad,
+            len / VIRTIO_BLK_SECTOR, first_sector * VIRTIO_BLK_SECTOR, len);
+    return false;
+}
+
+/* Run a batch of requests spread over the device's queues, waiting for all.
+ * Returns 0, or a negative errno; *ret_bad is the index of the first request
+ * whose status was not OK (or -1). */
+static int run_batch(struct vublk *d, struct vublk_io *ios, size_t n, int timeout_ms,
+                     uint8_t *statuses, long *ret_bad)
+{
+    unsigned nq = vublk_num_queues(d);
+    size_t next = 0, done = 0;
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    for (size_t i = 0; i < n; i++) {
+        ios[i].opaque = (void *)(uintptr_t)i;
+        statuses[i] = 0xff;
+    }
+    while (done < n) {
+        /* Fill every queue up to a modest depth. */
+        for (unsigned q = 0; q < nq && next < n; q++) {
+            bool added = false;
+            while (next < n && vublk_inflight(d, q) < 16) {
+                int r = vublk_submit(d, q, &ios[next]);
+                if (r == -ENOSPC)
+                    break;
+                if (r < 0)
+                    return r;
+                next++;
+                added = true;
+            }
+            if (added) {
+                int r = vublk_kick(d, q);
+                if (r < 0)
+                    return r;
+            }
+        }
+        for (unsigned q = 0; q < nq; q++) {
+            struct vublk_done c[32];
+            if (vublk_inflight(d, q) == 0)
+                continue;
+            uint64_t now = now_ms();
+            if (now >= deadline)
+                return -ETIMEDOUT;
+            int r = vublk_wait(d, q, (int)(deadline - now), 0);
+            if (r < 0)
+                return r;
+            unsigned k = vublk_reap(d, q, c, ARRAY_SIZE(c));
+            for (unsigned i = 0; i < k; i++) {
+                statuses[(uintptr_t)c[i].opaque] = c[i].status;
+                done++;
+            }
+        }
+    }
+    long bad = -1;
+    for (size_t i = 0; i < n && bad < 0; i++)
+        if (statuses[i] != VIRTIO_BLK_S_OK)
+            bad = (long)i;
+    *ret_bad = bad;
+    return 0;
+}
+
+static const char *io_name(uint32_t type)
+{
+    switch (type) {
+    case VIRTIO_BLK_T_IN: return "read";
+    case VIRTIO_BLK_T_OUT: return "write";
+    case VIRTIO_BLK_T_FLUSH: return "flush";
+    case VIRTIO_BLK_T_GET_ID: return "get-id";
+    case VIRTIO_BLK_T_DISCARD: return "discard";
+    case VIRTIO_BLK_T_WRITE_ZEROES: return "write-zeroes";
+    default: return "?";
+    }
+}
+
+struct verify_ctx {
+    struct vublk *d;
+    uint64_t seed;
+    size_t nchunks, chunk;
+    uint64_t *offsets; /* byte offsets of chunks */
+    uint8_t **bufs;
+    int timeout_ms;
+};
+
+/* One request kind over every chunk; statuses must all be OK. */
+static int chunks_io(struct verify_ctx *v, uint32_t type)
+{
+    _cleanup_free_ struct vublk_io *ios = xcalloc(v->nchunks, sizeof(*ios));
+    _cleanup_free_ uint8_t *st = xcalloc(v->nchunks, 1);
+    for (size_t i = 0; i < v->nchunks; i++)
+        ios[i] = (struct vublk_io){.type = type, .sector = v->offsets[i] / VIRTIO_BLK_SECTOR,
+                                   .buf = v->bufs[i], .len = (uint32_t)v->chunk};
+    long bad;
+    int r = run_batch(v->d, ios, v->nchunks, v->timeout_ms, st, &bad);
+    if (r < 0) {
+        fprintf(stderr, "qsdctl verify: %s of %zu chunks failed: %s\n", io_name(type),
+                v->nchunks, strerror(-r));
+        return exit_for_errno(r);
+    }
+    if (bad >= 0) {
+        fprintf(stderr, "qsdctl verify: %s at byte offset %" PRIu64 " (%zu bytes) returned "
+                "status %s\n", io_name(type), v->offsets[bad], v->chunk,
+                vublk_status_name(st[bad]));
+        return EXIT_FAILURE_GENERIC;
+    }
+    return EXIT_OK;
+}
+
+static int write_chunks(struct verify_ctx *v)
+{
+    for (size_t i = 0; i < v->nchunks; i++)
+        fill_pattern(v->bufs[i], v->chunk, v->seed, v->offsets[i] / VIRTIO_BLK_SECTOR);
+    return chunks_io(v, VIRTIO_BLK_T_OUT);
+}
+
+static int check_chunks(struct verify_ctx *v)
+{
+    for (size_t i = 0; i < v->nchunks; i++)
+        memset(v->bufs[i], 0xa5, v->chunk);
+    int r = chunks_io(v, VIRTIO_BLK_T_IN);
+    if (r != EXIT_OK)
+        return r;
+    for (size_t i = 0; i < v->nchunks; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "chunk %zu of %zu", i, v->nchunks);
+        if (!check_pattern(v->bufs[i], v->chunk, v->seed, v->offsets[i] / VIRTIO_BLK_SECTOR,
+                           what))
+            return EXIT_MISMATCH;
+    }
+    return EXIT_OK;
+}
+
+static int sync_io(struct verify_ctx *v, uint32_t type, uint64_t off, void *buf, uint32_t len,
+                   uint32_t flags, uint8_t *ret_status)
+{
+    struct vublk_io io = {.type = type, .sector = off / VIRTIO_BLK_SECTOR, .buf = buf,
+                          .len = len, .flags = flags};
+    int r = vublk_request_sync(v->d, 0, &io, ret_status);
+    if (r < 0) {
+        fprintf(stderr, "qsdctl verify: %s at byte offset %" PRIu64 " (%u bytes) failed: %s\n",
+                io_name(type), off, len, strerror(-r));
+        return exit_for_errno(r);
+    }
+    return EXIT_OK;
+}
+
+static int expect_ok(struct verify_ctx *v, uint32_t type, uint64_t off, void *buf, uint32_t len,
+                     uint32_t flags)
+{
+    uint8_t st;
+    int r = sync_io(v, type, off, buf, len, flags, &st);
+    if (r != EXIT_OK)
+        return r;
+    if (st != VIRTIO_BLK_S_OK) {
+        fprintf(stderr, "qsdctl verify: %s at byte offset %" PRIu64 " (%u bytes) returned "
+                "status %s\n", io_name(type), off, len, vublk_status_name(st));
+        return EXIT_FAILURE_GENERIC;
+    }
+    return EXIT_OK;
+}
+
+/* write-zeroes (and discard) inside chunk 0: the middle must read as zeros
+ * (write-zeroes) and the rest keep the pattern; afterwards restore the pattern. */
+static int check_zeroing(struct verify_ctx *v, uint32_t type, uint32_t flags, bool *ran)
+{
+    *ran = false;
+    unsigned bit = type == VIRTIO_BLK_T_DISCARD ? VIRTIO_BLK_F_DISCARD : VIRTIO_BLK_F_WRITE_ZEROES;
+    if (!vublk_has_feature(v->d, bit) || v->chunk < 3 * 4096)
+        return EXIT_OK;
+    size_t c = v->nchunks > 1 ? 1 : 0;
+    uint64_t base = v->offsets[c];
+    uint32_t zlen = (uint32_t)(v->chunk - 2 * 4096) & ~4095u;
+    uint64_t zoff = base + 4096;
+    uint8_t *buf = v->bufs[c];
+    int r = expect_ok(v, type, zoff, NULL, zlen, flags);
+    if (r != EXIT_OK)
+        return r;
+    memset(buf, 0xa5, v->chunk);
+    r = expect_ok(v, VIRTIO_BLK_T_IN, base, buf, (uint32_t)v->chunk, 0);
+    if (r != EXIT_OK)
+        return r;
+    char what[64];
+    snprintf(what, sizeof(what), "data beside a %s", io_name(type));
+    if (!check_pattern(buf, 4096, v->seed, base / VIRTIO_BLK_SECTOR, what) ||
+        !check_pattern(buf + 4096 + zlen, v->chunk - 4096 - zlen, v->seed,
+                       (zoff + zlen) / VIRTIO_BLK_SECTOR, what))
+        return EXIT_MISMATCH;
+    /* After a discard the content is unspecified; after write-zeroes, zeros. */
+    if (type == VIRTIO_BLK_T_WRITE_ZEROES &&
+        !check_pattern(buf + 4096, zlen, 0, zoff / VIRTIO_BLK_SECTOR,
+                       flags ? "write-zeroes with unmap" : "write-zeroes"))
+        return EXIT_MISMATCH;
+    fill_pattern(buf, v->chunk, v->seed, base / VIRTIO_BLK_SECTOR);
+    r = expect_ok(v, VIRTIO_BLK_T_OUT, base, buf, (uint32_t)v->chunk, 0);
+    if (r != EXIT_OK)
+        return r;
+    *ran = true;
+    return EXIT_OK;
+}
+
+static void verify_usage(void)
+{
+    printf("usage: qsdctl verify [--write | --check] [--seed N] [--size BYTES]\n"
+           "                     [--serial S] [--chunks N] [--chunk-size BYTES]\n"
+           "                     [--queues N] [--timeout-ms MS] SOCKET\n"
+           "Checks the data path of a vhost-user-blk export.  Without --write/--check\n"
+           "(writable export): writes a seeded pattern into N chunks spread across the\n"
+           "whole disk (first and last included), flushes, reads it back, checks\n"
+           "write-zeroes and discard beside the pattern, and that a read past the end\n"
+           "fails.  Read-only export: reads the chunks and checks a write is refused.\n"
+           "  --write   only write the pattern (and flush): a later --check with the same\n"
+           "            seed, chunks and chunk size must find it\n"
+           "  --check   only read and compare (works on read-only exports)\n"
+           "  --size    expected capacity in bytes;  --serial  expected serial (get-id)\n"
+           "Exit status: 0 ok, %d mismatch (data, capacity or serial: the message says\n"
+           "where), 3 socket missing or refused, 5 timeout, 1 other failure.\n",
+           EXIT_MISMATCH);
+}
+
 int cmd_verify(int argc, char **argv)
 {
-    fprintf(stderr, "qsdctl verify: not implemented yet\n");
-    return EXIT_FAILURE_GENERIC;
+    static const struct option lopts[] = {
+        {"write", no_argument, NULL, 'W'},
+        {"check", no_argument, NULL, 'C'},
+        {"seed", required_argument, NULL, 's'},
+        {"size", required_argument, NULL, 'S'},
+        {"serial", required_argument, NULL, 'i'},
+        {"chunks", required_argument, NULL, 'n'},
+        {"chunk-size", required_argument, NULL, 'c'},
+        {"queues", required_argument, NULL, 'q'},
+        {"timeout-ms", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    bool do_write = false, do_check = false, json = g_opts.json;
+    uint64_t seed = 1, want_size = 0, nchunks = 64, chunk = 64 * 1024, queues = 0;
+    const char *want_serial = NULL;
+    int timeout_ms = 30000;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "+WCs:S:i:n:c:q:t:jh", lopts, NULL)) != -1;) {
+        int r = 0;
+        switch (c) {
+        case 'W': do_write = true; break;
+        case 'C': do_check = true; break;
+        case 'j': json = true; break;
+        case 's': r = parse_uint(optarg, 1, UINT64_MAX, &seed); break;
+        case 'S': r = parse_size(optarg, &want_size); break;
+        case 'i': want_serial = optarg; break;
+        case 'n': r = parse_uint(optarg, 1, 4096, &nchunks); break;
+        case 'c': r = parse_size(optarg, &chunk); break;
+        case 'q': r = parse_uint(optarg, 1, 64, &queues); break;
+        case 't': r = parse_timeout(argv[0], optarg, &timeout_ms); break;
+        case 'h': verify_usage(); return EXIT_OK;
+        default: return EXIT_USAGE;
+        }
+        if (r < 0) {
+            fprintf(stderr, "qsdctl verify: invalid value '%s'\n", optarg);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "qsdctl verify: expected one SOCKET argument\n");
+        return EXIT_USAGE;
+    }
+    if (do_write && do_check) {
+        fprintf(stderr, "qsdctl verify: --write and --check exclude each other\n");
+        return EXIT_USAGE;
+    }
+    if (chunk < 4096 || chunk % 4096 || chunk > (4u << 20) || nchunks * chunk > (256u << 20)) {
+        fprintf(stderr, "qsdctl verify: --chunk-size must be a multiple of 4096 up to 4 MiB, "
+                "and chunks x chunk-size at most 256 MiB\n");
+        return EXIT_USAGE;
+    }
+    const char *path = argv[optind];
+    struct vublk_opts o = {.num_queues = queues ? (unsigned)queues : 64,
+                           .data_size = nchunks * chunk + 2 * 4096,
+                           .timeout_ms = MIN(timeout_ms, 10000)};
+    _cleanup_vublk_ struct vublk *d = NULL;
+    int r = connect_or_complain("verify", path, &o, &d);
+    if (r < 0)
+        return exit_for_errno(r);
+    uint64_t cap = vublk_capacity(d);
+    bool ro = vublk_read_only(d);
+
+    /* Capacity and serial first: they are the cheapest way to notice the wrong disk. */
+    if (want_size && cap != want_size) {
+        fprintf(stderr, "qsdctl verify: MISMATCH capacity: expected %" PRIu64 " bytes, "
+                "device reports %" PRIu64 "\n", want_size, cap);
+        return EXIT_MISMATCH;
+    }
+    char serial[VIRTIO_BLK_ID_BYTES + 1] = "";
+    r = vublk_get_serial(d, serial);
+    if (r < 0 && r != -ENOTSUP) {
+        fprintf(stderr, "qsdctl verify: get-id failed: %s\n", strerror(-r));
+        return exit_for_errno(r);
+    }
+    if (want_serial && strncmp(serial, want_serial, VIRTIO_BLK_ID_BYTES) != 0) {
+        fprintf(stderr, "qsdctl verify: MISMATCH serial: expected '%s', device reports '%s'\n",
+                want_serial, serial);
+        return EXIT_MISMATCH;
+    }
+    if (ro && do_write) {
+        fprintf(stderr, "qsdctl verify: --write on a read-only export\n");
+        return EXIT_USAGE;
+    }
+    if (cap < chunk) {
+        fprintf(stderr, "qsdctl verify: capacity %" PRIu64 " is smaller than one chunk\n", cap);
+        return EXIT_FAILURE_GENERIC;
+    }
+
+    /* Chunk placement: evenly spread, 4 KiB aligned, first at 0 and last
+     * ending at the last full 4 KiB of the disk. */
+    uint64_t last = ((cap - chunk) / 4096) * 4096;
+    if (nchunks > last / chunk + 1)
+        nchunks = last / chunk + 1;
+    _cleanup_free_ uint64_t *offsets = xcalloc(nchunks, sizeof(uint64_t));
+    _cleanup_free_ uint8_t **bufs = xcalloc(nchunks, sizeof(uint8_t *));
+    for (uint64_t i = 0; i < nchunks; i++) {
+        offsets[i] = nchunks == 1 ? 0 : (last * i / (nchunks - 1)) / 4096 * 4096;
+        bufs[i] = vublk_alloc(d, chunk);
+        if (!bufs[i])
+            return EXIT_FAILURE_GENERIC;
+    }
+    struct verify_ctx v = {.d = d, .seed = seed, .nchunks = nchunks, .chunk = chunk,
+                           .offsets = offsets, .bufs = bufs, .timeout_ms = timeout_ms};
+    const char *mode = do_write ? "write" : do_check ? "check" : ro ? "read-only" : "full";
+    fprintf(stderr, "verify: %s, capacity=%" PRIu64 " chunks=%" PRIu64 "x%" PRIu64
+            " queues=%u seed=%" PRIu64 "%s\n", mode, cap, nchunks, chunk,
+            vublk_num_queues(d), seed, ro ? " read-only" : "");
+
+    bool flush_ok = false, wz_ok = false, wzu_ok = false, discard_ok = false, ro_ok = false,
+         eod_ok = false;
+    uint8_t st;
+    if (do_check) {
+        r = check_chunks(&v);
+        if (r != EXIT_OK)
+            return r;
+    } else if (ro) {
+        r = chunks_io(&v, VIRTIO_BLK_T_IN);
+        if (r != EXIT_OK)
+            return r;
+        r = sync_io(&v, VIRTIO_BLK_T_OUT, 0, bufs[0], 4096, 0, &st);
+        if (r != EXIT_OK)
+            return r;
+        if (st == VIRTIO_BLK_S_OK) {
+            fprintf(stderr, "qsdctl verify: a write to a read-only export succeeded\n");
+            return EXIT_MISMATCH;
+        }
+        ro_ok = true;
+    } else {
+        r = write_chunks(&v);
+        if (r != EXIT_OK)
+            return r;
+        if (vublk_has_feature(d, VIRTIO_BLK_F_FLUSH)) {
+            r = expect_ok(&v, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, 0);
+            if (r != EXIT_OK)
+                return r;
+            flush_ok = true;
+        }
+        if (!do_write) {
+            r = check_chunks(&v);
+            if (r != EXIT_OK)
+                return r;
+            r = check_zeroing(&v, VIRTIO_BLK_T_WRITE_ZEROES, 0, &wz_ok);
+            if (r != EXIT_OK)
+                return r;
+            if (vublk_config(d)->write_zeroes_may_unmap) {
+                r = check_zeroing(&v, VIRTIO_BLK_T_WRITE_ZEROES,
+                                  VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP, &wzu_ok);
+                if (r != EXIT_OK)
+                    return r;
+            }
+            r = check_zeroing(&v, VIRTIO_BLK_T_DISCARD, 0, &discard_ok);
+            if (r != EXIT_OK)
+                return r;
+            if (flush_ok) {
+                r = expect_ok(&v, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, 0);
+                if (r != EXIT_OK)
+                    return r;
+            }
+            r = check_chunks(&v);
+            if (r != EXIT_OK)
+                return r;
+        }
+    }
+    if (!do_write && !do_check) {
+        /* Capacity is honoured: a read straddling the end must fail. */
+        r = sync_io(&v, VIRTIO_BLK_T_IN, cap - 4096, bufs[0], 8192, 0, &st);
+        if (r != EXIT_OK)
+            return r;
+        if (st == VIRTIO_BLK_S_OK) {
+            fprintf(stderr, "qsdctl verify: a read past the capacity (%" PRIu64 ") succeeded\n",
+                    cap);
+            return EXIT_MISMATCH;
+        }
+        eod_ok = true;
+    }
+    if (json) {
+        json_t *j = json_pack("{s:s, s:I, s:s, s:b, s:I, s:I, s:I, s:i, s:b, s:b, s:b, s:b, "
+                              "s:b, s:b}",
+                              "result", "ok", "capacity", (json_int_t)cap, "serial", serial,
+                              "read_only", ro, "seed", (json_int_t)seed,
+                              "chunks", (json_int_t)nchunks, "chunk_size", (json_int_t)chunk,
+                              "queues", (int)vublk_num_queues(d), "flush", flush_ok,
+                              "write_zeroes", wz_ok, "write_zeroes_unmap", wzu_ok,
+                              "discard", discard_ok, "write_refused", ro_ok,
+                              "end_of_disk", eod_ok);
+        if (!j)
+            return EXIT_FAILURE_GENERIC;
+        json_object_set_new(j, "mode", json_string(mode));
+        print_json(j);
+        json_decref(j);
+    } else {
+        printf("verify %s: ok: capacity %" PRIu64 ", serial '%s', %" PRIu64 " chunks of %" PRIu64
+               " bytes, %u queue(s)%s%s%s%s%s%s\n",
+               mode, cap, serial, nchunks, chunk, vublk_num_queues(d),
+               flush_ok ? ", flush" : "", wz_ok ? ", write-zeroes" : "",
+               wzu_ok ? ", write-zeroes+unmap" : "", discard_ok ? ", discard" : "",
+               ro_ok ? ", write refused" : "", eod_ok ? ", end of disk" : "");
+    }
+    return EXIT_OK;
 }
 
 int cmd_bench(int argc, char **argv)

@@ -118,7 +118,8 @@ static int vu_exchange(struct vublk *d, uint32_t req, const void *payload, uint3
     int r = vhost_user_msg_init(&m, req, ack ? VHOST_USER_NEED_REPLY_MASK : 0, payload, size);
     if (r < 0)
         return r;
-    memcpy(m.fds, fds, nfds * sizeof(int));
+    if (nfds)
+        memcpy(m.fds, fds, nfds * sizeof(int));
     m.nfds = nfds;
     r = vhost_user_send(d->sock, &m, d->timeout_ms);
     if (r < 0)
