@@ -7,6 +7,12 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <dirent.h>
+#include <liburing.h>
+#include <math.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "commands.h"
 #include "util.h"
@@ -690,8 +696,522 @@ int cmd_verify(int argc, char **argv)
     return EXIT_OK;
 }
 
+/* ======================================================================
+ * bench
+ * ====================================================================== */
+
+/* Two engines behind one small interface: a vhost-user-blk device (our
+ * client, queues driven round-robin from this one thread) and a file or
+ * block device through io_uring with O_DIRECT, the physical limit. */
+struct engine {
+    const char *kind;
+    int (*submit)(struct engine *e, unsigned slot, bool write, uint64_t off, uint32_t len);
+    int (*commit)(struct engine *e);
+    /* Collect completions into slots[]; wait (bounded) for at least one when
+     * wait is set.  Returns the count or a negative errno (also for a failed I/O). */
+    int (*reap)(struct engine *e, unsigned *slots, unsigned max, bool wait);
+    uint8_t **bufs;   /* per slot */
+    uint64_t capacity;
+    /* vhost */
+    struct vublk *d;
+    /* io_uring */
+    struct io_uring ring;
+    bool ring_ok;
+    int fd;
+    unsigned pending;
+};
+
+static int vh_submit(struct engine *e, unsigned slot, bool write, uint64_t off, uint32_t len)
+{
+    unsigned q = slot % vublk_num_queues(e->d);
+    struct vublk_io io = {.type = write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
+                          .sector = off / VIRTIO_BLK_SECTOR, .buf = e->bufs[slot], .len = len,
+                          .opaque = (void *)(uintptr_t)slot};
+    return vublk_submit(e->d, q, &io);
+}
+
+static int vh_commit(struct engine *e)
+{
+    for (unsigned q = 0; q < vublk_num_queues(e->d); q++) {
+        int r = vublk_kick(e->d, q);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int vh_reap(struct engine *e, unsigned *slots, unsigned max, bool wait)
+{
+    unsigned nq = vublk_num_queues(e->d), n = 0;
+    for (;;) {
+        for (unsigned q = 0; q < nq && n < max; q++) {
+            struct vublk_done c[64];
+            unsigned k = vublk_reap(e->d, q, c, MIN(max - n, (unsigned)ARRAY_SIZE(c)));
+            for (unsigned i = 0; i < k; i++) {
+                if (c[i].status != VIRTIO_BLK_S_OK)
+                    return -EIO;
+                slots[n++] = (unsigned)(uintptr_t)c[i].opaque;
+            }
+        }
+        if (n || !wait)
+            return (int)n;
+        int r = vublk_wait_any(e->d, 10000);
+        if (r < 0)
+            return r;
+    }
+}
+
+static int ur_submit(struct engine *e, unsigned slot, bool write, uint64_t off, uint32_t len)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+    if (!sqe)
+        return -ENOSPC;
+    if (write)
+        io_uring_prep_write(sqe, e->fd, e->bufs[slot], len, off);
+    else
+        io_uring_prep_read(sqe, e->fd, e->bufs[slot], len, off);
+    io_uring_sqe_set_data64(sqe, slot);
+    e->pending++;
+    return 0;
+}
+
+static int ur_commit(struct engine *e)
+{
+    if (!e->pending)
+        return 0;
+    int r = io_uring_submit(&e->ring);
+    if (r < 0)
+        return r;
+    e->pending = 0;
+    return 0;
+}
+
+static int ur_reap(struct engine *e, unsigned *slots, unsigned max, bool wait)
+{
+    unsigned n = 0;
+    struct io_uring_cqe *cqe;
+    if (wait) {
+        struct __kernel_timespec ts = {.tv_sec = 10};
+        int r = io_uring_wait_cqe_timeout(&e->ring, &cqe, &ts);
+        if (r < 0)
+            return r == -ETIME ? -ETIMEDOUT : r;
+    }
+    while (n < max && io_uring_peek_cqe(&e->ring, &cqe) == 0) {
+        int res = cqe->res;
+        slots[n++] = (unsigned)io_uring_cqe_get_data64(cqe);
+        io_uring_cqe_seen(&e->ring, cqe);
+        if (res < 0)
+            return res;
+    }
+    return (int)n;
+}
+
+static void engine_close(struct engine *e)
+{
+    if (e->bufs && !e->d)
+        free(e->bufs[0]); /* io_uring: one aligned block; vhost: shared memory */
+    free(e->bufs);
+    e->bufs = NULL;
+    vublk_free(e->d);
+    e->d = NULL;
+    if (e->ring_ok)
+        io_uring_queue_exit(&e->ring);
+    e->ring_ok = false;
+    if (e->fd >= 0)
+        close(e->fd);
+    e->fd = -1;
+}
+
+#define BENCH_MAX_DEPTH 32
+#define BENCH_MAX_BS (128 * 1024)
+
+struct bench_test {
+    const char *name;
+    bool write, seq;
+    uint32_t bs;
+    unsigned depth;
+};
+
+static const struct bench_test bench_tests[] = {
+    {"randread-4k-qd1", false, false, 4096, 1},
+    {"randread-4k-qd32", false, false, 4096, 32},
+    {"randwrite-4k-qd1", true, false, 4096, 1},
+    {"randwrite-4k-qd32", true, false, 4096, 32},
+    {"seqread-128k-qd8", false, true, 128 * 1024, 8},
+};
+
+struct bench_result {
+    const struct bench_test *t;
+    uint64_t ops, bytes;
+    double seconds, iops, mbps, mean_us, p50_us, p99_us;
+    double qsd_cpu_us_per_io;    /* NAN when unknown */
+    double client_cpu_us_per_io;
+};
+
+/* CPU time (ns) of all threads of pid, from /proc/PID/task/<tid>/schedstat
+ * (first field: time on CPU).  Threads that exited are missed: QSD's
+ * threads live as long as it does. */
+static int64_t proc_cpu_ns(int pid)
+{
+    if (pid <= 0)
+        return -1;
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return -1;
+    int64_t total = 0;
+    for (struct dirent *de; (de = readdir(dp));) {
+        if (de->d_name[0] == '.')
+            continue;
+        _cleanup_free_ char *p = xasprintf("%s/%s/schedstat", dir, de->d_name);
+        _cleanup_fclose_ FILE *f = fopen(p, "re");
+        unsigned long long ns;
+        if (f && fscanf(f, "%llu", &ns) == 1)
+            total += (int64_t)ns;
+    }
+    closedir(dp);
+    return total;
+}
+
+static int64_t self_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static int run_test(struct engine *e, const struct bench_test *t, uint64_t region,
+                    unsigned ramp_ms, unsigned runtime_ms, int qsd_pid, struct bench_result *res)
+{
+    uint64_t blocks = region / t->bs;
+    if (blocks == 0)
+        return -EINVAL;
+    uint64_t rng = 0x2545f4914f6cdd1dull ^ (uint64_t)t->bs ^ t->depth;
+    uint64_t seq_next = 0;
+    uint64_t start_ns[BENCH_MAX_DEPTH];
+    size_t lat_cap = 1u << 16, nlat = 0;
+    _cleanup_free_ uint32_t *lat = xmalloc(lat_cap * sizeof(uint32_t));
+    double lat_sum = 0;
+
+    uint64_t t0 = now_ns();
+    uint64_t t_measure = t0 + (uint64_t)ramp_ms * 1000000u;
+    uint64_t t_end = t_measure + (uint64_t)runtime_ms * 1000000u;
+    bool measuring = false;
+    int64_t qsd0 = -1, self0 = 0;
+    uint64_t ops = 0, m0 = 0;
+
+#define NEXT_OFF()                                                                             \
+    (t->seq ? (seq_next = (seq_next + 1) % blocks, ((seq_next + blocks - 1) % blocks) * t->bs)  \
+            : (rng_next(&rng) % blocks) * t->bs)
+
+    for (unsigned s = 0; s < t->depth; s++) {
+        start_ns[s] = now_ns();
+        int r = e->submit(e, s, t->write, NEXT_OFF(), t->bs);
+        if (r < 0)
+            return r;
+    }
+    int r = e->commit(e);
+    if (r < 0)
+        return r;
+    unsigned inflight = t->depth;
+    fprintf(stderr, "bench: %s: %u ms ramp + %u ms measured\n", t->name, ramp_ms, runtime_ms);
+    uint64_t last_progress = t0;
+    while (inflight) {
+        unsigned slots[BENCH_MAX_DEPTH];
+        int n = e->reap(e, slots, ARRAY_SIZE(slots), true);
+        if (n < 0)
+            return n;
+        uint64_t now = now_ns();
+        if (!measuring && now >= t_measure) {
+            measuring = true;
+            m0 = now;
+            qsd0 = proc_cpu_ns(qsd_pid);
+            self0 = self_cpu_ns();
+            ops = 0;
+        }
+        bool stop = now >= t_end;
+        for (int i = 0; i < n; i++) {
+            unsigned s = slots[i];
+            inflight--;
+            if (measuring && !stop) {
+                uint64_t l = now - start_ns[s];
+                if (nlat == lat_cap) {
+                    lat_cap *= 2;
+                    lat = xrealloc(lat, lat_cap * sizeof(uint32_t));
+                }
+                lat[nlat++] = l > UINT32_MAX ? UINT32_MAX : (uint32_t)l;
+                lat_sum += (double)l;
+                ops++;
+            }
+            if (!stop) {
+                start_ns[s] = now_ns();
+                r = e->submit(e, s, t->write, NEXT_OFF(), t->bs);
+                if (r < 0)
+                    return r;
+                inflight++;
+            }
+        }
+        if (stop && !res->seconds) {
+            res->seconds = (double)(now - m0) / 1e9;
+            int64_t q1 = proc_cpu_ns(qsd_pid);
+            int64_t s1 = self_cpu_ns();
+            res->qsd_cpu_us_per_io = qsd0 >= 0 && q1 >= 0 && ops
+                                         ? (double)(q1 - qsd0) / 1e3 / (double)ops : NAN;
+            res->client_cpu_us_per_io = ops ? (double)(s1 - self0) / 1e3 / (double)ops : NAN;
+        }
+        r = e->commit(e);
+        if (r < 0)
+            return r;
+        if (now - last_progress > 2000000000ull) {
+            fprintf(stderr, "bench: %s: %.0f s\n", t->name, (double)(now - t0) / 1e9);
+            last_progress = now;
+        }
+    }
+#undef NEXT_OFF
+    fprintf(stderr, "bench: %s: done, %" PRIu64 " I/Os measured\n", t->name, ops);
+    qsort(lat, nlat, sizeof(uint32_t), cmp_u32);
+    res->t = t;
+    res->ops = ops;
+    res->bytes = ops * t->bs;
+    res->iops = res->seconds > 0 ? (double)ops / res->seconds : 0;
+    res->mbps = res->seconds > 0 ? (double)res->bytes / res->seconds / 1e6 : 0;
+    res->mean_us = nlat ? lat_sum / (double)nlat / 1e3 : 0;
+    res->p50_us = nlat ? lat[(nlat - 1) * 50 / 100] / 1e3 : 0;
+    res->p99_us = nlat ? lat[(nlat - 1) * 99 / 100] / 1e3 : 0;
+    return 0;
+}
+
+static int open_engine(const char *target, unsigned queues, int timeout_ms, struct engine *e,
+                       int *ret_pid)
+{
+    struct stat st;
+    if (stat(target, &st) < 0)
+        return -errno;
+    *e = (struct engine){.fd = -1};
+    if (S_ISSOCK(st.st_mode)) {
+        struct vublk_opts o = {.num_queues = queues ? queues : 1,
+                               .data_size = BENCH_MAX_DEPTH * (size_t)BENCH_MAX_BS,
+                               .queue_size = 128, .timeout_ms = timeout_ms};
+        int r = vublk_connect(target, &o, &e->d);
+        if (r < 0)
+            return r;
+        e->kind = "vhost-user-blk";
+        e->submit = vh_submit;
+        e->commit = vh_commit;
+        e->reap = vh_reap;
+        e->capacity = vublk_capacity(e->d);
+        e->bufs = xcalloc(BENCH_MAX_DEPTH, sizeof(uint8_t *));
+        for (unsigned s = 0; s < BENCH_MAX_DEPTH; s++) {
+            e->bufs[s] = vublk_alloc(e->d, BENCH_MAX_BS);
+            memset(e->bufs[s], 0x5a, BENCH_MAX_BS);
+        }
+        if (*ret_pid == 0)
+            *ret_pid = vublk_peer_pid(e->d);
+        return 0;
+    }
+    e->fd = open(target, O_RDWR | O_DIRECT | O_CLOEXEC);
+    if (e->fd < 0)
+        return -errno;
+    if (S_ISBLK(st.st_mode)) {
+        off_t end = lseek(e->fd, 0, SEEK_END);
+        if (end < 0)
+            return -errno;
+        e->capacity = (uint64_t)end;
+    } else {
+        e->capacity = (uint64_t)st.st_size;
+    }
+    int r = io_uring_queue_init(BENCH_MAX_DEPTH * 2, &e->ring, 0);
+    if (r < 0)
+        return r;
+    e->ring_ok = true;
+    e->kind = "io_uring";
+    e->submit = ur_submit;
+    e->commit = ur_commit;
+    e->reap = ur_reap;
+    e->bufs = xcalloc(BENCH_MAX_DEPTH, sizeof(uint8_t *));
+    void *mem;
+    if (posix_memalign(&mem, 4096, BENCH_MAX_DEPTH * (size_t)BENCH_MAX_BS))
+        return -ENOMEM;
+    memset(mem, 0x5a, BENCH_MAX_DEPTH * (size_t)BENCH_MAX_BS);
+    for (unsigned s = 0; s < BENCH_MAX_DEPTH; s++)
+        e->bufs[s] = (uint8_t *)mem + (size_t)s * BENCH_MAX_BS;
+    return 0;
+}
+
+static json_t *num_or_null(double v)
+{
+    return isnan(v) ? json_null() : json_real(round(v * 1000) / 1000);
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    fprintf(stderr, "qsdctl bench: not implemented yet\n");
-    return EXIT_FAILURE_GENERIC;
+    static const struct option lopts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"runtime-ms", required_argument, NULL, 'r'},
+        {"ramp-ms", required_argument, NULL, 'R'},
+        {"size", required_argument, NULL, 'S'},
+        {"queues", required_argument, NULL, 'q'},
+        {"tests", required_argument, NULL, 'T'},
+        {"qsd-pid", required_argument, NULL, 'p'},
+        {"label", required_argument, NULL, 'l'},
+        {"timeout-ms", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    bool json = g_opts.json;
+    uint64_t runtime = 3000, ramp = 500, size = 0, queues = 1, pid = 0;
+    const char *tests = NULL, *label = NULL;
+    int timeout_ms = 5000;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "+jr:R:S:q:T:p:l:t:h", lopts, NULL)) != -1;) {
+        int r = 0;
+        switch (c) {
+        case 'j': json = true; break;
+        case 'r': r = parse_uint(optarg, 100, 3600000, &runtime); break;
+        case 'R': r = parse_uint(optarg, 0, 60000, &ramp); break;
+        case 'S': r = parse_size(optarg, &size); break;
+        case 'q': r = parse_uint(optarg, 1, 16, &queues); break;
+        case 'T': tests = optarg; break;
+        case 'p': r = parse_uint(optarg, 1, INT32_MAX, &pid); break;
+        case 'l': label = optarg; break;
+        case 't': r = parse_timeout(argv[0], optarg, &timeout_ms); break;
+        case 'h':
+            printf("usage: qsdctl bench [--json] [--runtime-ms MS] [--ramp-ms MS] [--size BYTES]\n"
+                   "                    [--queues N] [--tests LIST] [--qsd-pid PID]\n"
+                   "                    [--label TEXT] TARGET\n"
+                   "TARGET is a vhost-user-blk socket (our client) or a file / block device\n"
+                   "(io_uring, O_DIRECT: the physical limit).  Tests (comma list, default all):\n");
+            for (size_t i = 0; i < ARRAY_SIZE(bench_tests); i++)
+                printf("  %s\n", bench_tests[i].name);
+            printf("Each test runs --ramp-ms unmeasured, then --runtime-ms measured (defaults\n"
+                   "500 and 3000).  Write tests OVERWRITE the target's data.  The QSD's CPU\n"
+                   "time per I/O is read from /proc for the socket's peer (or --qsd-pid).\n"
+                   "Progress on stderr; a table (or --json) on stdout.\n");
+            return EXIT_OK;
+        default: return EXIT_USAGE;
+        }
+        if (r < 0) {
+            fprintf(stderr, "qsdctl bench: invalid value '%s'\n", optarg);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "qsdctl bench: expected one TARGET argument\n");
+        return EXIT_USAGE;
+    }
+    const char *target = argv[optind];
+    bool selected[ARRAY_SIZE(bench_tests)];
+    for (size_t i = 0; i < ARRAY_SIZE(bench_tests); i++)
+        selected[i] = tests == NULL;
+    if (tests) {
+        _cleanup_free_ char *copy = xstrdup(tests);
+        char *save = NULL;
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            size_t i = 0;
+            while (i < ARRAY_SIZE(bench_tests) && !streq(tok, bench_tests[i].name))
+                i++;
+            if (i == ARRAY_SIZE(bench_tests)) {
+                fprintf(stderr, "qsdctl bench: unknown test '%s'\n", tok);
+                return EXIT_USAGE;
+            }
+            selected[i] = true;
+        }
+    }
+
+    struct engine e;
+    int qsd_pid = (int)pid;
+    int r = open_engine(target, (unsigned)queues, timeout_ms, &e, &qsd_pid);
+    if (r < 0) {
+        fprintf(stderr, "qsdctl bench: cannot open %s: %s\n", target, strerror(-r));
+        engine_close(&e);
+        return exit_for_errno(r);
+    }
+    uint64_t region = size ? MIN(size, e.capacity) : e.capacity;
+    region -= region % BENCH_MAX_BS;
+    unsigned nq = e.d ? vublk_num_queues(e.d) : 1;
+    fprintf(stderr, "bench: %s %s, region %" PRIu64 " bytes, %u queue(s), qsd pid %d\n",
+            e.kind, target, region, nq, qsd_pid);
+    struct bench_result results[ARRAY_SIZE(bench_tests)];
+    memset(results, 0, sizeof(results));
+    int rc = EXIT_OK;
+    for (size_t i = 0; i < ARRAY_SIZE(bench_tests); i++) {
+        if (!selected[i])
+            continue;
+        r = run_test(&e, &bench_tests[i], region, (unsigned)ramp, (unsigned)runtime,
+                     e.d ? qsd_pid : 0, &results[i]);
+        if (r < 0) {
+            fprintf(stderr, "\nqsdctl bench: %s failed: %s\n", bench_tests[i].name, strerror(-r));
+            rc = exit_for_errno(r);
+            break;
+        }
+    }
+    engine_close(&e);
+    if (rc != EXIT_OK)
+        return rc;
+
+    if (json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < ARRAY_SIZE(bench_tests); i++) {
+            struct bench_result *b = &results[i];
+            if (!selected[i])
+                continue;
+            json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:I}", "test", b->t->name,
+                                  "rw", b->t->write ? "write" : "read", "bs", (int)b->t->bs,
+                                  "depth", (int)b->t->depth, "ops", (json_int_t)b->ops);
+            json_object_set_new(o, "seconds", num_or_null(b->seconds));
+            json_object_set_new(o, "iops", num_or_null(b->iops));
+            json_object_set_new(o, "mb_per_s", num_or_null(b->mbps));
+            json_object_set_new(o, "mean_us", num_or_null(b->mean_us));
+            json_object_set_new(o, "p50_us", num_or_null(b->p50_us));
+            json_object_set_new(o, "p99_us", num_or_null(b->p99_us));
+            json_object_set_new(o, "qsd_cpu_us_per_io", num_or_null(b->qsd_cpu_us_per_io));
+            json_object_set_new(o, "client_cpu_us_per_io", num_or_null(b->client_cpu_us_per_io));
+            json_array_append_new(arr, o);
+        }
+        json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o}", "target", target, "engine", e.kind,
+                              "region", (json_int_t)region, "queues", (int)nq, "results", arr);
+        if (label)
+            json_object_set_new(j, "label", json_string(label));
+        print_json(j);
+        json_decref(j);
+    } else {
+        printf("%s%s%s (%s, %u queue(s))\n", label ? label : "", label ? ": " : "", target,
+               e.kind, nq);
+        printf("%-18s %10s %9s %9s %9s %9s %12s %12s\n", "test", "IOPS", "MB/s", "mean_us",
+               "p50_us", "p99_us", "qsd_cpu/io", "client_cpu/io");
+        for (size_t i = 0; i < ARRAY_SIZE(bench_tests); i++) {
+            struct bench_result *b = &results[i];
+            if (!selected[i])
+                continue;
+            char q[32] = "-";
+            if (!isnan(b->qsd_cpu_us_per_io))
+                snprintf(q, sizeof(q), "%.2f us", b->qsd_cpu_us_per_io);
+            printf("%-18s %10.0f %9.1f %9.1f %9.1f %9.1f %12s %9.2f us\n", b->t->name, b->iops,
+                   b->mbps, b->mean_us, b->p50_us, b->p99_us, q, b->client_cpu_us_per_io);
+        }
+    }
+    return EXIT_OK;
 }

@@ -650,3 +650,41 @@ const char *vublk_status_name(uint8_t status)
     default: return "invalid";
     }
 }
+
+int vublk_wait_any(struct vublk *d, int timeout_ms)
+{
+    if (d->nq == 1)
+        return vublk_wait(d, 0, timeout_ms, 0);
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    struct pollfd p[64 + 1];
+    unsigned n = MIN(d->nq, 64u);
+    for (;;) {
+        bool ready = false;
+        for (unsigned i = 0; i < d->nq; i++)
+            if (vq_enable_cb(&d->q[i].vq))
+                ready = true;
+        if (ready)
+            return 0;
+        uint64_t now = now_ms();
+        if (now >= deadline)
+            return -ETIMEDOUT;
+        for (unsigned i = 0; i < n; i++)
+            p[i] = (struct pollfd){.fd = d->q[i].call_fd, .events = POLLIN};
+        p[n] = (struct pollfd){.fd = d->backend_fd, .events = POLLIN};
+        int r = poll(p, n + (d->backend_fd >= 0 ? 1 : 0), (int)(deadline - now));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        for (unsigned i = 0; i < n; i++) {
+            uint64_t v;
+            if ((p[i].revents & POLLIN) && read(p[i].fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                return -errno;
+        }
+        if (d->backend_fd >= 0 && p[n].revents) {
+            r = vublk_process_backend(d, 0);
+            if (r < 0)
+                return r;
+        }
+    }
+}

@@ -132,6 +132,9 @@ unsigned vublk_reap(struct vublk *d, unsigned q, struct vublk_done *out, unsigne
  * ring that long before sleeping on the call eventfd. */
 int vublk_wait(struct vublk *d, unsigned q, int timeout_ms, unsigned poll_us);
 unsigned vublk_inflight(const struct vublk *d, unsigned q);
+/* Wait until any queue has completions (bounded), serving the back-end
+ * channel meanwhile.  Used by a single thread driving several queues. */
+int vublk_wait_any(struct vublk *d, int timeout_ms);
 
 /* One request, submitted and waited for (bounded by the connection timeout).
  * Returns 0 with *ret_status set, or a negative errno. */
