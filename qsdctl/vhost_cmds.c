@@ -714,6 +714,7 @@ struct engine {
     uint64_t capacity;
     /* vhost */
     struct vublk *d;
+    unsigned poll_us; /* spin on the used rings this long before sleeping */
     /* io_uring */
     struct io_uring ring;
     bool ring_ok;
@@ -755,6 +756,15 @@ static int vh_reap(struct engine *e, unsigned *slots, unsigned max, bool wait)
         }
         if (n || !wait)
             return (int)n;
+        if (e->poll_us) {
+            uint64_t end = now_us() + e->poll_us;
+            bool any = false;
+            while (!any && now_us() < end)
+                for (unsigned q = 0; q < nq && !any; q++)
+                    any = vublk_has_completions(e->d, q);
+            if (any)
+                continue;
+        }
         int r = vublk_wait_any(e->d, 10000);
         if (r < 0)
             return r;
@@ -846,6 +856,7 @@ struct bench_result {
     double seconds, iops, mbps, mean_us, p50_us, p99_us;
     double qsd_cpu_us_per_io;    /* NAN when unknown */
     double client_cpu_us_per_io;
+    double kicks_per_io, sleeps_per_io; /* vhost only, NAN otherwise */
 };
 
 /* CPU time (ns) of all threads of pid, from /proc/PID/task/<tid>/schedstat
@@ -921,6 +932,7 @@ static int run_test(struct engine *e, const struct bench_test *t, uint64_t regio
     uint64_t t_end = t_measure + (uint64_t)runtime_ms * 1000000u;
     bool measuring = false;
     int64_t qsd0 = -1, self0 = 0;
+    struct vublk_stats st0 = {0}, st1 = {0};
     uint64_t ops = 0, m0 = 0;
 
 #define NEXT_OFF()                                                                             \
@@ -950,6 +962,8 @@ static int run_test(struct engine *e, const struct bench_test *t, uint64_t regio
             m0 = now;
             qsd0 = proc_cpu_ns(qsd_pid);
             self0 = self_cpu_ns();
+            if (e->d)
+                vublk_get_stats(e->d, &st0);
             ops = 0;
         }
         bool stop = now >= t_end;
@@ -981,6 +995,12 @@ static int run_test(struct engine *e, const struct bench_test *t, uint64_t regio
             res->qsd_cpu_us_per_io = qsd0 >= 0 && q1 >= 0 && ops
                                          ? (double)(q1 - qsd0) / 1e3 / (double)ops : NAN;
             res->client_cpu_us_per_io = ops ? (double)(s1 - self0) / 1e3 / (double)ops : NAN;
+            res->kicks_per_io = res->sleeps_per_io = NAN;
+            if (e->d && ops) {
+                vublk_get_stats(e->d, &st1);
+                res->kicks_per_io = (double)(st1.kicks - st0.kicks) / (double)ops;
+                res->sleeps_per_io = (double)(st1.sleeps - st0.sleeps) / (double)ops;
+            }
         }
         r = e->commit(e);
         if (r < 0)
@@ -1077,16 +1097,17 @@ int cmd_bench(int argc, char **argv)
         {"tests", required_argument, NULL, 'T'},
         {"qsd-pid", required_argument, NULL, 'p'},
         {"label", required_argument, NULL, 'l'},
+        {"poll-us", required_argument, NULL, 'P'},
         {"timeout-ms", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     bool json = g_opts.json;
-    uint64_t runtime = 3000, ramp = 500, size = 0, queues = 1, pid = 0;
+    uint64_t runtime = 3000, ramp = 500, size = 0, queues = 1, pid = 0, poll_us = 0;
     const char *tests = NULL, *label = NULL;
     int timeout_ms = 5000;
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "+jr:R:S:q:T:p:l:t:h", lopts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "+jr:R:S:q:T:p:l:P:t:h", lopts, NULL)) != -1;) {
         int r = 0;
         switch (c) {
         case 'j': json = true; break;
@@ -1097,11 +1118,12 @@ int cmd_bench(int argc, char **argv)
         case 'T': tests = optarg; break;
         case 'p': r = parse_uint(optarg, 1, INT32_MAX, &pid); break;
         case 'l': label = optarg; break;
+        case 'P': r = parse_uint(optarg, 0, 1000000, &poll_us); break;
         case 't': r = parse_timeout(argv[0], optarg, &timeout_ms); break;
         case 'h':
             printf("usage: qsdctl bench [--json] [--runtime-ms MS] [--ramp-ms MS] [--size BYTES]\n"
                    "                    [--queues N] [--tests LIST] [--qsd-pid PID]\n"
-                   "                    [--label TEXT] TARGET\n"
+                   "                    [--label TEXT] [--poll-us US] TARGET\n"
                    "TARGET is a vhost-user-blk socket (our client) or a file / block device\n"
                    "(io_uring, O_DIRECT: the physical limit).  Tests (comma list, default all):\n");
             for (size_t i = 0; i < ARRAY_SIZE(bench_tests); i++)
@@ -1109,6 +1131,8 @@ int cmd_bench(int argc, char **argv)
             printf("Each test runs --ramp-ms unmeasured, then --runtime-ms measured (defaults\n"
                    "500 and 3000).  Write tests OVERWRITE the target's data.  The QSD's CPU\n"
                    "time per I/O is read from /proc for the socket's peer (or --qsd-pid).\n"
+                   "--poll-us (vhost only): spin on the used rings before sleeping on the\n"
+                   "call eventfds, to measure what the wake-ups cost.\n"
                    "Progress on stderr; a table (or --json) on stdout.\n");
             return EXIT_OK;
         default: return EXIT_USAGE;
@@ -1144,6 +1168,7 @@ int cmd_bench(int argc, char **argv)
     struct engine e;
     int qsd_pid = (int)pid;
     int r = open_engine(target, (unsigned)queues, timeout_ms, &e, &qsd_pid);
+    e.poll_us = (unsigned)poll_us;
     if (r < 0) {
         fprintf(stderr, "qsdctl bench: cannot open %s: %s\n", target, strerror(-r));
         engine_close(&e);
@@ -1189,10 +1214,13 @@ int cmd_bench(int argc, char **argv)
             json_object_set_new(o, "p99_us", num_or_null(b->p99_us));
             json_object_set_new(o, "qsd_cpu_us_per_io", num_or_null(b->qsd_cpu_us_per_io));
             json_object_set_new(o, "client_cpu_us_per_io", num_or_null(b->client_cpu_us_per_io));
+            json_object_set_new(o, "kicks_per_io", num_or_null(b->kicks_per_io));
+            json_object_set_new(o, "sleeps_per_io", num_or_null(b->sleeps_per_io));
             json_array_append_new(arr, o);
         }
-        json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o}", "target", target, "engine", e.kind,
-                              "region", (json_int_t)region, "queues", (int)nq, "results", arr);
+        json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:i, s:o}", "target", target, "engine",
+                              e.kind, "region", (json_int_t)region, "queues", (int)nq,
+                              "poll_us", (int)poll_us, "results", arr);
         if (label)
             json_object_set_new(j, "label", json_string(label));
         print_json(j);
@@ -1200,8 +1228,9 @@ int cmd_bench(int argc, char **argv)
     } else {
         printf("%s%s%s (%s, %u queue(s))\n", label ? label : "", label ? ": " : "", target,
                e.kind, nq);
-        printf("%-18s %10s %9s %9s %9s %9s %12s %12s\n", "test", "IOPS", "MB/s", "mean_us",
-               "p50_us", "p99_us", "qsd_cpu/io", "client_cpu/io");
+        printf("%-18s %10s %9s %9s %9s %9s %12s %13s %8s %8s\n", "test", "IOPS", "MB/s",
+               "mean_us", "p50_us", "p99_us", "qsd_cpu/io", "client_cpu/io", "kicks/io",
+               "sleeps/io");
         for (size_t i = 0; i < ARRAY_SIZE(bench_tests); i++) {
             struct bench_result *b = &results[i];
             if (!selected[i])
@@ -1209,8 +1238,9 @@ int cmd_bench(int argc, char **argv)
             char q[32] = "-";
             if (!isnan(b->qsd_cpu_us_per_io))
                 snprintf(q, sizeof(q), "%.2f us", b->qsd_cpu_us_per_io);
-            printf("%-18s %10.0f %9.1f %9.1f %9.1f %9.1f %12s %9.2f us\n", b->t->name, b->iops,
-                   b->mbps, b->mean_us, b->p50_us, b->p99_us, q, b->client_cpu_us_per_io);
+            printf("%-18s %10.0f %9.1f %9.1f %9.1f %9.1f %12s %10.2f us %8.2f %8.2f\n",
+                   b->t->name, b->iops, b->mbps, b->mean_us, b->p50_us, b->p99_us, q,
+                   b->client_cpu_us_per_io, b->kicks_per_io, b->sleeps_per_io);
         }
     }
     return EXIT_OK;

@@ -9,6 +9,12 @@
 # Configurations: QSD vhost-user-blk with raw and qcow2 images, aio=io_uring
 # and aio=native, one and two queues; QSD with a null-co backend (the cost of
 # vhost-user and QSD alone).  All QSD block nodes use cache.direct=on.
+# Each export runs in its own iothread (as QSD should be run); one extra row
+# runs raw/io_uring/1q in QSD's main loop for comparison.  Every QSD
+# configuration is measured twice: with the client sleeping on the call
+# eventfd until QSD signals (like a guest that halts), and with the client
+# polling the used ring up to 200 us first ("+poll", like a KVM guest with
+# halt polling): the difference is what the wake-ups cost on this machine.
 # The machine is shared and drifts: the limit is measured again right before
 # each configuration, and each ratio uses that paired limit.
 # Writes OUT/results.json (every number), OUT/results.md (ratio table and
@@ -66,8 +72,10 @@ bench() { # NAME TARGET [ARGS...]
         { cat "$run/$name.log" >&2; echo "bench.sh: $name failed" >&2; exit 1; }
 }
 
-start_qsd() { # FORMAT AIO QUEUES
+start_qsd() { # FORMAT AIO QUEUES [mainloop]
     local fmt=$1 aio=$2 nq=$3 i
+    local iot=(--object iothread,id=iot0) eiot=",iothread=iot0"
+    if [ "${4:-}" = mainloop ]; then iot=(); eiot=; fi
     rm -f "$run/vhost.sock"
     local nodes
     if [ "$fmt" = null ]; then
@@ -76,8 +84,8 @@ start_qsd() { # FORMAT AIO QUEUES
         nodes=(--blockdev "driver=file,node-name=file,filename=$work/data.$fmt,cache.direct=on,aio=$aio"
                --blockdev "driver=$fmt,node-name=disk,file=file")
     fi
-    "$QSD_BIN" "${nodes[@]}" \
-        --export "type=vhost-user-blk,id=exp,node-name=disk,addr.type=unix,addr.path=$run/vhost.sock,writable=on,num-queues=$nq" \
+    "$QSD_BIN" "${iot[@]}" "${nodes[@]}" \
+        --export "type=vhost-user-blk,id=exp,node-name=disk,addr.type=unix,addr.path=$run/vhost.sock,writable=on,num-queues=$nq$eiot" \
         >"$run/qsd.log" 2>&1 &
     QSD_PID=$!
     for i in $(seq 200); do
@@ -97,10 +105,11 @@ stop_qsd() {
     QSD_PID=
 }
 
-paired() { # NAME FORMAT AIO QUEUES
+paired() { # NAME FORMAT AIO QUEUES [mainloop]
     bench "limit@$1" "$work/data.raw"
-    start_qsd "$2" "$3" "$4"
+    start_qsd "$2" "$3" "$4" "${5:-}"
     bench "$1" "$run/vhost.sock" --queues "$4"
+    bench "$1+poll" "$run/vhost.sock" --queues "$4" --poll-us 200
     stop_qsd
 }
 for fmt in raw qcow2; do
@@ -113,6 +122,7 @@ done
 for nq in 1 2; do
     paired "qsd-null-${nq}q" null - $nq
 done
+paired "qsd-raw-io_uring-1q-mainloop" raw io_uring 1 mainloop
 
 # Machine description, then the report.
 {
@@ -142,10 +152,12 @@ tests = [r["test"] for r in runs[configs[0]]["results"]]
 def res(label, test):
     return next(r for r in runs[label]["results"] if r["test"] == test)
 def lim(config, test):
-    return res("limit@" + config, test)
+    return res("limit@" + config.split("+")[0], test)
 order = []
 for c in configs:
-    order += ["limit@" + c, c]
+    if "+" not in c:
+        order.append("limit@" + c)
+    order.append(c)
 json.dump({"machine": machine, "runs": [runs[l] for l in order]},
           open(os.path.join(out, "results.json"), "w"), indent=1)
 short = {"randread-4k-qd1": "rr4k qd1", "randread-4k-qd32": "rr4k qd32", "randwrite-4k-qd1": "rw4k qd1",
@@ -157,6 +169,7 @@ L += ["    " + m for m in machine]
 L.append("\nRatio of IOPS to the limit (io_uring, O_DIRECT, same file, measured right before "
          "each configuration), depth-1 mean latency above that limit, and CPU time per I/O at "
          "4k random read depth 32 (QSD: all its threads; client: qsdctl, user+kernel). "
+         "`+poll`: the client polls the used ring up to 200 us before sleeping. "
          "Targets: rr4k qd32 >= 0.95, rr4k qd1 mean latency <= limit + 15 us.\n")
 hdr = "| configuration | " + " | ".join(short[t] for t in tests) + \
       " | rr qd1 mean +us | rw qd1 mean +us | QSD CPU us/IO (rr qd32) | client CPU us/IO (rr qd32) |"
@@ -176,7 +189,7 @@ L.append("|" + "---|" * (len(tests) + 1))
 for l in order:
     L.append("| %s | %s |" % (l, " | ".join("%.0f / %.0f / %.0f" % (res(l, t)["iops"], res(l, t)["mean_us"],
              res(l, t)["p99_us"]) for t in tests)))
-lims = [runs["limit@" + c] for c in configs]
+lims = [runs["limit@" + c] for c in configs if "+" not in c]
 L.append("\nSpread of the limit over the run (min-max IOPS): " + ", ".join(
     "%s %.0f-%.0f" % (short[t], min(next(r for r in j["results"] if r["test"] == t)["iops"] for j in lims),
                       max(next(r for r in j["results"] if r["test"] == t)["iops"] for j in lims))
@@ -193,15 +206,17 @@ with open(os.path.join(run, "ratio.dat"), "w") as f:
         f.write(l.replace("qsd-", "") + " " + " ".join("%.3f" % (res(l, t)["iops"] / lim(l, t)["iops"])
                 for t in tests) + "\n")
 with open(os.path.join(run, "lat.dat"), "w") as f:
-    f.write('config "limit (paired)" "QSD"\n')
+    f.write('config "limit (paired)" "QSD, client sleeps" "QSD, client polls"\n')
     for l in configs:
-        f.write("%s %.1f %.1f\n" % (l.replace("qsd-", ""), lim(l, "randread-4k-qd1")["mean_us"],
-                                    res(l, "randread-4k-qd1")["mean_us"]))
+        if "+" in l:
+            continue
+        f.write("%s %.1f %.1f %.1f\n" % (l.replace("qsd-", ""), lim(l, "randread-4k-qd1")["mean_us"],
+                res(l, "randread-4k-qd1")["mean_us"], res(l + "+poll", "randread-4k-qd1")["mean_us"]))
 PYEOF
 
 if command -v gnuplot >/dev/null; then
     gnuplot <<GP
-set terminal png size 1400,600 font ",10" noenhanced
+set terminal png size 1800,700 font ",10" noenhanced
 set output "$out/bench.png"
 set multiplot layout 1,2 title "QSD vhost-user-blk vs the io_uring O_DIRECT limit (same file, same run; limit measured before each configuration)"
 set style data histogram
@@ -217,7 +232,7 @@ plot for [i=2:6] "$run/ratio.dat" using i:xtic(1) title columnheader(i)
 unset arrow 1
 set title "4k random read, depth 1: mean latency (us)"
 set yrange [0:*]
-plot for [i=2:3] "$run/lat.dat" using i:xtic(1) title columnheader(i)
+plot for [i=2:4] "$run/lat.dat" using i:xtic(1) title columnheader(i)
 unset multiplot
 GP
     echo "bench.sh: wrote $out/results.md, $out/results.json, $out/bench.png" >&2

@@ -61,6 +61,7 @@ struct vublk {
     vublk_config_cb config_cb;
     void *config_opaque;
     unsigned config_changes;
+    struct vublk_stats stats;
 };
 
 /* ---- config space ---------------------------------------------------- */
@@ -410,6 +411,11 @@ unsigned vublk_inflight(const struct vublk *d, unsigned q)
     return (unsigned)(d->qsize - d->q[q].nfree);
 }
 
+bool vublk_has_completions(const struct vublk *d, unsigned q)
+{
+    return vq_has_used(&d->q[q].vq);
+}
+
 void vublk_set_config_cb(struct vublk *d, vublk_config_cb cb, void *opaque)
 {
     d->config_cb = cb;
@@ -523,6 +529,7 @@ int vublk_submit(struct vublk *d, unsigned qi, const struct vublk_io *io)
     if (r < 0)
         return r;
     q->nfree--;
+    d->stats.submitted++;
     return 0;
 }
 
@@ -535,6 +542,7 @@ int vublk_kick(struct vublk *d, unsigned qi)
     uint64_t one = 1;
     if (write(q->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         return -errno;
+    d->stats.kicks++;
     return 0;
 }
 
@@ -562,7 +570,9 @@ int vublk_wait(struct vublk *d, unsigned qi, int timeout_ms, unsigned poll_us)
         do {
             if (vq_has_used(&q->vq))
                 return 0;
+#if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
+#endif
         } while (now_us() < end);
     }
     uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
@@ -574,6 +584,7 @@ int vublk_wait(struct vublk *d, unsigned qi, int timeout_ms, unsigned poll_us)
             return -ETIMEDOUT;
         struct pollfd p[2] = {{.fd = q->call_fd, .events = POLLIN},
                               {.fd = d->backend_fd, .events = POLLIN}};
+        d->stats.sleeps++;
         int n = poll(p, d->backend_fd >= 0 ? 2 : 1, (int)(deadline - now));
         if (n < 0 && errno == EINTR)
             continue;
@@ -671,6 +682,7 @@ int vublk_wait_any(struct vublk *d, int timeout_ms)
         for (unsigned i = 0; i < n; i++)
             p[i] = (struct pollfd){.fd = d->q[i].call_fd, .events = POLLIN};
         p[n] = (struct pollfd){.fd = d->backend_fd, .events = POLLIN};
+        d->stats.sleeps++;
         int r = poll(p, n + (d->backend_fd >= 0 ? 1 : 0), (int)(deadline - now));
         if (r < 0 && errno == EINTR)
             continue;
@@ -687,4 +699,9 @@ int vublk_wait_any(struct vublk *d, int timeout_ms)
                 return r;
         }
     }
+}
+
+void vublk_get_stats(const struct vublk *d, struct vublk_stats *ret)
+{
+    *ret = d->stats;
 }

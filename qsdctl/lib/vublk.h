@@ -132,6 +132,8 @@ unsigned vublk_reap(struct vublk *d, unsigned q, struct vublk_done *out, unsigne
  * ring that long before sleeping on the call eventfd. */
 int vublk_wait(struct vublk *d, unsigned q, int timeout_ms, unsigned poll_us);
 unsigned vublk_inflight(const struct vublk *d, unsigned q);
+/* Are completions waiting on queue q?  (No system call: for polling.) */
+bool vublk_has_completions(const struct vublk *d, unsigned q);
 /* Wait until any queue has completions (bounded), serving the back-end
  * channel meanwhile.  Used by a single thread driving several queues. */
 int vublk_wait_any(struct vublk *d, int timeout_ms);
@@ -144,3 +146,12 @@ int vublk_request_sync(struct vublk *d, unsigned q, const struct vublk_io *io,
 int vublk_get_serial(struct vublk *d, char ret_serial[VIRTIO_BLK_ID_BYTES + 1]);
 
 const char *vublk_status_name(uint8_t status);
+
+/* Notification counters since connect, over all queues: where the
+ * transport's system calls go. */
+struct vublk_stats {
+    uint64_t submitted;  /* requests */
+    uint64_t kicks;      /* kick eventfd writes */
+    uint64_t sleeps;     /* poll() calls waiting for a call eventfd */
+};
+void vublk_get_stats(const struct vublk *d, struct vublk_stats *ret);
