@@ -3,8 +3,8 @@
 # one run on the same fully written file, each compared with the physical
 # limit measured in the same run (io_uring, O_DIRECT, on the file itself).
 #
-#   scripts/bench.sh [--size 1G] [--runtime-ms 3000] [--ramp-ms 500]
-#                    [--out docs/bench] [--workdir build/bench]
+#   scripts/bench.sh [--size 1G] [--runtime-ms 1000] [--ramp-ms 300]
+#                    [--rounds 3] [--out docs/bench] [--workdir build/bench]
 #
 # Configurations: QSD vhost-user-blk with raw and qcow2 images, aio=io_uring
 # and aio=native, one and two queues; QSD with a null-co backend (the cost of
@@ -15,23 +15,26 @@
 # eventfd until QSD signals (like a guest that halts), and with the client
 # polling the used ring up to 200 us first ("+poll", like a KVM guest with
 # halt polling): the difference is what the wake-ups cost on this machine.
-# The machine is shared and drifts: the limit is measured again right before
-# each configuration, and each ratio uses that paired limit.
+# The machine is shared and drifts by 2x within minutes: for each test the
+# limit, the sleeping client and the polling client run one right after the
+# other, in several rounds; a ratio is the median over rounds of QSD divided
+# by the limit run just before it.  CPU pressure (PSI) is recorded.
 # Writes OUT/results.json (every number), OUT/results.md (ratio table and
 # the machine) and OUT/bench.png (needs gnuplot: Debian package gnuplot-nox).
 # Needs: a built qsdctl (QSDCTL=, default build/qsdctl/qsdctl), QEMU >= 8.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-size=1G runtime=3000 ramp=500 out=docs/bench work=build/bench
+size=1G runtime=1000 ramp=300 rounds=3 out=docs/bench work=build/bench
 while [ $# -gt 0 ]; do
     case $1 in
     --size) size=$2; shift 2 ;;
     --runtime-ms) runtime=$2; shift 2 ;;
     --ramp-ms) ramp=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --workdir) work=$2; shift 2 ;;
-    *) echo "usage: $0 [--size S] [--runtime-ms MS] [--ramp-ms MS] [--out DIR] [--workdir DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--size S] [--runtime-ms MS] [--ramp-ms MS] [--rounds N] [--out DIR] [--workdir DIR]" >&2; exit 2 ;;
     esac
 done
 QSDCTL=${QSDCTL:-build/qsdctl/qsdctl}
@@ -63,14 +66,6 @@ dd if=/dev/urandom of="$work/data.raw" bs=1M count=$((bytes >> 20)) oflag=direct
 echo "bench.sh: converting to qcow2 (fully allocated: random data has no zero clusters)" >&2
 qemu-img convert -f raw -O qcow2 -t none -T none "$work/data.raw" "$work/data.qcow2"
 sync
-
-bench() { # NAME TARGET [ARGS...]
-    local name=$1 target=$2; shift 2
-    echo "bench.sh: === $name" >&2
-    timeout 600 "$QSDCTL" bench --json --label "$name" --runtime-ms "$runtime" --ramp-ms "$ramp" \
-        "$@" "$target" >"$run/$name.json" 2>"$run/$name.log" ||
-        { cat "$run/$name.log" >&2; echo "bench.sh: $name failed" >&2; exit 1; }
-}
 
 start_qsd() { # FORMAT AIO QUEUES [mainloop]
     local fmt=$1 aio=$2 nq=$3 i
@@ -105,13 +100,33 @@ stop_qsd() {
     QSD_PID=
 }
 
+tests=(randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd32 seqread-128k-qd8)
+
+bench() { # LABEL ROUND TEST TARGET [ARGS...]
+    local label=$1 round=$2 test=$3 target=$4; shift 4
+    local f="$run/$label#$round#$test"
+    timeout 600 "$QSDCTL" bench --json --label "$label" --runtime-ms "$runtime" --ramp-ms "$ramp" \
+        --tests "$test" "$@" "$target" >"$f.json" 2>"$f.log" ||
+        { cat "$f.log" >&2; echo "bench.sh: $label $test failed" >&2; exit 1; }
+}
+
 paired() { # NAME FORMAT AIO QUEUES [mainloop]
-    bench "limit@$1" "$work/data.raw"
+    local r t
+    echo "bench.sh: === $1 and its limit, $rounds rounds" >&2
     start_qsd "$2" "$3" "$4" "${5:-}"
-    bench "$1" "$run/vhost.sock" --queues "$4"
-    bench "$1+poll" "$run/vhost.sock" --queues "$4" --poll-us 200
+    for r in $(seq "$rounds"); do
+        for t in "${tests[@]}"; do
+            bench "limit@$1" "$r" "$t" "$work/data.raw"
+            bench "$1" "$r" "$t" "$run/vhost.sock" --queues "$4"
+            bench "$1+poll" "$r" "$t" "$run/vhost.sock" --queues "$4" --poll-us 200
+        done
+    done
     stop_qsd
 }
+
+psi() { sed -n 's/^some //p' /proc/pressure/cpu 2>/dev/null || echo '?'; }
+psi_start=$(psi)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for fmt in raw qcow2; do
     for aio in io_uring native; do
         for nq in 1 2; do
@@ -134,91 +149,102 @@ paired "qsd-raw-io_uring-1q-mainloop" raw io_uring 1 mainloop
     echo "qemu: $("$QSD_BIN" --version | head -1)"
     echo "liburing: $(pkg-config --modversion liburing 2>/dev/null || echo '?')"
     echo "file: $size, random data, fully written; qcow2 converted from it"
-    echo "runtime: ${runtime} ms per test after ${ramp} ms ramp"
+    echo "runtime: ${runtime} ms per test after ${ramp} ms ramp, $rounds rounds"
+    echo "cpu pressure (PSI some) at start: $psi_start; load $load_start"
+    echo "cpu pressure (PSI some) at end:   $(psi); load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 } >"$run/machine.txt"
 
 "$PY" - "$run" "$out" <<'PYEOF'
-import glob, json, os, sys
+import glob, json, os, statistics, sys
 run, out = sys.argv[1], sys.argv[2]
-runs = {}
-for f in sorted(glob.glob(os.path.join(run, "*.json"))):
+data = {}  # label -> test -> round -> result
+for f in glob.glob(os.path.join(run, "*.json")):
+    label, rnd, test = os.path.basename(f)[:-5].split("#")
     j = json.load(open(f))
-    runs[j["label"]] = j
+    data.setdefault(label, {}).setdefault(test, {})[int(rnd)] = j["results"][0]
 machine = open(os.path.join(run, "machine.txt")).read().strip().splitlines()
-configs = sorted(l for l in runs if l.startswith("qsd-") and "null" not in l) + \
-          sorted(l for l in runs if l.startswith("qsd-null"))
-tests = [r["test"] for r in runs[configs[0]]["results"]]
-def res(label, test):
-    return next(r for r in runs[label]["results"] if r["test"] == test)
-def lim(config, test):
-    return res("limit@" + config.split("+")[0], test)
-order = []
+tests = ["randread-4k-qd1", "randread-4k-qd32", "randwrite-4k-qd1", "randwrite-4k-qd32", "seqread-128k-qd8"]
+short = dict(zip(tests, ["rr4k qd1", "rr4k qd32", "rw4k qd1", "rw4k qd32", "sr128k qd8"]))
+configs = sorted(l for l in data if l.startswith("qsd-") and "null" not in l) + \
+          sorted(l for l in data if l.startswith("qsd-null"))
+med = statistics.median
+def limit_of(c):
+    return "limit@" + c.split("+")[0]
+def ratio(c, t):
+    return med(data[c][t][r]["iops"] / data[limit_of(c)][t][r]["iops"] for r in data[c][t])
+def lat_delta(c, t):
+    return med(data[c][t][r]["mean_us"] - data[limit_of(c)][t][r]["mean_us"] for r in data[c][t])
+def m(label, t, key):
+    v = [x[key] for x in data[label][t].values() if x[key] is not None]
+    return med(v) if v else None
+
+summary = []
 for c in configs:
-    if "+" not in c:
-        order.append("limit@" + c)
-    order.append(c)
-json.dump({"machine": machine, "runs": [runs[l] for l in order]},
-          open(os.path.join(out, "results.json"), "w"), indent=1)
-short = {"randread-4k-qd1": "rr4k qd1", "randread-4k-qd32": "rr4k qd32", "randwrite-4k-qd1": "rw4k qd1",
-         "randwrite-4k-qd32": "rw4k qd32", "seqread-128k-qd8": "sr128k qd8"}
-L = []
-L.append("# Data-path benchmark: QSD vhost-user-blk against the io_uring limit\n")
-L.append("Generated by `scripts/bench.sh`; every number in one run on this machine:\n")
-L += ["    " + m for m in machine]
-L.append("\nRatio of IOPS to the limit (io_uring, O_DIRECT, same file, measured right before "
-         "each configuration), depth-1 mean latency above that limit, and CPU time per I/O at "
-         "4k random read depth 32 (QSD: all its threads; client: qsdctl, user+kernel). "
-         "`+poll`: the client polls the used ring up to 200 us before sleeping. "
-         "Targets: rr4k qd32 >= 0.95, rr4k qd1 mean latency <= limit + 15 us.\n")
-hdr = "| configuration | " + " | ".join(short[t] for t in tests) + \
-      " | rr qd1 mean +us | rw qd1 mean +us | QSD CPU us/IO (rr qd32) | client CPU us/IO (rr qd32) |"
-L.append(hdr)
-L.append("|" + "---|" * (len(tests) + 5))
-for l in configs:
-    cells = ["%.2f" % (res(l, t)["iops"] / lim(l, t)["iops"]) for t in tests]
-    d1 = res(l, "randread-4k-qd1")["mean_us"] - lim(l, "randread-4k-qd1")["mean_us"]
-    w1 = res(l, "randwrite-4k-qd1")["mean_us"] - lim(l, "randwrite-4k-qd1")["mean_us"]
-    q = res(l, "randread-4k-qd32")["qsd_cpu_us_per_io"]
-    c = res(l, "randread-4k-qd32")["client_cpu_us_per_io"]
-    L.append("| %s | %s | %+.1f | %+.1f | %s | %.1f |" % (l, " | ".join(cells), d1, w1,
-             "-" if q is None else "%.1f" % q, c))
-L.append("\nAbsolute numbers (IOPS / mean us / p99 us), each configuration after its paired limit:\n")
+    summary.append({"config": c, "ratio": {t: ratio(c, t) for t in tests},
+                    "qd1_mean_delta_us": {t: lat_delta(c, t) for t in ("randread-4k-qd1", "randwrite-4k-qd1")},
+                    "qsd_cpu_us_per_io": {t: m(c, t, "qsd_cpu_us_per_io") for t in tests},
+                    "client_cpu_us_per_io": {t: m(c, t, "client_cpu_us_per_io") for t in tests},
+                    "sleeps_per_io": {t: m(c, t, "sleeps_per_io") for t in tests},
+                    "kicks_per_io": {t: m(c, t, "kicks_per_io") for t in tests}})
+json.dump({"machine": machine, "summary": summary, "runs": data},
+          open(os.path.join(out, "results.json"), "w"), indent=1, sort_keys=True)
+
+L = ["# Data-path benchmark: QSD vhost-user-blk against the io_uring limit", "",
+     "Generated by `scripts/bench.sh`; every number from one run on this machine:", ""]
+L += ["    " + x for x in machine]
+L += ["", "Median over rounds of IOPS / limit (io_uring, O_DIRECT, same file, run just before), "
+      "depth-1 mean latency above the limit, CPU time per I/O at 4k random read depth 32 "
+      "(QSD: all its threads; client: qsdctl, user+kernel) and client sleeps per I/O. "
+      "`+poll`: the client polls the used ring up to 200 us before sleeping on the call eventfd. "
+      "Targets: rr4k qd32 >= 0.95; rr4k qd1 mean <= limit + 15 us.", ""]
+L.append("| configuration | " + " | ".join(short[t] for t in tests) +
+         " | rr qd1 mean +us | rw qd1 mean +us | QSD CPU us/IO | client CPU us/IO | sleeps/IO qd1 |")
+L.append("|" + "---|" * (len(tests) + 6))
+for s in summary:
+    c = s["config"]
+    q = s["qsd_cpu_us_per_io"]["randread-4k-qd32"]
+    L.append("| %s | %s | %+.1f | %+.1f | %s | %.1f | %.2f |" % (
+        c, " | ".join("%.2f" % s["ratio"][t] for t in tests),
+        s["qd1_mean_delta_us"]["randread-4k-qd1"], s["qd1_mean_delta_us"]["randwrite-4k-qd1"],
+        "-" if q is None else "%.1f" % q, s["client_cpu_us_per_io"]["randread-4k-qd32"],
+        s["sleeps_per_io"]["randread-4k-qd1"]))
+L += ["", "Medians of absolute numbers (IOPS / mean us / p99 us):", ""]
 L.append("| run | " + " | ".join(short[t] for t in tests) + " |")
 L.append("|" + "---|" * (len(tests) + 1))
-for l in order:
-    L.append("| %s | %s |" % (l, " | ".join("%.0f / %.0f / %.0f" % (res(l, t)["iops"], res(l, t)["mean_us"],
-             res(l, t)["p99_us"]) for t in tests)))
-lims = [runs["limit@" + c] for c in configs if "+" not in c]
-L.append("\nSpread of the limit over the run (min-max IOPS): " + ", ".join(
-    "%s %.0f-%.0f" % (short[t], min(next(r for r in j["results"] if r["test"] == t)["iops"] for j in lims),
-                      max(next(r for r in j["results"] if r["test"] == t)["iops"] for j in lims))
-    for t in tests) + "\n")
+for c in configs:
+    rows = ([limit_of(c)] if "+" not in c else []) + [c]
+    for l in rows:
+        L.append("| %s | %s |" % (l, " | ".join("%.0f / %.0f / %.0f" % (m(l, t, "iops"), m(l, t, "mean_us"),
+                 m(l, t, "p99_us")) for t in tests)))
+lims = [l for l in data if l.startswith("limit@")]
+L += ["", "Spread of the limit over the whole run (min-max IOPS): " + ", ".join(
+    "%s %.0f-%.0f" % (short[t], min(x["iops"] for l in lims for x in data[l][t].values()),
+                      max(x["iops"] for l in lims for x in data[l][t].values())) for t in tests), ""]
 open(os.path.join(out, "results.md"), "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 
-# gnuplot data: ratios of the disk configurations; QD1 mean latencies of all.
 with open(os.path.join(run, "ratio.dat"), "w") as f:
     f.write("config " + " ".join('"%s"' % short[t] for t in tests) + "\n")
-    for l in configs:
-        if "null" in l:
-            continue
-        f.write(l.replace("qsd-", "") + " " + " ".join("%.3f" % (res(l, t)["iops"] / lim(l, t)["iops"])
-                for t in tests) + "\n")
+    for s in summary:
+        if "null" not in s["config"]:
+            f.write(s["config"].replace("qsd-", "") + " " +
+                    " ".join("%.3f" % s["ratio"][t] for t in tests) + "\n")
 with open(os.path.join(run, "lat.dat"), "w") as f:
-    f.write('config "limit (paired)" "QSD, client sleeps" "QSD, client polls"\n')
-    for l in configs:
-        if "+" in l:
+    f.write('config "limit" "QSD, client sleeps" "QSD, client polls"\n')
+    for c in configs:
+        if "+" in c:
             continue
-        f.write("%s %.1f %.1f %.1f\n" % (l.replace("qsd-", ""), lim(l, "randread-4k-qd1")["mean_us"],
-                res(l, "randread-4k-qd1")["mean_us"], res(l + "+poll", "randread-4k-qd1")["mean_us"]))
+        t = "randread-4k-qd1"
+        f.write("%s %.1f %.1f %.1f\n" % (c.replace("qsd-", ""), m(limit_of(c), t, "mean_us"),
+                                         m(c, t, "mean_us"), m(c + "+poll", t, "mean_us")))
 PYEOF
 
 if command -v gnuplot >/dev/null; then
     gnuplot <<GP
 set terminal png size 1800,700 font ",10" noenhanced
 set output "$out/bench.png"
-set multiplot layout 1,2 title "QSD vhost-user-blk vs the io_uring O_DIRECT limit (same file, same run; limit measured before each configuration)"
+set multiplot layout 1,2 title "QSD vhost-user-blk vs the io_uring O_DIRECT limit (same file, one run, median of $rounds rounds; +poll: client polls)"
 set style data histogram
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
@@ -226,11 +252,11 @@ set key top left
 set xtics rotate by -30
 set grid ytics
 set title "IOPS / limit"
-set yrange [0:1.3]
+set yrange [0:1.4]
 set arrow 1 from graph 0, first 0.95 to graph 1, first 0.95 nohead dt 2 lc rgb "red"
 plot for [i=2:6] "$run/ratio.dat" using i:xtic(1) title columnheader(i)
 unset arrow 1
-set title "4k random read, depth 1: mean latency (us)"
+set title "4k random read, depth 1: mean latency (us), median of rounds"
 set yrange [0:*]
 plot for [i=2:4] "$run/lat.dat" using i:xtic(1) title columnheader(i)
 unset multiplot

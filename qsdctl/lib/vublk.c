@@ -307,9 +307,14 @@ int vublk_connect(const char *path, const struct vublk_opts *opts, struct vublk 
     if (d->qsize & (d->qsize - 1) || d->qsize > 1024)
         return -EINVAL;
 
-    /* A unix connect to a dead socket fails at once (ECONNREFUSED); a live
-     * server that does not answer is caught by the reply timeouts. */
-    int r = unix_connect(path, false, &d->sock);
+    /* Non-blocking: a unix connect to a dead socket fails at once
+     * (ECONNREFUSED), one whose backlog is full fails with EAGAIN instead of
+     * blocking; a live server that does not answer (QSD serves one client at
+     * a time) is caught by the reply timeouts.  All our I/O on the socket
+     * waits with poll() and a bound. */
+    int r = unix_connect(path, true, &d->sock);
+    if (r == -EAGAIN)
+        return -EBUSY;
     if (r < 0)
         return r;
     struct ucred cred;

@@ -76,7 +76,8 @@ struct vublk;
 typedef void (*vublk_config_cb)(struct vublk *d, void *opaque);
 
 /* Connect and bring the device up.  Errors: -ENOENT / -ECONNREFUSED (no
- * server), -ETIMEDOUT (server silent, e.g. busy with another client),
+ * server), -EBUSY (listen backlog full), -ETIMEDOUT (server silent, e.g.
+ * busy with another client),
  * -EPROTO / -ENOTSUP (back-end lacks what we need). */
 int vublk_connect(const char *path, const struct vublk_opts *opts, struct vublk **ret);
 void vublk_free(struct vublk *d);
