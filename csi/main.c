@@ -8,6 +8,8 @@
 #include "log.h"
 #include "loop.h"
 #include "plugin.h"
+#include "paths.h"
+#include "service.h"
 #include "util.h"
 
 #include <getopt.h>
@@ -24,6 +26,7 @@ struct plugin {
     struct grpc_server *srv;
     struct grpc_listener *ln;
     struct identity *identity;
+    struct csi *csi;
     int sigfd;
     struct loop_watch *sigwatch;
     bool stopping;
@@ -42,6 +45,7 @@ static void usage(FILE *f)
             "  --run-dir DIR         runtime root (default /run/qsd-csi)\n"
             "  --kubelet-root DIR    kubelet root (default /var/lib/kubelet)\n"
             "  --qsd-binary PATH     qemu-storage-daemon (default: found in PATH)\n"
+            "  --max-volumes N       volumes this node serves at most (default 128)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
@@ -92,7 +96,7 @@ static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
 static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **hostname)
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
-           O_LEVEL, O_FORMAT, O_VERSION, O_HELP };
+           O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -102,6 +106,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"run-dir", required_argument, NULL, O_RUN},
         {"kubelet-root", required_argument, NULL, O_KUBELET},
         {"qsd-binary", required_argument, NULL, O_QSD},
+        {"max-volumes", required_argument, NULL, O_MAXVOL},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -116,6 +121,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .run_dir = "/run/qsd-csi",
         .kubelet_root = "/var/lib/kubelet",
         .qsd_binary = QSD_BINARY_DEFAULT,
+        .max_volumes = 128,
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -128,6 +134,15 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_RUN: cfg->run_dir = optarg; break;
         case O_KUBELET: cfg->kubelet_root = optarg; break;
         case O_QSD: cfg->qsd_binary = optarg; break;
+        case O_MAXVOL: {
+            uint64_t v;
+            if (parse_uint(optarg, 1, 100000, &v) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --max-volumes '%s' (1-100000)\n", optarg);
+                return 2;
+            }
+            cfg->max_volumes = (int64_t)v;
+            break;
+        }
         case O_LEVEL: {
             enum log_level l;
             if (log_parse_level(optarg, &l) < 0) {
@@ -172,6 +187,15 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         *hostname = xstrdup(buf);
         cfg->node_id = *hostname;
     }
+    for (const char **d = (const char *[]){cfg->state_dir, cfg->pool_dir, cfg->run_dir,
+                                          cfg->kubelet_root, NULL};
+         *d; d++) {
+        const char *why;
+        if (!streq(*d, "/") && path_check_lexical("/", *d, &why) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: directory '%s' %s\n", *d, why);
+            return 2;
+        }
+    }
     if (strlen(cfg->node_id) > 192) {
         fprintf(stderr, "qsd-csi-plugin: --nodeid longer than 192 bytes\n");
         return 2;
@@ -182,6 +206,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
 static void plugin_free(struct plugin *pl)
 {
     grpc_listener_free(pl->ln);
+    csi_free(pl->csi);
     grpc_server_free(pl->srv);
     identity_free(pl->identity);
     loop_watch_remove(pl->sigwatch);
@@ -228,8 +253,23 @@ int main(int argc, char **argv)
         log_error("plugin", "method table rejected", "error=\"%s\"", strerror(-r));
         goto out;
     }
-    /* Controller and Node methods are not registered yet: they answer
-     * UNIMPLEMENTED like every unknown method. */
+    {
+        _cleanup_free_ char *msg = NULL;
+        if ((r = csi_new(&pl.cfg, pl.loop, &pl.csi, &msg)) < 0) {
+            _cleanup_free_ char *q = log_quote(msg);
+            log_error("plugin", "cannot open the state or the pool", "error=%s", q);
+            goto out;
+        }
+        m = controller_methods(pl.csi, &n);
+        if ((r = grpc_server_add_methods(pl.srv, m, n)) == 0) {
+            m = node_methods(pl.csi, &n);
+            r = grpc_server_add_methods(pl.srv, m, n);
+        }
+        if (r < 0) {
+            log_error("plugin", "method table rejected", "error=\"%s\"", strerror(-r));
+            goto out;
+        }
+    }
 
     {
         _cleanup_free_ char *dir = xstrdup(pl.cfg.socket_path);

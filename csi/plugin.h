@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct plugin_config {
     const char *endpoint;     /* unix:///run/qsd-csi/csi.sock */
@@ -19,6 +20,7 @@ struct plugin_config {
     const char *run_dir;
     const char *kubelet_root;
     const char *qsd_binary;   /* name (looked up in PATH) or absolute path */
+    int64_t max_volumes;      /* NodeGetInfo max_volumes_per_node; staged volumes at most */
 };
 
 struct identity;

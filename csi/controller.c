@@ -1,0 +1,1079 @@
+/* controller.c: the CSI Controller service.
+ *
+ * Volumes are qcow2/raw images in the node's pool, snapshots standalone qcow2
+ * files (image.h).  Every handler validates first (INVALID_ARGUMENT), then
+ * looks records up (NOT_FOUND), then takes the records' busy flags (a second
+ * operation on a busy id is ABORTED), then acts.  Long work (image creation,
+ * copies, offline resize, snapshots) runs in a worker process (worker.h) so
+ * the loop never blocks; records are written with phase "creating" before
+ * and "ready" after, so a crash leaves nothing half-created (service.c). */
+#include "log.h"
+#include "names.h"
+#include "params.h"
+#include "service.h"
+#include "util.h"
+
+#include <inttypes.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#define COPY_TIMEOUT_MS (60ull * 60 * 1000)     /* image copies, live snapshots */
+#define QUICK_TIMEOUT_MS (2ull * 60 * 1000)      /* create, resize */
+#define LIST_TOKEN_VOL "v1:"
+#define LIST_TOKEN_SNAP "s1:"
+#define K8S_PREFIX "csi.storage.k8s.io/"
+
+struct controller {
+    struct csi *csi;
+    struct grpc_method methods[13];
+};
+
+/* ------------------------------------------------------------ helpers */
+
+static json_t *params_json(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p)
+{
+    json_t *j = json_object();
+    for (size_t i = 0; i < n; i++)
+        if (!startswith(p[i]->key, K8S_PREFIX))
+            json_object_set_new(j, p[i]->key, json_string(p[i]->value));
+    return j;
+}
+
+static bool topology_ok(struct csi *c, const Csi__V1__TopologyRequirement *req)
+{
+    if (!req || req->n_requisite == 0)
+        return true;
+    for (size_t i = 0; i < req->n_requisite; i++) {
+        const Csi__V1__Topology *t = req->requisite[i];
+        for (size_t k = 0; k < t->n_segments; k++)
+            if (streq(t->segments[k]->key, c->topo_key) &&
+                streq(t->segments[k]->value, c->cfg->node_id))
+                return true;
+    }
+    return false;
+}
+
+/* Fill a Volume message for v; everything points into v or into *tmp. */
+struct volmsg {
+    Csi__V1__Volume vol;
+    Csi__V1__Topology topo;
+    Csi__V1__Topology__SegmentsEntry seg;
+    Csi__V1__Topology__SegmentsEntry *segs[1];
+    Csi__V1__Topology *topos[1];
+    Csi__V1__VolumeContentSource src;
+    Csi__V1__VolumeContentSource__SnapshotSource ssrc;
+    Csi__V1__VolumeContentSource__VolumeSource vsrc;
+};
+
+static void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
+{
+    *m = (struct volmsg){
+        .vol = CSI__V1__VOLUME__INIT,
+        .topo = CSI__V1__TOPOLOGY__INIT,
+        .seg = CSI__V1__TOPOLOGY__SEGMENTS_ENTRY__INIT,
+        .src = CSI__V1__VOLUME_CONTENT_SOURCE__INIT,
+        .ssrc = CSI__V1__VOLUME_CONTENT_SOURCE__SNAPSHOT_SOURCE__INIT,
+        .vsrc = CSI__V1__VOLUME_CONTENT_SOURCE__VOLUME_SOURCE__INIT,
+    };
+    m->seg.key = c->topo_key;
+    m->seg.value = (char *)c->cfg->node_id;
+    m->segs[0] = &m->seg;
+    m->topo.n_segments = 1;
+    m->topo.segments = m->segs;
+    m->topos[0] = &m->topo;
+    m->vol.capacity_bytes = (int64_t)v->size;
+    m->vol.volume_id = v->id;
+    m->vol.n_accessible_topology = 1;
+    m->vol.accessible_topology = m->topos;
+    if (v->src_type && streq(v->src_type, "snapshot")) {
+        m->ssrc.snapshot_id = v->src_id;
+        m->src.type_case = CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT;
+        m->src.snapshot = &m->ssrc;
+        m->vol.content_source = &m->src;
+    } else if (v->src_type) {
+        m->vsrc.volume_id = v->src_id;
+        m->src.type_case = CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME;
+        m->src.volume = &m->vsrc;
+        m->vol.content_source = &m->src;
+    }
+}
+
+static void reply_volume(struct csi *c, struct grpc_call *call, const struct vol *v)
+{
+    struct volmsg m;
+    volmsg_fill(c, v, &m);
+    Csi__V1__CreateVolumeResponse out = CSI__V1__CREATE_VOLUME_RESPONSE__INIT;
+    out.volume = &m.vol;
+    grpc_call_reply_pb(call, &out.base);
+}
+
+static void snapmsg_fill(const struct snap *sn, Csi__V1__Snapshot *s, Google__Protobuf__Timestamp *ts)
+{
+    *ts = (Google__Protobuf__Timestamp)GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    ts->seconds = sn->created_sec;
+    ts->nanos = sn->created_nsec;
+    *s = (Csi__V1__Snapshot)CSI__V1__SNAPSHOT__INIT;
+    s->size_bytes = (int64_t)sn->size;
+    s->snapshot_id = sn->id;
+    s->source_volume_id = sn->source;
+    s->creation_time = ts;
+    s->ready_to_use = true;
+}
+
+static bool vol_matches(const struct vol *v, int64_t req, int64_t lim, const char *format,
+                        const char *prealloc, json_t *params, const char *st, const char *sid)
+{
+    return v->size >= (uint64_t)req && (lim == 0 || v->size <= (uint64_t)lim) &&
+           streq(v->format, format) && streq(v->preallocation, prealloc) &&
+           json_equal(v->parameters, params) && streq_ptr(v->src_type, st) &&
+           streq_ptr(v->src_id, sid);
+}
+
+/* ------------------------------------------------------- CreateVolume */
+
+static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    struct csi *c = op->csi;
+    struct vol *v = op->vol;
+    int r;
+    if (v->src_type && streq(v->src_type, "volume")) {
+        /* Clone: a point-in-time copy of the source (live through its QSD when
+         * staged), then an independent volume from it. */
+        struct vol *src = op->vol2;
+        _cleanup_free_ char *tmp = xasprintf(".clone-%s", v->id);
+        _cleanup_free_ char *m = NULL;
+        snapshot_delete(&c->pool, tmp, &m);
+        if (op->flag) {
+            struct qmp_sync *s;
+            struct qmp_error e = {0};
+            struct qsd_paths p;
+            qsd_paths_init(c->cfg->run_dir, src->id, &p);
+            r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, &s, &e);
+            qsd_paths_clear(&p);
+            if (r < 0) {
+                *ret_msg = xasprintf("cannot reach the QSD of source volume %s: %s", src->id,
+                                     e.desc ? e.desc : strerror(-r));
+                qmp_error_clear(&e);
+                return r == -ENOENT ? -ECONNREFUSED : r;
+            }
+            r = live_snapshot(s, &c->pool, tmp, COPY_TIMEOUT_MS, ret_msg);
+            qmp_sync_close(s);
+        } else {
+            _cleanup_free_ char *path = NULL, *fmt = NULL;
+            if ((r = pool_find_volume(&c->pool, src->id, &path, &fmt)) < 0) {
+                *ret_msg = xasprintf("the image of source volume %s is missing", src->id);
+                return r;
+            }
+            r = snapshot_create_offline(&c->pool, path, fmt, tmp, ret_msg);
+        }
+        if (r < 0)
+            return r == -ENOENT ? -EIO : r;
+        r = image_create(&c->pool, v->id, v->format, op->size, v->preallocation, tmp, ret_msg);
+        _cleanup_free_ char *m2 = NULL;
+        snapshot_delete(&c->pool, tmp, &m2);
+    } else {
+        r = image_create(&c->pool, v->id, v->format, op->size, v->preallocation,
+                         v->src_type ? v->src_id : NULL, ret_msg);
+    }
+    if (r < 0)
+        return r == -EEXIST ? -EIO : r; /* EEXIST was checked before: a race */
+    _cleanup_free_ char *path = NULL, *fmt = NULL;
+    uint64_t size = 0;
+    if ((r = pool_find_volume(&c->pool, v->id, &path, &fmt)) < 0 ||
+        (r = image_info(path, fmt, &size, NULL, ret_msg)) < 0)
+        return r;
+    *ret_result = json_pack("{s:I}", "size", (json_int_t)size);
+    return 0;
+}
+
+static void create_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    struct csi *c = op->csi;
+    struct vol *v = op->vol;
+    op->worker = NULL;
+    json_int_t size = 0;
+    if (status == 0 && json_unpack(result, "{s:I}", "size", &size) < 0)
+        status = -EBADMSG, msg = "worker returned no size";
+    if (status == 0) {
+        v->phase = PHASE_READY;
+        v->size = v->image_size = (uint64_t)size;
+        int r = store_save_vol(c->store, v);
+        if (r == 0) {
+            log_info("controller", "volume created", "volume=%s size=%" PRIu64 " format=%s",
+                     v->id, v->size, v->format);
+            reply_volume(c, op->call, v);
+            op_end(op);
+            return;
+        }
+        status = r;
+        msg = "cannot write the volume record";
+    }
+    _cleanup_free_ char *m = NULL;
+    image_delete(&c->pool, v->id, &m);
+    op->vol = NULL;
+    store_remove_vol(c->store, v);
+    enum grpc_code code = status == -ENOENT ? GRPC_NOT_FOUND
+                          : status == -ENOSPC ? GRPC_RESOURCE_EXHAUSTED
+                          : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
+                                                     : GRPC_INTERNAL;
+    grpc_call_fail(op->call, code, "%s", msg ? msg : strerror(-status));
+    op_end(op);
+}
+
+static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
+{
+    const char *why;
+    if (!in->name || !*in->name) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "name is missing");
+        return;
+    }
+    if (name_validate(in->name, &why) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "name %s (the name becomes the volume id: 1-128 bytes of [A-Za-z0-9._-])",
+                       why);
+        return;
+    }
+    if (in->n_volume_capabilities == 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
+        return;
+    }
+    for (size_t i = 0; i < in->n_volume_capabilities; i++)
+        if ((why = cap_problem(in->volume_capabilities[i]))) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities[%zu]: %s", i, why);
+            return;
+        }
+    const char **keys = xcalloc(in->n_parameters + 1, sizeof(char *));
+    const char **vals = xcalloc(in->n_parameters + 1, sizeof(char *));
+    for (size_t i = 0; i < in->n_parameters; i++) {
+        keys[i] = in->parameters[i]->key;
+        vals[i] = in->parameters[i]->value;
+    }
+    struct vol_params p;
+    _cleanup_free_ char *msg = NULL;
+    int r = vol_params_parse(in->n_parameters, keys, vals, &p, &msg);
+    free(keys);
+    free(vals);
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
+        return;
+    }
+    unsigned align = p.opts.logical_block_size;
+    int64_t req = in->capacity_range ? in->capacity_range->required_bytes : 0;
+    int64_t lim = in->capacity_range ? in->capacity_range->limit_bytes : 0;
+    uint64_t size;
+    json_t *params = params_json(in->n_parameters, in->parameters);
+    const char *st = NULL, *sid = NULL;
+    struct vol *v = NULL, *src = NULL;
+    struct snap *ssrc = NULL;
+    /* Malformed ranges first (the source's size is not known yet). */
+    if ((r = capacity_pick(req, lim, 0, align, &size, &msg)) == -EINVAL) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
+        goto out;
+    }
+    free(msg);
+    msg = NULL;
+    if (in->volume_content_source) {
+        Csi__V1__VolumeContentSource *cs = in->volume_content_source;
+        if (cs->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT && cs->snapshot) {
+            st = "snapshot";
+            sid = cs->snapshot->snapshot_id;
+            if (!id_ok(call, "volume_content_source.snapshot.snapshot_id", sid))
+                goto out;
+        } else if (cs->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME && cs->volume) {
+            st = "volume";
+            sid = cs->volume->volume_id;
+            if (!id_ok(call, "volume_content_source.volume.volume_id", sid))
+                goto out;
+        } else {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_content_source has no type");
+            goto out;
+        }
+    }
+    if (!topology_ok(c, in->accessibility_requirements)) {
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
+                       "volumes are node-local: accessibility_requirements.requisite does not "
+                       "include %s=%s", c->topo_key, c->cfg->node_id);
+        goto out;
+    }
+    if ((v = store_find_vol(c->store, in->name))) {
+        if (v->busy || v->phase != PHASE_READY) {
+            grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
+        } else if (vol_matches(v, req, lim, p.format, p.preallocation, params, st, sid)) {
+            reply_volume(c, call, v);
+        } else {
+            grpc_call_fail(call, GRPC_ALREADY_EXISTS,
+                           "volume %s exists with a different capacity, parameters or source",
+                           v->id);
+        }
+        goto out;
+    }
+    uint64_t min_size = 0;
+    if (st && streq(st, "snapshot")) {
+        ssrc = store_find_snap(c->store, sid);
+        if (!ssrc || ssrc->phase != PHASE_READY) {
+            grpc_call_fail(call, GRPC_NOT_FOUND, "snapshot %s does not exist", sid);
+            goto out;
+        }
+        min_size = ssrc->size;
+    } else if (st) {
+        src = store_find_vol(c->store, sid);
+        if (!src || src->phase != PHASE_READY) {
+            grpc_call_fail(call, GRPC_NOT_FOUND, "source volume %s does not exist", sid);
+            goto out;
+        }
+        if (src->busy) {
+            grpc_call_fail(call, GRPC_ABORTED, "an operation on source volume %s is in progress",
+                           sid);
+            goto out;
+        }
+        if (src->staging_path && !vol_live(src)) {
+            grpc_call_fail(call, GRPC_UNAVAILABLE,
+                           "source volume %s is staged but its QSD is not running (restarting)",
+                           sid);
+            goto out;
+        }
+        min_size = src->image_size;
+    }
+    if ((r = capacity_pick(req, lim, min_size, align, &size, &msg)) < 0) {
+        grpc_call_fail(call, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s", msg);
+        goto out;
+    }
+    if (pool_find_volume(&c->pool, in->name, NULL, NULL) == 0) {
+        grpc_call_fail(call, GRPC_ALREADY_EXISTS,
+                       "an image named %s exists in the pool but is not a volume of this plugin",
+                       in->name);
+        goto out;
+    }
+    if (!streq(p.preallocation, "off") && !streq(p.preallocation, "metadata")) {
+        struct statvfs sv;
+        if (statvfs(c->pool.volumes, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < size) {
+            grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
+                           "the pool has less free space than the %" PRIu64
+                           " bytes preallocation=%s needs", size, p.preallocation);
+            goto out;
+        }
+    }
+    v = vol_new(in->name);
+    v->phase = PHASE_CREATING;
+    free(v->format);
+    v->format = xstrdup(p.format);
+    free(v->preallocation);
+    v->preallocation = xstrdup(p.preallocation);
+    json_decref(v->parameters);
+    v->parameters = json_incref(params);
+    v->size = size;
+    v->src_type = st ? xstrdup(st) : NULL;
+    v->src_id = sid ? xstrdup(sid) : NULL;
+    v->created = (int64_t)time(NULL);
+    v->busy = true;
+    store_add_vol(c->store, v);
+    if ((r = store_save_vol(c->store, v)) < 0) {
+        store_remove_vol(c->store, v);
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        goto out;
+    }
+    struct op *op = op_begin(c, call);
+    op->vol = v;
+    op->size = size;
+    if (src) {
+        src->busy = true;
+        op->vol2 = src;
+        op->flag = vol_live(src);
+    }
+    if (op_worker(op, create_fn, st ? COPY_TIMEOUT_MS : QUICK_TIMEOUT_MS, create_done) < 0) {
+        /* op_worker failed the call and released the busy flags. */
+        store_remove_vol(c->store, v);
+    }
+out:
+    json_decref(params);
+    vol_params_clear(&p);
+}
+
+/* ------------------------------------------------------- DeleteVolume */
+
+static void delete_finish(struct csi *c, struct vol *v)
+{
+    _cleanup_free_ char *msg = NULL;
+    struct qsd_paths p;
+    qsd_paths_init(c->cfg->run_dir, v->id, &p);
+    rm_rf(p.export_dir);
+    rm_rf(p.ctl_dir);
+    qsd_paths_clear(&p);
+    qsd_free(v->qsd);
+    v->qsd = NULL;
+    int r = image_delete(&c->pool, v->id, &msg);
+    if (r < 0 && r != -ENOENT)
+        log_warn("controller", "image not deleted", "volume=%s error=\"%s\"", v->id, msg);
+    log_info("controller", "volume deleted", "volume=%s", v->id);
+    store_remove_vol(c->store, v);
+}
+
+static void delete_stopped(struct qsd *q, int status, const char *msg, void *opaque)
+{
+    struct op *op = opaque;
+    struct vol *v = op->vol;
+    op->vol = NULL;
+    delete_finish(op->csi, v);
+    grpc_call_reply_pb(op->call, &((Csi__V1__DeleteVolumeResponse)CSI__V1__DELETE_VOLUME_RESPONSE__INIT).base);
+    op_end(op);
+}
+
+static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
+{
+    Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+    if (!id_ok(call, "volume_id", in->volume_id))
+        return;
+    struct vol *v = store_find_vol(c->store, in->volume_id);
+    if (!v) {
+        grpc_call_reply_pb(call, &out.base);
+        return;
+    }
+    if (v->busy) {
+        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
+        return;
+    }
+    if (v->n_pubs > 0) {
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "volume %s is published at %s: unpublish it first", v->id,
+                       v->pubs[0].target);
+        return;
+    }
+    v->phase = PHASE_DELETING;
+    int r = store_save_vol(c->store, v);
+    if (r < 0) {
+        v->phase = PHASE_READY;
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        return;
+    }
+    if (v->qsd && v->staging_path) {
+        /* Staged but not published: nothing consumes it; stop its QSD. */
+        struct op *op = op_begin(c, call);
+        op->vol = v;
+        v->busy = true;
+        r = qsd_stop(v->qsd, delete_stopped, op);
+        if (r < 0) {
+            op->vol = NULL;
+            v->busy = false;
+            delete_finish(c, v);
+            grpc_call_reply_pb(call, &out.base);
+            op_end(op);
+        }
+        return;
+    }
+    delete_finish(c, v);
+    grpc_call_reply_pb(call, &out.base);
+}
+
+/* ------------------------------------------ ValidateVolumeCapabilities */
+
+static void validate_caps(struct csi *c, struct grpc_call *call,
+                          Csi__V1__ValidateVolumeCapabilitiesRequest *in)
+{
+    if (!id_ok(call, "volume_id", in->volume_id))
+        return;
+    if (in->n_volume_capabilities == 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
+        return;
+    }
+    struct vol *v = store_find_vol(c->store, in->volume_id);
+    if (!v || v->phase != PHASE_READY) {
+        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s does not exist", in->volume_id);
+        return;
+    }
+    Csi__V1__ValidateVolumeCapabilitiesResponse out =
+        CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__INIT;
+    Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed conf =
+        CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__CONFIRMED__INIT;
+    _cleanup_free_ char *msg = NULL;
+    for (size_t i = 0; i < in->n_volume_capabilities && !msg; i++) {
+        const char *why = cap_problem(in->volume_capabilities[i]);
+        if (why)
+            msg = xasprintf("volume_capabilities[%zu]: %s", i, why);
+    }
+    if (!msg && in->n_parameters) {
+        json_t *params = params_json(in->n_parameters,
+                                     (Csi__V1__CreateVolumeRequest__ParametersEntry **)in->parameters);
+        if (!json_equal(params, v->parameters))
+            msg = xstrdup("parameters differ from the ones the volume was created with");
+        json_decref(params);
+    }
+    if (msg) {
+        out.message = msg;
+    } else {
+        conf.n_volume_context = in->n_volume_context;
+        conf.volume_context = (Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__VolumeContextEntry **)
+                                  in->volume_context;
+        conf.n_volume_capabilities = in->n_volume_capabilities;
+        conf.volume_capabilities = in->volume_capabilities;
+        conf.n_parameters = in->n_parameters;
+        conf.parameters = (Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)
+                              in->parameters;
+        out.confirmed = &conf;
+    }
+    grpc_call_reply_pb(call, &out.base);
+}
+
+/* --------------------------------------------------------- ListVolumes */
+
+/* "" -> NULL (from the start); "v1:<id>" -> id; else -EINVAL. */
+static int parse_token(const char *tok, const char *prefix, const char **ret)
+{
+    if (!tok || !*tok) {
+        *ret = NULL;
+        return 0;
+    }
+    if (!startswith(tok, prefix) || name_validate(tok + strlen(prefix), NULL) < 0)
+        return -EINVAL;
+    *ret = tok + strlen(prefix);
+    return 0;
+}
+
+static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVolumesRequest *in)
+{
+    const char *after;
+    if (in->max_entries < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
+        return;
+    }
+    if (parse_token(in->starting_token, LIST_TOKEN_VOL, &after) < 0) {
+        grpc_call_fail(call, GRPC_ABORTED, "starting_token is not a token this plugin issued");
+        return;
+    }
+    store_sort(c->store);
+    size_t cap = c->store->n_vols, n = 0;
+    struct volmsg *msgs = xcalloc(cap + 1, sizeof(*msgs));
+    Csi__V1__ListVolumesResponse__Entry *ents = xcalloc(cap + 1, sizeof(*ents));
+    Csi__V1__ListVolumesResponse__Entry **list = xcalloc(cap + 1, sizeof(*list));
+    _cleanup_free_ char *next = NULL;
+    for (size_t i = 0; i < cap; i++) {
+        struct vol *v = c->store->vols[i];
+        if (v->phase != PHASE_READY || (after && strcmp(v->id, after) <= 0))
+            continue;
+        if (in->max_entries > 0 && n == (size_t)in->max_entries) {
+            next = xasprintf("%s%s", LIST_TOKEN_VOL, list[n - 1]->volume->volume_id);
+            break;
+        }
+        volmsg_fill(c, v, &msgs[n]);
+        ents[n] = (Csi__V1__ListVolumesResponse__Entry)CSI__V1__LIST_VOLUMES_RESPONSE__ENTRY__INIT;
+        ents[n].volume = &msgs[n].vol;
+        list[n] = &ents[n];
+        n++;
+    }
+    /* Pointers into msgs[] were taken before msgs[] stopped moving: fix up. */
+    for (size_t i = 0; i < n; i++) {
+        msgs[i].segs[0] = &msgs[i].seg;
+        msgs[i].topo.segments = msgs[i].segs;
+        msgs[i].topos[0] = &msgs[i].topo;
+        msgs[i].vol.accessible_topology = msgs[i].topos;
+    }
+    Csi__V1__ListVolumesResponse out = CSI__V1__LIST_VOLUMES_RESPONSE__INIT;
+    out.n_entries = n;
+    out.entries = list;
+    out.next_token = next ? next : (char *)"";
+    grpc_call_reply_pb(call, &out.base);
+    free(list);
+    free(ents);
+    free(msgs);
+}
+
+/* --------------------------------------------------------- GetCapacity */
+
+static void get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapacityRequest *in)
+{
+    const char **keys = xcalloc(in->n_parameters + 1, sizeof(char *));
+    const char **vals = xcalloc(in->n_parameters + 1, sizeof(char *));
+    for (size_t i = 0; i < in->n_parameters; i++) {
+        keys[i] = in->parameters[i]->key;
+        vals[i] = in->parameters[i]->value;
+    }
+    struct vol_params p;
+    _cleanup_free_ char *msg = NULL;
+    int r = vol_params_parse(in->n_parameters, keys, vals, &p, &msg);
+    free(keys);
+    free(vals);
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
+        return;
+    }
+    unsigned align = p.opts.logical_block_size;
+    vol_params_clear(&p);
+    uint64_t avail = 0;
+    bool usable = true;
+    for (size_t i = 0; i < in->n_volume_capabilities; i++)
+        if (cap_problem(in->volume_capabilities[i]))
+            usable = false;
+    if (in->accessible_topology) {
+        bool match = false;
+        for (size_t k = 0; k < in->accessible_topology->n_segments; k++)
+            if (streq(in->accessible_topology->segments[k]->key, c->topo_key) &&
+                streq(in->accessible_topology->segments[k]->value, c->cfg->node_id))
+                match = true;
+        usable = usable && match;
+    }
+    struct statvfs sv;
+    if (usable) {
+        if (statvfs(c->pool.volumes, &sv) < 0) {
+            grpc_call_fail(call, GRPC_INTERNAL, "statvfs %s: %s", c->pool.volumes,
+                           strerror(errno));
+            return;
+        }
+        avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+    }
+    Google__Protobuf__Int64Value maxv = GOOGLE__PROTOBUF__INT64_VALUE__INIT,
+                                 minv = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
+    maxv.value = (int64_t)IMAGE_MAX_SIZE;
+    minv.value = (int64_t)align;
+    Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+    out.available_capacity = (int64_t)MIN(avail, (uint64_t)INT64_MAX);
+    out.maximum_volume_size = &maxv;
+    out.minimum_volume_size = &minv;
+    grpc_call_reply_pb(call, &out.base);
+}
+
+static void get_capabilities(struct csi *c, struct grpc_call *call,
+                             Csi__V1__ControllerGetCapabilitiesRequest *in)
+{
+    static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
+    };
+    Csi__V1__ControllerServiceCapability__RPC rpc[ARRAY_SIZE(types)];
+    Csi__V1__ControllerServiceCapability caps[ARRAY_SIZE(types)], *list[ARRAY_SIZE(types)];
+    for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
+        rpc[i] = (Csi__V1__ControllerServiceCapability__RPC)
+            CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__INIT;
+        rpc[i].type = types[i];
+        caps[i] = (Csi__V1__ControllerServiceCapability)CSI__V1__CONTROLLER_SERVICE_CAPABILITY__INIT;
+        caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
+        caps[i].rpc = &rpc[i];
+        list[i] = &caps[i];
+    }
+    Csi__V1__ControllerGetCapabilitiesResponse out = CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
+    out.n_capabilities = ARRAY_SIZE(types);
+    out.capabilities = list;
+    grpc_call_reply_pb(call, &out.base);
+}
+
+/* ------------------------------------------------------ CreateSnapshot */
+
+static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    struct csi *c = op->csi;
+    struct vol *src = op->vol;
+    struct snap *sn = op->snap;
+    int r;
+    _cleanup_free_ char *m = NULL;
+    snapshot_delete(&c->pool, sn->id, &m); /* a leftover of an earlier failed attempt */
+    if (op->flag) {
+        struct qmp_sync *s;
+        struct qmp_error e = {0};
+        struct qsd_paths p;
+        qsd_paths_init(c->cfg->run_dir, src->id, &p);
+        r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, &s, &e);
+        qsd_paths_clear(&p);
+        if (r < 0) {
+            *ret_msg = xasprintf("cannot reach the QSD of volume %s: %s", src->id,
+                                 e.desc ? e.desc : strerror(-r));
+            qmp_error_clear(&e);
+            return -ECONNREFUSED;
+        }
+        r = live_snapshot(s, &c->pool, sn->id, COPY_TIMEOUT_MS, ret_msg);
+        qmp_sync_close(s);
+    } else {
+        _cleanup_free_ char *path = NULL, *fmt = NULL;
+        if ((r = pool_find_volume(&c->pool, src->id, &path, &fmt)) < 0) {
+            *ret_msg = xasprintf("the image of volume %s is missing", src->id);
+            return -EIO;
+        }
+        r = snapshot_create_offline(&c->pool, path, fmt, sn->id, ret_msg);
+    }
+    if (r < 0)
+        return r == -EEXIST || r == -ENOENT ? -EIO : r;
+    _cleanup_free_ char *spath = pool_snapshot_path(&c->pool, sn->id);
+    uint64_t size = 0;
+    if ((r = image_info(spath, "qcow2", &size, NULL, ret_msg)) < 0)
+        return r;
+    *ret_result = json_pack("{s:I}", "size", (json_int_t)size);
+    return 0;
+}
+
+static void reply_snapshot(struct grpc_call *call, const struct snap *sn)
+{
+    Csi__V1__Snapshot s;
+    Google__Protobuf__Timestamp ts;
+    snapmsg_fill(sn, &s, &ts);
+    Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
+    out.snapshot = &s;
+    grpc_call_reply_pb(call, &out.base);
+}
+
+static void snapshot_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    struct csi *c = op->csi;
+    struct snap *sn = op->snap;
+    op->worker = NULL;
+    json_int_t size = 0;
+    if (status == 0 && json_unpack(result, "{s:I}", "size", &size) < 0)
+        status = -EBADMSG, msg = "worker returned no size";
+    if (status == 0) {
+        sn->phase = PHASE_READY;
+        sn->size = (uint64_t)size;
+        int r = store_save_snap(c->store, sn);
+        if (r == 0) {
+            log_info("controller", "snapshot created", "snapshot=%s volume=%s live=%s", sn->id,
+                     sn->source, op->flag ? "yes" : "no");
+            reply_snapshot(op->call, sn);
+            op_end(op);
+            return;
+        }
+        status = r;
+        msg = "cannot write the snapshot record";
+    }
+    _cleanup_free_ char *m = NULL;
+    snapshot_delete(&c->pool, sn->id, &m);
+    op->snap = NULL;
+    store_remove_snap(c->store, sn);
+    grpc_call_fail(op->call, status == -ECONNREFUSED ? GRPC_UNAVAILABLE : GRPC_INTERNAL, "%s",
+                   msg ? msg : strerror(-status));
+    op_end(op);
+}
+
+static void create_snapshot(struct csi *c, struct grpc_call *call,
+                            Csi__V1__CreateSnapshotRequest *in)
+{
+    const char *why;
+    if (!in->name || !*in->name) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "name is missing");
+        return;
+    }
+    if (name_validate(in->name, &why) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "name %s (the name becomes the snapshot id: 1-128 bytes of [A-Za-z0-9._-])",
+                       why);
+        return;
+    }
+    if (!id_ok(call, "source_volume_id", in->source_volume_id))
+        return;
+    for (size_t i = 0; i < in->n_parameters; i++)
+        if (!startswith(in->parameters[i]->key, K8S_PREFIX)) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                           "unknown parameter '%s' (snapshots take no parameters)",
+                           in->parameters[i]->key);
+            return;
+        }
+    struct snap *sn = store_find_snap(c->store, in->name);
+    if (sn) {
+        if (sn->busy || sn->phase != PHASE_READY)
+            grpc_call_fail(call, GRPC_ABORTED, "an operation on snapshot %s is in progress", sn->id);
+        else if (streq(sn->source, in->source_volume_id))
+            reply_snapshot(call, sn);
+        else
+            grpc_call_fail(call, GRPC_ALREADY_EXISTS,
+                           "snapshot %s exists with a different source volume (%s)", sn->id,
+                           sn->source);
+        return;
+    }
+    struct vol *v = store_find_vol(c->store, in->source_volume_id);
+    if (!v || v->phase != PHASE_READY) {
+        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s does not exist", in->source_volume_id);
+        return;
+    }
+    if (v->busy) {
+        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
+        return;
+    }
+    if (v->staging_path && !vol_live(v)) {
+        grpc_call_fail(call, GRPC_UNAVAILABLE,
+                       "volume %s is staged but its QSD is not running (restarting)", v->id);
+        return;
+    }
+    _cleanup_free_ char *spath = pool_snapshot_path(&c->pool, in->name);
+    if (access(spath, F_OK) == 0) {
+        grpc_call_fail(call, GRPC_ALREADY_EXISTS,
+                       "a snapshot image named %s exists in the pool but is not a snapshot of "
+                       "this plugin", in->name);
+        return;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    sn = snap_new(in->name);
+    sn->phase = PHASE_CREATING;
+    sn->source = xstrdup(v->id);
+    sn->created_sec = now.tv_sec;
+    sn->created_nsec = (int32_t)now.tv_nsec;
+    sn->busy = true;
+    store_add_snap(c->store, sn);
+    int r = store_save_snap(c->store, sn);
+    if (r < 0) {
+        store_remove_snap(c->store, sn);
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the snapshot record: %s", strerror(-r));
+        return;
+    }
+    struct op *op = op_begin(c, call);
+    op->snap = sn;
+    op->vol = v;
+    v->busy = true;
+    op->flag = vol_live(v);
+    if (op_worker(op, snapshot_fn, COPY_TIMEOUT_MS, snapshot_done) < 0)
+        store_remove_snap(c->store, sn);
+}
+
+static void delete_snapshot(struct csi *c, struct grpc_call *call,
+                            Csi__V1__DeleteSnapshotRequest *in)
+{
+    Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
+    if (!id_ok(call, "snapshot_id", in->snapshot_id))
+        return;
+    struct snap *sn = store_find_snap(c->store, in->snapshot_id);
+    if (!sn) {
+        grpc_call_reply_pb(call, &out.base);
+        return;
+    }
+    if (sn->busy) {
+        grpc_call_fail(call, GRPC_ABORTED, "an operation on snapshot %s is in progress", sn->id);
+        return;
+    }
+    sn->phase = PHASE_DELETING;
+    int r = store_save_snap(c->store, sn);
+    if (r < 0) {
+        sn->phase = PHASE_READY;
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the snapshot record: %s", strerror(-r));
+        return;
+    }
+    _cleanup_free_ char *msg = NULL;
+    r = snapshot_delete(&c->pool, sn->id, &msg);
+    if (r < 0 && r != -ENOENT) {
+        sn->phase = PHASE_READY;
+        store_save_snap(c->store, sn);
+        grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
+        return;
+    }
+    log_info("controller", "snapshot deleted", "snapshot=%s", sn->id);
+    store_remove_snap(c->store, sn);
+    grpc_call_reply_pb(call, &out.base);
+}
+
+static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in)
+{
+    const char *after;
+    if (in->max_entries < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
+        return;
+    }
+    if (parse_token(in->starting_token, LIST_TOKEN_SNAP, &after) < 0) {
+        grpc_call_fail(call, GRPC_ABORTED, "starting_token is not a token this plugin issued");
+        return;
+    }
+    const char *only = in->snapshot_id && *in->snapshot_id ? in->snapshot_id : NULL;
+    const char *from = in->source_volume_id && *in->source_volume_id ? in->source_volume_id : NULL;
+    store_sort(c->store);
+    size_t cap = c->store->n_snaps, n = 0;
+    Csi__V1__Snapshot *snaps = xcalloc(cap + 1, sizeof(*snaps));
+    Google__Protobuf__Timestamp *ts = xcalloc(cap + 1, sizeof(*ts));
+    Csi__V1__ListSnapshotsResponse__Entry *ents = xcalloc(cap + 1, sizeof(*ents));
+    Csi__V1__ListSnapshotsResponse__Entry **list = xcalloc(cap + 1, sizeof(*list));
+    _cleanup_free_ char *next = NULL;
+    for (size_t i = 0; i < cap; i++) {
+        struct snap *sn = c->store->snaps[i];
+        if (sn->phase != PHASE_READY || (after && strcmp(sn->id, after) <= 0) ||
+            (only && !streq(sn->id, only)) || (from && !streq(sn->source, from)))
+            continue;
+        if (in->max_entries > 0 && n == (size_t)in->max_entries) {
+            next = xasprintf("%s%s", LIST_TOKEN_SNAP, snaps[n - 1].snapshot_id);
+            break;
+        }
+        snapmsg_fill(sn, &snaps[n], &ts[n]);
+        ents[n] = (Csi__V1__ListSnapshotsResponse__Entry)CSI__V1__LIST_SNAPSHOTS_RESPONSE__ENTRY__INIT;
+        ents[n].snapshot = &snaps[n];
+        list[n] = &ents[n];
+        n++;
+    }
+    Csi__V1__ListSnapshotsResponse out = CSI__V1__LIST_SNAPSHOTS_RESPONSE__INIT;
+    out.n_entries = n;
+    out.entries = list;
+    out.next_token = next ? next : (char *)"";
+    grpc_call_reply_pb(call, &out.base);
+    free(list);
+    free(ents);
+    free(ts);
+    free(snaps);
+}
+
+/* ---------------------------------------------- ControllerExpandVolume */
+
+static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    _cleanup_free_ char *path = NULL, *fmt = NULL;
+    int r = pool_find_volume(&op->csi->pool, op->vol->id, &path, &fmt);
+    if (r < 0) {
+        *ret_msg = xasprintf("the image of volume %s is missing", op->vol->id);
+        return -EIO;
+    }
+    return image_resize_offline(path, fmt, op->size, ret_msg);
+}
+
+static void reply_expand(struct grpc_call *call, uint64_t size, bool node)
+{
+    Csi__V1__ControllerExpandVolumeResponse out = CSI__V1__CONTROLLER_EXPAND_VOLUME_RESPONSE__INIT;
+    out.capacity_bytes = (int64_t)size;
+    out.node_expansion_required = node;
+    grpc_call_reply_pb(call, &out.base);
+}
+
+static void expand_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    struct vol *v = op->vol;
+    op->worker = NULL;
+    if (status == 0) {
+        v->size = v->image_size = op->size;
+        int r = store_save_vol(op->csi->store, v);
+        if (r < 0) {
+            grpc_call_fail(op->call, GRPC_INTERNAL, "cannot write the volume record: %s",
+                           strerror(-r));
+        } else {
+            log_info("controller", "volume expanded offline", "volume=%s size=%" PRIu64, v->id,
+                     v->size);
+            reply_expand(op->call, v->size, false);
+        }
+    } else {
+        grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg ? msg : strerror(-status));
+    }
+    op_end(op);
+}
+
+static void expand_volume(struct csi *c, struct grpc_call *call,
+                          Csi__V1__ControllerExpandVolumeRequest *in)
+{
+    if (!id_ok(call, "volume_id", in->volume_id))
+        return;
+    if (!in->capacity_range) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "capacity_range is missing");
+        return;
+    }
+    const char *why;
+    if (in->volume_capability && (why = cap_problem(in->volume_capability))) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
+        return;
+    }
+    struct vol *v = store_find_vol(c->store, in->volume_id);
+    if (!v || v->phase != PHASE_READY) {
+        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s does not exist", in->volume_id);
+        return;
+    }
+    if (v->busy) {
+        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
+        return;
+    }
+    _cleanup_free_ char *msg = NULL;
+    struct qsd_opts o;
+    unsigned align = IMAGE_SIZE_ALIGN;
+    if (vol_export_opts(c, v, &o, &msg) == 0) {
+        align = o.logical_block_size;
+        qsd_opts_clear(&o);
+    }
+    free(msg);
+    msg = NULL;
+    uint64_t size;
+    int r = capacity_pick(in->capacity_range->required_bytes, in->capacity_range->limit_bytes, 0,
+                          align, &size, &msg);
+    if (r < 0) {
+        grpc_call_fail(call, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s", msg);
+        return;
+    }
+    if (in->capacity_range->limit_bytes > 0 && v->size > (uint64_t)in->capacity_range->limit_bytes) {
+        grpc_call_fail(call, GRPC_OUT_OF_RANGE,
+                       "volume %s is already %" PRIu64 " bytes, above limit_bytes (no shrinking)",
+                       v->id, v->size);
+        return;
+    }
+    if (size <= v->size) {
+        reply_expand(call, v->size, v->staging_path && v->image_size < v->size);
+        return;
+    }
+    if (v->staging_path) {
+        /* In use: the node grows it through the live QSD (NodeExpandVolume), or
+         * NodeStageVolume does it offline before the next start. */
+        uint64_t old = v->size;
+        v->size = size;
+        if ((r = store_save_vol(c->store, v)) < 0) {
+            v->size = old;
+            grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+            return;
+        }
+        log_info("controller", "volume expansion recorded, node expansion required",
+                 "volume=%s size=%" PRIu64, v->id, size);
+        reply_expand(call, size, true);
+        return;
+    }
+    struct op *op = op_begin(c, call);
+    op->vol = v;
+    v->busy = true;
+    op->size = size;
+    op_worker(op, expand_fn, QUICK_TIMEOUT_MS, expand_done);
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+#define HANDLER(fname, impl, Type, type)                                                  \
+    static void fname(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque) \
+    {                                                                                      \
+        struct controller *ctl = opaque;                                                   \
+        Type *in = type##__unpack(NULL, len, req);                                         \
+        if (!in) {                                                                         \
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode the request");     \
+            return;                                                                        \
+        }                                                                                  \
+        impl(ctl->csi, call, in);                                                          \
+        type##__free_unpacked(in, NULL);                                                   \
+    }
+
+HANDLER(h_create_volume, create_volume, Csi__V1__CreateVolumeRequest, csi__v1__create_volume_request)
+HANDLER(h_delete_volume, delete_volume, Csi__V1__DeleteVolumeRequest, csi__v1__delete_volume_request)
+HANDLER(h_validate, validate_caps, Csi__V1__ValidateVolumeCapabilitiesRequest,
+        csi__v1__validate_volume_capabilities_request)
+HANDLER(h_list_volumes, list_volumes, Csi__V1__ListVolumesRequest, csi__v1__list_volumes_request)
+HANDLER(h_get_capacity, get_capacity, Csi__V1__GetCapacityRequest, csi__v1__get_capacity_request)
+HANDLER(h_get_caps, get_capabilities, Csi__V1__ControllerGetCapabilitiesRequest,
+        csi__v1__controller_get_capabilities_request)
+HANDLER(h_create_snapshot, create_snapshot, Csi__V1__CreateSnapshotRequest,
+        csi__v1__create_snapshot_request)
+HANDLER(h_delete_snapshot, delete_snapshot, Csi__V1__DeleteSnapshotRequest,
+        csi__v1__delete_snapshot_request)
+HANDLER(h_list_snapshots, list_snapshots, Csi__V1__ListSnapshotsRequest,
+        csi__v1__list_snapshots_request)
+HANDLER(h_expand, expand_volume, Csi__V1__ControllerExpandVolumeRequest,
+        csi__v1__controller_expand_volume_request)
+
+static struct controller g_ctl;
+
+const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n)
+{
+    struct controller *ctl = &g_ctl;
+    ctl->csi = c;
+    size_t n = 0;
+#define M(path, fn) ctl->methods[n++] = (struct grpc_method){"/csi.v1.Controller/" path, fn, ctl, LOG_INFO}
+    M("CreateVolume", h_create_volume);
+    M("DeleteVolume", h_delete_volume);
+    M("ValidateVolumeCapabilities", h_validate);
+    M("ListVolumes", h_list_volumes);
+    M("GetCapacity", h_get_capacity);
+    M("ControllerGetCapabilities", h_get_caps);
+    M("CreateSnapshot", h_create_snapshot);
+    M("DeleteSnapshot", h_delete_snapshot);
+    M("ListSnapshots", h_list_snapshots);
+    M("ControllerExpandVolume", h_expand);
+#undef M
+    *ret_n = n;
+    return ctl->methods;
+}

@@ -1,0 +1,738 @@
+/* node.c: the CSI Node service.
+ *
+ * NodeStageVolume starts the volume's qemu-storage-daemon (one per volume,
+ * supervised on the plugin's loop: restarted on the same socket path if it
+ * dies); NodePublishVolume bind-mounts the volume's export directory (the
+ * socket's directory, never the socket file: a restarted QSD re-creates the
+ * socket) onto the target path.  Staging and publications are recorded in
+ * the volume's record before acting, so a restarted plugin knows them. */
+#include "log.h"
+#include "names.h"
+#include "params.h"
+#include "paths.h"
+#include "service.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#define QMP_OP_TIMEOUT_MS 10000
+
+struct node {
+    struct csi *csi;
+    struct grpc_method methods[8];
+};
+
+static void reply_empty(struct grpc_call *call, const ProtobufCMessageDescriptor *d)
+{
+    /* Every empty response message encodes to zero bytes. */
+    (void)d;
+    grpc_call_reply(call, "", 0);
+}
+
+static bool path_ok(struct csi *c, struct grpc_call *call, const char *field, const char *path,
+                    bool resolve)
+{
+    const char *why;
+    if (!path || !*path) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s is missing", field);
+        return false;
+    }
+    int r = resolve ? path_check_resolved(c->cfg->kubelet_root, path, &why)
+                    : path_check_lexical(c->cfg->kubelet_root, path, &why);
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s %s (kubelet root %s)", field, why,
+                       c->cfg->kubelet_root);
+        return false;
+    }
+    return true;
+}
+
+static struct vol *find_or_fail(struct csi *c, struct grpc_call *call, const char *id)
+{
+    struct vol *v = store_find_vol(c->store, id);
+    if (!v || v->phase != PHASE_READY) {
+        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s does not exist", id);
+        return NULL;
+    }
+    return v;
+}
+
+static bool not_busy(struct grpc_call *call, struct vol *v)
+{
+    if (v->busy) {
+        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
+        return false;
+    }
+    return true;
+}
+
+/* --------------------------------------------------------- info, caps */
+
+static void get_info(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetInfoRequest *in)
+{
+    Csi__V1__Topology__SegmentsEntry seg = CSI__V1__TOPOLOGY__SEGMENTS_ENTRY__INIT;
+    Csi__V1__Topology__SegmentsEntry *segs[1] = {&seg};
+    Csi__V1__Topology topo = CSI__V1__TOPOLOGY__INIT;
+    seg.key = c->topo_key;
+    seg.value = (char *)c->cfg->node_id;
+    topo.n_segments = 1;
+    topo.segments = segs;
+    Csi__V1__NodeGetInfoResponse out = CSI__V1__NODE_GET_INFO_RESPONSE__INIT;
+    out.node_id = (char *)c->cfg->node_id;
+    out.max_volumes_per_node = c->cfg->max_volumes;
+    out.accessible_topology = &topo;
+    grpc_call_reply_pb(call, &out.base);
+}
+
+static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapabilitiesRequest *in)
+{
+    static const Csi__V1__NodeServiceCapability__RPC__Type types[] = {
+        CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__STAGE_UNSTAGE_VOLUME,
+        CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS,
+        CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
+        CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
+        CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_MOUNT_GROUP,
+    };
+    Csi__V1__NodeServiceCapability__RPC rpc[ARRAY_SIZE(types)];
+    Csi__V1__NodeServiceCapability caps[ARRAY_SIZE(types)], *list[ARRAY_SIZE(types)];
+    for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
+        rpc[i] = (Csi__V1__NodeServiceCapability__RPC)CSI__V1__NODE_SERVICE_CAPABILITY__RPC__INIT;
+        rpc[i].type = types[i];
+        caps[i] = (Csi__V1__NodeServiceCapability)CSI__V1__NODE_SERVICE_CAPABILITY__INIT;
+        caps[i].type_case = CSI__V1__NODE_SERVICE_CAPABILITY__TYPE_RPC;
+        caps[i].rpc = &rpc[i];
+        list[i] = &caps[i];
+    }
+    Csi__V1__NodeGetCapabilitiesResponse out = CSI__V1__NODE_GET_CAPABILITIES_RESPONSE__INIT;
+    out.n_capabilities = ARRAY_SIZE(types);
+    out.capabilities = list;
+    grpc_call_reply_pb(call, &out.base);
+}
+
+/* ------------------------------------------------------------- stage */
+
+static void remove_runtime(struct csi *c, const char *id)
+{
+    struct qsd_paths p;
+    qsd_paths_init(c->cfg->run_dir, id, &p);
+    rm_rf(p.export_dir);
+    rm_rf(p.ctl_dir);
+    qsd_paths_clear(&p);
+}
+
+static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
+{
+    struct op *op = opaque;
+    if (status == 0) {
+        log_info("node", "volume staged", "volume=%s pid=%d", v->id, (int)qsd_get_pid(v->qsd));
+        reply_empty(op->call, NULL);
+        op_end(op);
+        return;
+    }
+    qsd_free(v->qsd);
+    v->qsd = NULL;
+    remove_runtime(c, v->id);
+    vol_clear_staging(v);
+    store_save_vol(c->store, v);
+    grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg ? msg : strerror(-status));
+    op_end(op);
+}
+
+static void stage_start(struct op *op)
+{
+    struct csi *c = op->csi;
+    struct vol *v = op->vol;
+    _cleanup_free_ char *msg = NULL;
+    if (vol_qsd_start(c, v, stage_started, op, &msg) < 0) {
+        qsd_free(v->qsd);
+        v->qsd = NULL;
+        remove_runtime(c, v->id);
+        vol_clear_staging(v);
+        store_save_vol(c->store, v);
+        grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg);
+        op_end(op);
+    }
+}
+
+static int grow_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    _cleanup_free_ char *path = NULL, *fmt = NULL;
+    if (pool_find_volume(&op->csi->pool, op->vol->id, &path, &fmt) < 0) {
+        *ret_msg = xasprintf("the image of volume %s is missing", op->vol->id);
+        return -EIO;
+    }
+    return image_resize_offline(path, fmt, op->size, ret_msg);
+}
+
+static void grow_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    struct vol *v = op->vol;
+    op->worker = NULL;
+    if (status < 0) {
+        vol_clear_staging(v);
+        store_save_vol(op->csi->store, v);
+        grpc_call_fail(op->call, GRPC_INTERNAL, "growing the image to the expanded size: %s",
+                       msg ? msg : strerror(-status));
+        op_end(op);
+        return;
+    }
+    v->image_size = op->size;
+    store_save_vol(op->csi->store, v);
+    stage_start(op);
+}
+
+static size_t staged_count(struct csi *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->store->n_vols; i++)
+        n += c->store->vols[i]->staging_path != NULL;
+    return n;
+}
+
+static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in)
+{
+    const char *why;
+    if (!id_ok(call, "volume_id", in->volume_id))
+        return;
+    if (!in->staging_target_path || !*in->staging_target_path) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "staging_target_path is missing");
+        return;
+    }
+    if ((why = cap_problem(in->volume_capability))) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
+        return;
+    }
+    if (!path_ok(c, call, "staging_target_path", in->staging_target_path, true))
+        return;
+    int gid;
+    cap_group(in->volume_capability, &gid);
+    bool ro = cap_read_only(in->volume_capability);
+    struct vol *v = find_or_fail(c, call, in->volume_id);
+    if (!v || !not_busy(call, v))
+        return;
+    if (v->staging_path) {
+        if (!streq(v->staging_path, in->staging_target_path))
+            grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                           "volume %s is already staged at %s", v->id, v->staging_path);
+        else if (v->stage_gid != gid || v->stage_ro != ro)
+            grpc_call_fail(call, GRPC_ALREADY_EXISTS,
+                           "volume %s is staged with a different volume_mount_group or access mode",
+                           v->id);
+        else
+            reply_empty(call, NULL);
+        return;
+    }
+    if (c->cfg->max_volumes > 0 && staged_count(c) >= (size_t)c->cfg->max_volumes) {
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "this node serves at most %" PRId64 " volumes",
+                       c->cfg->max_volumes);
+        return;
+    }
+    v->staging_path = xstrdup(in->staging_target_path);
+    v->stage_gid = gid;
+    v->stage_ro = ro;
+    int r = store_save_vol(c->store, v);
+    if (r < 0) {
+        vol_clear_staging(v);
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        return;
+    }
+    struct op *op = op_begin(c, call);
+    op->vol = v;
+    v->busy = true;
+    if (v->image_size < v->size) {
+        /* An expansion recorded while it was not served. */
+        op->size = v->size;
+        op_worker(op, grow_fn, 120000, grow_done);
+        return;
+    }
+    stage_start(op);
+}
+
+static void unstage_stopped(struct qsd *q, int status, const char *msg, void *opaque)
+{
+    struct op *op = opaque;
+    struct csi *c = op->csi;
+    struct vol *v = op->vol;
+    qsd_free(v->qsd);
+    v->qsd = NULL;
+    remove_runtime(c, v->id);
+    vol_clear_staging(v);
+    int r = store_save_vol(c->store, v);
+    if (r < 0)
+        grpc_call_fail(op->call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+    else {
+        log_info("node", "volume unstaged", "volume=%s", v->id);
+        reply_empty(op->call, NULL);
+    }
+    op_end(op);
+}
+
+static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageVolumeRequest *in)
+{
+    if (!id_ok(call, "volume_id", in->volume_id) ||
+        !path_ok(c, call, "staging_target_path", in->staging_target_path, false))
+        return;
+    struct vol *v = find_or_fail(c, call, in->volume_id);
+    if (!v || !not_busy(call, v))
+        return;
+    if (!v->staging_path || !streq(v->staging_path, in->staging_target_path)) {
+        reply_empty(call, NULL);
+        return;
+    }
+    if (v->n_pubs > 0) {
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "volume %s is still published at %s: unpublish it first", v->id,
+                       v->pubs[0].target);
+        return;
+    }
+    struct op *op = op_begin(c, call);
+    op->vol = v;
+    v->busy = true;
+    if (!v->qsd) {
+        unstage_stopped(NULL, 0, NULL, op);
+        return;
+    }
+    int r = qsd_stop(v->qsd, unstage_stopped, op);
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot stop the QSD: %s", strerror(-r));
+        op_end(op);
+    }
+}
+
+/* ----------------------------------------------------------- publish */
+
+/* Bind-mount src onto the directory target (read-only if asked).  The mount
+ * goes through an O_PATH descriptor so a symlink swapped in after the checks
+ * is not followed. */
+static int bind_mount(const char *src, const char *target, bool ro, char **ret_msg)
+{
+    _cleanup_close_ int fd = open(target, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        *ret_msg = xasprintf("cannot open target %s: %s", target, strerror(errno));
+        return -errno;
+    }
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+    if (mount(src, p, NULL, MS_BIND, NULL) < 0) {
+        int e = -errno;
+        *ret_msg = xasprintf("bind mount of %s on %s failed: %s", src, target, strerror(-e));
+        return e;
+    }
+    if (!ro)
+        return 0;
+    _cleanup_close_ int fd2 = open(target, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd2);
+    if (fd2 < 0 ||
+        mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL) < 0) {
+        int e = fd2 < 0 ? -EIO : -errno;
+        umount2(target, UMOUNT_NOFOLLOW | MNT_DETACH);
+        *ret_msg = xasprintf("read-only remount of %s failed: %s", target, strerror(-e));
+        return e;
+    }
+    return 0;
+}
+
+static int unmount_target(const char *target, char **ret_msg)
+{
+    for (int i = 0; i < 8 && path_is_mount_point(target) == 1; i++) {
+        if (umount2(target, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL) {
+            if (errno == EBUSY && umount2(target, UMOUNT_NOFOLLOW | MNT_DETACH) == 0)
+                continue;
+            int e = -errno;
+            *ret_msg = xasprintf("cannot unmount %s: %s", target, strerror(-e));
+            return e;
+        }
+    }
+    if (rmdir(target) < 0 && errno != ENOENT) {
+        int e = -errno;
+        *ret_msg = xasprintf("cannot remove %s: %s", target, strerror(-e));
+        return e;
+    }
+    return 0;
+}
+
+static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishVolumeRequest *in)
+{
+    const char *why;
+    if (!id_ok(call, "volume_id", in->volume_id))
+        return;
+    if (!in->target_path || !*in->target_path) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "target_path is missing");
+        return;
+    }
+    if ((why = cap_problem(in->volume_capability))) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
+        return;
+    }
+    if (!in->staging_target_path || !*in->staging_target_path) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "staging_target_path is missing (the plugin has STAGE_UNSTAGE_VOLUME)");
+        return;
+    }
+    if (!path_ok(c, call, "target_path", in->target_path, true) ||
+        !path_ok(c, call, "staging_target_path", in->staging_target_path, false))
+        return;
+    int gid;
+    cap_group(in->volume_capability, &gid);
+    struct vol *v = find_or_fail(c, call, in->volume_id);
+    if (!v || !not_busy(call, v))
+        return;
+    if (!v->staging_path || !streq(v->staging_path, in->staging_target_path)) {
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "volume %s is not staged at %s", v->id,
+                       in->staging_target_path);
+        return;
+    }
+    if (gid >= 0 && gid != v->stage_gid) {
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "volume %s was staged for group %d, not %d", v->id, v->stage_gid, gid);
+        return;
+    }
+    bool ro = in->readonly || v->stage_ro || cap_read_only(in->volume_capability);
+    ssize_t i = vol_find_pub(v, in->target_path);
+    if (i >= 0 && v->pubs[i].read_only != ro) {
+        grpc_call_fail(call, GRPC_ALREADY_EXISTS,
+                       "volume %s is published at %s with readonly=%s", v->id, in->target_path,
+                       v->pubs[i].read_only ? "true" : "false");
+        return;
+    }
+    if (i >= 0 && path_is_mount_point(in->target_path) == 1) {
+        reply_empty(call, NULL);
+        return;
+    }
+    if (i < 0 && !ro) {
+        for (size_t k = 0; k < v->n_pubs; k++)
+            if (!v->pubs[k].read_only) {
+                grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                               "volume %s is already published read-write at %s", v->id,
+                               v->pubs[k].target);
+                return;
+            }
+    }
+    if (i < 0) {
+        vol_add_pub(v, in->target_path, ro);
+        int r = store_save_vol(c->store, v);
+        if (r < 0) {
+            vol_del_pub(v, v->n_pubs - 1);
+            grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+            return;
+        }
+    }
+    struct qsd_paths p;
+    qsd_paths_init(c->cfg->run_dir, v->id, &p);
+    _cleanup_free_ char *msg = NULL;
+    int r = mkdir_p(in->target_path, 0750);
+    if (r < 0)
+        msg = xasprintf("cannot create %s: %s", in->target_path, strerror(-r));
+    else
+        r = bind_mount(p.export_dir, in->target_path, ro, &msg);
+    qsd_paths_clear(&p);
+    if (r < 0) {
+        rmdir(in->target_path);
+        ssize_t k = vol_find_pub(v, in->target_path);
+        if (k >= 0)
+            vol_del_pub(v, (size_t)k);
+        store_save_vol(c->store, v);
+        grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
+        return;
+    }
+    log_info("node", "volume published", "volume=%s target=%s readonly=%s", v->id,
+             in->target_path, ro ? "true" : "false");
+    reply_empty(call, NULL);
+}
+
+static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpublishVolumeRequest *in)
+{
+    if (!id_ok(call, "volume_id", in->volume_id) ||
+        !path_ok(c, call, "target_path", in->target_path, false))
+        return;
+    struct vol *v = find_or_fail(c, call, in->volume_id);
+    if (!v || !not_busy(call, v))
+        return;
+    ssize_t i = vol_find_pub(v, in->target_path);
+    if (i < 0) {
+        reply_empty(call, NULL);
+        return;
+    }
+    _cleanup_free_ char *msg = NULL;
+    int r = unmount_target(in->target_path, &msg);
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
+        return;
+    }
+    vol_del_pub(v, (size_t)i);
+    if ((r = store_save_vol(c->store, v)) < 0) {
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        return;
+    }
+    log_info("node", "volume unpublished", "volume=%s target=%s", v->id, in->target_path);
+    reply_empty(call, NULL);
+}
+
+/* ------------------------------------------------------- stats, expand */
+
+static bool path_is_vol(const struct vol *v, const char *path)
+{
+    return (v->staging_path && streq(v->staging_path, path)) || vol_find_pub(v, path) >= 0;
+}
+
+static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeStatsRequest *in)
+{
+    if (!id_ok(call, "volume_id", in->volume_id))
+        return;
+    if (!in->volume_path || !*in->volume_path) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
+        return;
+    }
+    struct vol *v = find_or_fail(c, call, in->volume_id);
+    if (!v)
+        return;
+    if (!path_is_vol(v, in->volume_path)) {
+        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s is not staged or published at %s", v->id,
+                       in->volume_path);
+        return;
+    }
+    _cleanup_free_ char *image = NULL, *fmt = NULL;
+    uint64_t used = 0;
+    struct stat st;
+    if (pool_find_volume(&c->pool, v->id, &image, &fmt) == 0 && stat(image, &st) == 0)
+        used = (uint64_t)st.st_blocks * 512;
+    uint64_t total = v->image_size;
+    Csi__V1__VolumeUsage u = CSI__V1__VOLUME_USAGE__INIT, *ul[1] = {&u};
+    u.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
+    u.total = (int64_t)total;
+    u.used = (int64_t)used;
+    u.available = (int64_t)(total > used ? total - used : 0);
+    Csi__V1__VolumeCondition cond = CSI__V1__VOLUME_CONDITION__INIT;
+    struct qsd_paths p;
+    qsd_paths_init(c->cfg->run_dir, v->id, &p);
+    _cleanup_free_ char *m = NULL;
+    if (!v->staging_path) {
+        m = xstrdup("not staged");
+    } else if (!vol_live(v)) {
+        cond.abnormal = true;
+        m = xasprintf("qemu-storage-daemon of volume %s is not running (being restarted)", v->id);
+    } else if (stat(p.socket, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        cond.abnormal = true;
+        m = xasprintf("vhost-user socket %s is missing", p.socket);
+    } else {
+        m = xasprintf("served by qemu-storage-daemon pid %d (restarts: %u)",
+                      (int)qsd_get_pid(v->qsd), qsd_restart_count(v->qsd));
+    }
+    qsd_paths_clear(&p);
+    cond.message = m;
+    Csi__V1__NodeGetVolumeStatsResponse out = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
+    out.n_usage = 1;
+    out.usage = ul;
+    out.volume_condition = &cond;
+    grpc_call_reply_pb(call, &out.base);
+}
+
+static void expand_finish(struct op *op, int status, const char *msg)
+{
+    struct vol *v = op->vol;
+    if (status == 0) {
+        if (op->size > v->size)
+            v->size = op->size;
+        v->image_size = op->size;
+        qsd_write_meta(v->qsd, op->size);
+        int r = store_save_vol(op->csi->store, v);
+        if (r < 0) {
+            grpc_call_fail(op->call, GRPC_INTERNAL, "cannot write the volume record: %s",
+                           strerror(-r));
+        } else {
+            log_info("node", "volume expanded online", "volume=%s size=%" PRIu64, v->id, op->size);
+            Csi__V1__NodeExpandVolumeResponse out = CSI__V1__NODE_EXPAND_VOLUME_RESPONSE__INIT;
+            out.capacity_bytes = (int64_t)op->size;
+            grpc_call_reply_pb(op->call, &out.base);
+        }
+    } else {
+        grpc_call_fail(op->call, status == -ECONNRESET || status == -ETIMEDOUT ? GRPC_UNAVAILABLE
+                                                                               : GRPC_INTERNAL,
+                       "%s", msg);
+    }
+    op_end(op);
+}
+
+static void on_resized(struct qmp *q, const struct qmp_reply *r, void *opaque)
+{
+    struct op *op = opaque;
+    if (r->status < 0) {
+        _cleanup_free_ char *m = xasprintf("block_resize failed: %s",
+                                           r->err && r->err->desc ? r->err->desc : strerror(-r->status));
+        expand_finish(op, r->status, m);
+        return;
+    }
+    expand_finish(op, 0, NULL);
+}
+
+static void on_nodes(struct qmp *q, const struct qmp_reply *r, void *opaque)
+{
+    struct op *op = opaque;
+    if (r->status < 0) {
+        _cleanup_free_ char *m = xasprintf("query-named-block-nodes failed: %s",
+                                           r->err && r->err->desc ? r->err->desc : strerror(-r->status));
+        expand_finish(op, r->status, m);
+        return;
+    }
+    size_t i;
+    json_t *node;
+    json_int_t cur = -1;
+    json_array_foreach(r->ret, i, node)
+    {
+        if (streq_ptr(json_string_value(json_object_get(node, "node-name")), QSD_NODE)) {
+            json_t *vs = json_object_get(json_object_get(node, "image"), "virtual-size");
+            if (json_is_integer(vs))
+                cur = json_integer_value(vs);
+        }
+    }
+    if (cur < 0) {
+        expand_finish(op, -EBADMSG, "QSD does not report the exported node's size");
+        return;
+    }
+    if ((uint64_t)cur >= op->size) {
+        op->size = (uint64_t)cur; /* never shrink */
+        expand_finish(op, 0, NULL);
+        return;
+    }
+    int rr = qmp_send(q, "block_resize",
+                      json_pack("{s:s, s:I}", "node-name", QSD_NODE, "size", (json_int_t)op->size),
+                      QMP_OP_TIMEOUT_MS, on_resized, op);
+    if (rr < 0)
+        expand_finish(op, rr, "cannot send block_resize");
+}
+
+static void on_qmp_state(struct qmp *q, int status, const struct qmp_error *err, void *opaque)
+{
+    struct op *op = opaque;
+    if (status == 0) {
+        int r = qmp_send(q, "query-named-block-nodes", json_pack("{s:b}", "flat", 1),
+                         QMP_OP_TIMEOUT_MS, on_nodes, op);
+        if (r < 0)
+            expand_finish(op, r, "cannot send query-named-block-nodes");
+        return;
+    }
+    /* Connection failed or closed: only an op still waiting cares. */
+    if (op->qmp == q && !op->flag) {
+        op->flag = true;
+        _cleanup_free_ char *m = xasprintf("cannot talk to the QSD of volume %s: %s", op->vol->id,
+                                           err && err->desc ? err->desc : strerror(-status));
+        op->qmp = NULL;
+        qmp_close(q);
+        expand_finish(op, -ECONNRESET, m);
+    }
+}
+
+static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVolumeRequest *in)
+{
+    const char *why;
+    if (!id_ok(call, "volume_id", in->volume_id))
+        return;
+    if (!in->volume_path || !*in->volume_path) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
+        return;
+    }
+    if (in->volume_capability && (why = cap_problem(in->volume_capability))) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
+        return;
+    }
+    struct vol *v = find_or_fail(c, call, in->volume_id);
+    if (!v)
+        return;
+    if (!path_is_vol(v, in->volume_path)) {
+        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s is not staged or published at %s", v->id,
+                       in->volume_path);
+        return;
+    }
+    if (!not_busy(call, v))
+        return;
+    uint64_t size = v->size;
+    if (in->capacity_range) {
+        _cleanup_free_ char *msg = NULL;
+        uint64_t want;
+        struct qsd_opts o;
+        unsigned align = IMAGE_SIZE_ALIGN;
+        if (vol_export_opts(c, v, &o, &msg) == 0) {
+            align = o.logical_block_size;
+            qsd_opts_clear(&o);
+        }
+        free(msg);
+        msg = NULL;
+        int r = capacity_pick(in->capacity_range->required_bytes, in->capacity_range->limit_bytes,
+                              0, align, &want, &msg);
+        if (r < 0) {
+            grpc_call_fail(call, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s",
+                           msg);
+            return;
+        }
+        size = MAX(size, want);
+    }
+    if (!vol_live(v)) {
+        grpc_call_fail(call, GRPC_UNAVAILABLE,
+                       "the QSD of volume %s is not running (being restarted): retry", v->id);
+        return;
+    }
+    struct op *op = op_begin(c, call);
+    op->vol = v;
+    v->busy = true;
+    op->size = size;
+    int r = qmp_connect(c->loop, qsd_get_paths(v->qsd)->qmp, QMP_OP_TIMEOUT_MS, on_qmp_state, op,
+                        &op->qmp);
+    if (r < 0) {
+        op->qmp = NULL;
+        grpc_call_fail(call, GRPC_UNAVAILABLE, "cannot connect to the QSD monitor: %s",
+                       strerror(-r));
+        op_end(op);
+    }
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+#define HANDLER(fname, impl, Type, type)                                                  \
+    static void fname(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque) \
+    {                                                                                      \
+        struct node *n = opaque;                                                           \
+        Type *in = type##__unpack(NULL, len, req);                                         \
+        if (!in) {                                                                         \
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode the request");     \
+            return;                                                                        \
+        }                                                                                  \
+        impl(n->csi, call, in);                                                            \
+        type##__free_unpacked(in, NULL);                                                   \
+    }
+
+HANDLER(h_info, get_info, Csi__V1__NodeGetInfoRequest, csi__v1__node_get_info_request)
+HANDLER(h_caps, get_caps, Csi__V1__NodeGetCapabilitiesRequest, csi__v1__node_get_capabilities_request)
+HANDLER(h_stage, stage, Csi__V1__NodeStageVolumeRequest, csi__v1__node_stage_volume_request)
+HANDLER(h_unstage, unstage, Csi__V1__NodeUnstageVolumeRequest, csi__v1__node_unstage_volume_request)
+HANDLER(h_publish, publish, Csi__V1__NodePublishVolumeRequest, csi__v1__node_publish_volume_request)
+HANDLER(h_unpublish, unpublish, Csi__V1__NodeUnpublishVolumeRequest,
+        csi__v1__node_unpublish_volume_request)
+HANDLER(h_stats, stats, Csi__V1__NodeGetVolumeStatsRequest, csi__v1__node_get_volume_stats_request)
+HANDLER(h_expand, expand, Csi__V1__NodeExpandVolumeRequest, csi__v1__node_expand_volume_request)
+
+static struct node g_node;
+
+const struct grpc_method *node_methods(struct csi *c, size_t *ret_n)
+{
+    struct node *n = &g_node;
+    n->csi = c;
+    size_t k = 0;
+#define M(path, fn, lvl) n->methods[k++] = (struct grpc_method){"/csi.v1.Node/" path, fn, n, lvl}
+    M("NodeGetInfo", h_info, LOG_INFO);
+    M("NodeGetCapabilities", h_caps, LOG_INFO);
+    M("NodeStageVolume", h_stage, LOG_INFO);
+    M("NodeUnstageVolume", h_unstage, LOG_INFO);
+    M("NodePublishVolume", h_publish, LOG_INFO);
+    M("NodeUnpublishVolume", h_unpublish, LOG_INFO);
+    M("NodeGetVolumeStats", h_stats, LOG_DEBUG);
+    M("NodeExpandVolume", h_expand, LOG_INFO);
+#undef M
+    *ret_n = k;
+    return n->methods;
+}

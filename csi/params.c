@@ -1,0 +1,138 @@
+/* params.c: see params.h. */
+#include "params.h"
+#include "image.h"
+#include "util.h"
+
+#include <inttypes.h>
+
+#define K8S_PREFIX "csi.storage.k8s.io/"
+
+/* StorageClass spelling -> qsd_opts_set() spelling. */
+static const struct {
+    const char *sc, *opt;
+} OPT_KEYS[] = {
+    {"cache", "cache"},
+    {"aio", "aio"},
+    {"numQueues", "num-queues"},
+    {"logicalBlockSize", "logical-block-size"},
+    {"discard", "discard"},
+    {"detectZeroes", "detect-zeroes"},
+};
+
+void vol_params_clear(struct vol_params *p)
+{
+    free(p->format);
+    free(p->preallocation);
+    qsd_opts_clear(&p->opts);
+    memset(p, 0, sizeof(*p));
+}
+
+int vol_params_parse(size_t n, const char *const *keys, const char *const *values,
+                     struct vol_params *ret, char **ret_msg)
+{
+    struct vol_params p = {.format = xstrdup("qcow2"), .preallocation = xstrdup("off")};
+    qsd_opts_init(&p.opts);
+    int r = 0;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        const char *k = keys[i], *v = values[i];
+        if (startswith(k, K8S_PREFIX))
+            continue;
+        if (streq(k, "format")) {
+            if (!streq(v, "qcow2") && !streq(v, "raw")) {
+                *ret_msg = xasprintf("invalid parameter format=%s: expected qcow2 or raw", v);
+                r = -EINVAL;
+            } else {
+                free(p.format);
+                p.format = xstrdup(v);
+            }
+            continue;
+        }
+        if (streq(k, "preallocation")) {
+            free(p.preallocation);
+            p.preallocation = xstrdup(v);
+            continue;
+        }
+        size_t j;
+        for (j = 0; j < ARRAY_SIZE(OPT_KEYS); j++)
+            if (streq(k, OPT_KEYS[j].sc))
+                break;
+        if (j == ARRAY_SIZE(OPT_KEYS)) {
+            *ret_msg = xasprintf("unknown parameter '%s' (known: format, preallocation, cache, "
+                                 "aio, numQueues, logicalBlockSize, discard, detectZeroes)", k);
+            r = -EINVAL;
+            break;
+        }
+        _cleanup_free_ char *m = NULL;
+        if (qsd_opts_set(&p.opts, OPT_KEYS[j].opt, v, &m) < 0) {
+            *ret_msg = xasprintf("invalid parameter %s: %s", k, m);
+            r = -EINVAL;
+        }
+    }
+    if (r == 0) {
+        _cleanup_free_ char *m = NULL;
+        if (image_check_prealloc(p.format, p.preallocation, &m) < 0) {
+            *ret_msg = xasprintf("invalid parameter preallocation: %s", m);
+            r = -EINVAL;
+        }
+    }
+    if (r == 0) {
+        /* Cross-option rules (aio=native needs O_DIRECT...). */
+        _cleanup_free_ char *m = NULL;
+        p.opts.image = xstrdup("/validate");
+        p.opts.format = xstrdup(p.format);
+        if (qsd_opts_validate(&p.opts, &m) < 0) {
+            *ret_msg = xasprintf("invalid parameters: %s", m);
+            r = -EINVAL;
+        }
+        free(p.opts.image);
+        free(p.opts.format);
+        p.opts.image = p.opts.format = NULL;
+    }
+    if (r < 0) {
+        vol_params_clear(&p);
+        return r;
+    }
+    *ret = p;
+    return 0;
+}
+
+int capacity_pick(int64_t required, int64_t limit, uint64_t min_size, unsigned align,
+                  uint64_t *ret, char **ret_msg)
+{
+    if (required < 0 || limit < 0) {
+        *ret_msg = xstrdup("capacity_range: required_bytes and limit_bytes must not be negative");
+        return -EINVAL;
+    }
+    if (limit > 0 && required > limit) {
+        *ret_msg = xasprintf("capacity_range: required_bytes %" PRId64 " exceeds limit_bytes %" PRId64,
+                             required, limit);
+        return -EINVAL;
+    }
+    if (align == 0)
+        align = IMAGE_SIZE_ALIGN;
+    uint64_t want = (uint64_t)required;
+    if (want == 0) {
+        want = min_size ? min_size : VOLUME_DEFAULT_SIZE;
+        if (limit > 0 && want > (uint64_t)limit && min_size == 0)
+            want = (uint64_t)limit - (uint64_t)limit % align; /* the largest aligned size allowed */
+    }
+    if (want < min_size)
+        want = min_size;
+    if (want > IMAGE_MAX_SIZE) {
+        *ret_msg = xasprintf("capacity %" PRIu64 " bytes is above the maximum of 1 PiB", want);
+        return -ERANGE;
+    }
+    want = (want + align - 1) / align * align;
+    if (want == 0) {
+        *ret_msg = xasprintf("capacity_range allows no size that is a multiple of %u bytes", align);
+        return -ERANGE;
+    }
+    if (limit > 0 && want > (uint64_t)limit) {
+        *ret_msg = xasprintf("no size of at least %" PRIu64 " bytes (multiple of %u%s) fits "
+                             "limit_bytes %" PRId64, want, align,
+                             min_size ? ", content source included" : "", limit);
+        return -ERANGE;
+    }
+    *ret = want;
+    return 0;
+}

@@ -1,0 +1,366 @@
+/* service.c: see service.h. */
+#include "service.h"
+#include "log.h"
+#include "names.h"
+#include "params.h"
+#include "util.h"
+
+#include <inttypes.h>
+#include <sys/stat.h>
+
+/* ------------------------------------------------------------- ops */
+
+struct op *op_begin(struct csi *c, struct grpc_call *call)
+{
+    struct op *op = xcalloc(1, sizeof(*op));
+    op->csi = c;
+    op->call = call;
+    op->next = c->ops;
+    c->ops = op;
+    return op;
+}
+
+void op_end(struct op *op)
+{
+    struct csi *c = op->csi;
+    for (struct op **pp = &c->ops; *pp; pp = &(*pp)->next)
+        if (*pp == op) {
+            *pp = op->next;
+            break;
+        }
+    if (op->vol)
+        op->vol->busy = false;
+    if (op->vol2)
+        op->vol2->busy = false;
+    if (op->snap)
+        op->snap->busy = false;
+    qmp_close(op->qmp);
+    free(op->str);
+    free(op->str2);
+    if (op->have_paths)
+        qsd_paths_clear(&op->paths);
+    free(op);
+}
+
+int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done)
+{
+    int r = worker_start(op->csi->loop, fn, op, timeout_ms, done, op, &op->worker);
+    if (r < 0) {
+        grpc_call_fail(op->call, GRPC_INTERNAL, "cannot start a worker process: %s", strerror(-r));
+        op_end(op);
+    }
+    return r;
+}
+
+bool id_ok(struct grpc_call *call, const char *field, const char *id)
+{
+    const char *why;
+    if (!id || !*id) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s is missing", field);
+        return false;
+    }
+    if (name_validate(id, &why) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s %s", field, why);
+        return false;
+    }
+    return true;
+}
+
+enum grpc_code code_for(int r)
+{
+    switch (r) {
+    case -EINVAL: return GRPC_INVALID_ARGUMENT;
+    case -ERANGE: return GRPC_OUT_OF_RANGE;
+    case -ENOENT: case -ESRCH: return GRPC_NOT_FOUND;
+    case -EEXIST: return GRPC_ALREADY_EXISTS;
+    case -EBUSY: return GRPC_ABORTED;
+    case -ETIMEDOUT: return GRPC_DEADLINE_EXCEEDED;
+    case -ENOSPC: return GRPC_RESOURCE_EXHAUSTED;
+    case -ECONNREFUSED: case -ECONNRESET: return GRPC_UNAVAILABLE;
+    default: return GRPC_INTERNAL;
+    }
+}
+
+/* ------------------------------------------------------ capabilities */
+
+const char *cap_problem(const Csi__V1__VolumeCapability *cap)
+{
+    if (!cap)
+        return "volume_capability is missing";
+    if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK)
+        return "access type block is not supported: the volume is served as a vhost-user "
+               "socket in a directory (use access type mount)";
+    if (cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT || !cap->mount)
+        return "volume_capability.access_type is missing";
+    if (!cap->access_mode)
+        return "volume_capability.access_mode is missing";
+    switch (cap->access_mode->mode) {
+    case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_WRITER:
+    case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY:
+    case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_SINGLE_WRITER:
+        break;
+    case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__UNKNOWN:
+        return "volume_capability.access_mode is unknown";
+    default:
+        return "access mode not supported: a vhost-user-blk export serves one client on one "
+               "node (SINGLE_NODE_WRITER, SINGLE_NODE_SINGLE_WRITER or SINGLE_NODE_READER_ONLY)";
+    }
+    int gid;
+    if (cap_group(cap, &gid) < 0)
+        return "volume_mount_group must be a numeric group id";
+    return NULL;
+}
+
+bool cap_read_only(const Csi__V1__VolumeCapability *cap)
+{
+    return cap && cap->access_mode &&
+           cap->access_mode->mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY;
+}
+
+int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid)
+{
+    const char *g = cap && cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
+                            cap->mount ? cap->mount->volume_mount_group : NULL;
+    if (!g || !*g) {
+        *ret_gid = -1;
+        return 0;
+    }
+    uint64_t v;
+    if (parse_uint(g, 0, INT32_MAX, &v) < 0)
+        return -EINVAL;
+    *ret_gid = (int)v;
+    return 0;
+}
+
+/* ------------------------------------------------------------ volumes */
+
+bool vol_live(const struct vol *v)
+{
+    return v->qsd && qsd_running(v->qsd);
+}
+
+int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
+{
+    size_t n = json_object_size(v->parameters), i = 0;
+    const char **keys = xcalloc(n + 1, sizeof(char *)), **vals = xcalloc(n + 1, sizeof(char *));
+    const char *k;
+    json_t *val;
+    json_object_foreach(v->parameters, k, val)
+    {
+        keys[i] = k;
+        vals[i] = json_string_value(val) ? json_string_value(val) : "";
+        i++;
+    }
+    struct vol_params p;
+    int r = vol_params_parse(i, keys, vals, &p, ret_msg);
+    free(keys);
+    free(vals);
+    if (r < 0)
+        return r;
+    char *image = NULL, *format = NULL;
+    if ((r = pool_find_volume(&c->pool, v->id, &image, &format)) < 0) {
+        vol_params_clear(&p);
+        *ret_msg = xasprintf("the image of volume %s is missing from the pool", v->id);
+        return r;
+    }
+    struct qsd_opts o = p.opts;
+    memset(&p.opts, 0, sizeof(p.opts));
+    vol_params_clear(&p);
+    o.image = image;
+    o.format = format;
+    o.read_only = v->stage_ro;
+    o.socket_gid = v->stage_gid;
+    o.socket_mode = 0660;
+    *ret = o;
+    return 0;
+}
+
+static void qsd_event(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque)
+{
+    static const char *const names[] = {"ready", "died", "restarted", "start failed", "stopped"};
+    _cleanup_free_ char *d = detail ? log_quote(detail) : NULL;
+    if (ev == QSD_EV_DIED || ev == QSD_EV_START_FAILED)
+        log_warn("qsd", names[ev], "volume=%s detail=%s", qsd_get_volume(q), d ? d : "-");
+    else
+        log_info("qsd", names[ev], "volume=%s pid=%d restarts=%u", qsd_get_volume(q),
+                 (int)qsd_get_pid(q), qsd_restart_count(q));
+}
+
+struct start_ctx {
+    struct csi *c;
+    struct vol *v;
+    vol_started_fn done;
+    void *opaque;
+};
+
+static void started(struct qsd *q, int status, const char *msg, void *opaque)
+{
+    struct start_ctx *s = opaque;
+    struct csi *c = s->c;
+    struct vol *v = s->v;
+    vol_started_fn done = s->done;
+    void *o = s->opaque;
+    free(s);
+    if (status == 0) {
+        int r = qsd_write_meta(q, v->image_size);
+        if (r < 0)
+            log_warn("qsd", "cannot write volume.json", "volume=%s error=\"%s\"", v->id,
+                     strerror(-r));
+    }
+    done(c, v, status, msg, o);
+}
+
+int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg)
+{
+    struct qsd_opts o;
+    int r = vol_export_opts(c, v, &o, ret_msg);
+    if (r < 0)
+        return r;
+    if (!v->qsd) {
+        qsd_new(c->loop, &c->qcfg, v->id, &o, &v->qsd);
+        qsd_set_event_handler(v->qsd, qsd_event, c);
+    }
+    qsd_opts_clear(&o);
+    struct start_ctx *s = xcalloc(1, sizeof(*s));
+    *s = (struct start_ctx){c, v, done, opaque};
+    r = qsd_start(v->qsd, started, s);
+    if (r < 0) {
+        free(s);
+        *ret_msg = xasprintf("cannot start qemu-storage-daemon: %s", strerror(-r));
+    }
+    return r;
+}
+
+/* ----------------------------------------------------------- recovery */
+
+static void recovery_started(struct csi *c, struct vol *v, int status, const char *msg,
+                             void *opaque)
+{
+    if (status < 0) {
+        _cleanup_free_ char *q = log_quote(msg ? msg : strerror(-status));
+        log_error("plugin", "restart of a staged volume's QSD failed", "volume=%s error=%s",
+                  v->id, q);
+    } else {
+        log_info("plugin", "restarted the QSD of a staged volume", "volume=%s pid=%d", v->id,
+                 (int)qsd_get_pid(v->qsd));
+    }
+}
+
+static void remove_runtime(struct csi *c, const char *id)
+{
+    struct qsd_paths p;
+    qsd_paths_init(c->cfg->run_dir, id, &p);
+    rm_rf(p.export_dir);
+    rm_rf(p.ctl_dir);
+    qsd_paths_clear(&p);
+}
+
+static void recover(struct csi *c)
+{
+    struct store *s = c->store;
+    for (size_t i = 0; i < s->n_snaps;) {
+        struct snap *sn = s->snaps[i];
+        if (sn->phase == PHASE_READY) {
+            i++;
+            continue;
+        }
+        _cleanup_free_ char *msg = NULL;
+        snapshot_delete(&c->pool, sn->id, &msg);
+        log_info("plugin", "removed a snapshot left half-done", "snapshot=%s phase=%s", sn->id,
+                 sn->phase == PHASE_CREATING ? "creating" : "deleting");
+        store_remove_snap(s, sn);
+    }
+    for (size_t i = 0; i < s->n_vols;) {
+        struct vol *v = s->vols[i];
+        if (v->phase != PHASE_READY) {
+            if (v->staging_path) {
+                _cleanup_free_ char *msg = NULL;
+                qsd_stop_sync(&c->qcfg, v->id, &msg);
+                remove_runtime(c, v->id);
+            }
+            _cleanup_free_ char *msg = NULL;
+            image_delete(&c->pool, v->id, &msg);
+            _cleanup_free_ char *tmp = xasprintf(".clone-%s", v->id);
+            _cleanup_free_ char *msg2 = NULL;
+            snapshot_delete(&c->pool, tmp, &msg2);
+            log_info("plugin", "removed a volume left half-done", "volume=%s phase=%s", v->id,
+                     v->phase == PHASE_CREATING ? "creating" : "deleting");
+            store_remove_vol(s, v);
+            continue;
+        }
+        i++;
+        if (!v->staging_path)
+            continue;
+        _cleanup_free_ char *msg = NULL;
+        struct qsd_opts o;
+        if (vol_export_opts(c, v, &o, &msg) < 0) {
+            _cleanup_free_ char *q = log_quote(msg);
+            log_error("plugin", "staged volume cannot be served", "volume=%s error=%s", v->id, q);
+            continue;
+        }
+        qsd_new(c->loop, &c->qcfg, v->id, &o, &v->qsd);
+        qsd_opts_clear(&o);
+        qsd_set_event_handler(v->qsd, qsd_event, c);
+        if (qsd_adopt(v->qsd) == 0) {
+            log_info("plugin", "adopted the QSD of a staged volume", "volume=%s pid=%d", v->id,
+                     (int)qsd_get_pid(v->qsd));
+            continue;
+        }
+        log_info("plugin", "QSD of a staged volume is not running, starting it", "volume=%s",
+                 v->id);
+        free(msg);
+        msg = NULL;
+        if (vol_qsd_start(c, v, recovery_started, NULL, &msg) < 0) {
+            _cleanup_free_ char *q = log_quote(msg);
+            log_error("plugin", "cannot restart the QSD of a staged volume", "volume=%s error=%s",
+                      v->id, q);
+        }
+    }
+}
+
+int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret, char **ret_msg)
+{
+    struct csi *c = xcalloc(1, sizeof(*c));
+    c->cfg = cfg;
+    c->loop = loop;
+    c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary};
+    c->topo_key = xasprintf("%s/node", cfg->driver_name);
+    int r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
+    if (r < 0) {
+        free(c->topo_key);
+        free(c);
+        return r;
+    }
+    r = store_open(cfg->state_dir, &c->store, ret_msg);
+    if (r < 0) {
+        pool_close(&c->pool);
+        free(c->topo_key);
+        free(c);
+        return r;
+    }
+    recover(c);
+    *ret = c;
+    return 0;
+}
+
+void csi_free(struct csi *c)
+{
+    if (!c)
+        return;
+    while (c->ops) {
+        struct op *op = c->ops;
+        worker_cancel(op->worker);
+        op->worker = NULL;
+        if (op->call)
+            grpc_call_fail(op->call, GRPC_UNAVAILABLE, "the plugin is shutting down");
+        op_end(op);
+    }
+    for (size_t i = 0; i < c->store->n_vols; i++) {
+        qsd_free(c->store->vols[i]->qsd);
+        c->store->vols[i]->qsd = NULL;
+    }
+    store_free(c->store);
+    pool_close(&c->pool);
+    free(c->topo_key);
+    free(c);
+}

@@ -1,0 +1,82 @@
+/* service.h: what the Controller and Node services share.
+ *
+ * Owns: struct csi (configuration, loop, state store, pool, the QSD of every
+ * staged volume), the in-flight operations (struct op: one per asynchronous
+ * RPC, holding the call and the busy flags of the records it works on), the
+ * volume-capability rules, and start-up recovery (finish or undo half-done
+ * records, adopt or restart the QSDs of staged volumes). */
+#pragma once
+
+#include "csi.pb-c.h"
+#include "grpc.h"
+#include "image.h"
+#include "plugin.h"
+#include "qsd.h"
+#include "state.h"
+#include "worker.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct op;
+struct csi {
+    const struct plugin_config *cfg;
+    struct loop *loop;
+    struct store *store;
+    struct pool pool;
+    struct qsd_config qcfg;
+    char *topo_key;        /* "<driver-name>/node" */
+    struct op *ops;        /* in flight */
+};
+
+/* One asynchronous RPC.  Records named here are busy until op_end(). */
+struct op {
+    struct csi *csi;
+    struct grpc_call *call;
+    struct worker *worker;
+    struct qmp *qmp;
+    struct vol *vol, *vol2;
+    struct snap *snap;
+    /* per-operation data */
+    uint64_t size;
+    bool flag;
+    char *str, *str2;
+    struct qsd_paths paths;
+    bool have_paths;
+    struct op *next;
+};
+
+int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret, char **ret_msg);
+/* Fails every call in flight with UNAVAILABLE, cancels workers, forgets the
+ * QSDs (their processes keep running, to be adopted by the next start). */
+void csi_free(struct csi *c);
+
+struct op *op_begin(struct csi *c, struct grpc_call *call);
+/* Release busy flags, unlink and free.  The call must have been completed. */
+void op_end(struct op *op);
+/* Run fn in a worker; done runs on the loop.  On failure to fork, the call
+ * is failed and the op ended (returns < 0). */
+int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done);
+
+/* Validate an id field: non-empty and valid per names.h.  On failure the
+ * call is failed with INVALID_ARGUMENT and false returned. */
+bool id_ok(struct grpc_call *call, const char *field, const char *id);
+
+/* NULL when the capability is supported, else why (INVALID_ARGUMENT). */
+const char *cap_problem(const Csi__V1__VolumeCapability *cap);
+bool cap_read_only(const Csi__V1__VolumeCapability *cap);
+/* volume_mount_group -> gid (-1 when empty); -EINVAL if not a number. */
+int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);
+
+/* Export options for a volume (its parameters, image, staging flags). */
+int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
+/* Start the QSD of a staged volume; done(status, msg) on the loop. */
+typedef void (*vol_started_fn)(struct csi *c, struct vol *v, int status, const char *msg,
+                               void *opaque);
+int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg);
+bool vol_live(const struct vol *v);
+/* Map a negative errno from a library call to a gRPC code. */
+enum grpc_code code_for(int r);
+
+const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n);
+const struct grpc_method *node_methods(struct csi *c, size_t *ret_n);

@@ -1,0 +1,408 @@
+/* state.c: see state.h. */
+#include "state.h"
+#include "log.h"
+#include "names.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <sys/types.h>
+
+#define RECORD_MAX (1u << 20)
+
+static const char *const PHASES[] = {"creating", "ready", "deleting"};
+
+static int phase_parse(const char *s, enum rec_phase *ret)
+{
+    for (unsigned i = 0; i < ARRAY_SIZE(PHASES); i++)
+        if (streq(s, PHASES[i])) {
+            *ret = (enum rec_phase)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+struct vol *vol_new(const char *id)
+{
+    struct vol *v = xcalloc(1, sizeof(*v));
+    v->id = xstrdup(id);
+    v->stage_gid = -1;
+    v->parameters = json_object();
+    v->format = xstrdup("qcow2");
+    v->preallocation = xstrdup("off");
+    return v;
+}
+
+void vol_clear_staging(struct vol *v)
+{
+    free(v->staging_path);
+    v->staging_path = NULL;
+    v->stage_gid = -1;
+    v->stage_ro = false;
+}
+
+void vol_free(struct vol *v)
+{
+    if (!v)
+        return;
+    free(v->id);
+    free(v->format);
+    free(v->preallocation);
+    json_decref(v->parameters);
+    free(v->src_type);
+    free(v->src_id);
+    free(v->staging_path);
+    for (size_t i = 0; i < v->n_pubs; i++)
+        free(v->pubs[i].target);
+    free(v->pubs);
+    free(v);
+}
+
+void vol_add_pub(struct vol *v, const char *target, bool ro)
+{
+    v->pubs = xrealloc(v->pubs, (v->n_pubs + 1) * sizeof(*v->pubs));
+    v->pubs[v->n_pubs++] = (struct publication){.target = xstrdup(target), .read_only = ro};
+}
+
+void vol_del_pub(struct vol *v, size_t i)
+{
+    free(v->pubs[i].target);
+    memmove(&v->pubs[i], &v->pubs[i + 1], (v->n_pubs - i - 1) * sizeof(*v->pubs));
+    v->n_pubs--;
+}
+
+ssize_t vol_find_pub(const struct vol *v, const char *target)
+{
+    for (size_t i = 0; i < v->n_pubs; i++)
+        if (streq(v->pubs[i].target, target))
+            return (ssize_t)i;
+    return -1;
+}
+
+struct snap *snap_new(const char *id)
+{
+    struct snap *sn = xcalloc(1, sizeof(*sn));
+    sn->id = xstrdup(id);
+    return sn;
+}
+
+void snap_free(struct snap *sn)
+{
+    if (!sn)
+        return;
+    free(sn->id);
+    free(sn->source);
+    free(sn);
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+json_t *vol_to_json(const struct vol *v)
+{
+    json_t *pubs = json_array();
+    for (size_t i = 0; i < v->n_pubs; i++)
+        json_array_append_new(pubs, json_pack("{s:s, s:b}", "target", v->pubs[i].target,
+                                              "read_only", v->pubs[i].read_only));
+    json_t *staged = v->staging_path
+                         ? json_pack("{s:s, s:i, s:b}", "path", v->staging_path, "gid",
+                                     v->stage_gid, "read_only", v->stage_ro)
+                         : json_null();
+    json_t *src = v->src_type ? json_pack("{s:s, s:s}", "type", v->src_type, "id", v->src_id)
+                              : json_null();
+    return json_pack("{s:i, s:s, s:s, s:s, s:s, s:O, s:I, s:I, s:o, s:I, s:o, s:o}", "version", 1,
+                     "id", v->id, "phase", PHASES[v->phase], "format", v->format,
+                     "preallocation", v->preallocation, "parameters", v->parameters, "size",
+                     (json_int_t)v->size, "image_size", (json_int_t)v->image_size, "source", src,
+                     "created", (json_int_t)v->created, "staged", staged, "published", pubs);
+}
+
+int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
+{
+    const char *id, *phase, *format, *prealloc;
+    json_t *params, *src, *staged, *pubs;
+    json_int_t size, isize, created;
+    json_error_t e;
+    if (json_unpack_ex(j, &e, 0, "{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:I, s:o, s:o}", "id",
+                       &id, "phase", &phase, "format", &format, "preallocation", &prealloc,
+                       "parameters", &params, "size", &size, "image_size", &isize, "source", &src,
+                       "created", &created, "staged", &staged, "published", &pubs) < 0) {
+        *ret_msg = xasprintf("bad volume record: %s", e.text);
+        return -EBADMSG;
+    }
+    enum rec_phase ph;
+    if (name_validate(id, NULL) < 0 || phase_parse(phase, &ph) < 0 || !json_is_object(params) ||
+        !json_is_array(pubs) || (!streq(format, "qcow2") && !streq(format, "raw")) || size < 0 ||
+        isize < 0) {
+        *ret_msg = xstrdup("bad volume record: invalid id, phase, format, sizes or parameters");
+        return -EBADMSG;
+    }
+    struct vol *v = vol_new(id);
+    v->phase = ph;
+    free(v->format);
+    v->format = xstrdup(format);
+    free(v->preallocation);
+    v->preallocation = xstrdup(prealloc);
+    json_decref(v->parameters);
+    v->parameters = json_deep_copy(params);
+    v->size = (uint64_t)size;
+    v->image_size = (uint64_t)isize;
+    v->created = created;
+    int r = 0;
+    if (json_is_object(src)) {
+        const char *t, *sid;
+        if (json_unpack(src, "{s:s, s:s}", "type", &t, "id", &sid) < 0 ||
+            name_validate(sid, NULL) < 0 || (!streq(t, "snapshot") && !streq(t, "volume")))
+            r = -EBADMSG;
+        else {
+            v->src_type = xstrdup(t);
+            v->src_id = xstrdup(sid);
+        }
+    }
+    if (r == 0 && json_is_object(staged)) {
+        const char *path;
+        int gid, ro;
+        if (json_unpack(staged, "{s:s, s:i, s:b}", "path", &path, "gid", &gid, "read_only", &ro) < 0)
+            r = -EBADMSG;
+        else {
+            v->staging_path = xstrdup(path);
+            v->stage_gid = gid;
+            v->stage_ro = ro;
+        }
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(pubs, i, p)
+    {
+        const char *t;
+        int ro;
+        if (r == 0 && json_unpack(p, "{s:s, s:b}", "target", &t, "read_only", &ro) == 0)
+            vol_add_pub(v, t, ro);
+        else
+            r = -EBADMSG;
+    }
+    if (r < 0) {
+        vol_free(v);
+        *ret_msg = xstrdup("bad volume record: invalid source, staging or publications");
+        return r;
+    }
+    *ret = v;
+    return 0;
+}
+
+json_t *snap_to_json(const struct snap *sn)
+{
+    return json_pack("{s:i, s:s, s:s, s:s, s:I, s:I, s:i}", "version", 1, "id", sn->id, "phase",
+                     PHASES[sn->phase], "source_volume", sn->source, "size",
+                     (json_int_t)sn->size, "created_sec", (json_int_t)sn->created_sec,
+                     "created_nsec", (int)sn->created_nsec);
+}
+
+int snap_from_json(json_t *j, struct snap **ret, char **ret_msg)
+{
+    const char *id, *phase, *src;
+    json_int_t size, sec;
+    int nsec;
+    json_error_t e;
+    if (json_unpack_ex(j, &e, 0, "{s:s, s:s, s:s, s:I, s:I, s:i}", "id", &id, "phase", &phase,
+                       "source_volume", &src, "size", &size, "created_sec", &sec, "created_nsec",
+                       &nsec) < 0) {
+        *ret_msg = xasprintf("bad snapshot record: %s", e.text);
+        return -EBADMSG;
+    }
+    enum rec_phase ph;
+    if (name_validate(id, NULL) < 0 || name_validate(src, NULL) < 0 ||
+        phase_parse(phase, &ph) < 0 || size < 0 || nsec < 0 || nsec > 999999999) {
+        *ret_msg = xstrdup("bad snapshot record: invalid id, source, phase, size or time");
+        return -EBADMSG;
+    }
+    struct snap *sn = snap_new(id);
+    sn->phase = ph;
+    sn->source = xstrdup(src);
+    sn->size = (uint64_t)size;
+    sn->created_sec = sec;
+    sn->created_nsec = nsec;
+    *ret = sn;
+    return 0;
+}
+
+/* --------------------------------------------------------------- store */
+
+static int save_json(const char *dir, const char *id, json_t *j)
+{
+    _cleanup_free_ char *path = xasprintf("%s/%s.json", dir, id);
+    _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(j);
+    if (!s)
+        return -ENOMEM;
+    return write_file_atomic(path, s, strlen(s), 0600);
+}
+
+static int remove_json(const char *dir, const char *id)
+{
+    _cleanup_free_ char *path = xasprintf("%s/%s.json", dir, id);
+    if (unlink(path) < 0 && errno != ENOENT)
+        return -errno;
+    return 0;
+}
+
+int store_save_vol(struct store *s, const struct vol *v)
+{
+    return save_json(s->vol_dir, v->id, vol_to_json(v));
+}
+
+int store_save_snap(struct store *s, const struct snap *sn)
+{
+    return save_json(s->snap_dir, sn->id, snap_to_json(sn));
+}
+
+struct vol *store_find_vol(struct store *s, const char *id)
+{
+    for (size_t i = 0; i < s->n_vols; i++)
+        if (streq(s->vols[i]->id, id))
+            return s->vols[i];
+    return NULL;
+}
+
+struct snap *store_find_snap(struct store *s, const char *id)
+{
+    for (size_t i = 0; i < s->n_snaps; i++)
+        if (streq(s->snaps[i]->id, id))
+            return s->snaps[i];
+    return NULL;
+}
+
+void store_add_vol(struct store *s, struct vol *v)
+{
+    s->vols = xrealloc(s->vols, (s->n_vols + 1) * sizeof(*s->vols));
+    s->vols[s->n_vols++] = v;
+}
+
+void store_add_snap(struct store *s, struct snap *sn)
+{
+    s->snaps = xrealloc(s->snaps, (s->n_snaps + 1) * sizeof(*s->snaps));
+    s->snaps[s->n_snaps++] = sn;
+}
+
+int store_remove_vol(struct store *s, struct vol *v)
+{
+    int r = remove_json(s->vol_dir, v->id);
+    for (size_t i = 0; i < s->n_vols; i++)
+        if (s->vols[i] == v) {
+            memmove(&s->vols[i], &s->vols[i + 1], (s->n_vols - i - 1) * sizeof(*s->vols));
+            s->n_vols--;
+            break;
+        }
+    vol_free(v);
+    return r;
+}
+
+int store_remove_snap(struct store *s, struct snap *sn)
+{
+    int r = remove_json(s->snap_dir, sn->id);
+    for (size_t i = 0; i < s->n_snaps; i++)
+        if (s->snaps[i] == sn) {
+            memmove(&s->snaps[i], &s->snaps[i + 1], (s->n_snaps - i - 1) * sizeof(*s->snaps));
+            s->n_snaps--;
+            break;
+        }
+    snap_free(sn);
+    return r;
+}
+
+static int cmp_vol(const void *a, const void *b)
+{
+    return strcmp((*(struct vol *const *)a)->id, (*(struct vol *const *)b)->id);
+}
+
+static int cmp_snap(const void *a, const void *b)
+{
+    return strcmp((*(struct snap *const *)a)->id, (*(struct snap *const *)b)->id);
+}
+
+void store_sort(struct store *s)
+{
+    if (s->n_vols)
+        qsort(s->vols, s->n_vols, sizeof(*s->vols), cmp_vol);
+    if (s->n_snaps)
+        qsort(s->snaps, s->n_snaps, sizeof(*s->snaps), cmp_snap);
+}
+
+/* Load every <id>.json in dir through fn. */
+static void load_dir(struct store *s, const char *dir, bool volumes)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (de->d_name[0] == '.' || n <= 5 || !streq(de->d_name + n - 5, ".json"))
+            continue;
+        _cleanup_free_ char *id = xstrndup(de->d_name, n - 5);
+        _cleanup_free_ char *path = xasprintf("%s/%s", dir, de->d_name);
+        _cleanup_free_ char *data = NULL, *msg = NULL;
+        if (name_validate(id, NULL) < 0 || read_file(path, RECORD_MAX, &data, NULL) < 0) {
+            log_warn("state", "record skipped", "path=%s reason=\"unreadable or bad name\"", path);
+            continue;
+        }
+        json_t *j = json_loads(data, 0, NULL);
+        int r = -EBADMSG;
+        if (j && volumes) {
+            struct vol *v;
+            if ((r = vol_from_json(j, &v, &msg)) == 0) {
+                if (streq(v->id, id))
+                    store_add_vol(s, v);
+                else
+                    vol_free(v), r = -EBADMSG;
+            }
+        } else if (j) {
+            struct snap *sn;
+            if ((r = snap_from_json(j, &sn, &msg)) == 0) {
+                if (streq(sn->id, id))
+                    store_add_snap(s, sn);
+                else
+                    snap_free(sn), r = -EBADMSG;
+            }
+        }
+        json_decref(j);
+        if (r < 0) {
+            _cleanup_free_ char *q = log_quote(msg ? msg : "not JSON or id mismatch");
+            log_warn("state", "record skipped", "path=%s reason=%s", path, q);
+        }
+    }
+    closedir(d);
+}
+
+int store_open(const char *dir, struct store **ret, char **ret_msg)
+{
+    struct store *s = xcalloc(1, sizeof(*s));
+    s->dir = xstrdup(dir);
+    s->vol_dir = xasprintf("%s/volumes", dir);
+    s->snap_dir = xasprintf("%s/snapshots", dir);
+    int r;
+    if ((r = mkdir_p(s->vol_dir, 0700)) < 0 || (r = mkdir_p(s->snap_dir, 0700)) < 0) {
+        *ret_msg = xasprintf("cannot create state directories under %s: %s", dir, strerror(-r));
+        store_free(s);
+        return r;
+    }
+    load_dir(s, s->vol_dir, true);
+    load_dir(s, s->snap_dir, false);
+    store_sort(s);
+    *ret = s;
+    return 0;
+}
+
+void store_free(struct store *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n_vols; i++)
+        vol_free(s->vols[i]);
+    for (size_t i = 0; i < s->n_snaps; i++)
+        snap_free(s->snaps[i]);
+    free(s->vols);
+    free(s->snaps);
+    free(s->dir);
+    free(s->vol_dir);
+    free(s->snap_dir);
+    free(s);
+}

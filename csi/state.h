@@ -1,0 +1,96 @@
+/* state.h: the plugin's persistent records: one JSON file per volume
+ * (STATE/volumes/<id>.json) and per snapshot (STATE/snapshots/<id>.json),
+ * each written atomically (write_file_atomic: temp, fsync, rename, fsync dir).
+ *
+ * Owns: the in-memory tables loaded at start, their JSON form (pure
+ * vol_to_json/vol_from_json, unit-tested) and saving/removing records.
+ * Phases make half-done work visible after a crash: a record is written with
+ * phase "creating" before the image exists and "deleting" before the image is
+ * removed; the plugin finishes or undoes such records when it starts. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum rec_phase { PHASE_CREATING, PHASE_READY, PHASE_DELETING };
+
+struct publication {
+    char *target;
+    bool read_only;
+};
+
+struct vol {
+    char *id;
+    enum rec_phase phase;
+    char *format;          /* qcow2 | raw */
+    char *preallocation;
+    json_t *parameters;    /* StorageClass parameters as received (object) */
+    uint64_t size;         /* capacity promised to the CO */
+    uint64_t image_size;   /* size of the image as last grown (<= size while an
+                              expansion waits for NodeExpandVolume/NodeStage) */
+    char *src_type;        /* "snapshot" | "volume" | NULL */
+    char *src_id;
+    int64_t created;       /* unix seconds */
+    /* node side */
+    char *staging_path;    /* NULL: not staged */
+    int stage_gid;         /* socket group, -1: root */
+    bool stage_ro;         /* staged with a read-only access mode */
+    struct publication *pubs;
+    size_t n_pubs;
+    /* runtime only (not persisted) */
+    struct qsd *qsd;
+    bool busy;             /* an operation is in flight */
+};
+
+struct snap {
+    char *id;
+    enum rec_phase phase;
+    char *source;          /* source volume id */
+    uint64_t size;
+    int64_t created_sec;
+    int32_t created_nsec;
+    bool busy;
+};
+
+struct store {
+    char *dir, *vol_dir, *snap_dir;
+    struct vol **vols;
+    size_t n_vols;
+    struct snap **snaps;
+    size_t n_snaps;
+};
+
+/* Create the directories if needed and load every record (invalid files are
+ * skipped with a warning). */
+int store_open(const char *dir, struct store **ret, char **ret_msg);
+void store_free(struct store *s);
+
+struct vol *store_find_vol(struct store *s, const char *id);
+struct snap *store_find_snap(struct store *s, const char *id);
+/* Take ownership of a new record (not saved). */
+void store_add_vol(struct store *s, struct vol *v);
+void store_add_snap(struct store *s, struct snap *sn);
+int store_save_vol(struct store *s, const struct vol *v);
+int store_save_snap(struct store *s, const struct snap *sn);
+/* Remove the record file and free the record. */
+int store_remove_vol(struct store *s, struct vol *v);
+int store_remove_snap(struct store *s, struct snap *sn);
+/* Sorted by id (for pagination). */
+void store_sort(struct store *s);
+
+struct vol *vol_new(const char *id);
+void vol_free(struct vol *v);
+struct snap *snap_new(const char *id);
+void snap_free(struct snap *sn);
+void vol_clear_staging(struct vol *v);
+void vol_add_pub(struct vol *v, const char *target, bool ro);
+void vol_del_pub(struct vol *v, size_t i);
+/* Index of the publication at target, or -1. */
+ssize_t vol_find_pub(const struct vol *v, const char *target);
+
+json_t *vol_to_json(const struct vol *v);
+int vol_from_json(json_t *j, struct vol **ret, char **ret_msg);
+json_t *snap_to_json(const struct snap *sn);
+int snap_from_json(json_t *j, struct snap **ret, char **ret_msg);
