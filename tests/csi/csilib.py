@@ -1,0 +1,239 @@
+"""Helpers for the CSI tests: an independent client (Debian's python3-grpcio,
+messages compiled from proto/csi.proto with protoc at test time, no generated
+stubs), a plugin process under a temporary root, and real mounts under a
+temporary kubelet root that are always unmounted.
+
+Every test makes its own root with mktemp; the plugin and the QSDs it started
+are stopped by PID, never by name."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import grpc
+except ImportError:
+    print("SKIP: python3-grpcio not installed")
+    sys.exit(77)
+
+CALL_TIMEOUT = 60.0
+START_TIMEOUT = 15.0
+
+SERVICES = {
+    "Identity": ["GetPluginInfo", "GetPluginCapabilities", "Probe"],
+    "Controller": ["CreateVolume", "DeleteVolume", "ControllerPublishVolume",
+                   "ControllerUnpublishVolume", "ValidateVolumeCapabilities", "ListVolumes",
+                   "GetCapacity", "ControllerGetCapabilities", "CreateSnapshot",
+                   "DeleteSnapshot", "ListSnapshots", "ControllerExpandVolume",
+                   "ControllerGetVolume"],
+    "Node": ["NodeStageVolume", "NodeUnstageVolume", "NodePublishVolume",
+             "NodeUnpublishVolume", "NodeGetVolumeStats", "NodeExpandVolume",
+             "NodeGetCapabilities", "NodeGetInfo"],
+}
+
+
+def skip(why):
+    print("SKIP: " + why)
+    sys.exit(77)
+
+
+def compile_proto(proto_dir, out_dir):
+    protoc = shutil.which("protoc")
+    if not protoc:
+        skip("protoc not installed")
+    subprocess.run([protoc, "-I", proto_dir, "-I", "/usr/include", "--python_out", out_dir,
+                    os.path.join(proto_dir, "csi.proto")], check=True, timeout=60)
+    sys.path.insert(0, out_dir)
+    import csi_pb2  # noqa: E402
+    return csi_pb2
+
+
+class Client:
+    """c.CreateVolume(pb.CreateVolumeRequest(...)) for every CSI method."""
+
+    def __init__(self, pb, sock):
+        self.pb = pb
+        self.channel = grpc.insecure_channel("unix://" + sock)
+        for svc, methods in SERVICES.items():
+            for m in methods:
+                req = getattr(pb, m + "Request")
+                resp = getattr(pb, m + "Response")
+                setattr(self, m, self.channel.unary_unary(
+                    "/csi.v1.%s/%s" % (svc, m), request_serializer=req.SerializeToString,
+                    response_deserializer=resp.FromString))
+
+    def close(self):
+        self.channel.close()
+
+
+def expect_code(fn, req, code, what=""):
+    try:
+        fn(req, timeout=CALL_TIMEOUT)
+    except grpc.RpcError as e:
+        if e.code() != code:
+            raise AssertionError("%s: expected %s, got %s (%s)" % (what, code, e.code(),
+                                                                   e.details()))
+        return e.details()
+    raise AssertionError("%s: expected %s, call succeeded" % (what, code))
+
+
+class Env:
+    """A temporary root: state, pool, run dir, kubelet root, the plugin."""
+
+    def __init__(self, plugin, proto_dir, prefix="qsd-csi-test-"):
+        if os.geteuid() != 0:
+            skip("needs root (mounts, QSD sockets)")
+        if not shutil.which("qemu-storage-daemon") or not shutil.which("qemu-img"):
+            skip("qemu-storage-daemon or qemu-img missing")
+        self.plugin = plugin
+        self.root = tempfile.mkdtemp(prefix=prefix)
+        self.pb = compile_proto(proto_dir, self.root)
+        self.state = os.path.join(self.root, "state")
+        self.pool = os.path.join(self.root, "pool")
+        self.run = os.path.join(self.root, "run")
+        self.kubelet = os.path.join(self.root, "kubelet")
+        for d in (self.state, self.pool, self.run, self.kubelet):
+            os.mkdir(d)
+        self.sock = os.path.join(self.root, "csi.sock")
+        self.proc = None
+        self.client = None
+        self.logf = None
+        self.node = "node-1"
+
+    def start(self, extra=()):
+        self.logf = open(os.path.join(self.root, "plugin.log"), "a")
+        self.proc = subprocess.Popen(
+            [self.plugin, "--endpoint", "unix://" + self.sock, "--nodeid", self.node,
+             "--driver-name", "test.qsd-csi.dev", "--state-dir", self.state, "--pool", self.pool,
+             "--run-dir", self.run, "--kubelet-root", self.kubelet, "--log-level", "debug",
+             *extra],
+            stdout=self.logf, stderr=self.logf)
+        deadline = time.monotonic() + START_TIMEOUT
+        import socket
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("plugin exited early with %d" % self.proc.returncode)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(self.sock)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("plugin socket did not accept within %.0fs" % START_TIMEOUT)
+                time.sleep(0.02)
+            finally:
+                s.close()
+        self.client = Client(self.pb, self.sock)
+        return self.client
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.client:
+            self.client.close()
+            self.client = None
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                rc = self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                rc = self.proc.wait(timeout=15)
+        else:
+            rc = self.proc.returncode if self.proc else None
+        self.proc = None
+        if self.logf:
+            self.logf.close()
+            self.logf = None
+        return rc
+
+    def qsd_pids(self):
+        """PIDs of QSDs recorded under our run dir (ctl/<vol>/qsd.json)."""
+        import json
+        pids = {}
+        ctl = os.path.join(self.run, "ctl")
+        if not os.path.isdir(ctl):
+            return pids
+        for vol in os.listdir(ctl):
+            try:
+                with open(os.path.join(ctl, vol, "qsd.json")) as f:
+                    st = json.load(f)
+                if st.get("pid"):
+                    pids[vol] = st["pid"]
+            except (OSError, ValueError):
+                pass
+        return pids
+
+    def log_tail(self, n=60):
+        try:
+            with open(os.path.join(self.root, "plugin.log")) as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def cleanup(self):
+        """Unmount everything under the kubelet root, stop the plugin and our
+        QSDs by PID, remove the root.  Runs even after a failure."""
+        try:
+            self.stop(signal.SIGKILL)
+        except Exception:  # noqa: BLE001
+            pass
+        mounts = []
+        try:
+            with open("/proc/self/mountinfo") as f:
+                for line in f:
+                    mp = line.split()[4].encode().decode("unicode_escape")
+                    if mp.startswith(self.root + "/"):
+                        mounts.append(mp)
+        except OSError:
+            pass
+        for mp in sorted(mounts, key=len, reverse=True):
+            subprocess.run(["umount", "-l", mp], check=False)
+        for vol, pid in self.qsd_pids().items():
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    if self.run.encode() not in f.read():
+                        continue
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.1)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def mount_cap(pb, mode=None, group="", fs_type=""):
+    mode = pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER if mode is None else mode
+    return pb.VolumeCapability(
+        mount=pb.VolumeCapability.MountVolume(fs_type=fs_type, volume_mount_group=group),
+        access_mode=pb.VolumeCapability.AccessMode(mode=mode))
+
+
+def block_cap(pb):
+    return pb.VolumeCapability(
+        block=pb.VolumeCapability.BlockVolume(),
+        access_mode=pb.VolumeCapability.AccessMode(
+            mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))
+
+
+def is_mount_point(path):
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                if line.split()[4].encode().decode("unicode_escape") == path:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def run_main(fn):
+    try:
+        fn()
+        return 0
+    except SystemExit:
+        raise
+    except Exception:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        return 1
