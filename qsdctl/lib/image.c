@@ -354,6 +354,17 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
     if ((r = qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0)
         return r;
 
+    /* Work around a QEMU 10.0 abort (block.c bdrv_insert_node: AioContext
+     * assertion) when blockdev-backup inserts its filter above a node that
+     * lives in an iothread and was never drained since QSD started: a
+     * same-size block_resize (a drained section, no change) settles it.
+     * Measured: without it the first live snapshot kills the QSD. */
+    struct qmp_error eio = {0};
+    qmp_sync_call(s, "block_resize",
+                  json_pack("{s:s, s:I}", "node-name", QSD_NODE, "size", (json_int_t)size),
+                  QMP_DEFAULT_TIMEOUT_MS, NULL, &eio);
+    qmp_error_clear(&eio);
+
     _cleanup_free_ char *node = xasprintf("snap-%d", (int)getpid());
     _cleanup_free_ char *job = xasprintf("backup-%d", (int)getpid());
     struct qmp_error e = {0};
