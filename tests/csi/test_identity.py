@@ -157,8 +157,8 @@ def main():
         assert r.ready.value is True, r
         print("ok Probe (ready, not ready, ready)")
 
-        for path in ("/csi.v1.Controller/CreateVolume", "/csi.v1.Node/NodeStageVolume",
-                     "/no.such.Service/Method"):
+        for path in ("/csi.v1.Controller/ControllerPublishVolume",
+                     "/csi.v1.Controller/ControllerGetVolume", "/no.such.Service/Method"):
             expect_code(method(ch, path, pb.ProbeRequest, pb.ProbeResponse), pb.ProbeRequest(),
                         grpc.StatusCode.UNIMPLEMENTED)
         print("ok UNIMPLEMENTED")

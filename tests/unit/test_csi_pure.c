@@ -1,0 +1,246 @@
+/* Unit tests for the CSI plugin's pure parts: StorageClass parameters
+ * (every key, unknown keys, bad values, combinations), capacity ranges, the
+ * lexical path rules, and the state records' JSON round trip. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "params.h"
+#include "paths.h"
+#include "state.h"
+#include "util.h"
+
+static int parse(const char *const *kv, size_t n, struct vol_params *p, char **msg)
+{
+    const char *keys[16], *vals[16];
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = kv[2 * i];
+        vals[i] = kv[2 * i + 1];
+    }
+    return vol_params_parse(n, keys, vals, p, msg);
+}
+
+static void test_params_defaults(void **state)
+{
+    struct vol_params p;
+    char *msg = NULL;
+    assert_int_equal(vol_params_parse(0, NULL, NULL, &p, &msg), 0);
+    assert_string_equal(p.format, "qcow2");
+    assert_string_equal(p.preallocation, "off");
+    assert_int_equal(p.opts.num_queues, 1);
+    assert_int_equal(p.opts.logical_block_size, 512);
+    assert_string_equal(p.opts.cache, "none");
+    assert_string_equal(p.opts.aio, "io_uring");
+    assert_string_equal(p.opts.discard, "unmap");
+    assert_string_equal(p.opts.detect_zeroes, "off");
+    assert_null(p.opts.image);
+    vol_params_clear(&p);
+}
+
+static void test_params_every_key(void **state)
+{
+    static const char *const kv[] = {
+        "format", "raw", "preallocation", "falloc", "cache", "writeback", "aio", "threads",
+        "numQueues", "4", "logicalBlockSize", "4096", "discard", "ignore", "detectZeroes", "on",
+        "csi.storage.k8s.io/pvc/name", "claim", "csi.storage.k8s.io/pv/name", "pv",
+    };
+    struct vol_params p;
+    char *msg = NULL;
+    assert_int_equal(parse(kv, ARRAY_SIZE(kv) / 2, &p, &msg), 0);
+    assert_string_equal(p.format, "raw");
+    assert_string_equal(p.preallocation, "falloc");
+    assert_string_equal(p.opts.cache, "writeback");
+    assert_string_equal(p.opts.aio, "threads");
+    assert_int_equal(p.opts.num_queues, 4);
+    assert_int_equal(p.opts.logical_block_size, 4096);
+    assert_string_equal(p.opts.discard, "ignore");
+    assert_string_equal(p.opts.detect_zeroes, "on");
+    vol_params_clear(&p);
+}
+
+static void test_params_bad(void **state)
+{
+    static const struct {
+        const char *k, *v, *needle;
+    } cases[] = {
+        {"colour", "blue", "unknown parameter 'colour'"},
+        {"Format", "qcow2", "unknown parameter"},
+        {"format", "vmdk", "format"},
+        {"preallocation", "metadata-ish", "preallocation"},
+        {"cache", "sometimes", "cache"},
+        {"aio", "posix", "aio"},
+        {"numQueues", "0", "numQueues"},
+        {"numQueues", "17", "numQueues"},
+        {"numQueues", "two", "numQueues"},
+        {"logicalBlockSize", "1024", "logicalBlockSize"},
+        {"discard", "yes", "discard"},
+        {"detectZeroes", "always", "detectZeroes"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        const char *kv[] = {cases[i].k, cases[i].v};
+        struct vol_params p;
+        char *msg = NULL;
+        assert_int_equal(parse(kv, 1, &p, &msg), -EINVAL);
+        assert_non_null(msg);
+        if (!strstr(msg, cases[i].needle))
+            fail_msg("case %zu: message '%s' lacks '%s'", i, msg, cases[i].needle);
+        free(msg);
+    }
+}
+
+static void test_params_combinations(void **state)
+{
+    static const char *const native[] = {"aio", "native", "cache", "writeback"};
+    static const char *const dz[] = {"detectZeroes", "unmap", "discard", "ignore"};
+    static const char *const rawmeta[] = {"format", "raw", "preallocation", "metadata"};
+    static const char *const ok[] = {"aio", "native", "cache", "directsync"};
+    const char *const *bad[] = {native, dz, rawmeta};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        struct vol_params p;
+        char *msg = NULL;
+        assert_int_equal(parse(bad[i], 2, &p, &msg), -EINVAL);
+        free(msg);
+    }
+    struct vol_params p;
+    char *msg = NULL;
+    assert_int_equal(parse(ok, 2, &p, &msg), 0);
+    vol_params_clear(&p);
+}
+
+static void test_capacity(void **state)
+{
+    uint64_t s;
+    char *msg = NULL;
+    assert_int_equal(capacity_pick(0, 0, 0, 512, &s, &msg), 0);
+    assert_int_equal(s, VOLUME_DEFAULT_SIZE);
+    assert_int_equal(capacity_pick(1, 0, 0, 512, &s, &msg), 0);
+    assert_int_equal(s, 512);
+    assert_int_equal(capacity_pick(4097, 0, 0, 4096, &s, &msg), 0);
+    assert_int_equal(s, 8192);
+    assert_int_equal(capacity_pick(0, 10 << 20, 0, 512, &s, &msg), 0);
+    assert_int_equal(s, 10 << 20);
+    assert_int_equal(capacity_pick(0, 1000, 0, 512, &s, &msg), 0);
+    assert_int_equal(s, 512);
+    assert_int_equal(capacity_pick(0, 0, 3 << 20, 512, &s, &msg), 0); /* source size */
+    assert_int_equal(s, 3 << 20);
+    assert_int_equal(capacity_pick(1 << 20, 0, 3 << 20, 512, &s, &msg), 0);
+    assert_int_equal(s, 3 << 20);
+    static const struct {
+        int64_t req, lim;
+        uint64_t min;
+        unsigned align;
+        int want;
+    } bad[] = {
+        {-1, 0, 0, 512, -EINVAL},
+        {0, -1, 0, 512, -EINVAL},
+        {2048, 1024, 0, 512, -EINVAL},
+        {1000, 1000, 0, 512, -ERANGE},
+        {0, 100, 0, 512, -ERANGE},
+        {0, 1 << 20, 2 << 20, 512, -ERANGE},
+        {(int64_t)(2ull << 50), 0, 0, 512, -ERANGE},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        msg = NULL;
+        int r = capacity_pick(bad[i].req, bad[i].lim, bad[i].min, bad[i].align, &s, &msg);
+        if (r != bad[i].want)
+            fail_msg("case %zu: got %d", i, r);
+        assert_non_null(msg);
+        free(msg);
+    }
+}
+
+static void test_paths(void **state)
+{
+    const char *why;
+    const char *root = "/var/lib/kubelet";
+    static const char *const good[] = {
+        "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1/mount",
+        "/var/lib/kubelet/a",
+        "/var/lib/kubelet/..a/b...",
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(good); i++)
+        if (path_check_lexical(root, good[i], &why) != 0)
+            fail_msg("%s refused: %s", good[i], why);
+    static const char *const bad[] = {
+        "", "relative/path", "/var/lib/kubelet", "/var/lib/kubelet/", "/var/lib/kubeletX/a",
+        "/var/lib/kubelet/../etc", "/var/lib/kubelet/a/../../etc", "/var/lib/kubelet/./a",
+        "/var/lib/kubelet//a", "/etc/passwd", "/var/lib/kubelet/a\nb", "/var/lib/kubelet/..",
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        why = NULL;
+        if (path_check_lexical(root, bad[i], &why) != -EINVAL)
+            fail_msg("'%s' accepted", bad[i]);
+        assert_non_null(why);
+    }
+    _cleanup_free_ char *big = xmalloc(CSI_PATH_MAX + 32);
+    strcpy(big, "/var/lib/kubelet/");
+    memset(big + strlen(big), 'a', CSI_PATH_MAX);
+    big[CSI_PATH_MAX + 10] = '\0';
+    assert_int_equal(path_check_lexical(root, big, &why), -EINVAL);
+    assert_int_equal(path_check_lexical("/", "/a/b", &why), 0);
+    assert_int_equal(path_check_lexical("/", "/", &why), -EINVAL);
+}
+
+static void test_state_roundtrip(void **state)
+{
+    struct vol *v = vol_new("pvc-1");
+    v->phase = PHASE_READY;
+    v->size = 1 << 30;
+    v->image_size = 1 << 29;
+    json_object_set_new(v->parameters, "numQueues", json_string("2"));
+    v->src_type = xstrdup("snapshot");
+    v->src_id = xstrdup("snap-1");
+    v->staging_path = xstrdup("/k/staging");
+    v->stage_gid = 107;
+    vol_add_pub(v, "/k/t1", false);
+    vol_add_pub(v, "/k/t2", true);
+    json_t *j = vol_to_json(v);
+    struct vol *w;
+    char *msg = NULL;
+    assert_int_equal(vol_from_json(j, &w, &msg), 0);
+    json_t *j2 = vol_to_json(w);
+    assert_true(json_equal(j, j2));
+    assert_int_equal(w->n_pubs, 2);
+    assert_true(w->pubs[1].read_only);
+    assert_int_equal(w->stage_gid, 107);
+    json_decref(j2);
+    /* A record naming a traversal id is refused. */
+    json_object_set_new(j, "id", json_string("../x"));
+    struct vol *x = NULL;
+    assert_int_equal(vol_from_json(j, &x, &msg), -EBADMSG);
+    assert_null(x);
+    free(msg);
+    json_decref(j);
+    vol_free(v);
+    vol_free(w);
+
+    struct snap *sn = snap_new("s1");
+    sn->source = xstrdup("pvc-1");
+    sn->size = 4096;
+    sn->created_sec = 1700000000;
+    sn->created_nsec = 5;
+    j = snap_to_json(sn);
+    struct snap *sn2;
+    msg = NULL;
+    assert_int_equal(snap_from_json(j, &sn2, &msg), 0);
+    assert_string_equal(sn2->source, "pvc-1");
+    assert_int_equal(sn2->created_nsec, 5);
+    json_decref(j);
+    snap_free(sn);
+    snap_free(sn2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_params_defaults),
+        cmocka_unit_test(test_params_every_key),
+        cmocka_unit_test(test_params_bad),
+        cmocka_unit_test(test_params_combinations),
+        cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_paths),
+        cmocka_unit_test(test_state_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
