@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #define QMP_OP_TIMEOUT_MS 10000
 
@@ -226,6 +227,20 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
         else
             reply_empty(call, NULL);
         return;
+    }
+    {
+        /* Unix socket addresses hold 107 bytes: a long id under a long
+         * --run-dir cannot be served. */
+        struct qsd_paths p;
+        qsd_paths_init(c->cfg->run_dir, v->id, &p);
+        size_t longest = MAX(strlen(p.socket), strlen(p.qmp));
+        qsd_paths_clear(&p);
+        if (longest >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                           "volume id %s is too long to be served under run directory %s "
+                           "(unix socket path of %zu bytes)", v->id, c->cfg->run_dir, longest);
+            return;
+        }
     }
     if (c->cfg->max_volumes > 0 && staged_count(c) >= (size_t)c->cfg->max_volumes) {
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "this node serves at most %" PRId64 " volumes",

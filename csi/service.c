@@ -200,6 +200,7 @@ static void started(struct qsd *q, int status, const char *msg, void *opaque)
     struct vol *v = s->v;
     vol_started_fn done = s->done;
     void *o = s->opaque;
+    v->start_ctx = NULL;
     free(s);
     if (status == 0) {
         int r = qsd_write_meta(q, v->image_size);
@@ -224,6 +225,8 @@ int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaqu
     struct start_ctx *s = xcalloc(1, sizeof(*s));
     *s = (struct start_ctx){c, v, done, opaque};
     r = qsd_start(v->qsd, started, s);
+    if (r == 0)
+        v->start_ctx = s;
     if (r < 0) {
         free(s);
         *ret_msg = xasprintf("cannot start qemu-storage-daemon: %s", strerror(-r));
@@ -356,8 +359,11 @@ void csi_free(struct csi *c)
         op_end(op);
     }
     for (size_t i = 0; i < c->store->n_vols; i++) {
-        qsd_free(c->store->vols[i]->qsd);
-        c->store->vols[i]->qsd = NULL;
+        struct vol *v = c->store->vols[i];
+        qsd_free(v->qsd); /* the process keeps running: the next start adopts it */
+        v->qsd = NULL;
+        free(v->start_ctx);
+        v->start_ctx = NULL;
     }
     store_free(c->store);
     pool_close(&c->pool);

@@ -41,6 +41,7 @@ struct vol {
     size_t n_pubs;
     /* runtime only (not persisted) */
     struct qsd *qsd;
+    void *start_ctx;       /* pending qsd_start completion (service.c) */
     bool busy;             /* an operation is in flight */
 };
 
