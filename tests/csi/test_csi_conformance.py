@@ -249,6 +249,18 @@ def run(env):
     assert cl.capacity_bytes == 100 * MiB + 4096 and cl.content_source.volume.volume_id == "pvc-a"
     bad = pb.VolumeContentSource(volume=pb.VolumeContentSource.VolumeSource(volume_id="nope"))
     expect_code(c.CreateVolume, cv("pvc-c2", src=bad), C.NOT_FOUND, "unknown volume source")
+    # A copy that fails half-way (the snapshot file is garbage) leaves nothing.
+    c.CreateSnapshot(cs("snap-bad", "pvc-lim"), timeout=T)
+    with open(os.path.join(env.pool, "snapshots", "snap-bad.qcow2"), "r+b") as f:
+        f.write(b"\0" * 4096)
+    bsrc = pb.VolumeContentSource(snapshot=pb.VolumeContentSource.SnapshotSource(
+        snapshot_id="snap-bad"))
+    d = expect_code(c.CreateVolume, cv("pvc-from-bad", size=0, src=bsrc), C.INTERNAL,
+                    "restore from a corrupt snapshot")
+    assert not [f for f in os.listdir(os.path.join(env.pool, "volumes")) if "from-bad" in f], d
+    assert not os.path.exists(os.path.join(env.state, "volumes", "pvc-from-bad.json"))
+    c.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id="snap-bad"), timeout=T)
+    print("ok failed copy leaves no image and no record:", d)
     c.DeleteVolume(pb.DeleteVolumeRequest(volume_id="pvc-raw"), timeout=T)
     assert len(c.ListSnapshots(pb.ListSnapshotsRequest(source_volume_id="pvc-raw"),
                                timeout=T).entries) == 4, "snapshots must outlive their source"
