@@ -561,13 +561,6 @@ static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVol
         list[n] = &ents[n];
         n++;
     }
-    /* Pointers into msgs[] were taken before msgs[] stopped moving: fix up. */
-    for (size_t i = 0; i < n; i++) {
-        msgs[i].segs[0] = &msgs[i].seg;
-        msgs[i].topo.segments = msgs[i].segs;
-        msgs[i].topos[0] = &msgs[i].topo;
-        msgs[i].vol.accessible_topology = msgs[i].topos;
-    }
     Csi__V1__ListVolumesResponse out = CSI__V1__LIST_VOLUMES_RESPONSE__INIT;
     out.n_entries = n;
     out.entries = list;
