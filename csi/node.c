@@ -187,6 +187,37 @@ static void grow_done(int status, const char *msg, json_t *result, void *opaque)
     stage_start(op);
 }
 
+/* volume_mount_group of a later NodeStage/NodePublish: the group that may
+ * connect follows it while nothing is published with another group. */
+static int regroup(struct csi *c, struct grpc_call *call, struct vol *v, int gid)
+{
+    if (gid < 0 || gid == v->stage_gid)
+        return 0;
+    if (v->n_pubs > 0) {
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "volume %s is published for group %d, not %d", v->id, v->stage_gid, gid);
+        return -EBUSY;
+    }
+    if (!v->qsd) {
+        grpc_call_fail(call, GRPC_UNAVAILABLE, "the QSD of volume %s is not running", v->id);
+        return -ESRCH;
+    }
+    int r = qsd_set_socket_group(v->qsd, gid);
+    if (r == 0) {
+        int old = v->stage_gid;
+        v->stage_gid = gid;
+        if ((r = store_save_vol(c->store, v)) < 0)
+            v->stage_gid = old;
+    }
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot give volume %s to group %d: %s", v->id, gid,
+                       strerror(-r));
+        return r;
+    }
+    log_info("node", "socket group changed", "volume=%s gid=%d", v->id, gid);
+    return 0;
+}
+
 static size_t staged_count(struct csi *c)
 {
     size_t n = 0;
@@ -220,11 +251,11 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
         if (!streq(v->staging_path, in->staging_target_path))
             grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
                            "volume %s is already staged at %s", v->id, v->staging_path);
-        else if (v->stage_gid != gid || v->stage_ro != ro)
+        else if (v->stage_ro != ro)
             grpc_call_fail(call, GRPC_ALREADY_EXISTS,
-                           "volume %s is staged with a different volume_mount_group or access mode",
-                           v->id);
-        else
+                           "volume %s is staged with a different access mode (read-only %s)",
+                           v->id, v->stage_ro ? "yes" : "no");
+        else if (regroup(c, call, v, gid) == 0)
             reply_empty(call, NULL);
         return;
     }
@@ -403,11 +434,6 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
                        in->staging_target_path);
         return;
     }
-    if (gid >= 0 && gid != v->stage_gid) {
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                       "volume %s was staged for group %d, not %d", v->id, v->stage_gid, gid);
-        return;
-    }
     bool ro = in->readonly || v->stage_ro || cap_read_only(in->volume_capability);
     ssize_t i = vol_find_pub(v, in->target_path);
     if (i >= 0 && v->pubs[i].read_only != ro) {
@@ -417,7 +443,12 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
         return;
     }
     if (i >= 0 && path_is_mount_point(in->target_path) == 1) {
-        reply_empty(call, NULL);
+        if (gid >= 0 && gid != v->stage_gid)
+            grpc_call_fail(call, GRPC_ALREADY_EXISTS,
+                           "volume %s is published at %s for group %d", v->id, in->target_path,
+                           v->stage_gid);
+        else
+            reply_empty(call, NULL);
         return;
     }
     if (i < 0 && !ro) {
@@ -429,6 +460,8 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
                 return;
             }
     }
+    if (regroup(c, call, v, gid) < 0)
+        return;
     if (i < 0) {
         vol_add_pub(v, in->target_path, ro);
         int r = store_save_vol(c->store, v);

@@ -863,6 +863,26 @@ int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque)
     return 0;
 }
 
+int qsd_set_socket_group(struct qsd *q, int gid)
+{
+    q->opts.socket_gid = gid;
+    int r = write_state(&q->paths, q->volume, &q->opts, true, q->pid, q->starttime);
+    if (r < 0)
+        return r;
+    gid_t g = gid >= 0 ? (gid_t)gid : 0;
+    if (chown(q->paths.export_dir, 0, g) < 0)
+        return -errno;
+    /* The socket is missing while a restart is under way: the restart
+     * applies the new group (set_socket_access). */
+    if (chown(q->paths.socket, 0, g) < 0 && errno != ENOENT)
+        return -errno;
+    if (chown(q->paths.meta, 0, g) < 0 && errno != ENOENT)
+        return -errno;
+    if (chmod(q->paths.meta, gid >= 0 ? 0640 : 0600) < 0 && errno != ENOENT)
+        return -errno;
+    return 0;
+}
+
 int qsd_meta_write(const struct qsd_paths *p, const char *volume, const struct qsd_opts *o,
                    uint64_t size)
 {

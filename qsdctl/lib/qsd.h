@@ -104,6 +104,11 @@ int qsd_adopt(struct qsd *q);
  * remove the socket and the metadata.  done is called when the process is gone. */
 int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque);
 
+/* Change the group that may connect (export directory, socket, metadata)
+ * of a started or adopted QSD, and record it so restarts and adoption keep
+ * it.  gid -1: root only. */
+int qsd_set_socket_group(struct qsd *q, int gid);
+
 /* Write the export's metadata file (volume.json) with the given size. */
 int qsd_write_meta(struct qsd *q, uint64_t size);
 int qsd_meta_write(const struct qsd_paths *p, const char *volume, const struct qsd_opts *o,

@@ -297,9 +297,9 @@ def run(env):
     tgt = os.path.join(k, "pods", "uid-1", "volumes", "kubernetes.io~csi", "pvc-a", "mount")
     os.makedirs(stg)
     os.makedirs(os.path.dirname(tgt))
-    gcap = mount_cap(pb, group="107")
+    gcap = mount_cap(pb, group="108")
 
-    def stage_req(vid="pvc-a", path=stg, capab=gcap):
+    def stage_req(vid="pvc-a", path=stg, capab=mount_cap(pb, group="107")):
         return pb.NodeStageVolumeRequest(volume_id=vid, staging_target_path=path,
                                          volume_capability=capab)
 
@@ -338,13 +338,19 @@ def run(env):
     meta = json.load(open(os.path.join(expdir, "volume.json")))
     assert meta["volume"] == "pvc-a" and meta["num_queues"] == 2 and \
         meta["logical_block_size"] == 4096 and meta["size"] == 100 * MiB + 4096, meta
-    expect_code(c.NodeStageVolume, stage_req(capab=mount_cap(pb, group="108")),
-                C.ALREADY_EXISTS, "stage again, other group")
+    expect_code(c.NodeStageVolume, stage_req(capab=mount_cap(
+        pb, pb.VolumeCapability.AccessMode.SINGLE_NODE_READER_ONLY, group="107")),
+        C.ALREADY_EXISTS, "stage again, read-only")
+    # A later volume_mount_group (kubelet passes the pod's fsGroup) moves the
+    # socket to that group while nothing is published.
+    c.NodeStageVolume(stage_req(capab=gcap), timeout=T)
+    assert os.stat(sock).st_gid == 108 and os.stat(expdir).st_gid == 108
+    assert os.stat(os.path.join(expdir, "volume.json")).st_gid == 108
     other_stg = os.path.join(k, "other-staging")
     os.mkdir(other_stg)
     expect_code(c.NodeStageVolume, stage_req(path=other_stg), C.FAILED_PRECONDITION,
                 "stage at a second path")
-    print("ok NodeStageVolume (QSD serving, socket root:107 0660)")
+    print("ok NodeStageVolume (QSD serving, socket root:107 0660, regrouped to 108)")
 
     expect_code(c.NodePublishVolume, pub_req(vid=""), C.INVALID_ARGUMENT, "pub no id")
     expect_code(c.NodePublishVolume, pub_req(target=""), C.INVALID_ARGUMENT, "pub no target")
@@ -370,6 +376,11 @@ def run(env):
     os.makedirs(os.path.dirname(tgt2))
     expect_code(c.NodePublishVolume, pub_req(target=tgt2), C.FAILED_PRECONDITION,
                 "second writer")
+    expect_code(c.NodePublishVolume, pub_req(target=tgt2, ro=True,
+                                             capab=mount_cap(pb, group="109")),
+                C.FAILED_PRECONDITION, "publish for another group while published")
+    expect_code(c.NodeStageVolume, stage_req(capab=mount_cap(pb, group="109")),
+                C.FAILED_PRECONDITION, "regroup while published")
     c.NodePublishVolume(pub_req(target=tgt2, ro=True), timeout=T)
     assert is_mount_point(tgt2)
     try:
@@ -437,6 +448,7 @@ def run(env):
             break
         time.sleep(0.005)
     assert env.qsd_pids()["pvc-a"] != pid, "QSD not restarted"
+    assert os.stat(os.path.join(tgt, "vhost.sock")).st_gid == 108, "group lost on restart"
     print("ok QSD restarted after kill -9 (abnormal seen in between: %s)" % abnormal)
 
     # Teardown in kubelet's order, with the state checks.
