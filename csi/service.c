@@ -5,6 +5,7 @@
 #include "params.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <sys/stat.h>
 
@@ -258,6 +259,42 @@ static void remove_runtime(struct csi *c, const char *id)
     qsd_paths_clear(&p);
 }
 
+/* Remove dir/<prefix><digits>: temporary files image.c names
+ * "<final>.tmp-<pid>" that a killed worker left behind. */
+static void remove_tmp(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t n = strlen(prefix);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *rest = de->d_name + n;
+        if (strncmp(de->d_name, prefix, n) != 0 || !*rest || strspn(rest, "0123456789") != strlen(rest))
+            continue;
+        _cleanup_free_ char *path = xasprintf("%s/%s", dir, de->d_name);
+        if (unlink(path) == 0)
+            log_info("plugin", "removed a temporary file left by a killed worker", "path=%s", path);
+    }
+    closedir(d);
+}
+
+static void remove_tmp_files(struct csi *c, const char *vol, const char *snap)
+{
+    if (vol) {
+        _cleanup_free_ char *q = xasprintf(".%s.qcow2.tmp-", vol);
+        _cleanup_free_ char *r = xasprintf(".%s.raw.tmp-", vol);
+        _cleanup_free_ char *cl = xasprintf("..clone-%s.tmp-", vol);
+        remove_tmp(c->pool.volumes, q);
+        remove_tmp(c->pool.volumes, r);
+        remove_tmp(c->pool.snapshots, cl);
+    }
+    if (snap) {
+        _cleanup_free_ char *s = xasprintf(".%s.tmp-", snap);
+        remove_tmp(c->pool.snapshots, s);
+    }
+}
+
 static void recover(struct csi *c)
 {
     struct store *s = c->store;
@@ -269,6 +306,7 @@ static void recover(struct csi *c)
         }
         _cleanup_free_ char *msg = NULL;
         snapshot_delete(&c->pool, sn->id, &msg);
+        remove_tmp_files(c, NULL, sn->id);
         log_info("plugin", "removed a snapshot left half-done", "snapshot=%s phase=%s", sn->id,
                  sn->phase == PHASE_CREATING ? "creating" : "deleting");
         store_remove_snap(s, sn);
@@ -286,6 +324,7 @@ static void recover(struct csi *c)
             _cleanup_free_ char *tmp = xasprintf(".clone-%s", v->id);
             _cleanup_free_ char *msg2 = NULL;
             snapshot_delete(&c->pool, tmp, &msg2);
+            remove_tmp_files(c, v->id, NULL);
             log_info("plugin", "removed a volume left half-done", "volume=%s phase=%s", v->id,
                      v->phase == PHASE_CREATING ? "creating" : "deleting");
             store_remove_vol(s, v);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -69,6 +70,7 @@ int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
         close(outp[0]), close(outp[1]), close(errp[0]), close(errp[1]);
         return e;
     }
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         int e = -errno;
@@ -77,6 +79,11 @@ int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
         return e;
     }
     if (pid == 0) {
+        /* A helper (qemu-img) does not outlive its caller: a killed caller
+         * must not leave it writing into the pool. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
         int devnull = open("/dev/null", O_RDONLY);
         dup2(devnull, 0);
         dup2(outp[1], 1);

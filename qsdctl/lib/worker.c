@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #define WORKER_MAX_REPLY (1u << 20)
@@ -118,6 +119,7 @@ int worker_start(struct loop *l, worker_fn fn, void *arg, uint64_t timeout_ms, w
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return -errno;
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         int e = -errno;
@@ -125,6 +127,11 @@ int worker_start(struct loop *l, worker_fn fn, void *arg, uint64_t timeout_ms, w
         return e;
     }
     if (pid == 0) {
+        /* The worker dies with the program that started it (kill -9
+         * included): its result would have nobody to go to. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
         close(p[0]);
         char *msg = NULL;
         json_t *result = NULL;

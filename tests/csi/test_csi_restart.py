@@ -73,8 +73,31 @@ def run(env, qsdctl):
     assert set(before) == set(vols), before
     listed = c.ListVolumes(pb.ListVolumesRequest(), timeout=T)
 
-    # kill -9 the plugin; its QSDs live on; one of them dies meanwhile.
+    # kill -9 the plugin in the middle of a long CreateVolume; its QSDs live
+    # on; one of them dies meanwhile.
+    slow = c.CreateVolume.future(pb.CreateVolumeRequest(
+        name="pvc-slow", capacity_range=pb.CapacityRange(required_bytes=1 << 30),
+        volume_capabilities=[cap], parameters={"format": "raw", "preallocation": "full"}),
+        timeout=T)
+    wait(lambda: any(f.startswith(".pvc-slow") for f in
+                     os.listdir(os.path.join(env.pool, "volumes"))), "the copy to start")
     env.stop(signal.SIGKILL)
+    try:
+        slow.result()
+    except Exception:  # noqa: BLE001
+        pass
+
+    def helpers_alive():
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b"qemu-img" in cmd and env.pool.encode() in cmd:
+                return True
+        return False
+    wait(lambda: not helpers_alive(), "qemu-img to die with the plugin")
     for v, t in tgts.items():
         assert connects(qsdctl, t), "published volume %s not served with the plugin down" % v
     os.kill(before["pvc-r2"], signal.SIGKILL)
@@ -83,11 +106,14 @@ def run(env, qsdctl):
     # A record left in the middle of a CreateVolume (crash): must be undone.
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2",
                     os.path.join(env.pool, "volumes", "pvc-half.qcow2"), "1M"], check=True)
+    # ... and the temporary file of a copy a killed worker was writing.
+    open(os.path.join(env.pool, "volumes", ".pvc-half.qcow2.tmp-999999"), "w").close()
     with open(os.path.join(env.state, "volumes", "pvc-half.json"), "w") as f:
         json.dump({"version": 1, "id": "pvc-half", "phase": "creating", "format": "qcow2",
                    "preallocation": "off", "parameters": {}, "size": MiB, "image_size": MiB,
                    "source": None, "created": 0, "staged": None, "published": []}, f)
-    print("ok plugin killed; published volumes still served; QSD of pvc-r2 killed")
+    print("ok plugin killed mid-CreateVolume (its qemu-img died too); published volumes still "
+          "served; QSD of pvc-r2 killed")
 
     c = env.start()
     after = {}
@@ -102,12 +128,17 @@ def run(env, qsdctl):
         assert is_mount_point(t)
         wait(lambda: connects(qsdctl, t), "%s serving after restart" % v)
     assert c.ListVolumes(pb.ListVolumesRequest(), timeout=T) == listed
+    assert not [f for f in os.listdir(os.path.join(env.pool, "volumes")) if "slow" in f], \
+        os.listdir(os.path.join(env.pool, "volumes"))
+    assert not os.path.exists(os.path.join(env.state, "volumes", "pvc-slow.json"))
     assert not os.path.exists(os.path.join(env.pool, "volumes", "pvc-half.qcow2"))
+    assert not os.listdir(os.path.join(env.pool, "volumes")) or \
+        not [f for f in os.listdir(os.path.join(env.pool, "volumes")) if "half" in f]
     assert not os.path.exists(os.path.join(env.state, "volumes", "pvc-half.json"))
     assert [e.snapshot.snapshot_id for e in
             c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=T).entries] == ["snap-r1"]
     print("ok restarted plugin: adopted", after["pvc-r1"], after["pvc-r3"], "restarted pvc-r2",
-          after["pvc-r2"], "; state intact; half-created volume undone")
+          after["pvc-r2"], "; state intact; half-created volumes undone")
 
     # Idempotent calls see the recovered state; stats are normal again.
     for v in vols:
