@@ -17,8 +17,8 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
-#define COPY_TIMEOUT_MS (60ull * 60 * 1000)     /* image copies, live snapshots */
-#define QUICK_TIMEOUT_MS (2ull * 60 * 1000)      /* create, resize */
+#define COPY_TIMEOUT_MS (60ull * 60 * 1000)  /* creation (preallocation), copies, live snapshots */
+#define QUICK_TIMEOUT_MS (2ull * 60 * 1000)   /* offline resize */
 #define LIST_TOKEN_VOL "v1:"
 #define LIST_TOKEN_SNAP "s1:"
 #define K8S_PREFIX "csi.storage.k8s.io/"
@@ -382,7 +382,7 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
         op->vol2 = src;
         op->flag = vol_live(src);
     }
-    if (op_worker(op, create_fn, st ? COPY_TIMEOUT_MS : QUICK_TIMEOUT_MS, create_done) < 0) {
+    if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
         /* op_worker failed the call and released the busy flags. */
         store_remove_vol(c->store, v);
     }

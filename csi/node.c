@@ -26,10 +26,10 @@ struct node {
     struct grpc_method methods[8];
 };
 
-static void reply_empty(struct grpc_call *call, const ProtobufCMessageDescriptor *d)
+/* Every empty response message (NodeStageVolumeResponse...) encodes to
+ * zero bytes. */
+static void reply_empty(struct grpc_call *call)
 {
-    /* Every empty response message encodes to zero bytes. */
-    (void)d;
     grpc_call_reply(call, "", 0);
 }
 
@@ -129,7 +129,7 @@ static void stage_started(struct csi *c, struct vol *v, int status, const char *
     struct op *op = opaque;
     if (status == 0) {
         log_info("node", "volume staged", "volume=%s pid=%d", v->id, (int)qsd_get_pid(v->qsd));
-        reply_empty(op->call, NULL);
+        reply_empty(op->call);
         op_end(op);
         return;
     }
@@ -256,7 +256,7 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
                            "volume %s is staged with a different access mode (read-only %s)",
                            v->id, v->stage_ro ? "yes" : "no");
         else if (regroup(c, call, v, gid) == 0)
-            reply_empty(call, NULL);
+            reply_empty(call);
         return;
     }
     {
@@ -293,7 +293,7 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     if (v->image_size < v->size) {
         /* An expansion recorded while it was not served. */
         op->size = v->size;
-        op_worker(op, grow_fn, 120000, grow_done);
+        op_worker(op, grow_fn, 2 * 60 * 1000, grow_done);
         return;
     }
     stage_start(op);
@@ -313,7 +313,7 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
         grpc_call_fail(op->call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
     else {
         log_info("node", "volume unstaged", "volume=%s", v->id);
-        reply_empty(op->call, NULL);
+        reply_empty(op->call);
     }
     op_end(op);
 }
@@ -327,7 +327,7 @@ static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageV
     if (!v || !not_busy(call, v))
         return;
     if (!v->staging_path || !streq(v->staging_path, in->staging_target_path)) {
-        reply_empty(call, NULL);
+        reply_empty(call);
         return;
     }
     if (v->n_pubs > 0) {
@@ -448,7 +448,7 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
                            "volume %s is published at %s for group %d", v->id, in->target_path,
                            v->stage_gid);
         else
-            reply_empty(call, NULL);
+            reply_empty(call);
         return;
     }
     if (i < 0 && !ro) {
@@ -491,7 +491,7 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
     }
     log_info("node", "volume published", "volume=%s target=%s readonly=%s", v->id,
              in->target_path, ro ? "true" : "false");
-    reply_empty(call, NULL);
+    reply_empty(call);
 }
 
 static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpublishVolumeRequest *in)
@@ -504,7 +504,7 @@ static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpubl
         return;
     ssize_t i = vol_find_pub(v, in->target_path);
     if (i < 0) {
-        reply_empty(call, NULL);
+        reply_empty(call);
         return;
     }
     _cleanup_free_ char *msg = NULL;
@@ -519,7 +519,7 @@ static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpubl
         return;
     }
     log_info("node", "volume unpublished", "volume=%s target=%s", v->id, in->target_path);
-    reply_empty(call, NULL);
+    reply_empty(call);
 }
 
 /* ------------------------------------------------------- stats, expand */

@@ -36,10 +36,6 @@ void op_end(struct op *op)
     if (op->snap)
         op->snap->busy = false;
     qmp_close(op->qmp);
-    free(op->str);
-    free(op->str2);
-    if (op->have_paths)
-        qsd_paths_clear(&op->paths);
     free(op);
 }
 
@@ -65,21 +61,6 @@ bool id_ok(struct grpc_call *call, const char *field, const char *id)
         return false;
     }
     return true;
-}
-
-enum grpc_code code_for(int r)
-{
-    switch (r) {
-    case -EINVAL: return GRPC_INVALID_ARGUMENT;
-    case -ERANGE: return GRPC_OUT_OF_RANGE;
-    case -ENOENT: case -ESRCH: return GRPC_NOT_FOUND;
-    case -EEXIST: return GRPC_ALREADY_EXISTS;
-    case -EBUSY: return GRPC_ABORTED;
-    case -ETIMEDOUT: return GRPC_DEADLINE_EXCEEDED;
-    case -ENOSPC: return GRPC_RESOURCE_EXHAUSTED;
-    case -ECONNREFUSED: case -ECONNRESET: return GRPC_UNAVAILABLE;
-    default: return GRPC_INTERNAL;
-    }
 }
 
 /* ------------------------------------------------------ capabilities */

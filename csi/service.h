@@ -39,10 +39,7 @@ struct op {
     struct snap *snap;
     /* per-operation data */
     uint64_t size;
-    bool flag;
-    char *str, *str2;
-    struct qsd_paths paths;
-    bool have_paths;
+    bool flag;             /* live (through the QSD) / connection failure seen */
     struct op *next;
 };
 
@@ -75,8 +72,6 @@ typedef void (*vol_started_fn)(struct csi *c, struct vol *v, int status, const c
                                void *opaque);
 int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg);
 bool vol_live(const struct vol *v);
-/* Map a negative errno from a library call to a gRPC code. */
-enum grpc_code code_for(int r);
 
 const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n);
 const struct grpc_method *node_methods(struct csi *c, size_t *ret_n);
