@@ -30,13 +30,20 @@ struct controller {
 
 /* ------------------------------------------------------------ helpers */
 
-static json_t *params_json(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p)
+/* The StorageClass parameters (k8s = false) or the csi.storage.k8s.io/ keys
+ * the provisioner adds (k8s = true; at most 8, kept as volume_context). */
+static json_t *params_json_k(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p, bool k8s)
 {
     json_t *j = json_object();
     for (size_t i = 0; i < n; i++)
-        if (!startswith(p[i]->key, K8S_PREFIX))
+        if (startswith(p[i]->key, K8S_PREFIX) == k8s && (!k8s || json_object_size(j) < 8))
             json_object_set_new(j, p[i]->key, json_string(p[i]->value));
     return j;
+}
+
+static json_t *params_json(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p)
+{
+    return params_json_k(n, p, false);
 }
 
 static bool topology_ok(struct csi *c, const Csi__V1__TopologyRequirement *req)
@@ -63,6 +70,8 @@ struct volmsg {
     Csi__V1__VolumeContentSource src;
     Csi__V1__VolumeContentSource__SnapshotSource ssrc;
     Csi__V1__VolumeContentSource__VolumeSource vsrc;
+    Csi__V1__Volume__VolumeContextEntry ctx[8];
+    Csi__V1__Volume__VolumeContextEntry *ctxp[8];
 };
 
 static void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
@@ -85,6 +94,21 @@ static void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
     m->vol.volume_id = v->id;
     m->vol.n_accessible_topology = 1;
     m->vol.accessible_topology = m->topos;
+    const char *k;
+    json_t *val;
+    size_t n = 0;
+    json_object_foreach(v->context, k, val)
+    {
+        if (n == ARRAY_SIZE(m->ctx) || !json_is_string(val))
+            break;
+        m->ctx[n] = (Csi__V1__Volume__VolumeContextEntry)CSI__V1__VOLUME__VOLUME_CONTEXT_ENTRY__INIT;
+        m->ctx[n].key = (char *)k;
+        m->ctx[n].value = (char *)json_string_value(val);
+        m->ctxp[n] = &m->ctx[n];
+        n++;
+    }
+    m->vol.n_volume_context = n;
+    m->vol.volume_context = m->ctxp;
     if (v->src_type && streq(v->src_type, "snapshot")) {
         m->ssrc.snapshot_id = v->src_id;
         m->src.type_case = CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT;
@@ -363,6 +387,8 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
     v->preallocation = xstrdup(p.preallocation);
     json_decref(v->parameters);
     v->parameters = json_incref(params);
+    json_decref(v->context);
+    v->context = params_json_k(in->n_parameters, in->parameters, true);
     v->size = size;
     v->src_type = st ? xstrdup(st) : NULL;
     v->src_id = sid ? xstrdup(sid) : NULL;
@@ -628,6 +654,10 @@ static void get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapa
 static void get_capabilities(struct csi *c, struct grpc_call *call,
                              Csi__V1__ControllerGetCapabilitiesRequest *in)
 {
+    /* EXPAND_VOLUME only with --controller-expansion: csi-resizer has no
+     * per-node mode, and a resizer on another node would get NOT_FOUND for
+     * this node's volumes (docs/csi-plugin.md "Deploying").  Without it the
+     * resizer leaves the expansion to NodeExpandVolume. */
     static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
@@ -635,11 +665,13 @@ static void get_capabilities(struct csi *c, struct grpc_call *call,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
-        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME, /* keep last */
     };
+    size_t n = ARRAY_SIZE(types) - (c->cfg->controller_expansion ? 0 : 1);
     Csi__V1__ControllerServiceCapability__RPC rpc[ARRAY_SIZE(types)];
     Csi__V1__ControllerServiceCapability caps[ARRAY_SIZE(types)], *list[ARRAY_SIZE(types)];
-    for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
+    for (size_t i = 0; i < n; i++) {
         rpc[i] = (Csi__V1__ControllerServiceCapability__RPC)
             CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__INIT;
         rpc[i].type = types[i];
@@ -649,7 +681,7 @@ static void get_capabilities(struct csi *c, struct grpc_call *call,
         list[i] = &caps[i];
     }
     Csi__V1__ControllerGetCapabilitiesResponse out = CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
-    out.n_capabilities = ARRAY_SIZE(types);
+    out.n_capabilities = n;
     out.capabilities = list;
     grpc_call_reply_pb(call, &out.base);
 }

@@ -46,6 +46,8 @@ static void usage(FILE *f)
             "  --kubelet-root DIR    kubelet root (default /var/lib/kubelet)\n"
             "  --qsd-binary PATH     qemu-storage-daemon (default: found in PATH)\n"
             "  --max-volumes N       volumes this node serves at most (default 128)\n"
+            "  --controller-expansion  advertise ControllerExpandVolume (only with a\n"
+            "                        resizer that runs on the volume's node)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
@@ -96,7 +98,7 @@ static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
 static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **hostname)
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
-           O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL };
+           O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -107,6 +109,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"kubelet-root", required_argument, NULL, O_KUBELET},
         {"qsd-binary", required_argument, NULL, O_QSD},
         {"max-volumes", required_argument, NULL, O_MAXVOL},
+        {"controller-expansion", no_argument, NULL, O_CEXP},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -134,6 +137,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_RUN: cfg->run_dir = optarg; break;
         case O_KUBELET: cfg->kubelet_root = optarg; break;
         case O_QSD: cfg->qsd_binary = optarg; break;
+        case O_CEXP: cfg->controller_expansion = true; break;
         case O_MAXVOL: {
             uint64_t v;
             if (parse_uint(optarg, 1, 100000, &v) < 0) {

@@ -96,6 +96,10 @@ static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapa
         CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
         CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
         CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_MOUNT_GROUP,
+        /* With it, Kubernetes maps ReadWriteOncePod to SINGLE_NODE_SINGLE_WRITER
+         * (one pod: what a vhost-user socket allows) and ReadWriteOnce to
+         * SINGLE_NODE_MULTI_WRITER, still one read-write publication here. */
+        CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
     };
     Csi__V1__NodeServiceCapability__RPC rpc[ARRAY_SIZE(types)];
     Csi__V1__NodeServiceCapability caps[ARRAY_SIZE(types)], *list[ARRAY_SIZE(types)];

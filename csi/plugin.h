@@ -21,6 +21,7 @@ struct plugin_config {
     const char *kubelet_root;
     const char *qsd_binary;   /* name (looked up in PATH) or absolute path */
     int64_t max_volumes;      /* NodeGetInfo max_volumes_per_node; staged volumes at most */
+    bool controller_expansion; /* advertise the Controller EXPAND_VOLUME capability */
 };
 
 struct identity;

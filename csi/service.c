@@ -80,12 +80,15 @@ const char *cap_problem(const Csi__V1__VolumeCapability *cap)
     case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_WRITER:
     case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY:
     case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_SINGLE_WRITER:
+    case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_MULTI_WRITER:
+    /* Volumes are node-local: "multi-node" read-only is one node here. */
+    case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY:
         break;
     case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__UNKNOWN:
         return "volume_capability.access_mode is unknown";
     default:
-        return "access mode not supported: a vhost-user-blk export serves one client on one "
-               "node (SINGLE_NODE_WRITER, SINGLE_NODE_SINGLE_WRITER or SINGLE_NODE_READER_ONLY)";
+        return "access mode not supported: a vhost-user-blk export serves one client at a "
+               "time, on the volume's node (multi-node writers are impossible)";
     }
     int gid;
     if (cap_group(cap, &gid) < 0)
@@ -96,7 +99,8 @@ const char *cap_problem(const Csi__V1__VolumeCapability *cap)
 bool cap_read_only(const Csi__V1__VolumeCapability *cap)
 {
     return cap && cap->access_mode &&
-           cap->access_mode->mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY;
+           (cap->access_mode->mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY ||
+            cap->access_mode->mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY);
 }
 
 int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid)
@@ -347,7 +351,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     c->cfg = cfg;
     c->loop = loop;
     c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary};
-    c->topo_key = xasprintf("%s/node", cfg->driver_name);
+    c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
     int r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
     if (r < 0) {
         free(c->topo_key);

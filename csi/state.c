@@ -27,6 +27,7 @@ struct vol *vol_new(const char *id)
     v->id = xstrdup(id);
     v->stage_gid = -1;
     v->parameters = json_object();
+    v->context = json_object();
     v->format = xstrdup("qcow2");
     v->preallocation = xstrdup("off");
     return v;
@@ -48,6 +49,7 @@ void vol_free(struct vol *v)
     free(v->format);
     free(v->preallocation);
     json_decref(v->parameters);
+    json_decref(v->context);
     free(v->src_type);
     free(v->src_id);
     free(v->staging_path);
@@ -108,9 +110,10 @@ json_t *vol_to_json(const struct vol *v)
                          : json_null();
     json_t *src = v->src_type ? json_pack("{s:s, s:s}", "type", v->src_type, "id", v->src_id)
                               : json_null();
-    return json_pack("{s:i, s:s, s:s, s:s, s:s, s:O, s:I, s:I, s:o, s:I, s:o, s:o}", "version", 1,
+    return json_pack("{s:i, s:s, s:s, s:s, s:s, s:O, s:O, s:I, s:I, s:o, s:I, s:o, s:o}", "version", 1,
                      "id", v->id, "phase", PHASES[v->phase], "format", v->format,
-                     "preallocation", v->preallocation, "parameters", v->parameters, "size",
+                     "preallocation", v->preallocation, "parameters", v->parameters,
+                     "context", v->context, "size",
                      (json_int_t)v->size, "image_size", (json_int_t)v->image_size, "source", src,
                      "created", (json_int_t)v->created, "staged", staged, "published", pubs);
 }
@@ -118,12 +121,12 @@ json_t *vol_to_json(const struct vol *v)
 int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
 {
     const char *id, *phase, *format, *prealloc;
-    json_t *params, *src, *staged, *pubs;
+    json_t *params, *src, *staged, *pubs, *ctx = NULL;
     json_int_t size, isize, created;
     json_error_t e;
-    if (json_unpack_ex(j, &e, 0, "{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:I, s:o, s:o}", "id",
-                       &id, "phase", &phase, "format", &format, "preallocation", &prealloc,
-                       "parameters", &params, "size", &size, "image_size", &isize, "source", &src,
+    if (json_unpack_ex(j, &e, 0, "{s:s, s:s, s:s, s:s, s:o, s?o, s:I, s:I, s:o, s:I, s:o, s:o}",
+                       "id", &id, "phase", &phase, "format", &format, "preallocation", &prealloc,
+                       "parameters", &params, "context", &ctx, "size", &size, "image_size", &isize, "source", &src,
                        "created", &created, "staged", &staged, "published", &pubs) < 0) {
         *ret_msg = xasprintf("bad volume record: %s", e.text);
         return -EBADMSG;
@@ -143,6 +146,10 @@ int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
     v->preallocation = xstrdup(prealloc);
     json_decref(v->parameters);
     v->parameters = json_deep_copy(params);
+    if (json_is_object(ctx)) {
+        json_decref(v->context);
+        v->context = json_deep_copy(ctx);
+    }
     v->size = (uint64_t)size;
     v->image_size = (uint64_t)isize;
     v->created = created;

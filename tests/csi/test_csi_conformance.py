@@ -42,24 +42,26 @@ def run(env):
     caps = c.ControllerGetCapabilities(pb.ControllerGetCapabilitiesRequest(), timeout=T)
     R = pb.ControllerServiceCapability.RPC
     got = {x.rpc.type for x in caps.capabilities}
+    # EXPAND_VOLUME only with --controller-expansion (docs/csi-plugin.md,
+    # "Deploying"); the RPC itself is exercised below either way.
     assert got == {R.CREATE_DELETE_VOLUME, R.LIST_VOLUMES, R.GET_CAPACITY,
                    R.CREATE_DELETE_SNAPSHOT, R.LIST_SNAPSHOTS, R.CLONE_VOLUME,
-                   R.EXPAND_VOLUME}, got
+                   R.SINGLE_NODE_MULTI_WRITER}, got
     ncaps = c.NodeGetCapabilities(pb.NodeGetCapabilitiesRequest(), timeout=T)
     NR = pb.NodeServiceCapability.RPC
     got = {x.rpc.type for x in ncaps.capabilities}
     assert got == {NR.STAGE_UNSTAGE_VOLUME, NR.GET_VOLUME_STATS, NR.EXPAND_VOLUME,
-                   NR.VOLUME_CONDITION, NR.VOLUME_MOUNT_GROUP}, got
+                   NR.VOLUME_CONDITION, NR.VOLUME_MOUNT_GROUP, NR.SINGLE_NODE_MULTI_WRITER}, got
     info = c.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=T)
     assert info.node_id == env.node and info.max_volumes_per_node == 128, info
     topo = dict(info.accessible_topology.segments)
-    assert topo == {"test.qsd-csi.dev/node": env.node}, topo
+    assert topo == {"topology.test.qsd-csi.dev/node": env.node}, topo
     print("ok capabilities, NodeGetInfo", topo)
 
     capy = c.GetCapacity(pb.GetCapacityRequest(), timeout=T)
     st = os.statvfs(env.pool)
     assert abs(capy.available_capacity - st.f_bavail * st.f_frsize) < 256 * MiB, capy
-    other = pb.Topology(segments={"test.qsd-csi.dev/node": "elsewhere"})
+    other = pb.Topology(segments={"topology.test.qsd-csi.dev/node": "elsewhere"})
     assert c.GetCapacity(pb.GetCapacityRequest(accessible_topology=other),
                          timeout=T).available_capacity == 0
     assert c.GetCapacity(pb.GetCapacityRequest(volume_capabilities=[block_cap(pb)]),
@@ -115,6 +117,7 @@ def run(env):
     v = r1.volume
     assert v.volume_id == "pvc-a" and v.capacity_bytes == 100 * MiB + 4096, v
     assert [dict(t.segments) for t in v.accessible_topology] == [topo], v
+    assert dict(v.volume_context) == {"csi.storage.k8s.io/pvc/name": "claim"}, v
     r2 = c.CreateVolume(cv("pvc-a", size=100 * MiB + 1, params=params), timeout=T)
     assert r2.volume == r1.volume, (r1, r2)
     expect_code(c.CreateVolume, cv("pvc-a", size=200 * MiB, params=params), C.ALREADY_EXISTS,
@@ -158,6 +161,18 @@ def run(env):
         volume_id="pvc-a", volume_capabilities=[cap], volume_context={"a": "b"}), timeout=T)
     assert ok.HasField("confirmed") and list(ok.confirmed.volume_capabilities) == [cap], ok
     assert dict(ok.confirmed.volume_context) == {"a": "b"}, ok
+    for mode in (pb.VolumeCapability.AccessMode.SINGLE_NODE_MULTI_WRITER,
+                 pb.VolumeCapability.AccessMode.SINGLE_NODE_SINGLE_WRITER,
+                 pb.VolumeCapability.AccessMode.SINGLE_NODE_READER_ONLY,
+                 pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY):
+        r = c.ValidateVolumeCapabilities(pb.ValidateVolumeCapabilitiesRequest(
+            volume_id="pvc-a", volume_capabilities=[mount_cap(pb, mode)]), timeout=T)
+        assert r.HasField("confirmed"), (mode, r)
+    for mode in (pb.VolumeCapability.AccessMode.MULTI_NODE_SINGLE_WRITER,
+                 pb.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER):
+        r = c.ValidateVolumeCapabilities(pb.ValidateVolumeCapabilitiesRequest(
+            volume_id="pvc-a", volume_capabilities=[mount_cap(pb, mode)]), timeout=T)
+        assert not r.HasField("confirmed") and r.message, (mode, r)
     no = c.ValidateVolumeCapabilities(pb.ValidateVolumeCapabilitiesRequest(
         volume_id="pvc-a", volume_capabilities=[block_cap(pb)]), timeout=T)
     assert not no.HasField("confirmed") and no.message, no

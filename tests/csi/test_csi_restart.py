@@ -115,7 +115,10 @@ def run(env, qsdctl):
     print("ok plugin killed mid-CreateVolume (its qemu-img died too); published volumes still "
           "served; QSD of pvc-r2 killed")
 
-    c = env.start()
+    c = env.start(["--controller-expansion"])
+    caps = c.ControllerGetCapabilities(pb.ControllerGetCapabilitiesRequest(), timeout=T)
+    assert pb.ControllerServiceCapability.RPC.EXPAND_VOLUME in \
+        {x.rpc.type for x in caps.capabilities}, caps
     after = {}
     wait(lambda: set(env.qsd_pids()) == set(vols) and
          env.qsd_pids()["pvc-r2"] != before["pvc-r2"], "QSD restart of pvc-r2")
