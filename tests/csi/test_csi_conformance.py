@@ -502,6 +502,26 @@ def run(env):
                         timeout=T)
     assert not os.path.exists(expdir) and not os.path.exists("/proc/%d" % qpid) or \
         open("/proc/%d/stat" % qpid).read().split()[2] == "Z", "QSD still running"
+    # An expansion recorded while staged but never done on the node: the next
+    # NodeStageVolume grows the image offline before starting the QSD.
+    lstg = os.path.join(k, "staging-lim")
+    os.mkdir(lstg)
+    c.NodeStageVolume(stage_req(vid="pvc-lim", path=lstg, capab=cap), timeout=T)
+    e = c.ControllerExpandVolume(pb.ControllerExpandVolumeRequest(
+        volume_id="pvc-lim", capacity_range=pb.CapacityRange(required_bytes=40 * MiB)), timeout=T)
+    assert e.capacity_bytes == 40 * MiB and e.node_expansion_required, e
+    c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id="pvc-lim",
+                                                    staging_target_path=lstg), timeout=T)
+    c.NodeStageVolume(stage_req(vid="pvc-lim", path=lstg, capab=cap), timeout=T)
+    meta = json.load(open(os.path.join(env.run, "exports", "pvc-lim", "volume.json")))
+    assert meta["size"] == 40 * MiB, meta
+    s = c.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id="pvc-lim", volume_path=lstg),
+                             timeout=T)
+    assert s.usage[0].total == 40 * MiB, s
+    c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id="pvc-lim",
+                                                    staging_target_path=lstg), timeout=T)
+    print("ok pending expansion applied offline at the next NodeStageVolume")
+
     # Staged (not published) volumes can be deleted: the QSD is stopped.
     c.NodeStageVolume(stage_req(vid="pvc-clone", capab=cap), timeout=T)
     c.DeleteVolume(pb.DeleteVolumeRequest(volume_id="pvc-clone"), timeout=T)

@@ -125,6 +125,32 @@ def run(env, qsdctl):
 
     c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tgt), timeout=T)
     assert not os.path.exists(tgt)
+
+    # ReadOnlyMany / a read-only access mode: the QSD itself exports read-only.
+    rov = "pvc-readonly-many"
+    romode = pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY
+    rocap = mount_cap(pb, romode, group="107")
+    c.CreateVolume(pb.CreateVolumeRequest(name=rov, volume_capabilities=[rocap],
+                                          capacity_range=pb.CapacityRange(required_bytes=MiB)),
+                   timeout=T)
+    rstg = os.path.join(k, "ro-staging")
+    rtgt = os.path.join(k, "pods/ro-many/mount")
+    os.makedirs(rstg)
+    os.makedirs(os.path.dirname(rtgt))
+    c.NodeStageVolume(pb.NodeStageVolumeRequest(volume_id=rov, staging_target_path=rstg,
+                                                volume_capability=rocap), timeout=T)
+    c.NodePublishVolume(pb.NodePublishVolumeRequest(volume_id=rov, staging_target_path=rstg,
+                                                    target_path=rtgt, volume_capability=rocap,
+                                                    readonly=True), timeout=T)
+    d = vhost_info(qsdctl, os.path.join(rtgt, "vhost.sock"))
+    assert d["read_only"] is True, d
+    assert json.load(open(os.path.join(rtgt, "volume.json")))["read_only"] is True
+    c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=rov, target_path=rtgt),
+                          timeout=T)
+    c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=rov, staging_target_path=rstg),
+                        timeout=T)
+    c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=rov), timeout=T)
+    print("ok read-only access mode: the vhost-user client sees a read-only disk")
     c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=stg),
                         timeout=T)
     assert not os.path.exists(os.path.join(env.run, "exports", vid))
