@@ -1085,11 +1085,9 @@ static const struct command commands[] = {
     {"status", cmd_status, "show a volume: image, QSD, I/O statistics"},
     {"qmp", cmd_qmp, "send a raw QMP command to a volume's QSD"},
     {"supervise", cmd_supervise, "keep exported volumes' QSDs running (adopt, restart)"},
-#ifdef QSDCTL_HAVE_VHOST
     {"vhost-info", cmd_vhost_info, "connect to a vhost-user-blk socket and show the disk"},
     {"verify", cmd_verify, "write and check data through a vhost-user-blk socket"},
     {"bench", cmd_bench, "benchmark a vhost-user-blk socket or a file"},
-#endif
 };
 
 static void usage(FILE *f)

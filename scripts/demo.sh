@@ -31,9 +31,7 @@ run qemu-io -f qcow2 -c 'write -P 0x5a 0 4M' "$T/pool/volumes/demo.qcow2" | head
 say "2. Export it: one qemu-storage-daemon, a vhost-user-blk socket for a VM"
 run qsdctl export demo --num-queues 2
 run ls -l "$T/run/exports/demo"
-if qsdctl vhost-info --help >/dev/null 2>&1; then
-    run qsdctl vhost-info "$T/run/exports/demo/vhost.sock"
-fi
+run qsdctl vhost-info "$T/run/exports/demo/vhost.sock"
 
 say "3. Keep it alive: a supervisor adopts the running QSD"
 qsdctl supervise >"$T/supervise.log" 2>&1 &
