@@ -11,7 +11,13 @@ FAILURES=0
 CHECKS=0
 
 cleanup() {
-    local pid
+    local pid f
+    if [[ $FAILURES -gt 0 ]]; then
+        # Evidence for the failure: every QSD's log and every supervisor log.
+        for f in "$T"/run/ctl/*/qsd.log "$T"/*.log; do
+            [[ -f $f ]] && { echo "--- $f"; tail -n 20 "$f"; }
+        done
+    fi
     for pid in "${BG_PIDS[@]}"; do kill "$pid" 2>/dev/null; done
     for pid in "${BG_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
     # Stop every QSD whose state file is under our run dir (by its recorded PID).
