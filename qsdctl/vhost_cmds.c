@@ -40,7 +40,11 @@ static int connect_or_complain(const char *cmd, const char *path, const struct v
                                struct vublk **ret)
 {
     int r = vublk_connect(path, o, ret);
-    if (r < 0)
+    if (r == -ETIMEDOUT || r == -EBUSY)
+        fprintf(stderr, "qsdctl %s: vhost-user-blk socket %s: %s (the back-end serves one "
+                "client at a time: is another one connected?)\n", cmd, path,
+                r == -EBUSY ? "connection queue full" : "no answer in time");
+    else if (r < 0)
         fprintf(stderr, "qsdctl %s: cannot connect to vhost-user-blk socket %s: %s\n", cmd,
                 path, strerror(-r));
     return r;

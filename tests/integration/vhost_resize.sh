@@ -14,6 +14,14 @@ timeout 30 "$QSDCTL" vhost-info --json --wait-config-change-ms 10000 "$T/v.sock"
 W=$!
 for i in $(seq 100); do grep -q "waiting for a config change" "$T/waiter.err" && break; sleep 0.05; done
 grep -q "waiting for a config change" "$T/waiter.err" || fail "waiting client did not connect"
+# QSD serves one client at a time: a second one fails within its bound
+# (exit 5: no answer; exit 1: connection queue full), it does not hang.
+t0=$(date +%s%N)
+rc=0; timeout 10 "$QSDCTL" vhost-info --timeout-ms 500 "$T/v.sock" 2>"$T/busy.err" || rc=$?
+t1=$(date +%s%N)
+[ $rc -eq 5 ] || [ $rc -eq 1 ] || fail "second client: exit $rc: $(cat "$T/busy.err")"
+grep -q "one client at a time" "$T/busy.err" || fail "second client: unclear message: $(cat "$T/busy.err")"
+[ $(( (t1 - t0) / 1000000 )) -lt 3000 ] || fail "second client was not bounded by --timeout-ms"
 qmp "$T/v.qmp" '{"execute":"block_resize","arguments":{"node-name":"v","size":100663296}}' >/dev/null ||
     fail "block_resize failed"
 rc=0; wait "$W" || rc=$?
