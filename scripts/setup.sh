@@ -25,7 +25,7 @@ BASE_PKGS=(
     libprotobuf-c-dev protobuf-c-compiler libcmocka-dev
     protobuf-compiler python3-grpcio python3-protobuf python3-yaml
     busybox-static cpio util-linux iproute2 procps psmisc kmod
-    clang llvm libclang-rt-14-dev
+    clang llvm libclang-rt-14-dev gnuplot-nox graphviz
 )
 # Virtualisation stack from bookworm-backports.
 BPO_PKGS=(
