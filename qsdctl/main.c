@@ -175,6 +175,23 @@ static int help_or_usage(int c, const char *help, const char *usage)
     return USAGE_ERR(usage);
 }
 
+/* Commands that take exactly one validated name and no options.  Returns -1
+ * with *ret_name set to go on, or the exit code to return. */
+static int parse_one_name(int argc, char **argv, const char *help, const char *usage,
+                          const char *what, const char **ret_name)
+{
+    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1)
+        return help_or_usage(c, help, usage);
+    if (optind + 1 != argc)
+        return USAGE_ERR(usage);
+    if ((r = check_name(what, argv[optind])))
+        return r;
+    *ret_name = argv[optind];
+    return -1;
+}
+
 /* ------------------------------------------------------------- create */
 
 static const char HELP_CREATE[] =
@@ -261,14 +278,9 @@ static const char HELP_DELETE[] = "Usage: qsdctl delete VOLUME\n"
 
 static int cmd_delete(int argc, char **argv)
 {
-    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
-    int c, r;
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1)
-        return help_or_usage(c, HELP_DELETE, "usage: qsdctl delete VOLUME");
-    if (optind + 1 != argc)
-        return USAGE_ERR("usage: qsdctl delete VOLUME");
-    const char *vol = argv[optind];
-    if ((r = check_name("volume", vol)))
+    const char *vol;
+    int r = parse_one_name(argc, argv, HELP_DELETE, "usage: qsdctl delete VOLUME", "volume", &vol);
+    if (r >= 0)
         return r;
     _cleanup_close_ int lock = -1;
     if ((r = lock_volume(vol, &lock)))
@@ -631,14 +643,9 @@ static const char HELP_SNAPSHOT_DELETE[] = "Usage: qsdctl snapshot-delete SNAPSH
 
 static int cmd_snapshot_delete(int argc, char **argv)
 {
-    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
-    int c, r;
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1)
-        return help_or_usage(c, HELP_SNAPSHOT_DELETE, "usage: qsdctl snapshot-delete SNAPSHOT");
-    if (optind + 1 != argc)
-        return USAGE_ERR("usage: qsdctl snapshot-delete SNAPSHOT");
-    const char *snap = argv[optind];
-    if ((r = check_name("snapshot", snap)))
+    const char *snap;
+    int r = parse_one_name(argc, argv, HELP_SNAPSHOT_DELETE, "usage: qsdctl snapshot-delete SNAPSHOT", "snapshot", &snap);
+    if (r >= 0)
         return r;
     struct pool pool;
     if ((r = open_pool(&pool, false)))
@@ -711,14 +718,9 @@ static const char HELP_STATUS[] = "Usage: qsdctl status VOLUME\n"
 
 static int cmd_status(int argc, char **argv)
 {
-    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
-    int c, r;
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1)
-        return help_or_usage(c, HELP_STATUS, "usage: qsdctl status VOLUME");
-    if (optind + 1 != argc)
-        return USAGE_ERR("usage: qsdctl status VOLUME");
-    const char *vol = argv[optind];
-    if ((r = check_name("volume", vol)))
+    const char *vol;
+    int r = parse_one_name(argc, argv, HELP_STATUS, "usage: qsdctl status VOLUME", "volume", &vol);
+    if (r >= 0)
         return r;
     struct pool pool;
     if ((r = open_pool(&pool, false)))
