@@ -137,11 +137,18 @@ int volume_load(int dirfd, const char *name, struct volume **ret, char **ret_err
     const char *reason;
     if (name_validate(name, &reason) < 0)
         return fail(ret_error, -EINVAL, "invalid volume directory name: %s", reason);
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return fail(ret_error, -errno, "cannot stat: %m");
+    if (S_ISLNK(st.st_mode))
+        return fail(ret_error, -ELOOP, "is a symlink (symlinks are refused)");
+    if (!S_ISDIR(st.st_mode))
+        return fail(ret_error, -ENOTDIR, "not a directory");
     _cleanup_close_ int dfd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) {
         int e = errno;
         if (e == ELOOP || e == ENOTDIR)
-            return fail(ret_error, -e, "not a plain directory (symlinks are refused)");
+            return fail(ret_error, -ELOOP, "not a plain directory (symlinks are refused)");
         return fail(ret_error, -e, "cannot open directory: %s", strerror(e));
     }
     _cleanup_close_ int jfd = openat(dfd, VOLUME_JSON, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -152,7 +159,6 @@ int volume_load(int dirfd, const char *name, struct volume **ret, char **ret_err
         return fail(ret_error, e == ELOOP ? -ELOOP : -e, "cannot open volume.json: %s%s",
                     strerror(e), e == ELOOP ? " (symlinks are refused)" : "");
     }
-    struct stat st;
     if (fstat(jfd, &st) < 0)
         return fail(ret_error, -errno, "cannot stat volume.json: %m");
     if (!S_ISREG(st.st_mode))
