@@ -102,7 +102,11 @@ static void add_disk(xmlNodePtr devices, const struct volume *v, const char *soc
     xmlNodePtr tgt = child(disk, "target");
     prop(tgt, "dev", target);
     prop(tgt, "bus", "virtio");
-    text_child(disk, "serial", v->id);
+    /* libvirt refuses <serial> on vhostuser disks (the guest asks the
+     * back-end, and QSD's vhost-user-blk export answers a fixed string), so
+     * the volume id travels as the device's user alias instead. */
+    _cleanup_free_ char *alias = xasprintf("ua-%s", v->id);
+    prop(child(disk, "alias"), "name", alias);
     if (v->logical_block_size != 512) {
         xmlNodePtr bio = child(disk, "blockio");
         prop_u(bio, "logical_block_size", v->logical_block_size);

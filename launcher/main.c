@@ -385,6 +385,31 @@ static int uri_safe_root(const char *root)
     return 0;
 }
 
+/* The embedded driver reads ROOT/etc/qemu.conf.  Write a default one when
+ * there is none: QEMU's output to a file (no virtlogd in a pod), no cgroup,
+ * namespace or security-label setup (the pod is the sandbox), and no owner
+ * remembering in xattrs (files are shared with other drivers in tests). */
+static int embed_root_prepare(const char *root)
+{
+    _cleanup_free_ char *etc = xasprintf("%s/etc", root);
+    int r = mkdir_p(etc, 0700);
+    if (r < 0)
+        return r;
+    _cleanup_free_ char *conf = xasprintf("%s/qemu.conf", etc);
+    if (access(conf, F_OK) == 0)
+        return 0;
+    static const char text[] =
+        "# Written by qsd-vm-launcher (edit freely: it is only written when absent).\n"
+        "stdio_handler = \"file\"\n"
+        "security_driver = \"none\"\n"
+        "cgroup_controllers = [ ]\n"
+        "namespaces = [ ]\n"
+        "remember_owner = 0\n"
+        "user = \"root\"\n"
+        "group = \"root\"\n";
+    return write_file_atomic(conf, text, strlen(text), 0600);
+}
+
 static int run(struct launcher *L, const struct vm_spec *spec, const char *voldir)
 {
     struct volume_scan scan = {0};
@@ -427,10 +452,19 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *voldi
             volume_scan_clear(&scan);
             return EXIT_ERROR;
         }
-        mkdir_p(L->o.root, 0700);
+        r = embed_root_prepare(L->o.root);
+        if (r < 0) {
+            log_error(COMP, "cannot prepare embedded driver root", "root=%s error=\"%s\"",
+                      L->o.root, strerror(-r));
+            volume_scan_clear(&scan);
+            return EXIT_ERROR;
+        }
         uri = xasprintf("qemu:///embed?root=%s", L->o.root);
     }
 
+    /* libvirt logs warnings to stderr by default; keep its errors only
+     * (ours are logged once, in logfmt) unless the user chose otherwise. */
+    setenv("LIBVIRT_LOG_OUTPUTS", "4:stderr", 0);
     virSetErrorFunc(NULL, silent_error);
     if (virEventRegisterDefaultImpl() < 0) {
         log_error(COMP, "libvirt event loop", "error=\"cannot register\"");
@@ -460,7 +494,9 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *voldi
         VIR_DOMAIN_EVENT_CALLBACK(on_device_removed), L, NULL);
 
     t0 = now_ms();
-    L->dom = virDomainCreateXML(L->conn, xml, VIR_DOMAIN_START_AUTODESTROY);
+    /* No VIR_DOMAIN_START_AUTODESTROY: the embedded driver does not support
+     * it; teardown() destroys the domain instead. */
+    L->dom = virDomainCreateXML(L->conn, xml, 0);
     if (!L->dom) {
         _cleanup_free_ char *q = log_quote(virt_err());
         log_error(COMP, "cannot start domain", "name=%s error=%s", spec->name, q);
