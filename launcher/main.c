@@ -462,9 +462,12 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *voldi
         uri = xasprintf("qemu:///embed?root=%s", L->o.root);
     }
 
-    /* libvirt logs warnings to stderr by default; keep its errors only
-     * (ours are logged once, in logfmt) unless the user chose otherwise. */
-    setenv("LIBVIRT_LOG_OUTPUTS", "4:stderr", 0);
+    /* libvirt logs to stderr by default, including errors it recovers from
+     * itself.  Ours are logged once, in logfmt; libvirt's own warnings and
+     * errors go to ROOT/libvirt.log (embedded) unless the user chose. */
+    _cleanup_free_ char *vlog = L->o.connect_uri ? xstrdup("4:stderr")
+                                                   : xasprintf("3:file:%s/libvirt.log", L->o.root);
+    setenv("LIBVIRT_LOG_OUTPUTS", vlog, 0);
     virSetErrorFunc(NULL, silent_error);
     if (virEventRegisterDefaultImpl() < 0) {
         log_error(COMP, "libvirt event loop", "error=\"cannot register\"");
