@@ -300,9 +300,37 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     return 0;
 }
 
-/* Bounded wait at start: every volume the description names must be ready
- * (valid metadata, socket accepting).  Also returns volumes that are merely
- * present-and-ready.  Runs before the loop exists, so sleeping is fine. */
+static bool wanted_at_start(const struct vm_spec *spec, const char *name)
+{
+    return vm_spec_find_disk(spec, name) ||
+           (spec->boot == VM_BOOT_VOLUME && streq(name, spec->boot_volume));
+}
+
+/* Ready = valid metadata, socket path short enough, socket accepting now. */
+static int volume_ready(const char *voldir, const struct volume_entry *e, char **ret_why)
+{
+    if (!e->vol) {
+        *ret_why = xstrdup(e->message ? e->message : strerror(-e->error));
+        return e->error ? e->error : -EINVAL;
+    }
+    _cleanup_free_ char *path = volume_socket_path(voldir, e->vol);
+    if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        *ret_why = xstrdup("socket path too long");
+        return -ENAMETOOLONG;
+    }
+    int r = unix_socket_probe(path);
+    if (r < 0) {
+        *ret_why = xasprintf("socket does not accept connections: %s", strerror(-r));
+        return r;
+    }
+    return 0;
+}
+
+/* Bounded wait at start: every volume the description names must be ready.
+ * Missing volumes and sockets not accepting yet are retried until
+ * --wait-volumes; invalid ones fail at once.  Other volumes are probed once
+ * at the end: ready ones become disks too, the rest are logged and left to
+ * the hot-plug watcher.  Runs before the loop exists, so sleeping is fine. */
 static int collect_volumes(const struct opts *o, const struct vm_spec *spec, const char *voldir,
                            struct volume_scan *ret_scan, char **ret_error)
 {
@@ -318,37 +346,14 @@ static int collect_volumes(const struct opts *o, const struct vm_spec *spec, con
         bool hard = false;
         for (size_t i = 0; i < scan.n && !why; i++) {
             struct volume_entry *e = &scan.entries[i];
-            bool wanted = vm_spec_find_disk(spec, e->name) ||
-                          (spec->boot == VM_BOOT_VOLUME && streq(e->name, spec->boot_volume));
-            if (!e->vol) {
-                if (wanted) {
-                    why = xasprintf("volume \"%s\": %s", e->name,
-                                    e->message ? e->message : strerror(-e->error));
-                    hard = e->error != -ENOENT;
-                } else {
-                    _cleanup_free_ char *qn = log_quote(e->name);
-                    _cleanup_free_ char *qm = log_quote(e->message ? e->message : "?");
-                    log_warn(COMP, "volume skipped", "volume=%s reason=%s", qn, qm);
-                }
+            if (!wanted_at_start(spec, e->name))
                 continue;
-            }
-            _cleanup_free_ char *path = volume_socket_path(voldir, e->vol);
-            if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-                why = xasprintf("volume \"%s\": socket path too long", e->name);
-                hard = true;
-                continue;
-            }
-            int p = unix_socket_probe(path);
-            if (p < 0) {
-                if (wanted) {
-                    why = xasprintf("volume \"%s\": socket does not accept connections: %s",
-                                    e->name, strerror(-p));
-                } else {
-                    log_warn(COMP, "volume skipped", "volume=%s reason=\"socket: %s\"", e->name,
-                             strerror(-p));
-                    volume_free(e->vol);
-                    e->vol = NULL; /* the hot-plug watcher retries it later */
-                }
+            _cleanup_free_ char *reason = NULL;
+            r = volume_ready(voldir, e, &reason);
+            if (r < 0) {
+                why = xasprintf("volume \"%s\": %s", e->name, reason);
+                /* Not there yet or not accepting yet: worth waiting for. */
+                hard = !(r == -ENOENT || r == -ECONNREFUSED || r == -EAGAIN);
             }
         }
         if (!why) {
@@ -362,6 +367,19 @@ static int collect_volumes(const struct opts *o, const struct vm_spec *spec, con
                 why = xasprintf("volume \"%s\" is not in %s", missing, voldir);
         }
         if (!why) {
+            for (size_t i = 0; i < scan.n; i++) {
+                struct volume_entry *e = &scan.entries[i];
+                if (wanted_at_start(spec, e->name))
+                    continue;
+                _cleanup_free_ char *reason = NULL;
+                if (volume_ready(voldir, e, &reason) < 0) {
+                    _cleanup_free_ char *qn = log_quote(e->name);
+                    _cleanup_free_ char *qr = log_quote(reason);
+                    log_warn(COMP, "volume skipped", "volume=%s reason=%s", qn, qr);
+                    volume_free(e->vol);
+                    e->vol = NULL; /* the hot-plug watcher retries it later */
+                }
+            }
             *ret_scan = scan;
             return 0;
         }

@@ -49,7 +49,7 @@ e2e_cleanup() {
     fi
     # A QEMU left behind by a launcher killed hard: its pid file in the root.
     for p in "$ROOT"/run/qemu/*.pid; do
-        [[ -f $p ]] && stop_pid "$(cat "$p")" TERM 5
+        [[ -f $p && $(basename "$p") != driver.pid ]] && stop_pid "$(cat "$p")" TERM 5
     done
     for p in "${PIDS[@]}"; do stop_pid "$p" TERM 5; done
     # Keep the embedded driver's capability cache for the next test.
