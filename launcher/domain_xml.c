@@ -107,12 +107,10 @@ static void add_disk(xmlNodePtr devices, const struct volume *v, const char *soc
      * the volume id travels as the device's user alias instead. */
     _cleanup_free_ char *alias = xasprintf("ua-%s", v->id);
     prop(child(disk, "alias"), "name", alias);
-    if (v->logical_block_size != 512) {
-        xmlNodePtr bio = child(disk, "blockio");
-        prop_u(bio, "logical_block_size", v->logical_block_size);
-    }
-    if (v->read_only)
-        child(disk, "readonly");
+    /* No <readonly/> and no <blockio>: libvirt refuses both on vhostuser
+     * disks.  The guest learns them from the export's virtio config space
+     * (VIRTIO_BLK_F_RO, blk_size), so read-only is enforced by QSD itself
+     * and the e2e test checks the guest sees it. */
     if (boot_order) {
         xmlNodePtr b = child(disk, "boot");
         prop_u(b, "order", boot_order);

@@ -59,7 +59,7 @@ for k in 1 2 3 4 5; do
     start_qsd vol2 32M "$VOLS/.vol2"
     t0=$(now_ms)
     mv "$VOLS/.vol2" "$VOLS/vol2"
-    wait_console '^ADD name=vdb size=65536' "$k" 60
+    wait_console '^ADD name=vdb size=65536 serial=vhost_user_blk ro=0 lbs=512 queues=1$' "$k" 60
     plug+=($(($(now_ms) - t0)))
     t0=$(now_ms)
     mv "$VOLS/vol2" "$WORK/vol2.removed"
@@ -73,6 +73,30 @@ grep -q 'msg="disk attached" volume=vol2 serial=pvc-e2e-vol2 target=vdb' "$WORK/
     e2e_fail "launcher did not report vol2 as vdb"
 (($(grep -c 'msg="disk detached" volume=vol2' "$WORK/launcher.log") == 5)) ||
     e2e_fail "launcher did not report 5 detaches"
+
+# Fill every free hot-plug slot at once (hotplug_slots = 4; vol1 has its
+# own root port), each volume with other properties: read-only, 4 KiB
+# blocks, 2 queues.  One more is refused by libvirt (no free slot), logged,
+# and nothing hangs.
+start_qsd ro 16M "$VOLS/.ro" true
+start_qsd lbs 16M "$VOLS/.lbs" false 1 4096
+start_qsd mq 16M "$VOLS/.mq" false 2
+start_qsd plain 16M "$VOLS/.plain"
+start_qsd extra 16M "$VOLS/.extra"
+adds=$(count_console '^ADD ')
+for v in ro lbs mq plain; do mv "$VOLS/.$v" "$VOLS/$v"; done
+wait_console '^ADD ' $((adds + 4)) 60
+console '^ADD ' | tail -4 >"$WORK/adds"
+grep -q 'size=32768 serial=vhost_user_blk ro=1 lbs=512 queues=1' "$WORK/adds" || e2e_fail "read-only disk: $(cat "$WORK/adds")"
+grep -q 'size=32768 serial=vhost_user_blk ro=0 lbs=4096 queues=1' "$WORK/adds" || e2e_fail "4k disk: $(cat "$WORK/adds")"
+# The guest (1 vCPU) uses one queue whatever is offered: check the domain.
+grep -q "queues='2'" "$ROOT/run/qemu/e2e.xml" || e2e_fail "no 2-queue disk in the live XML"
+mv "$VOLS/.extra" "$VOLS/extra"
+wait_log 'msg="attach failed" volume=extra' 30
+log "4 free slots filled (ro, 4k, 2 queues, plain); a 5th refused: $(grep -o 'msg="attach failed" volume=extra.*' "$WORK/launcher.log" | cut -c1-160)"
+for v in ro lbs mq plain extra; do mv "$VOLS/$v" "$WORK/$v.removed"; done
+wait_console '^DEL ' $((5 + 4)) 60
+for v in ro lbs mq plain extra; do stop_pid "${QSD_PID[$v]}" TERM 10; done
 
 # Online resize x5 through QSD's QMP; no libvirt call involved.
 resize=()
@@ -92,7 +116,8 @@ wait_launcher_exit 60
 ((EXIT_RC == 0)) || e2e_fail "launcher exit status $EXIT_RC, want 0 (poweroff)"
 grep -q 'msg="vm ended" how=poweroff exit_status=0' "$WORK/launcher.log" || e2e_fail "no vm ended line"
 # The only error expected is the dead socket's refusal.
-unexpected=$(grep 'level=error' "$WORK/launcher.log" | grep -v 'msg="volume refused" volume=dead ' || true)
+unexpected=$(grep 'level=error' "$WORK/launcher.log" |
+    grep -v 'msg="volume refused" volume=dead \|msg="attach failed" volume=extra ' || true)
 [[ -z $unexpected ]] || e2e_fail "errors logged: $unexpected"
 
 echo "FIGURES hotplug_ms median=$(printf '%s\n' "${plug[@]}" | median) all=${plug[*]}"

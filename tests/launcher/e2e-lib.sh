@@ -72,18 +72,21 @@ if [[ -d $BUILD_CACHE/embed-cache/qemu ]]; then
     cp -a "$BUILD_CACHE/embed-cache/qemu" "$ROOT/cache/qemu"
 fi
 
-# start_qsd NAME SIZE DIR: image $WORK/NAME.qcow2, socket DIR/vhost.sock,
-# QMP $WORK/ctl/NAME/qmp.sock, volume.json written atomically.  Sets QSD_PID_<NAME>.
+# start_qsd NAME SIZE DIR [RO QUEUES LBS]: image $WORK/NAME.qcow2, socket
+# DIR/vhost.sock, QMP $WORK/ctl/NAME/qmp.sock, volume.json written atomically.
+# Sets QSD_PID[NAME].  RO: true/false, QUEUES: num-queues, LBS: logical block size.
 declare -A QSD_PID
 start_qsd() {
-    local name=$1 size=$2 dir=$3 img=$WORK/$1.qcow2
+    local name=$1 size=$2 dir=$3 img=$WORK/$1.qcow2 ro=${4:-false} queues=${5:-1} lbs=${6:-512}
+    local writable=on
+    [[ $ro == true ]] && writable=off
     mkdir -p "$dir" "$WORK/ctl/$name"
     [[ -f $img ]] || qemu-img create -q -f qcow2 "$img" "$size"
     rm -f "$dir/vhost.sock"
     qemu-storage-daemon \
         --blockdev "driver=file,node-name=file-$name,filename=$img" \
         --blockdev "driver=qcow2,node-name=vol-$name,file=file-$name" \
-        --export "type=vhost-user-blk,id=exp-$name,node-name=vol-$name,addr.type=unix,addr.path=$dir/vhost.sock,writable=on,writethrough=on,num-queues=1" \
+        --export "type=vhost-user-blk,id=exp-$name,node-name=vol-$name,addr.type=unix,addr.path=$dir/vhost.sock,writable=$writable,writethrough=on,num-queues=$queues,logical-block-size=$lbs" \
         --chardev "socket,id=qmp,path=$WORK/ctl/$name/qmp.sock,server=on,wait=off" \
         --monitor chardev=qmp >"$WORK/ctl/$name/qsd.log" 2>&1 &
     QSD_PID[$name]=$!
@@ -91,8 +94,8 @@ start_qsd() {
     "$PY" "$SRC/qmp.py" wait-socket "$dir/vhost.sock" 10 || e2e_fail "QSD $name did not come up"
     local bytes
     bytes=$(qemu-img info -U --output=json "$img" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["virtual-size"])')
-    printf '{"version":1,"volume":"pvc-e2e-%s","size":%s,"read_only":false,"num_queues":1,"logical_block_size":512,"socket":"vhost.sock"}\n' \
-        "$name" "$bytes" >"$dir/.volume.json.tmp"
+    printf '{"version":1,"volume":"pvc-e2e-%s","size":%s,"read_only":%s,"num_queues":%s,"logical_block_size":%s,"socket":"vhost.sock"}\n' \
+        "$name" "$bytes" "$ro" "$queues" "$lbs" >"$dir/.volume.json.tmp"
     mv "$dir/.volume.json.tmp" "$dir/volume.json"
 }
 

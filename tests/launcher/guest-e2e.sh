@@ -39,18 +39,18 @@ while [ $n -lt 6000 ]; do
     : > /tmp/cur
     for d in /sys/block/vd*; do
         [ -e "$d" ] || continue
-        echo "$(basename $d) $(cat $d/size 2>/dev/null) $(cat $d/serial 2>/dev/null)" >> /tmp/cur
+        echo "$(basename $d) $(cat $d/size 2>/dev/null) $(cat $d/serial 2>/dev/null) $(cat $d/ro 2>/dev/null) $(cat $d/queue/logical_block_size 2>/dev/null) $(ls $d/mq 2>/dev/null | wc -l)" >> /tmp/cur
     done
     if ! cmp -s /tmp/prev /tmp/cur; then
-        while read name size serial; do
+        while read name size serial ro lbs mq; do
             old=$(grep "^$name " /tmp/prev)
             if [ -z "$old" ]; then
-                echo "ADD name=$name size=$size serial=$serial"
-            elif [ "$old" != "$name $size $serial" ]; then
+                echo "ADD name=$name size=$size serial=$serial ro=$ro lbs=$lbs queues=$mq"
+            elif [ "$old" != "$name $size $serial $ro $lbs $mq" ]; then
                 echo "SIZE name=$name size=$size"
             fi
         done < /tmp/cur
-        while read name size serial; do
+        while read name rest; do
             grep -q "^$name " /tmp/cur || echo "DEL name=$name"
         done < /tmp/prev
         cp /tmp/cur /tmp/prev
