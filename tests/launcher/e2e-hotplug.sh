@@ -120,7 +120,11 @@ unexpected=$(grep 'level=error' "$WORK/launcher.log" |
     grep -v 'msg="volume refused" volume=dead \|msg="attach failed" volume=extra ' || true)
 [[ -z $unexpected ]] || e2e_fail "errors logged: $unexpected"
 
-echo "FIGURES hotplug_ms median=$(printf '%s\n' "${plug[@]}" | median) all=${plug[*]}"
-echo "FIGURES unplug_ms median=$(printf '%s\n' "${unplug[@]}" | median) all=${unplug[*]}"
-echo "FIGURES resize_ms median=$(printf '%s\n' "${resize[@]}" | median) all=${resize[*]}"
+# Closing figures, also kept in the build tree (ctest hides passing output).
+{
+    echo "# $(date -u +%FT%TZ) $LAUNCHER"
+    echo "FIGURES hotplug_ms median=$(printf '%s\n' "${plug[@]}" | median) all=${plug[*]}"
+    echo "FIGURES unplug_ms median=$(printf '%s\n' "${unplug[@]}" | median) all=${unplug[*]}"
+    echo "FIGURES resize_ms median=$(printf '%s\n' "${resize[@]}" | median) all=${resize[*]}"
+} | tee -a "$BUILD_CACHE/figures.txt"
 echo "PASS"
