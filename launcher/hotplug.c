@@ -24,6 +24,7 @@ struct hp_vol {
     char target[DISK_TARGET_MAX];
     char *socket_path;
     char *last_msg;       /* last reason it was not ready, to log once */
+    int wd;               /* inotify watch inside the directory, or -1 */
     struct hp_vol *next;
 };
 
@@ -63,6 +64,7 @@ static struct hp_vol *hp_add(struct hotplug *h, const char *name, enum hp_state 
     struct hp_vol *v = xcalloc(1, sizeof(*v));
     v->name = xstrdup(name);
     v->st = st;
+    v->wd = -1;
     v->since_ms = now_ms();
     v->next = h->vols;
     h->vols = v;
@@ -71,6 +73,10 @@ static struct hp_vol *hp_add(struct hotplug *h, const char *name, enum hp_state 
 
 static void hp_remove(struct hotplug *h, struct hp_vol *v)
 {
+    /* A directory moved elsewhere keeps its watch: drop it (a deleted one
+     * has lost it already, which makes this fail harmlessly). */
+    if (v->wd >= 0)
+        inotify_rm_watch(h->ifd, v->wd);
     for (struct hp_vol **p = &h->vols; *p; p = &(*p)->next)
         if (*p == v) {
             *p = v->next;
@@ -277,8 +283,8 @@ static void reconcile(struct hotplug *h)
         /* Watch inside too: catches the socket or volume.json arriving
          * (a bind mount over the directory does not; the timer does). */
         _cleanup_free_ char *sub = xasprintf("%s/%s", h->dir, e->name);
-        inotify_add_watch(h->ifd, sub, IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR |
-                                           IN_DONT_FOLLOW);
+        v->wd = inotify_add_watch(h->ifd, sub, IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE |
+                                                   IN_ONLYDIR | IN_DONT_FOLLOW);
         try_attach(h, v, e);
     }
     volume_scan_clear(&scan);
@@ -371,10 +377,10 @@ void hotplug_free(struct hotplug *h)
         return;
     loop_watch_remove(h->watch);
     loop_timer_cancel(h->timer);
-    if (h->ifd >= 0)
-        close(h->ifd);
     while (h->vols)
         hp_remove(h, h->vols);
+    if (h->ifd >= 0)
+        close(h->ifd);
     free(h->dir);
     free(h);
 }

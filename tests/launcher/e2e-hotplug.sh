@@ -2,10 +2,12 @@
 # End-to-end: a TCG guest booted by qsd-vm-launcher with a volume served by a
 # real qemu-storage-daemon.  Checks, in the guest: the disk with its size; data
 # written lands in the image; kill -9 of QSD during fsync'ed writes, restart on
-# the same path: no I/O error and all data verifies; a volume directory that
+# the same path: no I/O error and all data verifies; a dead socket and a
+# symlink out of the volumes directory are refused; a volume directory that
 # appears is hot-plugged and one that goes away is unplugged (x5, latency);
-# block_resize on QSD reaches the guest (x5, latency); a dead socket is refused
-# without hanging; removing the last disk lets the guest power off (exit 0).
+# every free hot-plug slot can be filled (read-only, 4 KiB, 2 queues) and one
+# more is refused; block_resize on QSD reaches the guest (x5, latency);
+# removing the last disk lets the guest power off (exit 0).
 SRC=$(cd "$(dirname "$0")" && pwd)
 source "$SRC/e2e-lib.sh"
 
@@ -51,6 +53,15 @@ mv "$VOLS/.dead" "$VOLS/dead"
 wait_log 'msg="volume refused" volume=dead reason="socket does not accept connections' 10
 rm -rf "$VOLS/dead"
 log "dead socket refused"
+
+# A symlink leading out of the volumes directory (to a volume that is
+# otherwise perfectly ready): refused, never attached.
+start_qsd outside 16M "$WORK/outside"
+ln -s "$WORK/outside" "$VOLS/escape"
+wait_log 'msg="volume refused" volume=escape reason="is a symlink \(symlinks are refused\)"' 10
+rm "$VOLS/escape"
+stop_pid "${QSD_PID[outside]}" TERM 10
+log "symlink out of the volumes directory refused"
 
 # Hot-plug x5: the directory appears (atomic rename of a ready one) -> guest
 # sees vdb; it goes away -> guest loses vdb.
@@ -117,7 +128,7 @@ wait_launcher_exit 60
 grep -q 'msg="vm ended" how=poweroff exit_status=0' "$WORK/launcher.log" || e2e_fail "no vm ended line"
 # The only error expected is the dead socket's refusal.
 unexpected=$(grep 'level=error' "$WORK/launcher.log" |
-    grep -v 'msg="volume refused" volume=dead \|msg="attach failed" volume=extra ' || true)
+    grep -v 'msg="volume refused" volume=\(dead\|escape\) \|msg="attach failed" volume=extra ' || true)
 [[ -z $unexpected ]] || e2e_fail "errors logged: $unexpected"
 
 # Closing figures, also kept in the build tree (ctest hides passing output).
