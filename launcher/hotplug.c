@@ -190,19 +190,20 @@ static int disk_gone(struct hotplug *h, struct hp_vol *v)
     return !has;
 }
 
+/* virDomainDetachDeviceAlias is asynchronous: it asks the guest and returns
+ * (virDomainDetachDeviceFlags would block up to 5 s inside libvirt waiting
+ * for the guest).  Completion is seen in the live XML, re-checked on
+ * libvirt's DEVICE_REMOVED event and on a timer, up to detach_timeout_ms. */
 static void start_detach(struct hotplug *h, struct hp_vol *v)
 {
-    _cleanup_free_ char *xml = NULL;
+    _cleanup_free_ char *alias = xasprintf("ua-%s", v->vol->id);
     v->since_ms = now_ms();
     v->st = HP_DETACHING;
-    if (domain_xml_disk(v->vol, v->socket_path, v->target, 0, &xml) < 0)
-        return;
-    if (virDomainDetachDeviceFlags(h->dom, xml, VIR_DOMAIN_AFFECT_LIVE) < 0) {
+    log_info(COMP, "detach requested", "volume=%s target=%s", v->name, v->target);
+    if (virDomainDetachDeviceAlias(h->dom, alias, VIR_DOMAIN_AFFECT_LIVE) < 0) {
         _cleanup_free_ char *q = log_quote(virt_err());
         log_warn(COMP, "detach request failed", "volume=%s target=%s error=%s", v->name,
                  v->target, q);
-    } else {
-        log_info(COMP, "detach requested", "volume=%s target=%s", v->name, v->target);
     }
 }
 

@@ -133,12 +133,12 @@ guest() {
     cp "$BUILD_CACHE/guest/vmlinuz" "$WORK/vmlinuz"
 }
 
-# vm_json NAME DISKS_JSON: the VM description (TCG, console to a file)
+# vm_json NAME DISKS_JSON [EXTRA_CMDLINE]: the VM description (TCG, console to a file)
 vm_json() {
     cat >"$WORK/vm.json" <<JSON
 {"name": "$1", "memory_mib": 256, "accel": "tcg",
  "boot": {"kernel": "$WORK/vmlinuz", "initrd": "$WORK/initrd.img",
-          "cmdline": "console=ttyS0 panic=-1 quiet"},
+          "cmdline": "console=ttyS0 panic=-1 quiet${3:+ $3}"},
  "disks": $2, "console_log": "$WORK/console.log", "hotplug_slots": 4}
 JSON
 }
