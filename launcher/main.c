@@ -300,6 +300,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     return 0;
 }
 
+/* A stop signal arrived before the loop runs (they are blocked and read
+ * through the signalfd later): do not start, or stop waiting. */
+static bool stop_pending(void)
+{
+    sigset_t p;
+    return sigpending(&p) == 0 &&
+           (sigismember(&p, SIGTERM) == 1 || sigismember(&p, SIGINT) == 1 ||
+            sigismember(&p, SIGHUP) == 1);
+}
+
 static bool wanted_at_start(const struct vm_spec *spec, const char *name)
 {
     return vm_spec_find_disk(spec, name) ||
@@ -384,6 +394,10 @@ static int collect_volumes(const struct opts *o, const struct vm_spec *spec, con
             return 0;
         }
         volume_scan_clear(&scan);
+        if (stop_pending()) {
+            *ret_error = xasprintf("stop requested while waiting: %s", why);
+            return -EINTR;
+        }
         if (hard || now_ms() >= deadline) {
             *ret_error = TAKE_PTR(why);
             return -ENOENT;
@@ -514,6 +528,11 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *voldi
         L->conn, NULL, VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
         VIR_DOMAIN_EVENT_CALLBACK(on_device_removed), L, NULL);
 
+    if (stop_pending()) {
+        log_info(COMP, "stop requested before start", "name=%s", spec->name);
+        volume_scan_clear(&scan);
+        return EXIT_ERROR;
+    }
     t0 = now_ms();
     /* No VIR_DOMAIN_START_AUTODESTROY: the embedded driver does not support
      * it; teardown() destroys the domain instead. */

@@ -66,6 +66,18 @@ spec '[{"volume":"absent"}]'
 expect 1 'volume \\"absent\\" is not in' 4 --wait-volumes 2
 expect 1 'Usage' 2 extra-argument
 
+# SIGTERM while waiting for volumes: stop at once, nothing started.
+spec '[{"volume":"absent"}]'
+"$L" --spec "$T/vm.json" --volumes "$T/vols" --root "$T/root" --wait-volumes 30 >"$T/out" 2>&1 &
+lp=$!
+sleep 0.5
+t0=$SECONDS
+kill -TERM $lp
+rc=0; wait $lp || rc=$?
+((rc == 1 && SECONDS - t0 <= 2)) || fail "SIGTERM while waiting: exit $rc after $((SECONDS - t0)) s"
+grep -q 'stop requested while waiting' "$T/out" || fail "no stop message"
+[[ ! -e $T/root ]] || fail "libvirt root created"
+
 # Dry run: only the ready volumes become disks; the rest are skipped (logged).
 spec '[{"volume":"good","boot_order":1}]'
 expect 0 '<domain type="qemu">' 2 --dry-run
