@@ -1,0 +1,33 @@
+/* hotplug.h: keeps a live domain's disks in step with the volumes directory.
+ *
+ * Owns: the inotify watch on the volumes directory and the per-volume state
+ * machine (pending -> attached -> detaching -> gone, or failed/stuck).  A
+ * volume directory that appears is attached once its metadata is valid and
+ * its socket accepts a connection (both checked again on a short timer, up to
+ * ready_timeout_ms); one that disappears is detached and then polled in the
+ * live XML until the guest released it (up to detach_timeout_ms, then a
+ * warning).  The libvirt calls block, so each is made only when it cannot
+ * hang on the socket (probed just before). */
+#pragma once
+
+#include "domain_xml.h"
+#include "loop.h"
+#include "vmspec.h"
+
+#include <libvirt/libvirt.h>
+
+struct hotplug;
+
+struct hotplug_config {
+    const char *volumes_dir; /* canonical path */
+    unsigned ready_timeout_ms;
+    unsigned detach_timeout_ms;
+};
+
+/* initial: the disks the domain was started with (volumes are copied). */
+int hotplug_new(struct loop *l, virDomainPtr dom, const struct vm_spec *spec,
+                const struct hotplug_config *cfg, const struct domain_disk *initial,
+                size_t n_initial, struct hotplug **ret);
+/* Something may have changed (e.g. libvirt reported a removed device). */
+void hotplug_kick(struct hotplug *h);
+void hotplug_free(struct hotplug *h);

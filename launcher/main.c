@@ -1,0 +1,656 @@
+/* main.c: qsd-vm-launcher.  VM description + volumes directory -> domain XML
+ * -> libvirt (embedded QEMU driver by default), then keep the domain's disks
+ * in step with the volumes directory and handle its lifecycle.
+ *
+ * Threads: libvirt needs an event loop of its own (the embedded driver talks
+ * to QEMU's monitor through it); it runs in one helper thread and forwards
+ * domain events through a pipe to the main io_uring loop, where everything
+ * else happens.  Exit status: see docs/launcher.md. */
+#include "config.h"
+#include "domain_xml.h"
+#include "hotplug.h"
+#include "log.h"
+#include "loop.h"
+#include "util.h"
+#include "vmspec.h"
+#include "volumes.h"
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/signalfd.h>
+#include <sys/un.h>
+
+#define COMP "launcher"
+
+enum exit_status {
+    EXIT_POWEROFF = 0,  /* the guest powered off (by itself or when asked) */
+    EXIT_ERROR = 1,     /* bad input or a launcher/libvirt failure */
+    EXIT_CRASHED = 2,   /* QEMU failed or the guest crashed */
+    EXIT_KILLED = 3,    /* asked to stop, guest did not shut down in time: destroyed */
+    EXIT_EXTERNAL = 4,  /* the domain was destroyed by someone else */
+};
+
+struct opts {
+    const char *spec_path;
+    const char *volumes_dir;
+    const char *connect_uri;
+    const char *root;
+    unsigned shutdown_timeout_s;
+    unsigned wait_volumes_s;
+    unsigned ready_timeout_s;
+    unsigned detach_timeout_s;
+    bool dry_run;
+};
+
+struct launcher {
+    struct opts o;
+    struct loop *loop;
+    virConnectPtr conn;
+    virDomainPtr dom;
+    int cb_lifecycle, cb_removed;
+    int evpipe[2];
+    int sigfd;
+    struct loop_watch *ev_watch, *sig_watch;
+    struct loop_timer *shutdown_timer;
+    struct hotplug *hp;
+    bool stopping;
+    int exit_status;
+    pthread_t ev_thread;
+    bool ev_thread_started;
+};
+
+/* Records sent from libvirt's event thread to the main loop. */
+struct ev_msg {
+    int kind; /* 0 lifecycle, 1 device removed */
+    int event, detail;
+};
+
+static atomic_bool ev_quit;
+
+static void *event_thread(void *arg)
+{
+    while (!atomic_load(&ev_quit))
+        if (virEventRunDefaultImpl() < 0)
+            break;
+    return NULL;
+}
+
+static void ev_wake(int timer, void *opaque) { virEventRemoveTimeout(timer); }
+
+static void ev_send(struct launcher *L, struct ev_msg m)
+{
+    /* The pipe is non-blocking; a full pipe (thousands of events) drops one. */
+    ssize_t n = write(L->evpipe[1], &m, sizeof(m));
+    (void)n;
+}
+
+static int on_lifecycle(virConnectPtr c, virDomainPtr d, int event, int detail, void *opaque)
+{
+    ev_send(opaque, (struct ev_msg){0, event, detail});
+    return 0;
+}
+
+static void on_device_removed(virConnectPtr c, virDomainPtr d, const char *alias, void *opaque)
+{
+    ev_send(opaque, (struct ev_msg){1, 0, 0});
+}
+
+static void silent_error(void *u, virErrorPtr e) {}
+
+static const char *virt_err(void)
+{
+    const char *m = virGetLastErrorMessage();
+    return m ? m : "unknown libvirt error";
+}
+
+static void finish(struct launcher *L, int status, const char *how)
+{
+    if (L->exit_status < 0) {
+        L->exit_status = status;
+        log_info(COMP, "vm ended", "how=%s exit_status=%d", how, status);
+    }
+    loop_stop(L->loop);
+}
+
+static void on_lifecycle_msg(struct launcher *L, const struct ev_msg *m)
+{
+    switch (m->event) {
+    case VIR_DOMAIN_EVENT_STOPPED:
+        switch (m->detail) {
+        case VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN:
+            finish(L, EXIT_POWEROFF, "poweroff");
+            break;
+        case VIR_DOMAIN_EVENT_STOPPED_DESTROYED:
+            finish(L, L->stopping ? EXIT_KILLED : EXIT_EXTERNAL, "destroyed");
+            break;
+        case VIR_DOMAIN_EVENT_STOPPED_CRASHED:
+            finish(L, EXIT_CRASHED, "crashed");
+            break;
+        default:
+            finish(L, EXIT_CRASHED, "failed");
+            break;
+        }
+        break;
+    case VIR_DOMAIN_EVENT_CRASHED:
+        log_error(COMP, "guest crashed", "detail=%d", m->detail);
+        break;
+    case VIR_DOMAIN_EVENT_SHUTDOWN:
+        log_info(COMP, "guest shutting down", "detail=%d", m->detail);
+        break;
+    default:
+        log_debug(COMP, "domain event", "event=%d detail=%d", m->event, m->detail);
+        break;
+    }
+}
+
+static void on_evpipe(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct launcher *L = opaque;
+    struct ev_msg m;
+    while (read(fd, &m, sizeof(m)) == (ssize_t)sizeof(m)) {
+        if (m.kind == 0)
+            on_lifecycle_msg(L, &m);
+        else if (!L->stopping)
+            hotplug_kick(L->hp);
+    }
+}
+
+static void on_shutdown_timeout(struct loop *l, void *opaque)
+{
+    struct launcher *L = opaque;
+    L->shutdown_timer = NULL;
+    log_warn(COMP, "guest did not shut down in time, destroying", "timeout_s=%u",
+             L->o.shutdown_timeout_s);
+    if (virDomainDestroy(L->dom) < 0) {
+        _cleanup_free_ char *q = log_quote(virt_err());
+        log_error(COMP, "destroy failed", "error=%s", q);
+    }
+    finish(L, EXIT_KILLED, "destroyed-after-timeout");
+}
+
+static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct launcher *L = opaque;
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (L->stopping) {
+            log_info(COMP, "signal while stopping, destroying now", "signal=%u", si.ssi_signo);
+            if (L->shutdown_timer) {
+                loop_timer_cancel(L->shutdown_timer);
+                L->shutdown_timer = NULL;
+            }
+            on_shutdown_timeout(l, L);
+            return;
+        }
+        L->stopping = true;
+        log_info(COMP, "stop requested, asking guest to shut down", "signal=%u timeout_s=%u",
+                 si.ssi_signo, L->o.shutdown_timeout_s);
+        if (virDomainShutdownFlags(L->dom, VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN) < 0) {
+            _cleanup_free_ char *q = log_quote(virt_err());
+            log_warn(COMP, "shutdown request failed", "error=%s", q);
+        }
+        L->shutdown_timer =
+            loop_timer_add(l, (uint64_t)L->o.shutdown_timeout_s * 1000, on_shutdown_timeout, L);
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: qsd-vm-launcher --spec FILE --volumes DIR [options]\n"
+            "Start a VM whose disks are the vhost-user-blk volumes found in DIR.\n\n"
+            "  -s, --spec FILE            VM description (JSON, see docs/launcher.md)\n"
+            "  -v, --volumes DIR          volumes directory (one subdirectory per volume)\n"
+            "  -c, --connect URI          libvirt URI (default: qemu:///embed?root=ROOT)\n"
+            "  -r, --root DIR             embedded driver root (default /var/lib/qsd-vm-launcher)\n"
+            "      --shutdown-timeout S   seconds the guest gets to shut down on SIGTERM (30)\n"
+            "      --wait-volumes S       seconds to wait at start for listed volumes (30)\n"
+            "      --ready-timeout S      seconds a new volume may take to become ready (60)\n"
+            "      --detach-timeout S     seconds the guest gets to release a disk (60)\n"
+            "  -n, --dry-run              print the domain XML and exit\n"
+            "      --log-level LEVEL      debug, info, warn, error (info)\n"
+            "      --log-format FMT       text or json (text)\n"
+            "  -h, --help                 this help\n"
+            "      --version              print the version\n");
+}
+
+static int parse_seconds(const char *s, unsigned *ret)
+{
+    uint64_t v;
+    if (parse_uint(s, 0, 3600, &v) < 0)
+        return -EINVAL;
+    *ret = (unsigned)v;
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+    enum { O_SHUT = 256, O_WAIT, O_READY, O_DETACH, O_LEVEL, O_FORMAT, O_VERSION };
+    static const struct option longopts[] = {
+        {"spec", required_argument, NULL, 's'},
+        {"volumes", required_argument, NULL, 'v'},
+        {"connect", required_argument, NULL, 'c'},
+        {"root", required_argument, NULL, 'r'},
+        {"shutdown-timeout", required_argument, NULL, O_SHUT},
+        {"wait-volumes", required_argument, NULL, O_WAIT},
+        {"ready-timeout", required_argument, NULL, O_READY},
+        {"detach-timeout", required_argument, NULL, O_DETACH},
+        {"dry-run", no_argument, NULL, 'n'},
+        {"log-level", required_argument, NULL, O_LEVEL},
+        {"log-format", required_argument, NULL, O_FORMAT},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, O_VERSION},
+        {0},
+    };
+    *o = (struct opts){.root = "/var/lib/qsd-vm-launcher",
+                       .shutdown_timeout_s = 30,
+                       .wait_volumes_s = 30,
+                       .ready_timeout_s = 60,
+                       .detach_timeout_s = 60};
+    int c;
+    while ((c = getopt_long(argc, argv, "s:v:c:r:nh", longopts, NULL)) != -1) {
+        unsigned *sec = NULL;
+        switch (c) {
+        case 's': o->spec_path = optarg; break;
+        case 'v': o->volumes_dir = optarg; break;
+        case 'c': o->connect_uri = optarg; break;
+        case 'r': o->root = optarg; break;
+        case 'n': o->dry_run = true; break;
+        case O_SHUT: sec = &o->shutdown_timeout_s; break;
+        case O_WAIT: sec = &o->wait_volumes_s; break;
+        case O_READY: sec = &o->ready_timeout_s; break;
+        case O_DETACH: sec = &o->detach_timeout_s; break;
+        case O_LEVEL: {
+            enum log_level lv;
+            if (log_parse_level(optarg, &lv) < 0) {
+                fprintf(stderr, "qsd-vm-launcher: bad --log-level\n");
+                return -EINVAL;
+            }
+            log_set_level(lv);
+            break;
+        }
+        case O_FORMAT: {
+            enum log_format f;
+            if (log_parse_format(optarg, &f) < 0) {
+                fprintf(stderr, "qsd-vm-launcher: bad --log-format\n");
+                return -EINVAL;
+            }
+            log_set_format(f);
+            break;
+        }
+        case 'h': usage(stdout); exit(0);
+        case O_VERSION: printf("qsd-vm-launcher %s\n", QSD_CSI_VERSION); exit(0);
+        default: usage(stderr); return -EINVAL;
+        }
+        if (sec && parse_seconds(optarg, sec) < 0) {
+            fprintf(stderr, "qsd-vm-launcher: bad number of seconds: %s\n", optarg);
+            return -EINVAL;
+        }
+    }
+    if (optind != argc || !o->spec_path || !o->volumes_dir) {
+        usage(stderr);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* A stop signal arrived before the loop runs (they are blocked and read
+ * through the signalfd later): do not start, or stop waiting. */
+static bool stop_pending(void)
+{
+    sigset_t p;
+    return sigpending(&p) == 0 &&
+           (sigismember(&p, SIGTERM) == 1 || sigismember(&p, SIGINT) == 1 ||
+            sigismember(&p, SIGHUP) == 1);
+}
+
+static bool wanted_at_start(const struct vm_spec *spec, const char *name)
+{
+    return vm_spec_find_disk(spec, name) ||
+           (spec->boot == VM_BOOT_VOLUME && streq(name, spec->boot_volume));
+}
+
+/* Ready = valid metadata, socket path short enough, socket accepting now. */
+static int volume_ready(const char *voldir, const struct volume_entry *e, char **ret_why)
+{
+    if (!e->vol) {
+        *ret_why = xstrdup(e->message ? e->message : strerror(-e->error));
+        return e->error ? e->error : -EINVAL;
+    }
+    _cleanup_free_ char *path = volume_socket_path(voldir, e->vol);
+    if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        *ret_why = xstrdup("socket path too long");
+        return -ENAMETOOLONG;
+    }
+    int r = unix_socket_probe(path);
+    if (r < 0) {
+        *ret_why = xasprintf("socket does not accept connections: %s", strerror(-r));
+        return r;
+    }
+    return 0;
+}
+
+/* Bounded wait at start: every volume the description names must be ready.
+ * Missing volumes and sockets not accepting yet are retried until
+ * --wait-volumes; invalid ones fail at once.  Other volumes are probed once
+ * at the end: ready ones become disks too, the rest are logged and left to
+ * the hot-plug watcher.  Runs before the loop exists, so sleeping is fine. */
+static int collect_volumes(const struct opts *o, const struct vm_spec *spec, const char *voldir,
+                           struct volume_scan *ret_scan, char **ret_error)
+{
+    uint64_t deadline = now_ms() + (uint64_t)o->wait_volumes_s * 1000;
+    for (;;) {
+        struct volume_scan scan = {0};
+        int r = volumes_scan(voldir, 256, &scan);
+        if (r < 0) {
+            *ret_error = xasprintf("cannot scan %s: %s", voldir, strerror(-r));
+            return r;
+        }
+        _cleanup_free_ char *why = NULL;
+        bool hard = false;
+        for (size_t i = 0; i < scan.n && !why; i++) {
+            struct volume_entry *e = &scan.entries[i];
+            if (!wanted_at_start(spec, e->name))
+                continue;
+            _cleanup_free_ char *reason = NULL;
+            r = volume_ready(voldir, e, &reason);
+            if (r < 0) {
+                why = xasprintf("volume \"%s\": %s", e->name, reason);
+                /* Not there yet or not accepting yet: worth waiting for. */
+                hard = !(r == -ENOENT || r == -ECONNREFUSED || r == -EAGAIN);
+            }
+        }
+        if (!why) {
+            const char *missing = NULL;
+            if (spec->boot == VM_BOOT_VOLUME && !volume_scan_find(&scan, spec->boot_volume))
+                missing = spec->boot_volume;
+            for (size_t i = 0; i < spec->n_disks && !missing; i++)
+                if (!volume_scan_find(&scan, spec->disks[i].volume))
+                    missing = spec->disks[i].volume;
+            if (missing)
+                why = xasprintf("volume \"%s\" is not in %s", missing, voldir);
+        }
+        if (!why) {
+            for (size_t i = 0; i < scan.n; i++) {
+                struct volume_entry *e = &scan.entries[i];
+                if (wanted_at_start(spec, e->name))
+                    continue;
+                _cleanup_free_ char *reason = NULL;
+                if (volume_ready(voldir, e, &reason) < 0) {
+                    _cleanup_free_ char *qn = log_quote(e->name);
+                    _cleanup_free_ char *qr = log_quote(reason);
+                    log_warn(COMP, "volume skipped", "volume=%s reason=%s", qn, qr);
+                    volume_free(e->vol);
+                    e->vol = NULL; /* the hot-plug watcher retries it later */
+                }
+            }
+            *ret_scan = scan;
+            return 0;
+        }
+        volume_scan_clear(&scan);
+        if (stop_pending()) {
+            *ret_error = xasprintf("stop requested while waiting: %s", why);
+            return -EINTR;
+        }
+        if (hard || now_ms() >= deadline) {
+            *ret_error = TAKE_PTR(why);
+            return -ENOENT;
+        }
+        sleep_ms(100);
+    }
+}
+
+static int uri_safe_root(const char *root)
+{
+    if (!vm_path_is_clean(root))
+        return -EINVAL;
+    for (const char *c = root; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              strchr("/._-", *c)))
+            return -EINVAL;
+    return 0;
+}
+
+/* The embedded driver reads ROOT/etc/qemu.conf.  Write a default one when
+ * there is none: QEMU's output to a file (no virtlogd in a pod), no cgroup,
+ * namespace or security-label setup (the pod is the sandbox), and no owner
+ * remembering in xattrs (files are shared with other drivers in tests). */
+static int embed_root_prepare(const char *root)
+{
+    _cleanup_free_ char *etc = xasprintf("%s/etc", root);
+    int r = mkdir_p(etc, 0700);
+    if (r < 0)
+        return r;
+    _cleanup_free_ char *conf = xasprintf("%s/qemu.conf", etc);
+    if (access(conf, F_OK) == 0)
+        return 0;
+    static const char text[] =
+        "# Written by qsd-vm-launcher (edit freely: it is only written when absent).\n"
+        "stdio_handler = \"file\"\n"
+        "security_driver = \"none\"\n"
+        "cgroup_controllers = [ ]\n"
+        "namespaces = [ ]\n"
+        "remember_owner = 0\n"
+        "user = \"root\"\n"
+        "group = \"root\"\n";
+    return write_file_atomic(conf, text, strlen(text), 0600);
+}
+
+static int run(struct launcher *L, const struct vm_spec *spec, const char *voldir)
+{
+    struct volume_scan scan = {0};
+    _cleanup_free_ char *err = NULL;
+    int r = collect_volumes(&L->o, spec, voldir, &scan, &err);
+    if (r < 0) {
+        _cleanup_free_ char *q = log_quote(err);
+        log_error(COMP, "volumes not ready", "error=%s", q);
+        return EXIT_ERROR;
+    }
+    size_t n_vols = 0;
+    _cleanup_free_ struct volume **vols = xcalloc(scan.n + 1, sizeof(*vols));
+    for (size_t i = 0; i < scan.n; i++)
+        if (scan.entries[i].vol)
+            vols[n_vols++] = scan.entries[i].vol;
+    _cleanup_free_ char *xml = NULL;
+    _cleanup_free_ struct domain_disk *disks = NULL;
+    size_t n_disks = 0;
+    r = domain_xml_build(spec, voldir, vols, n_vols, &xml, &err);
+    if (r >= 0)
+        r = domain_plan_disks(spec, vols, n_vols, &disks, &n_disks, &err);
+    if (r < 0) {
+        _cleanup_free_ char *q = log_quote(err ? err : strerror(-r));
+        log_error(COMP, "cannot build domain", "error=%s", q);
+        volume_scan_clear(&scan);
+        return EXIT_ERROR;
+    }
+    if (L->o.dry_run) {
+        fputs(xml, stdout);
+        volume_scan_clear(&scan);
+        return 0;
+    }
+
+    _cleanup_free_ char *uri = NULL;
+    if (L->o.connect_uri) {
+        uri = xstrdup(L->o.connect_uri);
+    } else {
+        if (uri_safe_root(L->o.root) < 0) {
+            log_error(COMP, "bad --root", "error=\"must be a clean absolute path of [A-Za-z0-9/._-]\"");
+            volume_scan_clear(&scan);
+            return EXIT_ERROR;
+        }
+        r = embed_root_prepare(L->o.root);
+        if (r < 0) {
+            log_error(COMP, "cannot prepare embedded driver root", "root=%s error=\"%s\"",
+                      L->o.root, strerror(-r));
+            volume_scan_clear(&scan);
+            return EXIT_ERROR;
+        }
+        uri = xasprintf("qemu:///embed?root=%s", L->o.root);
+    }
+
+    /* libvirt logs to stderr by default, including errors it recovers from
+     * itself.  Ours are logged once, in logfmt; libvirt's own warnings and
+     * errors go to ROOT/libvirt.log (embedded) unless the user chose. */
+    _cleanup_free_ char *vlog = L->o.connect_uri ? xstrdup("4:stderr")
+                                                   : xasprintf("3:file:%s/libvirt.log", L->o.root);
+    setenv("LIBVIRT_LOG_OUTPUTS", vlog, 0);
+    virSetErrorFunc(NULL, silent_error);
+    if (virEventRegisterDefaultImpl() < 0) {
+        log_error(COMP, "libvirt event loop", "error=\"cannot register\"");
+        volume_scan_clear(&scan);
+        return EXIT_ERROR;
+    }
+    if (pthread_create(&L->ev_thread, NULL, event_thread, NULL) != 0) {
+        volume_scan_clear(&scan);
+        return EXIT_ERROR;
+    }
+    L->ev_thread_started = true;
+
+    uint64_t t0 = now_ms();
+    L->conn = virConnectOpen(uri);
+    if (!L->conn) {
+        _cleanup_free_ char *q = log_quote(virt_err());
+        log_error(COMP, "cannot connect to libvirt", "uri=%s error=%s", uri, q);
+        volume_scan_clear(&scan);
+        return EXIT_ERROR;
+    }
+    log_info(COMP, "connected", "uri=%s ms=%llu", uri, (unsigned long long)(now_ms() - t0));
+    L->cb_lifecycle = virConnectDomainEventRegisterAny(
+        L->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), L,
+        NULL);
+    L->cb_removed = virConnectDomainEventRegisterAny(
+        L->conn, NULL, VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
+        VIR_DOMAIN_EVENT_CALLBACK(on_device_removed), L, NULL);
+
+    if (stop_pending()) {
+        log_info(COMP, "stop requested before start", "name=%s", spec->name);
+        volume_scan_clear(&scan);
+        return EXIT_ERROR;
+    }
+    t0 = now_ms();
+    /* No VIR_DOMAIN_START_AUTODESTROY: the embedded driver does not support
+     * it; teardown() destroys the domain instead. */
+    L->dom = virDomainCreateXML(L->conn, xml, 0);
+    if (!L->dom) {
+        _cleanup_free_ char *q = log_quote(virt_err());
+        log_error(COMP, "cannot start domain", "name=%s error=%s", spec->name, q);
+        volume_scan_clear(&scan);
+        return EXIT_ERROR;
+    }
+    log_info(COMP, "domain started", "name=%s disks=%zu hotplug_slots=%u ms=%llu", spec->name,
+             n_disks, spec->hotplug_slots, (unsigned long long)(now_ms() - t0));
+    for (size_t i = 0; i < n_disks; i++)
+        log_info(COMP, "disk attached", "volume=%s serial=%s target=%s size=%llu read_only=%d "
+                 "queues=%u at_start=1",
+                 disks[i].vol->dir, disks[i].vol->id, disks[i].target,
+                 (unsigned long long)disks[i].vol->size, disks[i].vol->read_only,
+                 disks[i].vol->num_queues);
+
+    struct hotplug_config hc = {
+        .volumes_dir = voldir,
+        .ready_timeout_ms = L->o.ready_timeout_s * 1000,
+        .detach_timeout_ms = L->o.detach_timeout_s * 1000,
+    };
+    L->ev_watch = loop_watch_fd(L->loop, L->evpipe[0], POLLIN, on_evpipe, L);
+    L->sig_watch = loop_watch_fd(L->loop, L->sigfd, POLLIN, on_signal, L);
+    r = hotplug_new(L->loop, L->dom, spec, &hc, disks, n_disks, &L->hp);
+    volume_scan_clear(&scan);
+    if (r < 0) {
+        log_error(COMP, "cannot watch volumes", "dir=%s error=\"%s\"", voldir, strerror(-r));
+        return EXIT_ERROR;
+    }
+    /* A domain that stopped before the callbacks were in place. */
+    int state, reason;
+    if (virDomainGetState(L->dom, &state, &reason, 0) == 0 && state == VIR_DOMAIN_SHUTOFF) {
+        finish(L, EXIT_CRASHED, "stopped-at-start");
+        return L->exit_status;
+    }
+    r = loop_run(L->loop);
+    if (r < 0) {
+        log_error(COMP, "event loop failed", "error=\"%s\"", strerror(-r));
+        return EXIT_ERROR;
+    }
+    return L->exit_status < 0 ? EXIT_ERROR : L->exit_status;
+}
+
+static void teardown(struct launcher *L)
+{
+    hotplug_free(L->hp);
+    L->hp = NULL;
+    loop_timer_cancel(L->shutdown_timer);
+    loop_watch_remove(L->ev_watch);
+    loop_watch_remove(L->sig_watch);
+    if (L->dom) {
+        int state, reason;
+        if (virDomainGetState(L->dom, &state, &reason, 0) == 0 && state != VIR_DOMAIN_SHUTOFF) {
+            log_warn(COMP, "destroying domain on exit", "state=%d", state);
+            virDomainDestroy(L->dom);
+        }
+        virDomainFree(L->dom);
+    }
+    if (L->conn) {
+        if (L->cb_lifecycle >= 0)
+            virConnectDomainEventDeregisterAny(L->conn, L->cb_lifecycle);
+        if (L->cb_removed >= 0)
+            virConnectDomainEventDeregisterAny(L->conn, L->cb_removed);
+        virConnectClose(L->conn);
+    }
+    if (L->ev_thread_started) {
+        atomic_store(&ev_quit, true);
+        virEventAddTimeout(0, ev_wake, NULL, NULL);
+        pthread_join(L->ev_thread, NULL);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct launcher L = {.exit_status = -1, .cb_lifecycle = -1, .cb_removed = -1,
+                         .evpipe = {-1, -1}, .sigfd = -1};
+    if (parse_opts(argc, argv, &L.o) < 0)
+        return EXIT_ERROR;
+
+    _cleanup_free_ char *err = NULL;
+    struct vm_spec *spec = NULL;
+    int r = vm_spec_load(L.o.spec_path, &spec, &err);
+    if (r < 0) {
+        _cleanup_free_ char *q = log_quote(err ? err : strerror(-r));
+        log_error(COMP, "bad VM description", "file=%s error=%s", L.o.spec_path, q);
+        return EXIT_ERROR;
+    }
+    char voldir[PATH_MAX];
+    if (!realpath(L.o.volumes_dir, voldir)) {
+        log_error(COMP, "bad volumes directory", "dir=%s error=\"%m\"", L.o.volumes_dir);
+        vm_spec_free(spec);
+        return EXIT_ERROR;
+    }
+
+    /* Signals are handled in the loop; block them before any thread exists. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    L.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (L.sigfd < 0 || pipe2(L.evpipe, O_NONBLOCK | O_CLOEXEC) < 0 || loop_new(&L.loop) < 0) {
+        log_error(COMP, "setup failed", "error=\"%m\"");
+        vm_spec_free(spec);
+        return EXIT_ERROR;
+    }
+    int status = run(&L, spec, voldir);
+    teardown(&L);
+    loop_free(L.loop);
+    close(L.sigfd);
+    close(L.evpipe[0]);
+    close(L.evpipe[1]);
+    vm_spec_free(spec);
+    log_info(COMP, "exit", "status=%d", status);
+    return status;
+}

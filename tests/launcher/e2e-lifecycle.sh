@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# End-to-end lifecycle: a guest that does not release an unplugged disk is
+# reported after --detach-timeout; SIGTERM asks the guest to shut down; a
+# guest that does not (this one ignores the power button) is destroyed after
+# --shutdown-timeout, the launcher exits 3, and no QEMU is left behind.
+SRC=$(cd "$(dirname "$0")" && pwd)
+source "$SRC/e2e-lib.sh"
+
+guest "$SRC/guest-idle.sh"
+start_qsd vol1 16M "$VOLS/vol1"
+# acpiphp.disable=1: the guest ignores unplug requests (QEMU's q35 uses ACPI
+# hot-plug), so a detach is never completed.
+vm_json life '[{"volume": "vol1"}]' acpiphp.disable=1
+start_launcher --shutdown-timeout 3 --detach-timeout 3
+wait_console '^IDLE-READY' 1 180
+
+# A disk the guest does not release: reported after --detach-timeout.
+mv "$VOLS/vol1" "$WORK/vol1.removed"
+wait_log 'msg="detach requested" volume=vol1 target=vda' 20
+wait_log 'msg="guest did not release disk" volume=vol1 target=vda' 20
+log "unreleased disk reported"
+ls -R "$ROOT/run/qemu" >"$WORK/run.ls"
+qemu_pid=$(cat "$ROOT/run/qemu/life.pid")
+kill -0 "$qemu_pid" || e2e_fail "no QEMU pid"
+t0=$(now_ms)
+kill -TERM "$LAUNCHER_PID"
+wait_launcher_exit 30
+elapsed=$(($(now_ms) - t0))
+((EXIT_RC == 3)) || e2e_fail "exit status $EXIT_RC, want 3 (destroyed after timeout)"
+((elapsed >= 3000 && elapsed < 20000)) || e2e_fail "stopped after $elapsed ms, bound 3 s"
+for l in 'msg="stop requested, asking guest to shut down" signal=15 timeout_s=3' \
+         'msg="guest did not shut down in time, destroying"' \
+         'msg="vm ended" how=destroyed-after-timeout exit_status=3' 'msg=exit status=3'; do
+    grep -qF "$l" "$WORK/launcher.log" || e2e_fail "log line missing: $l"
+done
+for ((i = 0; i < 50; i++)); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$qemu_pid" 2>/dev/null || e2e_fail "QEMU $qemu_pid still running"
+log "SIGTERM -> destroyed after $elapsed ms, exit 3"
+echo PASS

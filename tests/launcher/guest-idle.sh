@@ -1,0 +1,4 @@
+#!/bin/sh
+# Guest side of e2e-lifecycle.sh: say so, then idle (ignores ACPI power button).
+echo "IDLE-READY"
+sleep 600

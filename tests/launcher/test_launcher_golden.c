@@ -1,0 +1,162 @@
+/* Golden tests for the launcher's pure cores: each tests/launcher/golden/<case>.json
+ * holds a VM description ("vm") and the volumes' metadata ("volumes": directory
+ * name -> volume.json), optionally "hotplug": {"volume", "target"} to render
+ * one hot-plug disk instead of the domain.  The expected output is
+ * <case>.xml, or <case>.err for input that must be refused (the error text).
+ * QSD_GOLDEN_REGENERATE=1 rewrites the expected files: review them by eye. */
+#include "domain_xml.h"
+#include "util.h"
+#include "vmspec.h"
+#include "volumes.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <jansson.h>
+
+#define VOLUMES_DIR "/run/vm/volumes"
+
+static bool regenerate;
+static int failures;
+
+/* Output of one case: XML, or an error message. */
+static int run_case(const char *json_text, size_t len, char **ret_out, bool *ret_is_error)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(json_text, len, 0, &jerr);
+    if (!root) {
+        *ret_out = xasprintf("case file: %s\n", jerr.text);
+        *ret_is_error = true;
+        return 0;
+    }
+    char *out = NULL, *err = NULL;
+    struct vm_spec *spec = NULL;
+    struct volume *vols[64] = {0};
+    size_t n = 0;
+    json_t *vm = json_object_get(root, "vm");
+    char *vm_text = json_dumps(vm, JSON_COMPACT | JSON_ENCODE_ANY);
+    /* The raw description may be a string (to test malformed JSON). */
+    if (json_is_string(vm)) {
+        free(vm_text);
+        vm_text = xstrdup(json_string_value(vm));
+    }
+    int r = vm_spec_parse(vm_text, strlen(vm_text), &spec, &err);
+    free(vm_text);
+    if (r < 0)
+        goto done;
+    const char *name;
+    json_t *meta;
+    json_object_foreach(json_object_get(root, "volumes"), name, meta) {
+        char *t = json_dumps(meta, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (json_is_string(meta)) {
+            free(t);
+            t = xstrdup(json_string_value(meta));
+        }
+        r = volume_meta_parse(t, strlen(t), name, &vols[n], &err);
+        free(t);
+        if (r < 0)
+            goto done;
+        n++;
+    }
+    json_t *hp = json_object_get(root, "hotplug");
+    if (hp) {
+        const char *vname = json_string_value(json_object_get(hp, "volume"));
+        const char *target = json_string_value(json_object_get(hp, "target"));
+        struct volume *v = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (streq(vols[i]->dir, vname))
+                v = vols[i];
+        assert(v && target);
+        char *path = volume_socket_path(VOLUMES_DIR, v);
+        r = domain_xml_disk(v, path, target, 0, &out);
+        free(path);
+    } else {
+        r = domain_xml_build(spec, VOLUMES_DIR, vols, n, &out, &err);
+    }
+done:
+    if (r < 0) {
+        *ret_out = xasprintf("%s\n", err ? err : strerror(-r));
+        *ret_is_error = true;
+        free(out);
+    } else {
+        *ret_out = out;
+        *ret_is_error = false;
+    }
+    free(err);
+    for (size_t i = 0; i < n; i++)
+        volume_free(vols[i]);
+    vm_spec_free(spec);
+    json_decref(root);
+    return 0;
+}
+
+static void check(const char *dir, const char *base)
+{
+    _cleanup_free_ char *in = xasprintf("%s/%s.json", dir, base);
+    _cleanup_free_ char *xml_path = xasprintf("%s/%s.xml", dir, base);
+    _cleanup_free_ char *err_path = xasprintf("%s/%s.err", dir, base);
+    _cleanup_free_ char *text = NULL, *out = NULL, *expected = NULL;
+    size_t len;
+    if (read_file(in, 1 << 20, &text, &len) < 0) {
+        printf("FAIL %s: cannot read\n", base);
+        failures++;
+        return;
+    }
+    bool is_error;
+    run_case(text, len, &out, &is_error);
+    const char *want = is_error ? err_path : xml_path;
+    const char *other = is_error ? xml_path : err_path;
+    if (regenerate) {
+        write_file_atomic(want, out, strlen(out), 0644);
+        unlink(other);
+        printf("regenerated %s\n", want);
+        return;
+    }
+    if (read_file(want, 1 << 20, &expected, &len) < 0) {
+        printf("FAIL %s: no %s (output was %s):\n%s", base, want, is_error ? "an error" : "XML", out);
+        failures++;
+        return;
+    }
+    if (!streq(expected, out)) {
+        printf("FAIL %s: output differs from %s; got:\n%s", base, want, out);
+        failures++;
+        return;
+    }
+    printf("ok   %s\n", base);
+}
+
+static int cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s GOLDEN_DIR\n", argv[0]);
+        return 2;
+    }
+    regenerate = getenv("QSD_GOLDEN_REGENERATE") && streq(getenv("QSD_GOLDEN_REGENERATE"), "1");
+    DIR *d = opendir(argv[1]);
+    if (!d)
+        return 2;
+    char *names[512];
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < ARRAY_SIZE(names)) {
+        size_t l = strlen(de->d_name);
+        if (l > 5 && streq(de->d_name + l - 5, ".json"))
+            names[n++] = xstrndup(de->d_name, l - 5);
+    }
+    closedir(d);
+    qsort(names, n, sizeof(*names), cmp);
+    for (size_t i = 0; i < n; i++) {
+        check(argv[1], names[i]);
+        free(names[i]);
+    }
+    if (n == 0) {
+        printf("FAIL: no cases in %s\n", argv[1]);
+        return 1;
+    }
+    printf("%zu cases, %d failures\n", n, failures);
+    return failures ? 1 : 0;
+}
