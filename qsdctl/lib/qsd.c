@@ -294,7 +294,12 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
 {
     bool direct = streq(o->cache, "none") || streq(o->cache, "directsync");
     bool no_flush = streq(o->cache, "unsafe");
-    bool writethrough = streq(o->cache, "writethrough") || streq(o->cache, "directsync");
+    /* QEMU 10.0's vhost-user-blk export tells the guest its cache is
+     * write-through (config wce = 0), so the guest never sends a flush.  The
+     * export must then really be write-through, or a QSD crash loses writes the
+     * guest was told were complete (measured: qcow2 metadata still in QSD's
+     * memory, fsync'ed blocks read back as zeroes).  Only "unsafe" opts out. */
+    bool writethrough = !streq(o->cache, "unsafe");
     char **argv = xcalloc(16, sizeof(char *));
     int i = 0;
     argv[i++] = xstrdup(binary);

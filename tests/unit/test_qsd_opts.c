@@ -33,7 +33,7 @@ static void test_defaults_argv(void **state)
         "--export",
         "{\"addr\":{\"path\":\"/run/q,sd/exports/v1/vhost.sock\",\"type\":\"unix\"},\"id\":\"exp0\","
         "\"iothread\":\"iot0\",\"logical-block-size\":512,\"node-name\":\"vol\",\"num-queues\":1,"
-        "\"type\":\"vhost-user-blk\",\"writable\":true,\"writethrough\":false}",
+        "\"type\":\"vhost-user-blk\",\"writable\":true,\"writethrough\":true}",
         "--chardev",
         "socket,id=qmp0,path=/run/q,,sd/ctl/v1/qmp.sock,server=on,wait=off", /* ',' doubled */
         "--monitor",
@@ -72,6 +72,7 @@ static void test_cache_modes_and_readonly(void **state)
     assert_string_equal(argv[5], "--export"); /* no iothread object */
     assert_non_null(strstr(argv[6], "\"writable\":false"));
     assert_non_null(strstr(argv[6], "\"num-queues\":4"));
+    assert_non_null(strstr(argv[6], "\"writethrough\":false")); /* only with cache=unsafe */
     assert_null(strstr(argv[6], "iothread"));
     qsd_argv_free(argv);
     qsd_paths_clear(&p);
