@@ -83,7 +83,7 @@ def expect_code(fn, req, code, what=""):
 class Env:
     """A temporary root: state, pool, run dir, kubelet root, the plugin."""
 
-    def __init__(self, plugin, proto_dir, prefix="qsd-csi-test-"):
+    def __init__(self, plugin, proto_dir, prefix="qsd-csi-test-", driver="test.qsd-csi.dev"):
         if os.geteuid() != 0:
             skip("needs root (mounts, QSD sockets)")
         if not shutil.which("qemu-storage-daemon") or not shutil.which("qemu-img"):
@@ -102,12 +102,13 @@ class Env:
         self.client = None
         self.logf = None
         self.node = "node-1"
+        self.driver = driver
 
     def start(self, extra=()):
         self.logf = open(os.path.join(self.root, "plugin.log"), "a")
         self.proc = subprocess.Popen(
             [self.plugin, "--endpoint", "unix://" + self.sock, "--nodeid", self.node,
-             "--driver-name", "test.qsd-csi.dev", "--state-dir", self.state, "--pool", self.pool,
+             "--driver-name", self.driver, "--state-dir", self.state, "--pool", self.pool,
              "--run-dir", self.run, "--kubelet-root", self.kubelet, "--log-level", "debug",
              *extra],
             stdout=self.logf, stderr=self.logf)
