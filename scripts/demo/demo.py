@@ -219,9 +219,10 @@ def run(env, build):
     TIMINGS.append(("expansion: ControllerExpand -> new size in the guest", dt))
     stats = c.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
         volume_id=root.volume_id, volume_path=root_tgt), timeout=T)
-    say("NodeGetVolumeStats: %s, condition abnormal=%s" % (
-        ", ".join("%s %d MiB" % (pb.VolumeUsage.Unit.Name(u.unit).lower(), u.total // MiB)
-                  for u in stats.usage[:1]), stats.volume_condition.abnormal))
+    u = stats.usage[0]
+    say("NodeGetVolumeStats: capacity %d MiB, used %.1f MiB, abnormal=%s (%s)" % (
+        u.total // MiB, u.used / MiB, stats.volume_condition.abnormal,
+        stats.volume_condition.message or "-"))
 
     step("6. Snapshot the live disk and restore it into a new volume")
     t = time.monotonic()
@@ -264,7 +265,7 @@ def run(env, build):
             if e.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
                 raise
             if not waited:
-                say("NodeUnstageVolume: %s (kubelet retries)" % e.details())
+                say("NodeUnstageVolume -> FAILED_PRECONDITION: %s" % e.details())
             waited += 1
             time.sleep(0.5)
     dt = console.wait("vdb disappeared", 30, since=t)
