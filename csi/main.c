@@ -50,6 +50,10 @@ static void usage(FILE *f)
             "  --max-volumes N       volumes this node serves at most (default 128)\n"
             "  --controller-expansion  advertise ControllerExpandVolume (only with a\n"
             "                        resizer that runs on the volume's node)\n"
+            "  --unplug-timeout S    NodeUnstageVolume waits (answers FAILED_PRECONDITION)\n"
+            "                        while a client still holds the volume's socket, at\n"
+            "                        most S seconds after it left its last pod or hot-plug\n"
+            "                        bridge; then it stops the QSD anyway (default 600)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
@@ -100,7 +104,7 @@ static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
 static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **hostname)
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
-           O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP };
+           O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -112,6 +116,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"qsd-binary", required_argument, NULL, O_QSD},
         {"max-volumes", required_argument, NULL, O_MAXVOL},
         {"controller-expansion", no_argument, NULL, O_CEXP},
+        {"unplug-timeout", required_argument, NULL, O_UNPLUG},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -127,6 +132,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .kubelet_root = "/var/lib/kubelet",
         .qsd_binary = QSD_BINARY_DEFAULT,
         .max_volumes = 128,
+        .unplug_timeout_ms = 600 * 1000,
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -140,6 +146,16 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_KUBELET: cfg->kubelet_root = optarg; break;
         case O_QSD: cfg->qsd_binary = optarg; break;
         case O_CEXP: cfg->controller_expansion = true; break;
+        case O_UNPLUG: {
+            uint64_t v;
+            if (parse_uint(optarg, 1, 86400, &v) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --unplug-timeout '%s' (1-86400 s)\n",
+                        optarg);
+                return 2;
+            }
+            cfg->unplug_timeout_ms = (int64_t)v * 1000;
+            break;
+        }
         case O_MAXVOL: {
             uint64_t v;
             if (parse_uint(optarg, 1, 100000, &v) < 0) {

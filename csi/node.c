@@ -6,6 +6,7 @@
  * socket's directory, never the socket file: a restarted QSD re-creates the
  * socket) onto the target path.  Staging and publications are recorded in
  * the volume's record before acting, so a restarted plugin knows them. */
+#include "bridge.h"
 #include "log.h"
 #include "names.h"
 #include "params.h"
@@ -340,6 +341,40 @@ static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageV
                        v->pubs[0].target);
         return;
     }
+    if (vol_live(v)) {
+        /* The guest may still hold the disk (hot-unplug in progress): stop
+         * the QSD only when no client is connected, or once the bound since
+         * the volume left its last pod or bridge has passed. */
+        struct qsd_paths p;
+        qsd_paths_init(c->cfg->run_dir, v->id, &p);
+        int n = export_clients(qsd_get_pid(v->qsd), p.socket);
+        qsd_paths_clear(&p);
+        if (n < 0)
+            log_warn("node", "cannot count the clients of an export", "volume=%s error=\"%s\"",
+                     v->id, strerror(-n));
+        if (n > 0) {
+            int64_t now = realtime_ms();
+            if (!v->released_ms || v->released_ms > now) {
+                v->released_ms = now;
+                store_save_vol(c->store, v);
+            }
+            int64_t waited = now - v->released_ms;
+            if (waited < c->cfg->unplug_timeout_ms) {
+                log_info("node", "unstage waits for the guest to release the disk",
+                         "volume=%s clients=%d waited_ms=%lld timeout_ms=%lld", v->id, n,
+                         (long long)waited, (long long)c->cfg->unplug_timeout_ms);
+                grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                               "volume %s is still in use by a vhost-user client (the guest has "
+                               "not released the disk yet); retry (the QSD is stopped anyway "
+                               "%lld s after the volume left its last pod or bridge, %lld s "
+                               "to go)", v->id, (long long)c->cfg->unplug_timeout_ms / 1000,
+                               (long long)(c->cfg->unplug_timeout_ms - waited + 999) / 1000);
+                return;
+            }
+            log_error("node", "unplug timeout: stopping the QSD under a connected client",
+                      "volume=%s clients=%d waited_ms=%lld", v->id, n, (long long)waited);
+        }
+    }
     struct op *op = op_begin(c, call);
     op->vol = v;
     v->busy = true;
@@ -359,7 +394,7 @@ static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageV
 /* Bind-mount src onto the directory target (read-only if asked).  The mount
  * goes through an O_PATH descriptor so a symlink swapped in after the checks
  * is not followed. */
-static int bind_mount(const char *src, const char *target, bool ro, char **ret_msg)
+int csi_bind_mount(const char *src, const char *target, bool ro, char **ret_msg)
 {
     _cleanup_close_ int fd = open(target, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
@@ -388,7 +423,7 @@ static int bind_mount(const char *src, const char *target, bool ro, char **ret_m
     return 0;
 }
 
-static int unmount_target(const char *target, char **ret_msg)
+int csi_unmount_dir(const char *target, char **ret_msg)
 {
     for (int i = 0; i < 8 && path_is_mount_point(target) == 1; i++) {
         if (umount2(target, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL) {
@@ -407,9 +442,45 @@ static int unmount_target(const char *target, char **ret_msg)
     return 0;
 }
 
+static const char *pub_ctx(const Csi__V1__NodePublishVolumeRequest *in, const char *key)
+{
+    for (size_t i = 0; i < in->n_volume_context; i++)
+        if (in->volume_context[i]->key && streq(in->volume_context[i]->key, key))
+            return in->volume_context[i]->value;
+    return NULL;
+}
+
+/* Success of a PVC publication: place it in a bridge when its pod asked for
+ * that (bridge.h); a placement that fails undoes the publication. */
+static void publish_done(struct csi *c, struct grpc_call *call, struct vol *v, const char *target,
+                         const char *pod_uid, bool ro, bool fresh)
+{
+    _cleanup_free_ char *msg = NULL;
+    int r = bridge_pvc_place(c, v, pod_uid, ro, &msg);
+    if (r < 0) {
+        if (fresh) {
+            _cleanup_free_ char *m2 = NULL;
+            csi_unmount_dir(target, &m2);
+            ssize_t k = vol_find_pub(v, target);
+            if (k >= 0)
+                vol_del_pub(v, (size_t)k);
+            store_save_vol(c->store, v);
+        }
+        grpc_call_fail(call, r == -ENOENT || r == -EEXIST || r == -EBUSY || r == -EPERM
+                                 ? GRPC_FAILED_PRECONDITION : GRPC_INTERNAL,
+                       "%s", msg);
+        return;
+    }
+    reply_empty(call);
+}
+
 static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishVolumeRequest *in)
 {
     const char *why;
+    if (bridge_is_ephemeral(in)) {
+        bridge_publish_ephemeral(c, call, in);
+        return;
+    }
     if (!id_ok(call, "volume_id", in->volume_id))
         return;
     if (!in->target_path || !*in->target_path) {
@@ -438,6 +509,19 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
                        in->staging_target_path);
         return;
     }
+    /* podInfoOnMount: the publishing pod, to match a hot-plug request. */
+    const char *pod_uid = pub_ctx(in, "csi.storage.k8s.io/pod.uid");
+    const char *pod_ns = pub_ctx(in, "csi.storage.k8s.io/pod.namespace");
+    if (pod_uid && (!*pod_uid || name_validate(pod_uid, NULL) < 0 || !pod_ns))
+        pod_uid = NULL;
+    {
+        enum grpc_code code;
+        _cleanup_free_ char *msg = NULL;
+        if (bridge_pvc_check(c, v, pod_uid, gid, &code, &msg) < 0) {
+            grpc_call_fail(call, code, "%s", msg);
+            return;
+        }
+    }
     bool ro = in->readonly || v->stage_ro || cap_read_only(in->volume_capability);
     ssize_t i = vol_find_pub(v, in->target_path);
     if (i >= 0 && v->pubs[i].read_only != ro) {
@@ -452,7 +536,7 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
                            "volume %s is published at %s for group %d", v->id, in->target_path,
                            v->stage_gid);
         else
-            reply_empty(call);
+            publish_done(c, call, v, in->target_path, pod_uid, ro, false);
         return;
     }
     if (i < 0 && !ro) {
@@ -468,6 +552,7 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
         return;
     if (i < 0) {
         vol_add_pub(v, in->target_path, ro);
+        vol_pub_set_pod(v, v->n_pubs - 1, pod_uid, pod_ns);
         int r = store_save_vol(c->store, v);
         if (r < 0) {
             vol_del_pub(v, v->n_pubs - 1);
@@ -482,7 +567,7 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
     if (r < 0)
         msg = xasprintf("cannot create %s: %s", in->target_path, strerror(-r));
     else
-        r = bind_mount(p.export_dir, in->target_path, ro, &msg);
+        r = csi_bind_mount(p.export_dir, in->target_path, ro, &msg);
     qsd_paths_clear(&p);
     if (r < 0) {
         rmdir(in->target_path);
@@ -493,15 +578,17 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
         grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
         return;
     }
-    log_info("node", "volume published", "volume=%s target=%s readonly=%s", v->id,
-             in->target_path, ro ? "true" : "false");
-    reply_empty(call);
+    log_info("node", "volume published", "volume=%s target=%s readonly=%s pod_uid=%s", v->id,
+             in->target_path, ro ? "true" : "false", pod_uid ? pod_uid : "-");
+    publish_done(c, call, v, in->target_path, pod_uid, ro, true);
 }
 
 static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpublishVolumeRequest *in)
 {
     if (!id_ok(call, "volume_id", in->volume_id) ||
         !path_ok(c, call, "target_path", in->target_path, false))
+        return;
+    if (bridge_unpublish_ephemeral(c, call, in->volume_id, in->target_path))
         return;
     struct vol *v = find_or_fail(c, call, in->volume_id);
     if (!v || !not_busy(call, v))
@@ -511,13 +598,17 @@ static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpubl
         reply_empty(call);
         return;
     }
+    /* Out of the VM pod's bridge first; returns at once: the launcher
+     * detaches the disk, NodeUnstageVolume waits for the guest. */
+    bridge_pvc_unplace(c, v, v->pubs[i].pod_uid);
     _cleanup_free_ char *msg = NULL;
-    int r = unmount_target(in->target_path, &msg);
+    int r = csi_unmount_dir(in->target_path, &msg);
     if (r < 0) {
         grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
         return;
     }
     vol_del_pub(v, (size_t)i);
+    v->released_ms = realtime_ms();
     if ((r = store_save_vol(c->store, v)) < 0) {
         grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
         return;
@@ -541,6 +632,8 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
         return;
     }
+    if (bridge_stats(c, call, in->volume_id, in->volume_path))
+        return;
     struct vol *v = find_or_fail(c, call, in->volume_id);
     if (!v)
         return;

@@ -22,6 +22,8 @@ struct plugin_config {
     const char *qsd_binary;   /* name (looked up in PATH) or absolute path */
     int64_t max_volumes;      /* NodeGetInfo max_volumes_per_node; staged volumes at most */
     bool controller_expansion; /* advertise the Controller EXPAND_VOLUME capability */
+    int64_t unplug_timeout_ms; /* NodeUnstage stops a QSD with a connected client after this
+                                  long since the volume left its last pod or bridge */
 };
 
 struct identity;

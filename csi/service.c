@@ -1,5 +1,6 @@
 /* service.c: see service.h. */
 #include "service.h"
+#include "bridge.h"
 #include "log.h"
 #include "names.h"
 #include "params.h"
@@ -365,7 +366,16 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
         free(c);
         return r;
     }
+    r = bridges_open(c, ret_msg);
+    if (r < 0) {
+        store_free(c->store);
+        pool_close(&c->pool);
+        free(c->topo_key);
+        free(c);
+        return r;
+    }
     recover(c);
+    bridges_recover(c);
     *ret = c;
     return 0;
 }
@@ -389,6 +399,7 @@ void csi_free(struct csi *c)
         free(v->start_ctx);
         v->start_ctx = NULL;
     }
+    bridges_free(c->bridges);
     store_free(c->store);
     pool_close(&c->pool);
     free(c->topo_key);

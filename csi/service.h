@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 struct op;
+struct bridges;
 struct csi {
     const struct plugin_config *cfg;
     struct loop *loop;
@@ -27,6 +28,7 @@ struct csi {
     struct qsd_config qcfg;
     char *topo_key;        /* "<driver-name>/node" */
     struct op *ops;        /* in flight */
+    struct bridges *bridges; /* hot-plug bridges and requests (bridge.h) */
 };
 
 /* One asynchronous RPC.  Records named here are busy until op_end(). */
@@ -72,6 +74,12 @@ typedef void (*vol_started_fn)(struct csi *c, struct vol *v, int status, const c
                                void *opaque);
 int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg);
 bool vol_live(const struct vol *v);
+
+/* Bind-mount the directory src onto the directory target (read-only if
+ * asked), through an O_PATH descriptor of target (no symlink followed). */
+int csi_bind_mount(const char *src, const char *target, bool ro, char **ret_msg);
+/* Unmount target (all stacked mounts, lazily if busy) and remove it. */
+int csi_unmount_dir(const char *target, char **ret_msg);
 
 const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n);
 const struct grpc_method *node_methods(struct csi *c, size_t *ret_n);

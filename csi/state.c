@@ -53,8 +53,11 @@ void vol_free(struct vol *v)
     free(v->src_type);
     free(v->src_id);
     free(v->staging_path);
-    for (size_t i = 0; i < v->n_pubs; i++)
+    for (size_t i = 0; i < v->n_pubs; i++) {
         free(v->pubs[i].target);
+        free(v->pubs[i].pod_uid);
+        free(v->pubs[i].pod_ns);
+    }
     free(v->pubs);
     free(v);
 }
@@ -65,9 +68,19 @@ void vol_add_pub(struct vol *v, const char *target, bool ro)
     v->pubs[v->n_pubs++] = (struct publication){.target = xstrdup(target), .read_only = ro};
 }
 
+void vol_pub_set_pod(struct vol *v, size_t i, const char *uid, const char *ns)
+{
+    free(v->pubs[i].pod_uid);
+    free(v->pubs[i].pod_ns);
+    v->pubs[i].pod_uid = uid && ns ? xstrdup(uid) : NULL;
+    v->pubs[i].pod_ns = uid && ns ? xstrdup(ns) : NULL;
+}
+
 void vol_del_pub(struct vol *v, size_t i)
 {
     free(v->pubs[i].target);
+    free(v->pubs[i].pod_uid);
+    free(v->pubs[i].pod_ns);
     memmove(&v->pubs[i], &v->pubs[i + 1], (v->n_pubs - i - 1) * sizeof(*v->pubs));
     v->n_pubs--;
 }
@@ -101,28 +114,37 @@ void snap_free(struct snap *sn)
 json_t *vol_to_json(const struct vol *v)
 {
     json_t *pubs = json_array();
-    for (size_t i = 0; i < v->n_pubs; i++)
-        json_array_append_new(pubs, json_pack("{s:s, s:b}", "target", v->pubs[i].target,
-                                              "read_only", v->pubs[i].read_only));
+    for (size_t i = 0; i < v->n_pubs; i++) {
+        json_t *p = json_pack("{s:s, s:b}", "target", v->pubs[i].target, "read_only",
+                              v->pubs[i].read_only);
+        if (v->pubs[i].pod_uid) {
+            json_object_set_new(p, "pod_uid", json_string(v->pubs[i].pod_uid));
+            json_object_set_new(p, "pod_namespace", json_string(v->pubs[i].pod_ns));
+        }
+        json_array_append_new(pubs, p);
+    }
     json_t *staged = v->staging_path
                          ? json_pack("{s:s, s:i, s:b}", "path", v->staging_path, "gid",
                                      v->stage_gid, "read_only", v->stage_ro)
                          : json_null();
     json_t *src = v->src_type ? json_pack("{s:s, s:s}", "type", v->src_type, "id", v->src_id)
                               : json_null();
-    return json_pack("{s:i, s:s, s:s, s:s, s:s, s:O, s:O, s:I, s:I, s:o, s:I, s:o, s:o}", "version", 1,
+    json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:O, s:O, s:I, s:I, s:o, s:I, s:o, s:o}", "version", 1,
                      "id", v->id, "phase", PHASES[v->phase], "format", v->format,
                      "preallocation", v->preallocation, "parameters", v->parameters,
                      "context", v->context, "size",
                      (json_int_t)v->size, "image_size", (json_int_t)v->image_size, "source", src,
                      "created", (json_int_t)v->created, "staged", staged, "published", pubs);
+    if (v->released_ms)
+        json_object_set_new(j, "released_ms", json_integer((json_int_t)v->released_ms));
+    return j;
 }
 
 int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
 {
     const char *id, *phase, *format, *prealloc;
     json_t *params, *src, *staged, *pubs, *ctx = NULL;
-    json_int_t size, isize, created;
+    json_int_t size, isize, created, released = 0;
     json_error_t e;
     if (json_unpack_ex(j, &e, 0, "{s:s, s:s, s:s, s:s, s:o, s?o, s:I, s:I, s:o, s:I, s:o, s:o}",
                        "id", &id, "phase", &phase, "format", &format, "preallocation", &prealloc,
@@ -153,6 +175,9 @@ int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
     v->size = (uint64_t)size;
     v->image_size = (uint64_t)isize;
     v->created = created;
+    if (json_is_integer(json_object_get(j, "released_ms")))
+        released = json_integer_value(json_object_get(j, "released_ms"));
+    v->released_ms = released > 0 ? released : 0;
     int r = 0;
     if (json_is_object(src)) {
         const char *t, *sid;
@@ -179,11 +204,13 @@ int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
     json_t *p;
     json_array_foreach(pubs, i, p)
     {
-        const char *t;
+        const char *t, *uid = NULL, *ns = NULL;
         int ro;
-        if (r == 0 && json_unpack(p, "{s:s, s:b}", "target", &t, "read_only", &ro) == 0)
+        if (r == 0 && json_unpack(p, "{s:s, s:b, s?s, s?s}", "target", &t, "read_only", &ro,
+                                  "pod_uid", &uid, "pod_namespace", &ns) == 0) {
             vol_add_pub(v, t, ro);
-        else
+            vol_pub_set_pod(v, v->n_pubs - 1, uid, ns);
+        } else
             r = -EBADMSG;
     }
     if (r < 0) {

@@ -19,6 +19,8 @@ enum rec_phase { PHASE_CREATING, PHASE_READY, PHASE_DELETING };
 struct publication {
     char *target;
     bool read_only;
+    char *pod_uid;         /* podInfoOnMount of the publishing pod, or NULL */
+    char *pod_ns;
 };
 
 struct vol {
@@ -40,6 +42,8 @@ struct vol {
     bool stage_ro;         /* staged with a read-only access mode */
     struct publication *pubs;
     size_t n_pubs;
+    int64_t released_ms;   /* wall clock (ms) when it last left a pod or a bridge;
+                              0: never.  Bounds NodeUnstage's wait for the guest */
     /* runtime only (not persisted) */
     struct qsd *qsd;
     void *start_ctx;       /* pending qsd_start completion (service.c) */
@@ -88,6 +92,8 @@ struct snap *snap_new(const char *id);
 void snap_free(struct snap *sn);
 void vol_clear_staging(struct vol *v);
 void vol_add_pub(struct vol *v, const char *target, bool ro);
+/* Set the publishing pod of publication i (NULLs: unknown). */
+void vol_pub_set_pod(struct vol *v, size_t i, const char *uid, const char *ns);
 void vol_del_pub(struct vol *v, size_t i);
 /* Index of the publication at target, or -1. */
 ssize_t vol_find_pub(const struct vol *v, const char *target);
