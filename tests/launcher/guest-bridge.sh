@@ -1,0 +1,35 @@
+#!/bin/sh
+# Guest side of e2e-bridge.py (runs as /test.sh in the test guest, busybox).
+# Reports vda, then every disk that appears, disappears or changes size,
+# until vda goes away (the host's last step) or 10 minutes pass.
+wait_dev() { i=0; while [ ! -b /dev/$1 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; [ -b /dev/$1 ]; }
+wait_dev vda || { echo "FAIL no vda"; exit 1; }
+echo "DISK name=vda size=$(cat /sys/block/vda/size)"
+echo "MONITOR-START"
+: > /tmp/prev
+n=0
+while [ $n -lt 6000 ]; do
+    : > /tmp/cur
+    for d in /sys/block/vd*; do
+        [ -e "$d" ] || continue
+        echo "$(basename $d) $(cat $d/size 2>/dev/null) $(cat $d/ro 2>/dev/null)" >> /tmp/cur
+    done
+    if ! cmp -s /tmp/prev /tmp/cur; then
+        while read name size ro; do
+            old=$(grep "^$name " /tmp/prev)
+            if [ -z "$old" ]; then
+                echo "ADD name=$name size=$size ro=$ro"
+            elif [ "$old" != "$name $size $ro" ]; then
+                echo "SIZE name=$name size=$size"
+            fi
+        done < /tmp/cur
+        while read name rest; do
+            grep -q "^$name " /tmp/cur || echo "DEL name=$name"
+        done < /tmp/prev
+        cp /tmp/cur /tmp/prev
+    fi
+    grep -q '^vda ' /tmp/cur || { echo "BYE"; exit 0; }
+    sleep 0.1
+    n=$((n + 1))
+done
+echo "MONITOR-TIMEOUT"
