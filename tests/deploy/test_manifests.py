@@ -21,7 +21,11 @@ Parses every YAML document under deploy/ and checks:
     exists and accepts the documented values;
   * the VM pod: no privilege, bridge volume and PVC mounts where the launcher
     looks, the VM description in the ConfigMap parses; with --launcher, the
-    launcher itself builds a domain from it (--dry-run, fake volumes).
+    launcher itself builds a domain from it (--dry-run, fake volumes);
+  * attachment pods (an inline volume with hotplugInto): the VM pod they
+    name exists in their namespace with a bridge, same fsGroup, on its node
+    (podAffinity or nodeName), nothing privileged, no token, their PVCs exist
+    and every volume is mounted (kubelet publishes only mounted volumes).
 
 Before checking deploy/, it checks itself: a copy of the manifests with a
 bogus plugin flag (and one with a mismatched driver name) must be rejected.
@@ -125,6 +129,8 @@ SIDECAR_FLAGS = {
         "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length", "feature-gates"},
 }
 SIDECAR_IMAGE = re.compile(r"^registry\.k8s\.io/sig-storage/([a-z-]+):v\d+\.\d+\.\d+$")
+# The attachment pod's container (it only holds volumes).
+PAUSE_IMAGE = re.compile(r"^registry\.k8s\.io/pause:\d+\.\d+$")
 
 # StorageClass parameter -> (qsdctl subcommand, option).  The allowed values
 # come from docs/storageclass.md and must each appear in the option's line of
@@ -430,6 +436,9 @@ class Checker:
                              (name, b))
                 if not bad and b in self.paths:
                     self.parse_with_binary(where, b, c)
+            elif PAUSE_IMAGE.match(image):
+                if c.get("command") or c.get("args"):
+                    self.err(where, "the pause container takes no command or arguments")
             elif m:
                 name = m.group(1)
                 if name not in SIDECAR_FLAGS:
@@ -474,6 +483,8 @@ class Checker:
                 self.check_vm_pod(where, spec, c, owner, driver)
         for _, _, pod in self.of_kind("Pod"):
             for v in (pod.get("spec") or {}).get("volumes") or []:
+                if "hotplugInto" in ((v.get("csi") or {}).get("volumeAttributes") or {}):
+                    self.check_attachment_pod(pod, v, driver)
                 if "csi" in v and v["csi"].get("driver") != driver:
                     self.err("Pod %s" % pod["metadata"]["name"],
                              "inline CSI volume %s uses driver %r, not %r" %
@@ -531,6 +542,11 @@ class Checker:
                 mv = self.mount_of(plugin, spec, p)
                 if mv[0].get("mountPropagation") != "Bidirectional":
                     self.err(where, "the kubelet directory needs mountPropagation: Bidirectional")
+            elif flag == "run-dir":
+                mv = self.mount_of(plugin, spec, p)
+                if mv[0].get("mountPropagation") != "Bidirectional":
+                    self.err(where, "the run directory needs mountPropagation: Bidirectional "
+                             "(hot-plug bridges are shared mounts made there)")
         if self.host_path(plugin, spec, "/dev") != "/dev":
             self.err(where, "/dev of the host is not mounted")
         # Every other container must reach the same socket.
@@ -665,6 +681,71 @@ class Checker:
         else:
             self.note("qsd-vm-launcher not built: launcher flags and the VM description "
                       "were checked statically only")
+
+    def check_attachment_pod(self, pod, req, driver):
+        """A hot-plug attachment pod (docs/hotplug-bridge.md)."""
+        where = "Pod %s" % pod["metadata"]["name"]
+        ns = pod["metadata"].get("namespace")
+        spec = pod.get("spec") or {}
+        attrs = req["csi"].get("volumeAttributes") or {}
+        unknown = set(attrs) - {"hotplugInto", "disk"}
+        if unknown:
+            self.err(where, "hot-plug request with unknown attributes %s" % sorted(unknown))
+        if attrs.get("disk") is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+                                                          str(attrs["disk"])):
+            self.err(where, "disk %r is not a valid disk name" % attrs["disk"])
+        vm = self.find("Pod", attrs.get("hotplugInto"), ns)
+        if not vm:
+            self.err(where, "hotplugInto %r: no such pod in namespace %s (hot-plug stays in "
+                     "one namespace)" % (attrs.get("hotplugInto"), ns))
+            return
+        vspec = vm.get("spec") or {}
+        if not any(((v.get("csi") or {}).get("volumeAttributes") or {}).get("bridge") == "true"
+                   for v in vspec.get("volumes") or []):
+            self.err(where, "pod %s has no bridge volume" % attrs["hotplugInto"])
+        fg = (spec.get("securityContext") or {}).get("fsGroup")
+        vfg = (vspec.get("securityContext") or {}).get("fsGroup")
+        if fg != vfg:
+            self.err(where, "fsGroup %r differs from the VM pod's %r (one socket, one group)" %
+                     (fg, vfg))
+        aff = ((spec.get("affinity") or {}).get("podAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") or []
+        labels = (vm.get("metadata") or {}).get("labels") or {}
+        on_node = spec.get("nodeName") or any(
+            t.get("topologyKey") == "kubernetes.io/hostname" and
+            all(labels.get(k) == val for k, val in
+                ((t.get("labelSelector") or {}).get("matchLabels") or {}).items())
+            for t in aff)
+        if not on_node:
+            self.err(where, "not pinned to the VM pod's node (nodeName, or a required "
+                     "podAffinity to it with topologyKey kubernetes.io/hostname)")
+        if spec.get("automountServiceAccountToken") is not False:
+            self.err(where, "set automountServiceAccountToken: false (it needs no API access)")
+        for k in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(k):
+                self.err(where, "%s in an attachment pod" % k)
+        mounted = {m.get("name") for c in spec.get("containers") or []
+                   for m in c.get("volumeMounts") or []}
+        for c in spec.get("containers") or []:
+            sc = c.get("securityContext") or {}
+            if sc.get("privileged") or (sc.get("capabilities") or {}).get("add") or \
+                    sc.get("allowPrivilegeEscalation") is not False:
+                self.err(where, "container %s: privileged, added capabilities or privilege "
+                         "escalation" % c.get("name"))
+        pvcs = 0
+        for v in spec.get("volumes") or []:
+            if v.get("name") not in mounted:
+                self.err(where, "volume %s is not mounted by any container: kubelet would not "
+                         "publish it" % v.get("name"))
+            if "persistentVolumeClaim" in v:
+                pvcs += 1
+                claim = v["persistentVolumeClaim"].get("claimName")
+                if not self.find("PersistentVolumeClaim", claim, ns):
+                    self.err(where, "PVC %s is not defined in deploy/" % claim)
+        if not pvcs:
+            self.err(where, "a hot-plug request without a PVC plugs nothing")
+        if attrs.get("disk") is not None and pvcs > 1:
+            self.err(where, "disk names one disk but the pod mounts %d PVCs" % pvcs)
 
     def launcher_dry_run(self, where, text, volumes):
         """Let the real launcher build a domain from the description (--dry-run)."""
@@ -840,6 +921,19 @@ def self_check(root, make_checker, with_launcher):
                       "--log-level=verbose" if x.startswith("--log-level") else x for x in a])))
     cases.append(("duplicate YAML key", "duplicate key", "deploy/kubernetes/10-csidriver.yaml",
                   "  attachRequired: true\n"))
+    def _attach_group(d):
+        if d.get("kind") == "Pod" and d["metadata"]["name"] == "demo-vm-attach-data":
+            d["spec"]["securityContext"]["fsGroup"] = 108
+    cases.append(("attachment pod with another fsGroup", "differs from the VM pod",
+                  "deploy/examples/vm-pod.yaml", _attach_group))
+
+    def _attach_other_vm(d):
+        if d.get("kind") == "Pod" and d["metadata"]["name"] == "demo-vm-attach-data":
+            for v in d["spec"]["volumes"]:
+                if "csi" in v:
+                    v["csi"]["volumeAttributes"]["hotplugInto"] = "no-such-vm"
+    cases.append(("attachment pod naming an unknown VM pod", "no such pod in namespace",
+                  "deploy/examples/vm-pod.yaml", _attach_other_vm))
     if with_launcher:
         cases.append(("bogus launcher flag", "--bogus-flag", "deploy/examples/vm-pod.yaml",
                       _edit_args("qsd-vm-launcher", lambda a: a + ["--bogus-flag=1"])))
