@@ -878,8 +878,16 @@ bool bridge_unpublish_ephemeral(struct csi *c, struct grpc_call *call, const cha
     struct bridges *bs = c->bridges;
     struct bridge *b = find_bridge_vid(bs, id);
     struct hp_request *q = find_req_vid(bs, id);
-    if (!b && !q)
+    if (!b && !q) {
+        /* kubelet's id of an inline volume we no longer know (removed, and
+         * kubelet retries): nothing is published there. */
+        struct stat st;
+        if (startswith(id, "csi-") && lstat(target, &st) < 0 && errno == ENOENT) {
+            grpc_call_reply(call, "", 0);
+            return true;
+        }
         return false;
+    }
     if ((b && !streq(b->target, target)) || (q && !streq(q->target, target))) {
         grpc_call_reply(call, "", 0); /* not published there */
         return true;

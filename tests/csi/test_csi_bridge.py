@@ -334,6 +334,7 @@ def run(env, qsdctl):
     # ---- the VM pod goes: its bridge is removed with every placement
     k.unpublish(bvid, btgt)
     assert not os.path.exists(btgt) and not os.path.exists(bdir)
+    k.unpublish(bvid, btgt)  # kubelet retrying: OK, nothing there
     assert not os.path.exists(os.path.join(env.state, "bridges", VM_UID + ".json"))
     with open("/proc/self/mountinfo") as f:
         left = [ln.split()[4] for ln in f if "/bridges/" in ln.split()[4] and env.root in ln]

@@ -195,6 +195,8 @@ static void test_state_roundtrip(void **state)
     v->stage_gid = 107;
     vol_add_pub(v, "/k/t1", false);
     vol_add_pub(v, "/k/t2", true);
+    vol_pub_set_pod(v, 1, "a2a2-uid", "vm-demo");
+    v->released_ms = 1763776000123;
     json_t *j = vol_to_json(v);
     struct vol *w;
     char *msg = NULL;
@@ -203,6 +205,10 @@ static void test_state_roundtrip(void **state)
     assert_true(json_equal(j, j2));
     assert_int_equal(w->n_pubs, 2);
     assert_true(w->pubs[1].read_only);
+    assert_null(w->pubs[0].pod_uid);
+    assert_string_equal(w->pubs[1].pod_uid, "a2a2-uid");
+    assert_string_equal(w->pubs[1].pod_ns, "vm-demo");
+    assert_int_equal(w->released_ms, 1763776000123);
     assert_int_equal(w->stage_gid, 107);
     json_decref(j2);
     /* A record naming a traversal id is refused. */
