@@ -147,6 +147,21 @@ class Env:
         if self.logf:
             self.logf.close()
             self.logf = None
+        # A killed plugin's io_uring is torn down asynchronously after the
+        # process is reaped: its listening socket may accept connections for
+        # a moment.  Wait (bounded) until it refuses, so that start() talks
+        # to the next plugin, not to the ghost of this one.
+        import socket
+        deadline = time.monotonic() + 5
+        while os.path.exists(self.sock) and time.monotonic() < deadline:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(self.sock)
+            except OSError:
+                break
+            finally:
+                s.close()
+            time.sleep(0.02)
         return rc
 
     def qsd_pids(self):
