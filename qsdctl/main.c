@@ -688,7 +688,7 @@ static json_t *volume_status(const struct pool *pool, const char *vol, char **re
         qsd_paths_init(g_opts.run_dir, vol, &p);
         json_object_set_new(j, "pid", json_integer(pid));
         json_object_set_new(j, "socket", json_string(p.socket));
-        json_object_set_new(j, "socket_accepts", json_boolean(unix_socket_probe(p.socket) == 0));
+        json_object_set_new(j, "socket_accepts", json_boolean(unix_socket_listening(p.socket) > 0));
         struct qmp_error e = {0};
         struct qmp_sync *s;
         if (qmp_sync_connect(p.qmp, 2000, &s, &e) == 0) {

@@ -643,7 +643,12 @@ static void on_probe(struct loop *l, void *opaque)
 {
     struct qsd *q = opaque;
     q->timer = NULL;
-    if (unix_socket_probe(q->paths.socket) == 0) {
+    /* Listening in /proc/net/unix (never a probe connection, see util.h); where
+     * that cannot be read, fall back to connecting. */
+    int listening = unix_socket_listening(q->paths.socket);
+    if (listening < 0)
+        listening = unix_socket_probe(q->paths.socket) == 0;
+    if (listening > 0) {
         set_socket_access(q);
         q->state = QS_RUNNING;
         q->recent_failures = 0;

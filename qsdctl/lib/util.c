@@ -324,3 +324,28 @@ int unix_socket_probe(const char *path)
     close(fd);
     return 0;
 }
+
+int unix_socket_listening(const char *path)
+{
+    _cleanup_fclose_ FILE *f = fopen("/proc/net/unix", "re");
+    if (!f)
+        return -errno;
+    char *line = NULL;
+    size_t cap = 0;
+    int found = 0;
+    size_t plen = strlen(path);
+    while (!found && getline(&line, &cap, f) > 0) {
+        unsigned long flags = 0;
+        unsigned type = 0, st = 0;
+        int off = 0;
+        /* Num: RefCount Protocol Flags Type St Inode Path */
+        if (sscanf(line, "%*s %*s %*s %lx %x %x %*u %n", &flags, &type, &st, &off) != 3 || !off)
+            continue;
+        const char *p = line + off;
+        size_t n = strcspn(p, "\n");
+        if ((flags & 0x10000) && type == 1 && n == plen && memcmp(p, path, plen) == 0)
+            found = 1; /* __SO_ACCEPTCON, SOCK_STREAM */
+    }
+    free(line);
+    return found;
+}

@@ -4,6 +4,9 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include "names.h"
 #include "util.h"
 
@@ -87,6 +90,26 @@ static void test_atomic_write(void **state)
     assert_int_equal(access(dir, F_OK), -1);
 }
 
+static void test_socket_listening(void **state)
+{
+    char dir[] = "/tmp/qsd-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    _cleanup_free_ char *path = xasprintf("%s/s.sock", dir);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(unix_socket_listening(path), 0); /* bound, not listening */
+    assert_int_equal(listen(fd, 1), 0);
+    assert_int_equal(unix_socket_listening(path), 1);
+    _cleanup_free_ char *other = xasprintf("%s/s.soc", dir);
+    assert_int_equal(unix_socket_listening(other), 0); /* prefix of nothing */
+    close(fd);
+    assert_int_equal(unix_socket_listening(path), 0); /* file left, nobody listens */
+    assert_int_not_equal(unix_socket_probe(path), 0);
+    assert_int_equal(rm_rf(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -94,6 +117,7 @@ int main(void)
         cmocka_unit_test(test_parse_uint),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_atomic_write),
+        cmocka_unit_test(test_socket_listening),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
