@@ -33,6 +33,17 @@ def vhost_info(qsdctl, sock, extra=()):
     return json.loads(r.stdout)
 
 
+def verify(qsdctl, tgt, size, extra=()):
+    """The fast data-path check through the published target: patterns written,
+    flushed and read back, write-zeroes, discard, capacity."""
+    r = subprocess.run([qsdctl, "verify", "--timeout-ms", "20000", "--size", str(size), *extra,
+                        "./vhost.sock"], cwd=tgt, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError("qsdctl verify through %s failed (%d): %s%s" % (
+            tgt, r.returncode, r.stdout, r.stderr))
+    return r.stdout
+
+
 def main():
     qsdctl = sys.argv[3]
     r = subprocess.run([qsdctl, "vhost-info", "--help"], capture_output=True)
@@ -83,6 +94,9 @@ def run(env, qsdctl):
     meta = json.load(open(os.path.join(tgt, "volume.json")))
     assert meta["volume"] == vid and meta["size"] == 64 * MiB and meta["num_queues"] == 2, meta
 
+    verify(qsdctl, tgt, 64 * MiB)
+    print("ok qsdctl verify through the target path (64 MiB)")
+
     s = c.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=tgt),
                              timeout=T)
     assert s.usage[0].total == 64 * MiB and not s.volume_condition.abnormal, s
@@ -111,6 +125,8 @@ def run(env, qsdctl):
     d = vhost_info(qsdctl, os.path.join(tgt, "vhost.sock"))
     assert d.get("capacity") == 96 * MiB or d.get("capacity_bytes") == 96 * MiB, d
     print("ok online expansion seen by a vhost-user client:", d)
+    verify(qsdctl, tgt, 96 * MiB)
+    print("ok qsdctl verify after the expansion (96 MiB, last chunk at the new end)")
 
     # A read-only publication is connectable too (the launcher marks the disk read-only).
     tgt_ro = os.path.join(k, "pods/ro-pod/volumes/kubernetes.io~csi", vid, "mount")

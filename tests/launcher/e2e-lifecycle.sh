@@ -8,6 +8,12 @@ source "$SRC/e2e-lib.sh"
 
 guest "$SRC/guest-idle.sh"
 start_qsd vol1 16M "$VOLS/vol1"
+# The fast data-path check before the VM takes the socket (one client at a time).
+if [[ -n ${QSDCTL:-} ]]; then
+    "$QSDCTL" verify --size $((16 << 20)) "$VOLS/vol1/vhost.sock" >"$WORK/verify.log" 2>&1 ||
+        { cat "$WORK/verify.log"; e2e_fail "qsdctl verify of vol1 failed"; }
+    log "qsdctl verify: $(tail -1 "$WORK/verify.log")"
+fi
 # acpiphp.disable=1: the guest ignores unplug requests (QEMU's q35 uses ACPI
 # hot-plug), so a detach is never completed.
 vm_json life '[{"volume": "vol1"}]' acpiphp.disable=1
