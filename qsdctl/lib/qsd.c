@@ -643,12 +643,12 @@ static void on_probe(struct loop *l, void *opaque)
 {
     struct qsd *q = opaque;
     q->timer = NULL;
-    /* Listening in /proc/net/unix (never a probe connection, see util.h); where
-     * that cannot be read, fall back to connecting. */
-    int listening = unix_socket_listening(q->paths.socket);
-    if (listening < 0)
-        listening = unix_socket_probe(q->paths.socket) == 0;
-    if (listening > 0) {
+    /* Ready = the export socket accepts a connection.  This must be a real
+     * connection, not just a look at /proc/net/unix: QSD 10.0.2 segfaults on
+     * block_resize (its config-change notification) when no vhost-user client
+     * has ever connected to the export; the probe connection initialises that
+     * state (measured: SIGSEGV every time without it, never with it). */
+    if (unix_socket_probe(q->paths.socket) == 0) {
         set_socket_access(q);
         q->state = QS_RUNNING;
         q->recent_failures = 0;

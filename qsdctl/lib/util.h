@@ -92,8 +92,8 @@ int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 int unix_socket_probe(const char *path);
 /* Is a unix stream socket listening at path in this network namespace?  Reads
  * /proc/net/unix: unlike a probe connection it never touches the server (a
- * vhost-user back-end serves one client at a time, and a probe that connects
- * and hangs up races with its start-up).  1 yes, 0 no, negative errno when
+ * vhost-user back-end serves one client at a time: a status query must not
+ * take a reconnecting VM's place).  1 yes, 0 no, negative errno when
  * /proc/net/unix cannot be read. */
 int unix_socket_listening(const char *path);
 /* Connect to a unix stream socket, non-blocking, close-on-exec. */

@@ -94,6 +94,13 @@ check "the hung process was killed" sh -c "! kill -0 \$(cat '$T/hang.pid') 2>/de
 check "timed-out start leaves no runtime state" test ! -e "$T/run/ctl/v2"
 expect_fail 3 "cannot start qemu-storage-daemon: No such file" -- q --qsd-binary "$T/nonexistent-qsd" export v2
 
+echo "# a resize right after export (no VM ever connected) must not crash QSD 10.0.2"
+q export v2 >/dev/null || bad "export v2"
+pidv2=$(q --json status v2 | json_get pid)
+q resize v2 --size 200M >/dev/null || bad "resize v2 right after export"
+check "QSD alive after a resize with no client ever connected" kill -0 "$pidv2"
+q unexport v2 >/dev/null || bad "unexport v2"
+
 echo "# supervision: kill -9 -> restart on the same socket within 2 s"
 "$QSDCTL" supervise --scan-interval 200 >"$T/sup.log" 2>&1 &
 sup=$!; BG_PIDS+=("$sup")
