@@ -268,18 +268,12 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities[%zu]: %s", i, why);
             return;
         }
-    const char **keys = xcalloc(in->n_parameters + 1, sizeof(char *));
-    const char **vals = xcalloc(in->n_parameters + 1, sizeof(char *));
-    for (size_t i = 0; i < in->n_parameters; i++) {
-        keys[i] = in->parameters[i]->key;
-        vals[i] = in->parameters[i]->value;
-    }
+    json_t *params = params_json(in->n_parameters, in->parameters);
     struct vol_params p;
     _cleanup_free_ char *msg = NULL;
-    int r = vol_params_parse(in->n_parameters, keys, vals, &p, &msg);
-    free(keys);
-    free(vals);
+    int r = vol_params_from_json(params, &p, &msg);
     if (r < 0) {
+        json_decref(params);
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
         return;
     }
@@ -287,7 +281,6 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
     int64_t req = in->capacity_range ? in->capacity_range->required_bytes : 0;
     int64_t lim = in->capacity_range ? in->capacity_range->limit_bytes : 0;
     uint64_t size;
-    json_t *params = params_json(in->n_parameters, in->parameters);
     const char *st = NULL, *sid = NULL;
     struct vol *v = NULL, *src = NULL;
     struct snap *ssrc = NULL;
@@ -601,17 +594,13 @@ static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVol
 
 static void get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapacityRequest *in)
 {
-    const char **keys = xcalloc(in->n_parameters + 1, sizeof(char *));
-    const char **vals = xcalloc(in->n_parameters + 1, sizeof(char *));
-    for (size_t i = 0; i < in->n_parameters; i++) {
-        keys[i] = in->parameters[i]->key;
-        vals[i] = in->parameters[i]->value;
-    }
+    /* Same entry layout as CreateVolume's parameters (key, value). */
+    json_t *params = params_json(in->n_parameters,
+                                 (Csi__V1__CreateVolumeRequest__ParametersEntry **)in->parameters);
     struct vol_params p;
     _cleanup_free_ char *msg = NULL;
-    int r = vol_params_parse(in->n_parameters, keys, vals, &p, &msg);
-    free(keys);
-    free(vals);
+    int r = vol_params_from_json(params, &p, &msg);
+    json_decref(params);
     if (r < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
         return;

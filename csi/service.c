@@ -126,22 +126,28 @@ bool vol_live(const struct vol *v)
     return v->qsd && qsd_running(v->qsd);
 }
 
-int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
+int vol_params_from_json(json_t *params, struct vol_params *ret, char **ret_msg)
 {
-    size_t n = json_object_size(v->parameters), i = 0;
+    size_t n = json_object_size(params), i = 0;
     const char **keys = xcalloc(n + 1, sizeof(char *)), **vals = xcalloc(n + 1, sizeof(char *));
     const char *k;
     json_t *val;
-    json_object_foreach(v->parameters, k, val)
+    json_object_foreach(params, k, val)
     {
         keys[i] = k;
         vals[i] = json_string_value(val) ? json_string_value(val) : "";
         i++;
     }
-    struct vol_params p;
-    int r = vol_params_parse(i, keys, vals, &p, ret_msg);
+    int r = vol_params_parse(i, keys, vals, ret, ret_msg);
     free(keys);
     free(vals);
+    return r;
+}
+
+int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
+{
+    struct vol_params p;
+    int r = vol_params_from_json(v->parameters, &p, ret_msg);
     if (r < 0)
         return r;
     char *image = NULL, *format = NULL;

@@ -69,6 +69,9 @@ int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);
 
 /* Export options for a volume (its parameters, image, staging flags). */
 int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
+/* Parse StorageClass parameters kept as a JSON object of strings (params.h). */
+struct vol_params;
+int vol_params_from_json(json_t *params, struct vol_params *ret, char **ret_msg);
 /* Start the QSD of a staged volume; done(status, msg) on the loop. */
 typedef void (*vol_started_fn)(struct csi *c, struct vol *v, int status, const char *msg,
                                void *opaque);
