@@ -328,6 +328,30 @@ class Sec:
                         " content" if a[4] != b[4] else ""))
         return diff
 
+    def restore_decoys(self):
+        """Put the decoys back as they were, so that the next attack is judged
+        on its own."""
+        for mp in sorted((m[0] for m in mountinfo() if under(m[0], self.decoy)),
+                         key=len, reverse=True):
+            subprocess.run(["umount", "-l", mp], check=False, stderr=subprocess.DEVNULL)
+        now = self.decoy_state()
+        for k in sorted(set(now) - set(self.decoy_base), key=len, reverse=True):
+            rm_tree(os.path.join(self.decoy, k))
+        for k, (fmt_, mode, uid, gid, content) in sorted(self.decoy_base.items()):
+            p = os.path.join(self.decoy, k)
+            if not os.path.lexists(p):
+                if fmt_ == stat.S_IFDIR:
+                    os.mkdir(p)
+                else:
+                    open(p, "wb").close()
+            if content is not None:
+                with open(p, "wb") as f:
+                    f.write(content)
+            os.chown(p, uid, gid, follow_symlinks=False)
+            os.chmod(p, mode)
+        left = self.decoy_diff()
+        assert not left, "cannot restore the decoys: %s" % left
+
     def outside_mounts(self):
         """Mount points under the test root but outside kubelet root and run dir."""
         return [m[0] for m in mountinfo()
@@ -375,15 +399,16 @@ class Sec:
         if not self.alive():
             rc = self.env.proc.poll() if self.env.proc else None
             self.check(False, "%s: plugin process %d died (exit %s)" % (attack, self.pid, rc))
+        om = self.outside_mounts()
+        self.check(not om, "%s: mounts outside the kubelet root / run dir: %s" % (attack, om))
         diff = self.decoy_diff()
-        self.check(not diff, "%s: decoys changed: %s" % (attack, "; ".join(diff)))
+        if not self.check(not diff, "%s: decoys changed: %s" % (attack, "; ".join(diff))):
+            self.restore_decoys()
         top = set(os.listdir(self.root)) - {"csi_pb2.py", "__pycache__", "csi.sock",
                                             "plugin.log"}
         base = self.top_base - {"csi_pb2.py", "__pycache__", "csi.sock", "plugin.log"}
         self.check(top == base, "%s: test root entries changed: +%s -%s" % (
             attack, sorted(top - base), sorted(base - top)))
-        om = self.outside_mounts()
-        self.check(not om, "%s: mounts outside the kubelet root / run dir: %s" % (attack, om))
         if not ok or not self.alive():
             self.recover(fifos_dir)
 

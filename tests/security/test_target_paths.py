@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""Issue 9, attacks C: target and staging paths whose parents are symlinks
+out of the kubelet root.
+
+- C1 a parent component of target_path (or of staging_target_path) is a
+  symlink to a decoy directory outside the kubelet root: the call fails with
+  INVALID_ARGUMENT or FAILED_PRECONDITION, the message names the field, and
+  nothing is created or mounted in the decoy;
+- C2 the same swapped in a race: a separate process exchanges the parent
+  directory and a symlink to the decoy (renameat2 RENAME_EXCHANGE) as fast
+  as it can while NodePublishVolume/NodeUnpublishVolume (300 times, at most
+  30 s) and NodeStageVolume/NodeUnstageVolume (100 times, at most 10 s) are called:
+  afterwards the decoy is empty and no mount exists outside the kubelet
+  root;
+- C3 recorded targets at restart: publish, kill -9 the plugin, unmount the
+  target by hand, replace a parent of the target by a symlink to the decoy,
+  start the plugin: nothing is mounted or created in the decoy.
+
+After each: Probe within 1 s, decoys unchanged, the volume works for its
+rightful user.
+
+usage: test_target_paths.py PLUGIN_BINARY PROTO_DIR QSDCTL
+"""
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import seclib  # noqa: E402
+from seclib import MiB, mount_cap, under  # noqa: E402
+
+VID = "pvc-paths"
+VID2 = "pvc-paths-2"
+REFUSED = ("INVALID_ARGUMENT", "FAILED_PRECONDITION")
+TRIES = 300
+RACE_SECONDS = 30
+
+
+def refused(s, attack, code, msg, field):
+    s.check(code in REFUSED, "%s: expected INVALID_ARGUMENT or FAILED_PRECONDITION, got %s"
+            % (attack, seclib.fmt(code, msg)))
+    s.check(code == "OK" or field in msg, "%s: the message does not name %s: %r" % (
+        attack, field, msg))
+
+
+def decoy_touched(s, name):
+    d = os.path.join(s.decoy, name)
+    return os.listdir(d) or [m[0] for m in seclib.mountinfo() if under(m[0], s.decoy)]
+
+
+def run(s):
+    pb = s.pb
+    csi = os.path.join(s.kubelet, "pods/%s/volumes/kubernetes.io~csi")
+    s.create(VID, 16 * MiB)
+    s.create(VID2, 16 * MiB)
+    s.stage(VID)
+
+    # ---- C1: a parent of target_path is a symlink out of the kubelet root
+    base = csi % "c1"
+    os.makedirs(base)
+    os.symlink(os.path.join(s.decoy, "dir"), os.path.join(base, VID))
+    tgt = os.path.join(base, VID, "mount")
+    code, msg, _ = s.call("C1 target parent -> symlink out", "NodePublishVolume",
+                          s.publish_req(VID, tgt))
+    refused(s, "C1 target parent symlink", code, msg, "target_path")
+    if code == "OK":
+        s.call("C1 (undo)", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+            volume_id=VID, target_path=tgt), quiet=True)
+    s.after("C1 target parent symlink")
+
+    # several missing components below the symlink
+    os.symlink(os.path.join(s.decoy, "dir"), os.path.join(s.kubelet, "pods", "c1b"))
+    tgt = os.path.join(s.kubelet, "pods/c1b/volumes/kubernetes.io~csi", VID, "mount")
+    code, msg, _ = s.call("C1 pods/<uid> -> symlink out, rest missing", "NodePublishVolume",
+                          s.publish_req(VID, tgt))
+    refused(s, "C1 pod dir symlink", code, msg, "target_path")
+    if code == "OK":
+        s.call("C1 (undo)", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+            volume_id=VID, target_path=tgt), quiet=True)
+    s.after("C1 pod dir symlink")
+
+    # the staging path's parent
+    sdir = os.path.dirname(os.path.dirname(s.staging(VID2)))
+    os.makedirs(sdir, exist_ok=True)
+    os.symlink(os.path.join(s.decoy, "dir-stage"), os.path.join(sdir, VID2))
+    code, msg, _ = s.call("C1 staging parent -> symlink out", "NodeStageVolume",
+                          pb.NodeStageVolumeRequest(volume_id=VID2,
+                                                    staging_target_path=s.staging(VID2),
+                                                    volume_capability=mount_cap(pb, group="107")))
+    refused(s, "C1 staging parent symlink", code, msg, "staging_target_path")
+    if code == "OK":
+        s.call("C1 (undo)", "NodeUnstageVolume", pb.NodeUnstageVolumeRequest(
+            volume_id=VID2, staging_target_path=s.staging(VID2)), quiet=True)
+    os.unlink(os.path.join(sdir, VID2))
+    s.after("C1 staging parent symlink")
+    s.works_fresh("C1", VID)
+
+    # ---- C2: the parent flips between a directory and a symlink out
+    base = csi % "race"
+    os.makedirs(base)
+    real = os.path.join(base, VID)
+    alt = os.path.join(base, VID + ".alt")
+    os.mkdir(real)
+    os.symlink(os.path.join(s.decoy, "dir-race"), alt)
+    tgt = os.path.join(real, "mount")
+    flip = seclib.Flipper(s, real, alt, RACE_SECONDS + 10)
+    counts, first_bad = {}, None
+    t0 = time.monotonic()
+    n = 0
+    try:
+        while n < TRIES and time.monotonic() - t0 < RACE_SECONDS:
+            n += 1
+            for method, req in (("NodePublishVolume", s.publish_req(VID, tgt)),
+                                ("NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+                                    volume_id=VID, target_path=tgt))):
+                code, msg, _ = s.call("C2 race " + method, method, req, bound=10, quiet=True)
+                counts[(method, code)] = counts.get((method, code), 0) + 1
+            bad = decoy_touched(s, "dir-race")
+            if bad and not first_bad:
+                first_bad = (n, bad)
+    finally:
+        flip.stop()
+    print("attack %-58s -> %d rounds in %.1f s: %s" % (
+        "C2 race: target parent <-> symlink out", n, time.monotonic() - t0,
+        ", ".join("%s %s x%d" % (m[4:], c, k) for (m, c), k in sorted(counts.items()))))
+    s.check(not first_bad, "C2 race: the plugin created or mounted in the decoy (round %s: %s)"
+            % first_bad if first_bad else "")
+    # kubelet would retry the unpublish until OK
+    for _ in range(5):
+        code, msg, _ = s.call("C2 final NodeUnpublishVolume", "NodeUnpublishVolume",
+                              pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt),
+                              quiet=True)
+        if code == "OK":
+            break
+    s.check(code == "OK", "C2: final NodeUnpublishVolume: %s" % seclib.fmt(code, msg))
+    s.check(not seclib.mounts_at(tgt), "C2: %s still mounted after unpublish" % tgt)
+    s.after("C2 publish/unpublish race")
+    s.works_fresh("C2", VID)
+
+    # the staging path's parent flips during stage/unstage
+    sbase = os.path.dirname(os.path.dirname(s.staging(VID2)))
+    sreal = os.path.join(sbase, VID2)
+    salt = os.path.join(sbase, VID2 + ".alt")
+    os.makedirs(sreal, exist_ok=True)
+    os.symlink(os.path.join(s.decoy, "dir-stage"), salt)
+    flip = seclib.Flipper(s, sreal, salt, RACE_SECONDS)
+    counts, first_bad, n = {}, None, 0
+    t0 = time.monotonic()
+    try:
+        while n < TRIES // 3 and time.monotonic() - t0 < RACE_SECONDS / 3:
+            n += 1
+            for method, req in (
+                    ("NodeStageVolume", pb.NodeStageVolumeRequest(
+                        volume_id=VID2, staging_target_path=s.staging(VID2),
+                        volume_capability=mount_cap(pb, group="107"))),
+                    ("NodeUnstageVolume", pb.NodeUnstageVolumeRequest(
+                        volume_id=VID2, staging_target_path=s.staging(VID2)))):
+                code, msg, _ = s.call("C2 race " + method, method, req, bound=10, quiet=True)
+                counts[(method, code)] = counts.get((method, code), 0) + 1
+            bad = decoy_touched(s, "dir-stage")
+            if bad and not first_bad:
+                first_bad = (n, bad)
+    finally:
+        flip.stop()
+    print("attack %-58s -> %d rounds in %.1f s: %s" % (
+        "C2 race: staging parent <-> symlink out", n, time.monotonic() - t0,
+        ", ".join("%s %s x%d" % (m[4:], c, k) for (m, c), k in sorted(counts.items()))))
+    s.check(not first_bad, "C2 staging race: the plugin created or mounted in the decoy "
+            "(round %s: %s)" % first_bad if first_bad else "")
+    code, msg, _ = s.call("C2 final NodeUnstageVolume", "NodeUnstageVolume",
+                          pb.NodeUnstageVolumeRequest(volume_id=VID2,
+                                                      staging_target_path=s.staging(VID2)),
+                          quiet=True)
+    s.check(code == "OK", "C2: final NodeUnstageVolume: %s" % seclib.fmt(code, msg))
+    s.after("C2 stage/unstage race")
+
+    # ---- C3: a recorded target's parent becomes a symlink while the plugin is down
+    tgt = s.publish(VID, "c3")
+    parent = os.path.dirname(tgt)
+    s.env.stop(9)
+    subprocess.run(["umount", tgt], check=True)
+    os.rename(parent, parent + ".real")
+    os.symlink(os.path.join(s.decoy, "dir-restart"), parent)
+    try:
+        s.start()
+        print("attack %-58s -> started, pid %d" % ("C3 restart, recorded target's parent -> "
+                                                   "symlink out", s.pid))
+    except RuntimeError as e:
+        s.check(False, "C3: plugin did not start: %s" % e)
+        s.env.stop(9)
+        os.unlink(parent)
+        os.rename(parent + ".real", parent)
+        s.start()
+    time.sleep(1.0)  # anything done at start has been done by now
+    log = [ln for ln in s.env.log_tail(400).splitlines() if tgt in ln or parent in ln]
+    print("       (plugin log about the recorded target: %s)" % (
+        log[-1].strip()[:300] if log else "nothing"))
+    s.after("C3 restart with a recorded target's parent swapped")
+    if os.path.islink(parent):
+        os.unlink(parent)
+        os.rename(parent + ".real", parent)
+    code, msg, _ = s.call("C3 NodeUnpublishVolume of the recorded target", "NodeUnpublishVolume",
+                          pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt))
+    s.check(code == "OK", "C3: NodeUnpublishVolume: %s" % seclib.fmt(code, msg))
+    s.after("C3 unpublish")
+    s.works_fresh("C3", VID)
+    s.unstage(VID)
+
+
+if __name__ == "__main__":
+    sys.exit(seclib.run_test(run, "qsd-sec-path-"))
