@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""Issue 9, attacks E: one target, two volumes.
+
+- E1 NodePublishVolume of volume B onto volume A's mounted target: refused
+  (FAILED_PRECONDITION or ALREADY_EXISTS), A's mount untouched (still one
+  mount there, still A's export); NodeUnpublishVolume of A afterwards removes
+  only A's publication, and B is mounted nowhere;
+- E2 B onto a path inside A's target (inside A's export directory): refused,
+  nothing created in RUN/exports/A/;
+- E3 B onto a bridge's target, and a bridge onto A's target: refused, the
+  bridge (or A) untouched;
+- E4 NodeStageVolume of C with a staging path equal to A's target: refused
+  (FAILED_PRECONDITION or ALREADY_EXISTS), A untouched.
+
+usage: test_target_collisions.py PLUGIN_BINARY PROTO_DIR QSDCTL
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import seclib  # noqa: E402
+from seclib import MiB, mount_cap  # noqa: E402
+
+A, B, C = "pvc-a", "pvc-b", "pvc-c"
+REFUSED = ("FAILED_PRECONDITION", "ALREADY_EXISTS")
+VM_UID = "0d4b5a4e-1111-4000-8000-00000000c0de"
+
+
+def exports_mounted(s, vid):
+    return [m[0] for m in seclib.mountinfo() if m[1].endswith("/exports/" + vid)]
+
+
+def check_a(s, attack, tgt):
+    ms = seclib.mounts_at(tgt)
+    if s.check(len(ms) == 1, "%s: %d mounts at A's target (expected 1): %s" % (
+            attack, len(ms), [m[1] for m in ms])):
+        s.check(ms[0][1].endswith("/exports/" + A), "%s: A's target now shows %s" % (
+            attack, ms[0][1]))
+    s.works(attack, A, tgt)
+
+
+def run(s):
+    pb = s.pb
+    for v in (A, B, C):
+        s.create(v, 16 * MiB)
+    s.stage(A)
+    s.stage(B)
+    tgt_a = s.publish(A, "pod-a")
+
+    # ---- E1: B onto A's target
+    code, msg, _ = s.call("E1 publish B onto A's mounted target", "NodePublishVolume",
+                          s.publish_req(B, tgt_a))
+    s.check(code in REFUSED, "E1: expected FAILED_PRECONDITION or ALREADY_EXISTS, got %s" %
+            seclib.fmt(code, msg))
+    s.after("E1")
+    check_a(s, "E1", tgt_a)
+    code, msg, _ = s.call("E1 then NodeUnpublishVolume of A", "NodeUnpublishVolume",
+                          pb.NodeUnpublishVolumeRequest(volume_id=A, target_path=tgt_a))
+    s.check(code == "OK", "E1: NodeUnpublishVolume of A: %s" % seclib.fmt(code, msg))
+    s.check(not seclib.mounts_at(tgt_a), "E1: A's target still mounted after its unpublish")
+    s.check(not exports_mounted(s, B), "E1: B is mounted at %s" % exports_mounted(s, B))
+    s.check(not exports_mounted(s, A), "E1: A is still mounted at %s" % exports_mounted(s, A))
+    # B's record must not claim A's target either: unpublishing it is a no-op
+    code, msg, _ = s.call("E1 NodeUnpublishVolume of B at A's target", "NodeUnpublishVolume",
+                          pb.NodeUnpublishVolumeRequest(volume_id=B, target_path=tgt_a))
+    s.after("E1 unpublish")
+    s.works_fresh("E1 (B's rightful user)", B)
+    tgt_a = s.publish(A, "pod-a")
+
+    # ---- E2: B inside A's target
+    before = sorted(os.listdir(s.export_dir(A)))
+    inner = os.path.join(tgt_a, "inner")
+    code, msg, _ = s.call("E2 publish B inside A's target", "NodePublishVolume",
+                          s.publish_req(B, inner))
+    s.check(code != "OK", "E2: publishing B inside A's target was accepted")
+    if code == "OK":
+        s.call("E2 (undo)", "NodeUnpublishVolume",
+               pb.NodeUnpublishVolumeRequest(volume_id=B, target_path=inner), quiet=True)
+    s.check(sorted(os.listdir(s.export_dir(A))) == before, "E2: A's export dir changed: %s" %
+            sorted(os.listdir(s.export_dir(A))))
+    s.after("E2")
+    check_a(s, "E2", tgt_a)
+
+    # ---- E3: the bridge's target
+    btgt = s.target(VM_UID, "inline-bridge")
+    bctx = {"bridge": "true", "csi.storage.k8s.io/pod.uid": VM_UID,
+            "csi.storage.k8s.io/pod.namespace": "ns", "csi.storage.k8s.io/pod.name": "vm",
+            "csi.storage.k8s.io/ephemeral": "true"}
+    bvid = "csi-bridge-vm"
+    s.ok("NodePublishVolume", pb.NodePublishVolumeRequest(
+        volume_id=bvid, target_path=btgt, volume_capability=mount_cap(pb, group="107"),
+        volume_context=bctx), "bridge publish")
+    code, msg, _ = s.call("E3 publish B onto a bridge's target", "NodePublishVolume",
+                          s.publish_req(B, btgt))
+    s.check(code in REFUSED, "E3: expected FAILED_PRECONDITION or ALREADY_EXISTS, got %s" %
+            seclib.fmt(code, msg))
+    ms = seclib.mounts_at(btgt)
+    s.check(len(ms) == 1 and ms[0][1].endswith("/bridges/" + VM_UID),
+            "E3: the bridge's target now holds %s" % [m[1] for m in ms])
+    s.after("E3 B onto the bridge")
+    if code == "OK":
+        s.call("E3 (undo)", "NodeUnpublishVolume",
+               pb.NodeUnpublishVolumeRequest(volume_id=B, target_path=btgt), quiet=True)
+    # a second VM pod's bridge onto A's target
+    ctx2 = dict(bctx)
+    ctx2["csi.storage.k8s.io/pod.uid"] = "1d4b5a4e-1111-4000-8000-00000000c0de"
+    ctx2["csi.storage.k8s.io/pod.name"] = "vm2"
+    code, msg, _ = s.call("E3 publish a bridge onto A's target", "NodePublishVolume",
+                          pb.NodePublishVolumeRequest(
+                              volume_id="csi-bridge-vm2", target_path=tgt_a,
+                              volume_capability=mount_cap(pb, group="107"), volume_context=ctx2))
+    s.check(code in REFUSED, "E3: bridge onto A's target: expected FAILED_PRECONDITION or "
+            "ALREADY_EXISTS, got %s" % seclib.fmt(code, msg))
+    s.after("E3 bridge onto A")
+    check_a(s, "E3 bridge onto A", tgt_a)
+    if code == "OK":
+        s.call("E3 (undo)", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+            volume_id="csi-bridge-vm2", target_path=tgt_a), quiet=True)
+    code, msg, _ = s.call("E3 NodeUnpublishVolume of the bridge", "NodeUnpublishVolume",
+                          pb.NodeUnpublishVolumeRequest(volume_id=bvid, target_path=btgt))
+    s.check(code == "OK" and not seclib.mounts_at(btgt),
+            "E3: bridge unpublish: %s, mounts left %s" % (seclib.fmt(code, msg),
+                                                          seclib.mounts_at(btgt)))
+    s.check(not exports_mounted(s, B), "E3: B is mounted at %s" % exports_mounted(s, B))
+
+    # ---- E4: C's staging path is A's target
+    if len(seclib.mounts_at(tgt_a)) != 1:  # an accepted E3 took A down: publish it again
+        s.call("(repair)", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+            volume_id=A, target_path=tgt_a), quiet=True)
+        tgt_a = s.publish(A, "pod-a")
+    code, msg, _ = s.call("E4 stage C at A's target", "NodeStageVolume",
+                          pb.NodeStageVolumeRequest(volume_id=C, staging_target_path=tgt_a,
+                                                    volume_capability=mount_cap(pb, group="107")))
+    s.check(code in REFUSED, "E4: expected FAILED_PRECONDITION or ALREADY_EXISTS, got %s" %
+            seclib.fmt(code, msg))
+    s.after("E4")
+    check_a(s, "E4", tgt_a)
+    code, msg, _ = s.call("E4 NodeUnstageVolume of C at A's target", "NodeUnstageVolume",
+                          pb.NodeUnstageVolumeRequest(volume_id=C, staging_target_path=tgt_a))
+    s.after("E4 unstage")
+    check_a(s, "E4 unstage", tgt_a)
+    s.works_fresh("E4 (C's rightful user)", C)
+
+    s.unpublish(A, tgt_a)
+    for v in (A, B, C):
+        s.call("teardown", "NodeUnstageVolume", pb.NodeUnstageVolumeRequest(
+            volume_id=v, staging_target_path=s.staging(v)), quiet=True)
+
+
+if __name__ == "__main__":
+    sys.exit(seclib.run_test(run, "qsd-sec-coll-"))
