@@ -77,6 +77,13 @@ def check_ro(s, attack, tgt, tgt_vol, writer=None):
                 "%s: the read-write publication is not writable: %s" % (attack, d or err))
         s.check(meta_ro(writer) is False, "%s: volume.json of the writer says read_only=%s" % (
             attack, meta_ro(writer)))
+    if d and d.get("read_only") is True:
+        # the client says read-only: the server must refuse a write it tries anyway
+        rc, out = qsdctl_verify(s.qsdctl, tgt, *PAT)
+        print("attack %-58s -> exit %d: %s" % (attack + ": a write tried anyway (qsdctl verify)",
+                                               rc, out.splitlines()[0] if out else ""))
+        s.check(rc == 0 and "write refused" in out, "%s: the read-only export did not refuse "
+                "a write (exit %d: %s)" % (attack, rc, out))
     if tgt_vol not in CORRUPTED:  # (once overwritten, the pattern proves nothing more)
         rc, out = qsdctl_verify(s.qsdctl, tgt, "--check", "--seed", "1", *PAT)
         s.check(rc == 0, "%s: the reader cannot read the pattern (exit %d: %s)" % (
