@@ -415,11 +415,7 @@ out:
 static void delete_finish(struct csi *c, struct vol *v)
 {
     _cleanup_free_ char *msg = NULL;
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, v->id, &p);
-    rm_rf(p.export_dir);
-    rm_rf(p.ctl_dir);
-    qsd_paths_clear(&p);
+    csi_remove_runtime(c, v->id);
     qsd_free(v->qsd);
     v->qsd = NULL;
     int r = image_delete(&c->pool, v->id, &msg);

@@ -120,15 +120,6 @@ static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapa
 
 /* ------------------------------------------------------------- stage */
 
-static void remove_runtime(struct csi *c, const char *id)
-{
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, id, &p);
-    rm_rf(p.export_dir);
-    rm_rf(p.ctl_dir);
-    qsd_paths_clear(&p);
-}
-
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
@@ -140,7 +131,7 @@ static void stage_started(struct csi *c, struct vol *v, int status, const char *
     }
     qsd_free(v->qsd);
     v->qsd = NULL;
-    remove_runtime(c, v->id);
+    csi_remove_runtime(c, v->id);
     vol_clear_staging(v);
     store_save_vol(c->store, v);
     grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg ? msg : strerror(-status));
@@ -155,7 +146,7 @@ static void stage_start(struct op *op)
     if (vol_qsd_start(c, v, stage_started, op, &msg) < 0) {
         qsd_free(v->qsd);
         v->qsd = NULL;
-        remove_runtime(c, v->id);
+        csi_remove_runtime(c, v->id);
         vol_clear_staging(v);
         store_save_vol(c->store, v);
         grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg);
@@ -311,7 +302,7 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     struct vol *v = op->vol;
     qsd_free(v->qsd);
     v->qsd = NULL;
-    remove_runtime(c, v->id);
+    csi_remove_runtime(c, v->id);
     vol_clear_staging(v);
     int r = store_save_vol(c->store, v);
     if (r < 0)

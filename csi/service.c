@@ -242,13 +242,12 @@ static void recovery_started(struct csi *c, struct vol *v, int status, const cha
     }
 }
 
-static void remove_runtime(struct csi *c, const char *id)
+void csi_remove_runtime(struct csi *c, const char *id)
 {
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, id, &p);
-    rm_rf(p.export_dir);
-    rm_rf(p.ctl_dir);
-    qsd_paths_clear(&p);
+    int r = qsd_remove_runtime(c->cfg->run_dir, id);
+    if (r < 0)
+        log_warn("plugin", "cannot remove a volume's runtime directories",
+                 "volume=%s error=\"%s\"", id, strerror(-r));
 }
 
 /* Remove dir/<prefix><digits>: temporary files image.c names
@@ -309,7 +308,7 @@ static void recover(struct csi *c)
             if (v->staging_path) {
                 _cleanup_free_ char *msg = NULL;
                 qsd_stop_sync(&c->qcfg, v->id, &msg);
-                remove_runtime(c, v->id);
+                csi_remove_runtime(c, v->id);
             }
             _cleanup_free_ char *msg = NULL;
             image_delete(&c->pool, v->id, &msg);

@@ -57,6 +57,10 @@ void op_end(struct op *op);
  * is failed and the op ended (returns < 0). */
 int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done);
 
+/* Remove a volume's export and control directories (qsd_remove_runtime),
+ * logging a failure. */
+void csi_remove_runtime(struct csi *c, const char *id);
+
 /* Validate an id field: non-empty and valid per names.h.  On failure the
  * call is failed with INVALID_ARGUMENT and false returned. */
 bool id_ok(struct grpc_call *call, const char *field, const char *id);
