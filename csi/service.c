@@ -2,6 +2,7 @@
 #include "service.h"
 #include "bridge.h"
 #include "log.h"
+#include "mounts.h"
 #include "names.h"
 #include "params.h"
 #include "util.h"
@@ -242,6 +243,20 @@ static void recovery_started(struct csi *c, struct vol *v, int status, const cha
     }
 }
 
+char *csi_path_owner(struct csi *c, const char *path, const char *except)
+{
+    for (size_t i = 0; i < c->store->n_vols; i++) {
+        const struct vol *v = c->store->vols[i];
+        if (except && streq(v->id, except))
+            continue;
+        if (v->staging_path && streq(v->staging_path, path))
+            return xasprintf("the staging path of volume %s", v->id);
+        if (vol_find_pub(v, path) >= 0)
+            return xasprintf("a publication of volume %s", v->id);
+    }
+    return bridge_path_owner(c, path, except);
+}
+
 void csi_remove_runtime(struct csi *c, const char *id)
 {
     int r = qsd_remove_runtime(c->cfg->run_dir, id);
@@ -358,8 +373,10 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     c->loop = loop;
     c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary};
     c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
+    mounts_open(c);
     int r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
     if (r < 0) {
+        mounts_close(c);
         free(c->topo_key);
         free(c);
         return r;
@@ -367,6 +384,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     r = store_open(cfg->state_dir, &c->store, ret_msg);
     if (r < 0) {
         pool_close(&c->pool);
+        mounts_close(c);
         free(c->topo_key);
         free(c);
         return r;
@@ -375,6 +393,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     if (r < 0) {
         store_free(c->store);
         pool_close(&c->pool);
+        mounts_close(c);
         free(c->topo_key);
         free(c);
         return r;
@@ -407,6 +426,7 @@ void csi_free(struct csi *c)
     bridges_free(c->bridges);
     store_free(c->store);
     pool_close(&c->pool);
+    mounts_close(c);
     free(c->topo_key);
     free(c);
 }

@@ -29,6 +29,7 @@ struct csi {
     char *topo_key;        /* "<driver-name>/node" */
     struct op *ops;        /* in flight */
     struct bridges *bridges; /* hot-plug bridges and requests (bridge.h) */
+    int kubelet_fd;        /* O_PATH of the kubelet root (mounts.h) */
 };
 
 /* One asynchronous RPC.  Records named here are busy until op_end(). */
@@ -82,11 +83,10 @@ typedef void (*vol_started_fn)(struct csi *c, struct vol *v, int status, const c
 int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg);
 bool vol_live(const struct vol *v);
 
-/* Bind-mount the directory src onto the directory target (read-only if
- * asked), through an O_PATH descriptor of target (no symlink followed). */
-int csi_bind_mount(const char *src, const char *target, bool ro, char **ret_msg);
-/* Unmount target (all stacked mounts, lazily if busy) and remove it. */
-int csi_unmount_dir(const char *target, char **ret_msg);
+/* Who else uses path (absolute) as a target or staging path: "a
+ * publication of volume X", "the bridge of pod Y"... (to free), or NULL.
+ * Records of the volume or ephemeral volume id `except` are not counted. */
+char *csi_path_owner(struct csi *c, const char *path, const char *except);
 
 const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n);
 const struct grpc_method *node_methods(struct csi *c, size_t *ret_n);

@@ -139,23 +139,30 @@ int fsat_chown_mode(int dfd, const char *name, int gid, unsigned mode)
     return chmod(p, mode) < 0 ? -errno : 0;
 }
 
-int fsat_bind(int src_fd, int target_fd, bool ro)
+int fsat_bind(int src_fd, int target_fd, unsigned flags)
 {
-    _cleanup_close_ int tree = open_tree(src_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
-                                                         AT_EMPTY_PATH);
+    _cleanup_close_ int tree =
+        open_tree(src_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH |
+                                  ((flags & FSAT_BIND_REC) ? AT_RECURSIVE : 0));
     if (tree < 0)
         return -errno;
-    if (ro) {
-        struct mount_attr attr = {
-            .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                        MOUNT_ATTR_NOEXEC,
-        };
-        if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-            return -errno;
-    }
+    struct mount_attr attr = {0};
+    if (flags & FSAT_BIND_RO)
+        attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                        MOUNT_ATTR_NOEXEC;
+    else
+        attr.attr_clr = MOUNT_ATTR_RDONLY;
+    if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+        return -errno;
     if (move_mount(tree, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
         return -errno;
     return 0;
+}
+
+int fsat_make_shared(int fd)
+{
+    struct mount_attr attr = {.propagation = MS_SHARED};
+    return mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0 ? -errno : 0;
 }
 
 int fsat_is_mount_root(int fd)
@@ -169,7 +176,7 @@ int fsat_is_mount_root(int fd)
     return (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) ? 1 : 0;
 }
 
-int fsat_unmount_rmdir(int dfd, const char *rel)
+int fsat_unmount(int dfd, const char *rel)
 {
     for (int i = 0;; i++) {
         _cleanup_close_ int fd = -1;
@@ -191,10 +198,18 @@ int fsat_unmount_rmdir(int dfd, const char *rel)
         if (umount2(p, 0) < 0 && (errno != EBUSY || umount2(p, MNT_DETACH) < 0))
             return -errno;
     }
+    return 0;
+}
+
+int fsat_unmount_rmdir(int dfd, const char *rel)
+{
+    int r = fsat_unmount(dfd, rel);
+    if (r < 0)
+        return r;
     int pfd;
     bool own;
     const char *base;
-    int r = open_parent(dfd, rel, &pfd, &own, &base);
+    r = open_parent(dfd, rel, &pfd, &own, &base);
     if (r < 0)
         return r == -ENOENT ? 0 : r;
     if (unlinkat(pfd, base, AT_REMOVEDIR) < 0 && errno != ENOENT)

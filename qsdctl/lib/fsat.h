@@ -48,13 +48,23 @@ int fsat_write_atomic(int dfd, const char *name, const void *data, size_t len, u
 int fsat_chown_mode(int dfd, const char *name, int gid, unsigned mode);
 
 /* Bind-mount the directory src_fd (any descriptor of it, O_PATH is enough)
- * onto the directory target_fd.  ro: the new mount is read-only, nosuid,
- * nodev and noexec from the moment it appears.  The clone keeps src's
- * propagation peer group, like mount(MS_BIND). */
-int fsat_bind(int src_fd, int target_fd, bool ro);
+ * onto the directory target_fd.  FSAT_BIND_RO: the new mount is read-only,
+ * nosuid, nodev and noexec from the moment it appears; without it the new
+ * mount is writable even when src's is not.  FSAT_BIND_REC: with the mounts
+ * under src (MS_REC).  The clone keeps src's propagation peer group, like
+ * mount(MS_BIND). */
+enum { FSAT_BIND_RO = 1, FSAT_BIND_REC = 2 };
+int fsat_bind(int src_fd, int target_fd, unsigned flags);
+
+/* Make the mount whose root fd is shared (MS_SHARED). */
+int fsat_make_shared(int fd);
 
 /* Is fd the root of a mount?  1 yes, 0 no. */
 int fsat_is_mount_root(int fd);
+
+/* Unmount every mount stacked on rel beneath dfd (at most 8; a busy one is
+ * detached); the directory stays.  Missing is not an error. */
+int fsat_unmount(int dfd, const char *rel);
 
 /* Unmount every mount stacked on rel beneath dfd (at most 8; a busy one is
  * detached) and remove the directory rel.  Missing is not an error;

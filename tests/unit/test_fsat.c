@@ -127,7 +127,7 @@ static void test_bind_ro_and_unmount(void **state)
     assert_int_equal(fsat_mkdirs(rfd, "src", 0750, &src), 0);
     assert_int_equal(fsat_mkdirs(rfd, "a/target", 0750, &tgt), 0);
     assert_int_equal(fsat_is_mount_root(tgt), 0);
-    assert_int_equal(fsat_bind(src, tgt, true), 0);
+    assert_int_equal(fsat_bind(src, tgt, FSAT_BIND_RO), 0);
     _cleanup_close_ int t2 = -1;
     assert_int_equal(fsat_open(rfd, "a/target", O_PATH | O_DIRECTORY, &t2), 0);
     assert_int_equal(fsat_is_mount_root(t2), 1);
@@ -135,7 +135,7 @@ static void test_bind_ro_and_unmount(void **state)
     assert_true(open(f, O_CREAT | O_WRONLY, 0600) < 0);
     assert_int_equal(errno, EROFS);
     /* two stacked mounts are both removed, then the directory */
-    assert_int_equal(fsat_bind(src, t2, false), 0);
+    assert_int_equal(fsat_bind(src, t2, 0), 0);
     assert_int_equal(fsat_unmount_rmdir(rfd, "a/target"), 0);
     _cleanup_free_ char *t = at("a/target");
     struct stat st;
