@@ -816,28 +816,15 @@ static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVol
 
 /* ------------------------------------------------------------ dispatch */
 
-#define HANDLER(fname, impl, Type, type)                                                  \
-    static void fname(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque) \
-    {                                                                                      \
-        struct node *n = opaque;                                                           \
-        Type *in = type##__unpack(NULL, len, req);                                         \
-        if (!in) {                                                                         \
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode the request");     \
-            return;                                                                        \
-        }                                                                                  \
-        impl(n->csi, call, in);                                                            \
-        type##__free_unpacked(in, NULL);                                                   \
-    }
-
-HANDLER(h_info, get_info, Csi__V1__NodeGetInfoRequest, csi__v1__node_get_info_request)
-HANDLER(h_caps, get_caps, Csi__V1__NodeGetCapabilitiesRequest, csi__v1__node_get_capabilities_request)
-HANDLER(h_stage, stage, Csi__V1__NodeStageVolumeRequest, csi__v1__node_stage_volume_request)
-HANDLER(h_unstage, unstage, Csi__V1__NodeUnstageVolumeRequest, csi__v1__node_unstage_volume_request)
-HANDLER(h_publish, publish, Csi__V1__NodePublishVolumeRequest, csi__v1__node_publish_volume_request)
-HANDLER(h_unpublish, unpublish, Csi__V1__NodeUnpublishVolumeRequest,
+CSI_HANDLER(h_info, get_info, Csi__V1__NodeGetInfoRequest, csi__v1__node_get_info_request)
+CSI_HANDLER(h_caps, get_caps, Csi__V1__NodeGetCapabilitiesRequest, csi__v1__node_get_capabilities_request)
+CSI_HANDLER(h_stage, stage, Csi__V1__NodeStageVolumeRequest, csi__v1__node_stage_volume_request)
+CSI_HANDLER(h_unstage, unstage, Csi__V1__NodeUnstageVolumeRequest, csi__v1__node_unstage_volume_request)
+CSI_HANDLER(h_publish, publish, Csi__V1__NodePublishVolumeRequest, csi__v1__node_publish_volume_request)
+CSI_HANDLER(h_unpublish, unpublish, Csi__V1__NodeUnpublishVolumeRequest,
         csi__v1__node_unpublish_volume_request)
-HANDLER(h_stats, stats, Csi__V1__NodeGetVolumeStatsRequest, csi__v1__node_get_volume_stats_request)
-HANDLER(h_expand, expand, Csi__V1__NodeExpandVolumeRequest, csi__v1__node_expand_volume_request)
+CSI_HANDLER(h_stats, stats, Csi__V1__NodeGetVolumeStatsRequest, csi__v1__node_get_volume_stats_request)
+CSI_HANDLER(h_expand, expand, Csi__V1__NodeExpandVolumeRequest, csi__v1__node_expand_volume_request)
 
 static struct node g_node;
 
@@ -846,7 +833,7 @@ const struct grpc_method *node_methods(struct csi *c, size_t *ret_n)
     struct node *n = &g_node;
     n->csi = c;
     size_t k = 0;
-#define M(path, fn, lvl) n->methods[k++] = (struct grpc_method){"/csi.v1.Node/" path, fn, n, lvl}
+#define M(path, fn, lvl) n->methods[k++] = (struct grpc_method){"/csi.v1.Node/" path, fn, c, lvl}
     M("NodeGetInfo", h_info, LOG_INFO);
     M("NodeGetCapabilities", h_caps, LOG_INFO);
     M("NodeStageVolume", h_stage, LOG_INFO);

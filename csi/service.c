@@ -5,6 +5,7 @@
 #include "mounts.h"
 #include "names.h"
 #include "params.h"
+#include "pbcheck.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -49,6 +50,20 @@ int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done
         op_end(op);
     }
     return r;
+}
+
+ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMessageDescriptor *d,
+                                     const uint8_t *req, size_t len)
+{
+    _cleanup_free_ char *field = NULL;
+    if (pb_check_strings(d, req, len, &field) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s contains a NUL byte", field);
+        return NULL;
+    }
+    ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, req);
+    if (!m)
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode the request (%s)", d->name);
+    return m;
 }
 
 bool id_ok(struct grpc_call *call, const char *field, const char *id)

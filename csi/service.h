@@ -62,6 +62,24 @@ int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done
  * logging a failure. */
 void csi_remove_runtime(struct csi *c, const char *id);
 
+/* Decode a request.  Undecodable bytes, or a string field with a NUL byte
+ * (pbcheck.h), fail the call with INVALID_ARGUMENT naming the field, and
+ * NULL is returned. */
+ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMessageDescriptor *d,
+                                     const uint8_t *req, size_t len);
+
+/* The gRPC handler of one RPC: decode, impl(c, call, in), free.  The
+ * method's opaque is the struct csi. */
+#define CSI_HANDLER(fname, impl, Type, type)                                                   \
+    static void fname(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)  \
+    {                                                                                       \
+        Type *in = (Type *)csi_request_unpack(call, &type##__descriptor, req, len);          \
+        if (!in)                                                                            \
+            return;                                                                         \
+        impl(opaque, call, in);                                                             \
+        protobuf_c_message_free_unpacked(&in->base, NULL);                                  \
+    }
+
 /* Validate an id field: non-empty and valid per names.h.  On failure the
  * call is failed with INVALID_ARGUMENT and false returned. */
 bool id_ok(struct grpc_call *call, const char *field, const char *id);
