@@ -72,9 +72,9 @@ def check_ro(s, attack, tgt, tgt_vol, writer=None):
         if tgt_vol not in CORRUPTED:
             rc, out = qsdctl_verify(s.qsdctl, writer, "--check", "--seed", "1", *PAT)
             s.check(rc == 0, "%s: the writer's pattern changed (exit %d: %s)" % (attack, rc, out))
-        d, err = vhost_info(s.qsdctl, writer)
-        s.check(d is not None and d.get("read_only") is False,
-                "%s: the read-write publication is not writable: %s" % (attack, d or err))
+        dw, err = vhost_info(s.qsdctl, writer)
+        s.check(dw is not None and dw.get("read_only") is False,
+                "%s: the read-write publication is not writable: %s" % (attack, dw or err))
         s.check(meta_ro(writer) is False, "%s: volume.json of the writer says read_only=%s" % (
             attack, meta_ro(writer)))
     if d and d.get("read_only") is True:
