@@ -14,6 +14,9 @@ there), placements raced, restart recovery and bridge removal.
 - P3 restart: a placement's mount is lost while the plugin is down and its
   directory replaced by a symlink to the decoy: the new plugin must not
   mount through it;
+- P3b restart: the bridge's own target mount lost and its parent replaced by
+  a symlink to the decoy: nothing mounted there; restored once the parent is
+  a directory again;
 - P4 removal of the bridge (NodeUnpublishVolume of the VM pod's inline
   volume) with a 30000-level tree, symlinks and FIFOs planted in it: bounded,
   the plugin stays up, the decoys are untouched.
@@ -212,6 +215,34 @@ def run(s):
         os.unlink(late)
     detach(a)
     s.after("P3 detach")
+
+    # ---- P3b: restart, the bridge's own target lost and its parent swapped
+    s.env.stop(9)
+    subprocess.run(["umount", "-l", btgt], check=True)
+    bparent = os.path.dirname(btgt)
+    os.rename(bparent, bparent + ".real")
+    os.symlink(os.path.join(s.decoy, "dir-bridge-restart"), bparent)
+    try:
+        s.start()
+        print("attack %-58s -> started, pid %d" % (
+            "P3b restart, bridge target's parent -> symlink out", s.pid))
+    except RuntimeError as e:
+        s.check(False, "P3b: the plugin did not start: %s" % e)
+        s.env.stop(9)
+        os.unlink(bparent)
+        os.rename(bparent + ".real", bparent)
+        s.start()
+    time.sleep(1.0)
+    s.after("P3b restart with the bridge target's parent swapped")
+    if os.path.islink(bparent):
+        os.unlink(bparent)
+        os.rename(bparent + ".real", bparent)
+    # the VM pod's volume directory is back: the next start restores its bridge
+    s.restart("P3b: parent restored")
+    time.sleep(0.5)
+    s.check(seclib.mounts_at(btgt), "P3b: the bridge's target was not restored once its "
+            "parent was a directory again")
+    s.after("P3b restored")
 
     # ---- P4: removal of the bridge with a deep tree and links planted
     a, (code, msg), (pcode, pmsg) = attach("kept", "P4 setup", quiet=True)

@@ -13,6 +13,7 @@ that touches that directory:
   volume_mount_group (regroup: chown/chmod), an online resize, unstage;
 - B3 a 30000-level directory tree, FIFOs, sockets and symlinks, then
   unpublish and unstage (the recursive delete);
+  B2 and B3 plant in RUN/exports-ro/<vol>/ (the read-only export) too;
 - B4 the same planted before kill -9 + start of the plugin (FIFOs at the
   next few hundred pids' temporary names), then a resize.
 
@@ -76,6 +77,7 @@ def expand(s, attack, size, path, bound=seclib.BOUND):
 def run(s):
     pb = s.pb
     ed = s.export_dir(VID)
+    ro_dir = os.path.join(s.run, "exports-ro", VID)
     s.create(VID, 64 * MiB)
     s.stage(VID)
     tgt = s.publish(VID, "pod-1")
@@ -112,6 +114,11 @@ def run(s):
     os.symlink(os.path.join(s.decoy, "secret-sock"), vs)
     os.unlink(vj)
     os.symlink(os.path.join(s.decoy, "secret-json"), vj)
+    for n, decoy in (("volume.json", "secret-json"), ("vhost.sock", "secret-sock")):
+        p = os.path.join(ro_dir, n)
+        if os.path.lexists(p):  # the read-only export's files too
+            os.rename(p, os.path.join(ro_dir, "tenant-moved-" + n))
+            os.symlink(os.path.join(s.decoy, decoy), p)
     code, msg, _ = s.call("B2 symlinks: NodeUnpublishVolume", "NodeUnpublishVolume",
                           pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt))
     s.check(code == "OK", "B2: NodeUnpublishVolume: %s" % seclib.fmt(code, msg))
@@ -143,6 +150,9 @@ def run(s):
     # ---- B3: a deep tree (and FIFOs, sockets, symlinks), then unpublish + unstage
     tgt3 = s.publish(VID, "pod-3")
     seclib.make_deep_tree(ed, "deep", DEPTH)
+    if os.path.isdir(ro_dir):  # the read-only export's directory (issue 9, F)
+        seclib.make_deep_tree(ro_dir, "deep", DEPTH // 3)
+        os.symlink(os.path.join(s.decoy, "secret"), os.path.join(ro_dir, "link-file"))
     fifos = plant_fifos(ed, ["fifo", "volume.json.tmp.%d" % s.pid])
     sock = seclib.unix_socket_at(os.path.join(ed, "tenant.sock"))
     os.symlink(s.decoy, os.path.join(ed, "link-dir"))

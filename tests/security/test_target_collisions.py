@@ -10,7 +10,9 @@
 - E3 B onto a bridge's target, and a bridge onto A's target: refused, the
   bridge (or A) untouched;
 - E4 NodeStageVolume of C with a staging path equal to A's target: refused
-  (FAILED_PRECONDITION or ALREADY_EXISTS), A untouched.
+  (FAILED_PRECONDITION or ALREADY_EXISTS), A untouched;
+- E5 NodePublishVolume of B with A's staging path as target: refused the
+  same way, nothing mounted there.
 
 usage: test_target_collisions.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
@@ -140,6 +142,19 @@ def run(s):
     s.after("E4 unstage")
     check_a(s, "E4 unstage", tgt_a)
     s.works_fresh("E4 (C's rightful user)", C)
+
+    # ---- E5: B's target is A's staging path
+    stg_a = s.staging(A)
+    code, msg, _ = s.call("E5 publish B at A's staging path", "NodePublishVolume",
+                          s.publish_req(B, stg_a))
+    s.check(code in REFUSED, "E5: expected FAILED_PRECONDITION or ALREADY_EXISTS, got %s" %
+            seclib.fmt(code, msg))
+    s.check(not seclib.mounts_at(stg_a), "E5: something is mounted at A's staging path")
+    if code == "OK":
+        s.call("E5 (undo)", "NodeUnpublishVolume",
+               pb.NodeUnpublishVolumeRequest(volume_id=B, target_path=stg_a), quiet=True)
+    s.after("E5")
+    check_a(s, "E5", tgt_a)
 
     s.unpublish(A, tgt_a)
     for v in (A, B, C):

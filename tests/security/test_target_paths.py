@@ -12,6 +12,9 @@ out of the kubelet root.
   30 s) and NodeStageVolume/NodeUnstageVolume (100 times, at most 10 s) are called:
   afterwards the decoy is empty and no mount exists outside the kubelet
   root;
+- C4 the target is a FIFO, a file, a socket or a symlink (to a directory in
+  the kubelet root), the staging path a FIFO: refused (or at least never
+  hanging), nothing created through the symlink;
 - C3 recorded targets at restart: publish, kill -9 the plugin, unmount the
   target by hand, replace a parent of the target by a symlink to the decoy,
   start the plugin: nothing is mounted or created in the decoy.
@@ -95,6 +98,49 @@ def run(s):
     os.unlink(os.path.join(sdir, VID2))
     s.after("C1 staging parent symlink")
     s.works_fresh("C1", VID)
+
+    # ---- C4: the target or staging path is not a directory
+    import socket as _socket
+    base = csi % "c4"
+    os.makedirs(base)
+    socks = []
+    for kind in ("fifo", "file", "socket", "symlink-in"):
+        p = os.path.join(base, kind)
+        os.makedirs(p)
+        t = os.path.join(p, "mount")
+        if kind == "fifo":
+            os.mkfifo(t)
+        elif kind == "file":
+            open(t, "w").close()
+        elif kind == "socket":
+            socks.append(seclib.unix_socket_at(t))
+        else:  # a symlink to a directory inside the kubelet root
+            os.makedirs(os.path.join(s.kubelet, "elsewhere"), exist_ok=True)
+            os.symlink(os.path.join(s.kubelet, "elsewhere"), t)
+        code, msg, _ = s.call("C4 target is a %s" % kind, "NodePublishVolume",
+                              s.publish_req(VID, t), bound=10)
+        s.check(code not in ("OK", "DEADLINE_EXCEEDED"), "C4 target is a %s: %s" % (
+            kind, seclib.fmt(code, msg)))
+        if code == "OK":
+            s.call("C4 (undo)", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+                volume_id=VID, target_path=t), quiet=True)
+        s.after("C4 target is a %s" % kind)
+    s.check(not os.listdir(os.path.join(s.kubelet, "elsewhere")),
+            "C4: something was created through the target symlink")
+    fifo_stg = os.path.join(s.kubelet, "fifo-staging")
+    os.mkfifo(fifo_stg)
+    code, msg, _ = s.call("C4 staging path is a FIFO", "NodeStageVolume",
+                          pb.NodeStageVolumeRequest(volume_id=VID2, staging_target_path=fifo_stg,
+                                                    volume_capability=mount_cap(pb, group="107")),
+                          bound=10)
+    s.check(code != "DEADLINE_EXCEEDED", "C4 staging FIFO: the call hung")
+    if code == "OK":
+        s.call("C4 (undo)", "NodeUnstageVolume", pb.NodeUnstageVolumeRequest(
+            volume_id=VID2, staging_target_path=fifo_stg), quiet=True)
+    s.after("C4 staging path is a FIFO", fifos_dir=s.kubelet)
+    for x in socks:
+        x.close()
+    s.works_fresh("C4", VID)
 
     # ---- C2: the parent flips between a directory and a symlink out
     base = csi % "race"
