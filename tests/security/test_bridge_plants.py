@@ -18,7 +18,7 @@ there), placements raced, restart recovery and bridge removal.
   a symlink to the decoy: nothing mounted there; restored once the parent is
   a directory again;
 - P4 removal of the bridge (NodeUnpublishVolume of the VM pod's inline
-  volume) with a 30000-level tree, symlinks and FIFOs planted in it: bounded,
+  volume) with a 10000-level tree, symlinks and FIFOs planted in it: bounded,
   the plugin stays up, the decoys are untouched.
 
 usage: test_bridge_plants.py PLUGIN_BINARY PROTO_DIR QSDCTL
@@ -246,7 +246,7 @@ def run(s):
 
     # ---- P4: removal of the bridge with a deep tree and links planted
     a, (code, msg), (pcode, pmsg) = attach("kept", "P4 setup", quiet=True)
-    seclib.make_deep_tree(bdir, "deep", 30000)
+    seclib.make_deep_tree(bdir, "deep", seclib.DEEP)
     os.symlink(s.decoy, os.path.join(bdir, "link-dir"))
     os.symlink(os.path.join(s.decoy, "secret"), os.path.join(bdir, "link-file"))
     os.mkfifo(os.path.join(bdir, "fifo"))

@@ -11,7 +11,7 @@ that touches that directory:
 - B2 volume.json and vhost.sock replaced by symlinks to root:root 0600 decoy
   files outside, then unpublish and re-publish with another
   volume_mount_group (regroup: chown/chmod), an online resize, unstage;
-- B3 a 30000-level directory tree, FIFOs, sockets and symlinks, then
+- B3 a 10000-level directory tree, FIFOs, sockets and symlinks, then
   unpublish and unstage (the recursive delete);
   B2 and B3 plant in RUN/exports-ro/<vol>/ (the read-only export) too;
 - B4 the same planted before kill -9 + start of the plugin (FIFOs at the
@@ -34,7 +34,7 @@ import seclib  # noqa: E402
 from seclib import MiB, mount_cap, vhost_info  # noqa: E402
 
 VID = "pvc-victim"
-DEPTH = 30000
+DEPTH = seclib.DEEP
 
 
 def plant_fifos(ed, names):
