@@ -268,7 +268,7 @@ class E2E:
         self.start_launcher()
         self.wait_console("DISK name=vda size=%d" % (64 * MiB // 512), 1, 180)
         self.wait_console("MONITOR-START", 1, 60)
-        log("guest up with vda (pvc-root placed through the bridge)")
+        log("guest up with vda (pvc-root, the VM pod's own PVC, beside the bridge)")
 
         plug, unplug, refused = [], [], 0
         for k in range(1, CYCLES + 1):
@@ -315,6 +315,7 @@ class E2E:
         rc = self.launcher.wait(timeout=60)
         if rc != 0:
             raise Fail("launcher exit status %d, want 0" % rc)
+        self.unpublish("pvc-root", root_pvc)       # the VM pod is gone
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -324,7 +325,6 @@ class E2E:
                 if e.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        self.unpublish("pvc-root", root_pvc)
         subprocess.run(["umount", self.bridge], check=True)
         self.unpublish(bvid, btgt)
         with open("/proc/self/mountinfo") as f:
