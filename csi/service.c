@@ -2,8 +2,10 @@
 #include "service.h"
 #include "bridge.h"
 #include "log.h"
+#include "mounts.h"
 #include "names.h"
 #include "params.h"
+#include "pbcheck.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -48,6 +50,20 @@ int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done
         op_end(op);
     }
     return r;
+}
+
+ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMessageDescriptor *d,
+                                     const uint8_t *req, size_t len)
+{
+    _cleanup_free_ char *field = NULL;
+    if (pb_check_strings(d, req, len, &field) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s contains a NUL byte", field);
+        return NULL;
+    }
+    ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, req);
+    if (!m)
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode the request (%s)", d->name);
+    return m;
 }
 
 bool id_ok(struct grpc_call *call, const char *field, const char *id)
@@ -242,13 +258,26 @@ static void recovery_started(struct csi *c, struct vol *v, int status, const cha
     }
 }
 
-static void remove_runtime(struct csi *c, const char *id)
+char *csi_path_owner(struct csi *c, const char *path, const char *except)
 {
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, id, &p);
-    rm_rf(p.export_dir);
-    rm_rf(p.ctl_dir);
-    qsd_paths_clear(&p);
+    for (size_t i = 0; i < c->store->n_vols; i++) {
+        const struct vol *v = c->store->vols[i];
+        if (except && streq(v->id, except))
+            continue;
+        if (v->staging_path && streq(v->staging_path, path))
+            return xasprintf("the staging path of volume %s", v->id);
+        if (vol_find_pub(v, path) >= 0)
+            return xasprintf("a publication of volume %s", v->id);
+    }
+    return bridge_path_owner(c, path, except);
+}
+
+void csi_remove_runtime(struct csi *c, const char *id)
+{
+    int r = qsd_remove_runtime(c->cfg->run_dir, id);
+    if (r < 0)
+        log_warn("plugin", "cannot remove a volume's runtime directories",
+                 "volume=%s error=\"%s\"", id, strerror(-r));
 }
 
 /* Remove dir/<prefix><digits>: temporary files image.c names
@@ -309,7 +338,7 @@ static void recover(struct csi *c)
             if (v->staging_path) {
                 _cleanup_free_ char *msg = NULL;
                 qsd_stop_sync(&c->qcfg, v->id, &msg);
-                remove_runtime(c, v->id);
+                csi_remove_runtime(c, v->id);
             }
             _cleanup_free_ char *msg = NULL;
             image_delete(&c->pool, v->id, &msg);
@@ -359,8 +388,10 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     c->loop = loop;
     c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary};
     c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
+    mounts_open(c);
     int r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
     if (r < 0) {
+        mounts_close(c);
         free(c->topo_key);
         free(c);
         return r;
@@ -368,6 +399,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     r = store_open(cfg->state_dir, &c->store, ret_msg);
     if (r < 0) {
         pool_close(&c->pool);
+        mounts_close(c);
         free(c->topo_key);
         free(c);
         return r;
@@ -376,6 +408,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     if (r < 0) {
         store_free(c->store);
         pool_close(&c->pool);
+        mounts_close(c);
         free(c->topo_key);
         free(c);
         return r;
@@ -408,6 +441,7 @@ void csi_free(struct csi *c)
     bridges_free(c->bridges);
     store_free(c->store);
     pool_close(&c->pool);
+    mounts_close(c);
     free(c->topo_key);
     free(c);
 }

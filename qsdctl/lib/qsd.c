@@ -1,5 +1,6 @@
 /* qsd.c: QSD options, command line, spawn, supervision, stop, adoption.  See qsd.h. */
 #include "qsd.h"
+#include "fsat.h"
 #include "log.h"
 #include "proc.h"
 #include "qmp.h"
@@ -239,9 +240,12 @@ int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg)
 void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *ret)
 {
     struct qsd_paths p;
+    p.run_dir = xstrdup(run_dir);
     p.export_dir = xasprintf("%s/exports/%s", run_dir, volume);
     p.socket = xasprintf("%s/vhost.sock", p.export_dir);
     p.meta = xasprintf("%s/volume.json", p.export_dir);
+    p.ro_dir = xasprintf("%s/exports-ro/%s", run_dir, volume);
+    p.ro_socket = xasprintf("%s/vhost.sock", p.ro_dir);
     p.ctl_dir = xasprintf("%s/ctl/%s", run_dir, volume);
     p.qmp = xasprintf("%s/qmp.sock", p.ctl_dir);
     p.state = xasprintf("%s/qsd.json", p.ctl_dir);
@@ -252,9 +256,12 @@ void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *r
 
 void qsd_paths_clear(struct qsd_paths *p)
 {
+    free(p->run_dir);
     free(p->export_dir);
     free(p->socket);
     free(p->meta);
+    free(p->ro_dir);
+    free(p->ro_socket);
     free(p->ctl_dir);
     free(p->qmp);
     free(p->state);
@@ -300,7 +307,7 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
      * guest was told were complete (measured: qcow2 metadata still in QSD's
      * memory, fsync'ed blocks read back as zeroes).  Only "unsafe" opts out. */
     bool writethrough = !streq(o->cache, "unsafe");
-    char **argv = xcalloc(16, sizeof(char *));
+    char **argv = xcalloc(20, sizeof(char *));
     int i = 0;
     argv[i++] = xstrdup(binary);
     argv[i++] = xstrdup("--blockdev");
@@ -324,8 +331,17 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
                             "logical-block-size", (json_int_t)o->logical_block_size);
     if (o->iothread)
         json_object_set_new(exp, "iothread", json_string("iot0"));
+    json_t *ro = o->read_only ? NULL : json_deep_copy(exp);
     argv[i++] = xstrdup("--export");
     argv[i++] = json_arg(exp);
+    if (ro) {
+        /* The same node again, read-only, on a socket of its own. */
+        json_object_set_new(ro, "id", json_string(QSD_RO_EXPORT_ID));
+        json_object_set_new(ro, "writable", json_false());
+        json_object_set_new(json_object_get(ro, "addr"), "path", json_string(p->ro_socket));
+        argv[i++] = xstrdup("--export");
+        argv[i++] = json_arg(ro);
+    }
     _cleanup_free_ char *qmp = qemu_opt_escape(p->qmp);
     argv[i++] = xstrdup("--chardev");
     argv[i++] = xasprintf("socket,id=qmp0,path=%s,server=on,wait=off", qmp);
@@ -535,19 +551,87 @@ static char *log_tail(const struct qsd_paths *p)
     return xstrdup(line[0] ? line : "(nothing logged)");
 }
 
+/* ------------------------------------------------- export directories */
+
+static int run_dir_open(const char *run_dir, int *ret_fd)
+{
+    int fd = open(run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    *ret_fd = fd;
+    return 0;
+}
+
+int qsd_export_dir_open(const char *run_dir, const char *volume, bool ro, int *ret_fd)
+{
+    _cleanup_close_ int run = -1;
+    int r = run_dir_open(run_dir, &run);
+    if (r < 0)
+        return r;
+    _cleanup_free_ char *rel = xasprintf("%s/%s", ro ? "exports-ro" : "exports", volume);
+    return fsat_open(run, rel, O_PATH | O_DIRECTORY, ret_fd);
+}
+
+int qsd_remove_runtime(const char *run_dir, const char *volume)
+{
+    static const char *const names[] = QSD_EXPORT_FILES;
+    _cleanup_close_ int run = -1;
+    int r = run_dir_open(run_dir, &run);
+    if (r < 0)
+        return r == -ENOENT ? 0 : r;
+    _cleanup_free_ char *e = xasprintf("exports/%s", volume);
+    _cleanup_free_ char *ro = xasprintf("exports-ro/%s", volume);
+    _cleanup_free_ char *ctl = xasprintf("%s/ctl/%s", run_dir, volume);
+    r = fsat_remove_dir(run, e, names);
+    int r2 = fsat_remove_dir(run, ro, names);
+    int r3 = rm_rf(ctl); /* private to the plugin: nothing a tenant made */
+    return r < 0 ? r : r2 < 0 ? r2 : r3;
+}
+
+/* Call fn with each export directory of the volume, opened beneath the run
+ * directory without following symlinks; the first error is returned. */
+static int each_export_dir(const struct qsd_paths *p, const char *volume, bool read_only,
+                           int (*fn)(int dfd, bool ro, void *arg), void *arg)
+{
+    int r = 0;
+    for (int ro = 0; ro <= (read_only ? 0 : 1); ro++) {
+        _cleanup_close_ int fd = -1;
+        int q = qsd_export_dir_open(p->run_dir, volume, ro, &fd);
+        if (q == 0)
+            q = fn(fd, ro, arg);
+        if (q < 0 && r == 0)
+            r = q;
+    }
+    return r;
+}
+
+static int unlink_export_files(int dfd, bool ro, void *arg)
+{
+    const char *const *names = arg;
+    for (; *names; names++)
+        if (unlinkat(dfd, *names, 0) < 0 && errno != ENOENT)
+            return -errno;
+    return 0;
+}
+
 static int prepare_dirs(struct qsd *q)
 {
-    _cleanup_free_ char *exports = xasprintf("%s/exports", q->cfg.run_dir);
-    _cleanup_free_ char *ctl = xasprintf("%s/ctl", q->cfg.run_dir);
-    int r;
-    if ((r = mkdir_p(q->cfg.run_dir, 0711)) < 0 || (r = mkdir_p(exports, 0711)) < 0 ||
-        (r = mkdir_p(ctl, 0700)) < 0 || (r = mkdir_p(q->paths.ctl_dir, 0700)) < 0 ||
-        (r = mkdir_p(q->paths.export_dir, 0750)) < 0)
+    int r = mkdir_p(q->cfg.run_dir, 0711); /* configuration: trusted */
+    if (r < 0)
         return r;
-    if (chmod(q->paths.export_dir, 0750) < 0 || chmod(q->paths.ctl_dir, 0700) < 0)
-        return -errno;
-    if (q->opts.socket_gid >= 0 && chown(q->paths.export_dir, 0, (gid_t)q->opts.socket_gid) < 0)
-        return -errno;
+    _cleanup_close_ int run = -1, ctl = -1;
+    if ((r = run_dir_open(q->cfg.run_dir, &run)) < 0 ||
+        (r = fsat_mkdirs(run, "ctl", 0700, &ctl)) < 0 ||
+        (r = fsat_mkdirs(ctl, q->volume, 0700, NULL)) < 0 ||
+        (r = fsat_chown_mode(ctl, q->volume, -1, 0700)) < 0)
+        return r;
+    for (int ro = 0; ro <= (q->opts.read_only ? 0 : 1); ro++) {
+        _cleanup_close_ int parent = -1;
+        if ((r = fsat_mkdirs(run, ro ? "exports-ro" : "exports", 0711, &parent)) < 0 ||
+            (r = fsat_mkdirs(parent, q->volume, 0750, NULL)) < 0 ||
+            (r = fsat_chown_mode(parent, q->volume, q->opts.socket_gid, 0750)) < 0)
+            return r;
+    }
     return 0;
 }
 
@@ -556,7 +640,8 @@ static void on_probe(struct loop *l, void *opaque);
 
 static int spawn(struct qsd *q)
 {
-    unlink(q->paths.socket);
+    static const char *const sock[] = {"vhost.sock", NULL};
+    each_export_dir(&q->paths, q->volume, q->opts.read_only, unlink_export_files, (void *)sock);
     unlink(q->paths.qmp);
     char **argv = qsd_argv(q->cfg.binary, &q->opts, &q->paths);
     int logfd = open(q->paths.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -632,11 +717,31 @@ static int spawn(struct qsd *q)
     return 0;
 }
 
+struct access {
+    int gid;
+    unsigned mode;
+};
+
+static int set_socket_access_at(int dfd, bool ro, void *arg)
+{
+    const struct access *a = arg;
+    return fsat_chown_mode(dfd, "vhost.sock", a->gid, a->mode);
+}
+
 static void set_socket_access(struct qsd *q)
 {
-    if (q->opts.socket_gid >= 0)
-        (void)!chown(q->paths.socket, 0, (gid_t)q->opts.socket_gid);
-    (void)!chmod(q->paths.socket, q->opts.socket_mode);
+    struct access a = {q->opts.socket_gid, q->opts.socket_mode};
+    int r = each_export_dir(&q->paths, q->volume, q->opts.read_only, set_socket_access_at, &a);
+    if (r < 0)
+        log_warn("qsd", "cannot set the export socket's group and mode", "volume=%s error=\"%s\"",
+                 q->volume, strerror(-r));
+}
+
+/* Every export of q accepts a connection. */
+static bool exports_accept(struct qsd *q)
+{
+    return unix_socket_probe(q->paths.socket) == 0 &&
+           (q->opts.read_only || unix_socket_probe(q->paths.ro_socket) == 0);
 }
 
 static void on_probe(struct loop *l, void *opaque)
@@ -648,7 +753,7 @@ static void on_probe(struct loop *l, void *opaque)
      * block_resize (its config-change notification) when no vhost-user client
      * has ever connected to the export; the probe connection initialises that
      * state (measured: SIGSEGV every time without it, never with it). */
-    if (unix_socket_probe(q->paths.socket) == 0) {
+    if (exports_accept(q)) {
         set_socket_access(q);
         q->state = QS_RUNNING;
         q->recent_failures = 0;
@@ -855,10 +960,11 @@ int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque)
         return r;
     loop_timer_cancel(q->timer);
     q->timer = NULL;
-    unlink(q->paths.meta);
+    static const char *const meta[] = {"volume.json", NULL}, *const all[] = QSD_EXPORT_FILES;
+    each_export_dir(&q->paths, q->volume, q->opts.read_only, unlink_export_files, (void *)meta);
     if (q->pidfd < 0) {
         q->state = QS_STOPPED;
-        unlink(q->paths.socket);
+        each_export_dir(&q->paths, q->volume, q->opts.read_only, unlink_export_files, (void *)all);
         if (done)
             done(q, 0, NULL, opaque);
         return 0;
@@ -873,40 +979,58 @@ int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque)
     return 0;
 }
 
+static int regroup_at(int dfd, bool ro, void *arg)
+{
+    const struct access *a = arg;
+    /* The socket is missing while a restart is under way: the restart
+     * applies the new group (set_socket_access). */
+    int r = fsat_chown_mode(dfd, "vhost.sock", a->gid, a->mode);
+    if (r < 0 && r != -ENOENT)
+        return r;
+    r = fsat_chown_mode(dfd, "volume.json", a->gid, a->gid >= 0 ? 0640 : 0600);
+    if (r < 0 && r != -ENOENT)
+        return r;
+    /* The directory itself: through its own descriptor. */
+    if (fchownat(dfd, "", 0, a->gid >= 0 ? (gid_t)a->gid : 0, AT_EMPTY_PATH) < 0)
+        return -errno;
+    return 0;
+}
+
 int qsd_set_socket_group(struct qsd *q, int gid)
 {
     q->opts.socket_gid = gid;
     int r = write_state(&q->paths, q->volume, &q->opts, true, q->pid, q->starttime);
     if (r < 0)
         return r;
-    gid_t g = gid >= 0 ? (gid_t)gid : 0;
-    if (chown(q->paths.export_dir, 0, g) < 0)
-        return -errno;
-    /* The socket is missing while a restart is under way: the restart
-     * applies the new group (set_socket_access). */
-    if (chown(q->paths.socket, 0, g) < 0 && errno != ENOENT)
-        return -errno;
-    if (chown(q->paths.meta, 0, g) < 0 && errno != ENOENT)
-        return -errno;
-    if (chmod(q->paths.meta, gid >= 0 ? 0640 : 0600) < 0 && errno != ENOENT)
-        return -errno;
-    return 0;
+    struct access a = {gid, q->opts.socket_mode};
+    return each_export_dir(&q->paths, q->volume, q->opts.read_only, regroup_at, &a);
+}
+
+struct meta {
+    const char *volume;
+    const struct qsd_opts *o;
+    uint64_t size;
+};
+
+static int meta_write_at(int dfd, bool ro, void *arg)
+{
+    const struct meta *m = arg;
+    json_t *j = json_pack("{s:i, s:s, s:I, s:b, s:I, s:I, s:s}", "version", 1, "volume",
+                          m->volume, "size", (json_int_t)m->size, "read_only",
+                          ro || m->o->read_only, "num_queues", (json_int_t)m->o->num_queues,
+                          "logical_block_size", (json_int_t)m->o->logical_block_size, "socket",
+                          "vhost.sock");
+    _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(j);
+    int gid = m->o->socket_gid;
+    return fsat_write_atomic(dfd, "volume.json", s, strlen(s), gid >= 0 ? 0640 : 0600, gid);
 }
 
 int qsd_meta_write(const struct qsd_paths *p, const char *volume, const struct qsd_opts *o,
                    uint64_t size)
 {
-    json_t *j = json_pack("{s:i, s:s, s:I, s:b, s:I, s:I, s:s}", "version", 1, "volume", volume,
-                          "size", (json_int_t)size, "read_only", o->read_only, "num_queues",
-                          (json_int_t)o->num_queues, "logical_block_size",
-                          (json_int_t)o->logical_block_size, "socket", "vhost.sock");
-    _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(j);
-    unsigned mode = o->socket_gid >= 0 ? 0640 : 0600;
-    int r = write_file_atomic(p->meta, s, strlen(s), mode);
-    if (r == 0 && o->socket_gid >= 0)
-        (void)!chown(p->meta, 0, (gid_t)o->socket_gid);
-    return r;
+    struct meta m = {volume, o, size};
+    return each_export_dir(p, volume, o->read_only, meta_write_at, &m);
 }
 
 int qsd_write_meta(struct qsd *q, uint64_t size)

@@ -45,9 +45,13 @@ json_t *qsd_opts_to_json(const struct qsd_opts *o);
 int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg);
 
 struct qsd_paths {
-    char *export_dir; /* run/exports/<vol>: bind-mounted into pods */
+    char *run_dir;
+    char *export_dir; /* run/exports/<vol>: bind-mounted (read-only) into pods */
     char *socket;     /* export_dir/vhost.sock */
     char *meta;       /* export_dir/volume.json */
+    char *ro_dir;     /* run/exports-ro/<vol>: the read-only export of a
+                         read-write volume (for read-only publications) */
+    char *ro_socket;  /* ro_dir/vhost.sock */
     char *ctl_dir;    /* run/ctl/<vol>: private */
     char *qmp;        /* ctl_dir/qmp.sock */
     char *state;      /* ctl_dir/qsd.json */
@@ -62,9 +66,23 @@ void qsd_paths_clear(struct qsd_paths *p);
 char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p);
 void qsd_argv_free(char **argv);
 
-/* Node names inside every QSD we start. */
+/* Node names inside every QSD we start.  A read-write volume has two
+ * vhost-user-blk exports of its node: QSD_EXPORT_ID (writable) and
+ * QSD_RO_EXPORT_ID (writable=false, the guest gets VIRTIO_BLK_F_RO), each in
+ * a directory of its own, so that a read-only publication is read-only
+ * whatever the consuming pod does.  A read-only volume has only the first. */
 #define QSD_NODE "vol"
 #define QSD_EXPORT_ID "exp0"
+#define QSD_RO_EXPORT_ID "exp-ro"
+#define QSD_EXPORT_FILES {"vhost.sock", "volume.json", NULL}
+
+/* Open an export directory of volume beneath run_dir without following
+ * symlinks (fsat.h): ro selects exports-ro/.  O_PATH descriptor. */
+int qsd_export_dir_open(const char *run_dir, const char *volume, bool ro, int *ret_fd);
+/* Remove what a volume's QSD leaves under run_dir: both export directories
+ * (only the names the QSD and the plugin create there, never recursively)
+ * and the private control directory. */
+int qsd_remove_runtime(const char *run_dir, const char *volume);
 
 /* ---- a live QSD ---- */
 struct qsd;
@@ -109,7 +127,8 @@ int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque);
  * it.  gid -1: root only. */
 int qsd_set_socket_group(struct qsd *q, int gid);
 
-/* Write the export's metadata file (volume.json) with the given size. */
+/* Write the exports' metadata files (volume.json, through directory fds)
+ * with the given size. */
 int qsd_write_meta(struct qsd *q, uint64_t size);
 int qsd_meta_write(const struct qsd_paths *p, const char *volume, const struct qsd_opts *o,
                    uint64_t size);

@@ -110,27 +110,46 @@ class E2E:
         self.c.NodeUnstageVolume(self.pb.NodeUnstageVolumeRequest(
             volume_id=vid, staging_target_path=self.staging(vid)), timeout=T)
 
-    def pvc(self, vid, uid, name):
+    def pvc(self, vid, uid, name, readonly=False):
         tgt = self.target(uid, vid)
         self.c.NodePublishVolume(self.pb.NodePublishVolumeRequest(
             volume_id=vid, staging_target_path=self.staging(vid), target_path=tgt,
-            volume_capability=self.cap, volume_context=self.podctx(uid, name, False)), timeout=T)
+            volume_capability=self.cap, readonly=readonly,
+            volume_context=self.podctx(uid, name, False)), timeout=T)
         return tgt
 
     def unpublish(self, vid, tgt):
         self.c.NodeUnpublishVolume(self.pb.NodeUnpublishVolumeRequest(volume_id=vid,
                                                                       target_path=tgt), timeout=T)
 
-    def attach_pod(self, k, vid, disk, request_first):
+    def attach_pod(self, k, vid, disk, request_first, readonly=False):
         uid = "a77ac400-0000-4000-8000-%012d" % k
         name = "attach-%d" % k
         if request_first:
             r = self.inline(uid, name, {"hotplugInto": VM, "disk": disk})
-            p = self.pvc(vid, uid, name)
+            p = self.pvc(vid, uid, name, readonly)
         else:
-            p = self.pvc(vid, uid, name)
+            p = self.pvc(vid, uid, name, readonly)
             r = self.inline(uid, name, {"hotplugInto": VM, "disk": disk})
         return r, p
+
+    def unplug(self, vid, ptgt, t0):
+        """NodeUnpublish, then NodeUnstage until the guest let go; returns
+        whether the first NodeUnstage was refused."""
+        self.unpublish(vid, ptgt)
+        first, refused = True, False
+        while True:
+            try:
+                self.unstage(vid)
+                return refused
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+                refused |= first
+            first = False
+            if time.monotonic() - t0 > 60:
+                raise Fail("NodeUnstage still refused after 60 s")
+            time.sleep(0.1)
 
     # ------------------------------------------------------------ guest
     def console_lines(self, prefix):
@@ -184,9 +203,10 @@ class E2E:
     def start_launcher(self):
         self.lf = open(self.llog, "a")
         self.launcher = subprocess.Popen(
-            [self.launcher_bin, "--spec", os.path.join(self.work, "vm.json"), "--volumes-dir",
-             self.bridge, "--volumes-dir", self.vols, "--root", self.vroot, "--shutdown-timeout", "5", "--ready-timeout", "10",
-             "--detach-timeout", "30"], stdout=self.lf, stderr=self.lf)
+            [self.launcher_bin, "--spec", os.path.join(self.work, "vm.json"),
+             "--volumes-dir", self.bridge, "--volumes-dir", self.vols, "--root", self.vroot,
+             "--shutdown-timeout", "5", "--ready-timeout", "10", "--detach-timeout", "30"],
+            stdout=self.lf, stderr=self.lf)
         log("launcher pid %d" % self.launcher.pid)
 
     def stop_launcher(self):
@@ -276,22 +296,10 @@ class E2E:
             req, ptgt = self.attach_pod(k, "pvc-data", "data", request_first=(k % 2 == 1))
             self.wait_console("ADD name=vdb size=%d ro=0" % (32 * MiB // 512), k, 60)
             plug.append((time.monotonic() - t0) * 1000)
+            self.wait_console("WRITE name=vdb ok", k, 30)
             t0 = time.monotonic()
-            self.unpublish("pvc-data", ptgt)
             # QEMU still holds the socket until the guest lets go: refused.
-            first = True
-            while True:
-                try:
-                    self.unstage("pvc-data")
-                    break
-                except grpc.RpcError as e:
-                    if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                        raise
-                    refused += first
-                first = False
-                if time.monotonic() - t0 > 60:
-                    raise Fail("NodeUnstage still refused after 60 s")
-                time.sleep(0.1)
+            refused += self.unplug("pvc-data", ptgt, t0)
             # Allowed only once QEMU let go of the socket: the guest released
             # the disk (its monitor prints DEL within ~100 ms of that).
             self.wait_console("DEL name=vdb", k, 5)
@@ -306,6 +314,28 @@ class E2E:
             raise Fail("NodeUnstage was refused right after unplug in only %d of %d cycles" %
                        (refused, CYCLES))
         log("NodeUnstage refused while the guest held the disk in %d/%d cycles" % (refused, CYCLES))
+
+        # Read-only end to end: the volume is staged read-write, published
+        # readonly=true (a pod's readOnly: true): the guest gets a disk it
+        # cannot write (the read-only export, enforced by the QSD).
+        self.stage("pvc-data")
+        req, ptgt = self.attach_pod(CYCLES + 1, "pvc-data", "data", True, readonly=True)
+        self.wait_console("ADD name=vdb size=%d ro=1" % (32 * MiB // 512), 1, 60)
+        self.wait_console("WRITE name=vdb refused", 1, 30)
+        with open(os.path.join(self.bridge, "data", "volume.json")) as f:
+            if not json.load(f)["read_only"]:
+                raise Fail("volume.json of a read-only placement says read_only false")
+        try:
+            open(os.path.join(self.bridge, "data", "x"), "w")
+            raise Fail("the VM container could create a file in a placement")
+        except OSError as e:
+            if e.errno != 30:
+                raise
+        self.unplug("pvc-data", ptgt, time.monotonic())
+        self.wait_console("DEL name=vdb", CYCLES + 1, 5)
+        self.unpublish(*req)
+        log("read-only publication of a read-write volume: the guest saw ro=1 and its write "
+            "was refused; the placement is a read-only mount")
 
         # Last disk goes (its mount leaves the container's view): the guest
         # powers off, the launcher exits 0.
@@ -338,7 +368,7 @@ class E2E:
         # Each disk came from its own directory: root from the PVCs', data
         # from the bridge.
         attached = [ln.strip() for ln in open(self.llog) if 'msg="disk attached"' in ln]
-        for name, d, n in (("root", self.vols, 1), ("data", self.bridge, CYCLES)):
+        for name, d, n in (("root", self.vols, 1), ("data", self.bridge, CYCLES + 1)):
             got = [ln for ln in attached if " volume=%s " % name in ln]
             if len(got) != n or not all(ln.endswith(" dir=" + d) for ln in got):
                 raise Fail("disk %s: want %d attach(es) from %s, got %s" % (name, n, d, got))
