@@ -453,6 +453,7 @@ struct qsd {
     void *done_opaque;
     qsd_event_cb event_cb;
     void *event_opaque;
+    int exec_fd;                /* exec error of the last spawn (proc_spawn), until ready */
 };
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
@@ -474,6 +475,7 @@ int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
         qsd_opts_init(&q->opts);
     qsd_paths_init(cfg->run_dir, volume, &q->paths);
     q->pidfd = -1;
+    q->exec_fd = -1;
     q->supervised = true;
     *ret = q;
     return 0;
@@ -486,6 +488,8 @@ static void release_process(struct qsd *q)
     if (q->pidfd >= 0)
         close(q->pidfd);
     q->pidfd = -1;
+    closep(&q->exec_fd);
+    q->exec_fd = -1;
 }
 
 void qsd_free(struct qsd *q)
@@ -654,61 +658,32 @@ static int spawn(struct qsd *q)
     if (fstat(logfd, &st) == 0 && (uint64_t)st.st_size > LOG_MAX)
         (void)!ftruncate(logfd, 0); /* bounded: keep only recent lives */
     (void)!write(logfd, LOG_MARK, strlen(LOG_MARK));
-    int execp[2];
-    if (pipe2(execp, O_CLOEXEC) < 0) {
-        int e = -errno;
-        close(logfd);
-        qsd_argv_free(argv);
-        return e;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = -errno;
-        close(logfd), close(execp[0]), close(execp[1]);
-        qsd_argv_free(argv);
-        return e;
-    }
-    if (pid == 0) {
-        /* Child: its own session, so the controller's signals and death do
-         * not reach it; sockets created rw for owner and group only. */
-        setsid();
-        umask(0117);
-        int devnull = open("/dev/null", O_RDWR);
-        dup2(devnull, 0);
-        dup2(logfd, 1);
-        dup2(logfd, 2);
-        sigset_t all;
-        sigemptyset(&all);
-        sigprocmask(SIG_SETMASK, &all, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        execvp(argv[0], argv);
-        int e = errno;
-        (void)!write(execp[1], &e, sizeof(e));
-        _exit(127);
-    }
+    /* Its own session, so the plugin's signals and death do not reach it;
+     * sockets created rw for owner and group only; its own cgroup when one
+     * is configured, joined before exec (never a moment in the plugin's). */
+    struct proc_spawn sp = PROC_SPAWN_INIT;
+    sp.argv = argv;
+    sp.stdout_fd = logfd;
+    sp.stderr_fd = logfd;
+    sp.new_session = true;
+    sp.umask = 0117;
+    sp.join_fds = q->cfg.join_fds;
+    sp.n_join = q->cfg.n_join;
+    pid_t pid;
+    int pidfd, execfd;
+    int r = proc_spawn(&sp, &pid, &pidfd, &execfd);
     close(logfd);
-    close(execp[1]);
     qsd_argv_free(argv);
-    int exec_errno = 0;
-    ssize_t n = read(execp[0], &exec_errno, sizeof(exec_errno));
-    close(execp[0]);
-    if (n == sizeof(exec_errno)) {
-        waitpid(pid, NULL, 0);
-        return -exec_errno;
-    }
-    int pidfd = pidfd_open_pid(pid);
-    if (pidfd < 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return pidfd;
-    }
+    if (r < 0)
+        return r;
+    q->exec_fd = execfd;
     q->pid = pid;
     q->pidfd = pidfd;
     q->starttime = 0;
     proc_starttime(pid, &q->starttime);
     q->started_at_ms = now_ms();
     q->pid_watch = loop_watch_fd(q->loop, pidfd, POLLIN, on_process_exit, q);
-    int r = write_state(&q->paths, q->volume, &q->opts, true, pid, q->starttime);
+    r = write_state(&q->paths, q->volume, &q->opts, true, pid, q->starttime);
     if (r < 0)
         log_warn("qsd", "cannot record state", "volume=%s err=%s", q->volume, strerror(-r));
     q->state = QS_STARTING;
@@ -754,6 +729,8 @@ static void on_probe(struct loop *l, void *opaque)
      * has ever connected to the export; the probe connection initialises that
      * state (measured: SIGSEGV every time without it, never with it). */
     if (exports_accept(q)) {
+        closep(&q->exec_fd);
+        q->exec_fd = -1;
         set_socket_access(q);
         q->state = QS_RUNNING;
         q->recent_failures = 0;
@@ -820,7 +797,9 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
 {
     struct qsd *q = opaque;
     reap(q);
+    int exec_fd = TAKE_FD(q->exec_fd); /* read below, once the process is gone */
     release_process(q);
+    q->exec_fd = exec_fd;
     loop_timer_cancel(q->timer);
     q->timer = NULL;
     pid_t dead = q->pid;
@@ -842,7 +821,11 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
         return;
     }
 
-    _cleanup_free_ char *tail = log_tail(&q->paths);
+    int exec_err = proc_exec_error(q->exec_fd);
+    _cleanup_free_ char *tail =
+        exec_err ? xasprintf("cannot start qemu-storage-daemon: %s (executing %s, or joining "
+                             "its cgroup)", strerror(exec_err), q->cfg.binary)
+                 : log_tail(&q->paths);
     char d[700];
     snprintf(d, sizeof(d), "pid=%d last_log=%s", (int)dead, tail);
     bool was_starting = q->state == QS_STARTING;
@@ -850,9 +833,11 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
 
     if (was_starting && q->done) {
         /* A first start failed: report, do not loop. */
-        _cleanup_free_ char *msg = xasprintf("qemu-storage-daemon exited during start-up: %s", tail);
+        _cleanup_free_ char *msg =
+            exec_err ? xstrdup(tail)
+                     : xasprintf("qemu-storage-daemon exited during start-up: %s", tail);
         q->state = QS_STOPPED;
-        finish(q, -EIO, msg);
+        finish(q, exec_err ? -exec_err : -EIO, msg);
         return;
     }
     /* Respect the desired state: a stop by another process is not a crash. */

@@ -96,6 +96,8 @@ struct qsd_config {
     const char *binary;        /* qemu-storage-daemon (PATH searched) */
     uint64_t start_timeout_ms; /* spawn -> socket accepting; default 10 s */
     uint64_t stop_timeout_ms;  /* QMP quit -> exit, then SIGKILL; default 5 s */
+    const int *join_fds;       /* cgroup.procs files a QSD joins before exec (cgroup.h) */
+    size_t n_join;
 };
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
