@@ -12,11 +12,15 @@
 - E4 NodeStageVolume of C with a staging path equal to A's target: refused
   (FAILED_PRECONDITION or ALREADY_EXISTS), A untouched;
 - E5 NodePublishVolume of B with A's staging path as target: refused the
-  same way, nothing mounted there.
+  same way, nothing mounted there;
+- E6 B onto a hot-plug request's target, and onto a target that is already
+  a mount the plugin did not make (a tmpfs): refused; NodeUnpublishVolume of
+  B there leaves that mount alone.
 
 usage: test_target_collisions.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -155,6 +159,56 @@ def run(s):
                pb.NodeUnpublishVolumeRequest(volume_id=B, target_path=stg_a), quiet=True)
     s.after("E5")
     check_a(s, "E5", tgt_a)
+
+    # ---- E6: a hot-plug request's target, and a target that is already a mount
+    uid = "a6a6a6a6-0000-4000-8000-000000000006"
+    rtgt = s.target(uid, "inline-hotplug")
+    rctx = {"hotplugInto": "vm", "csi.storage.k8s.io/pod.uid": uid,
+            "csi.storage.k8s.io/pod.namespace": "ns", "csi.storage.k8s.io/pod.name": "att",
+            "csi.storage.k8s.io/ephemeral": "true"}
+    s.ok("NodePublishVolume", pb.NodePublishVolumeRequest(
+        volume_id=bvid, target_path=btgt, volume_capability=mount_cap(pb, group="107"),
+        volume_context=bctx), "bridge publish")
+    code, msg, _ = s.call("E6 hot-plug request (setup)", "NodePublishVolume",
+                          pb.NodePublishVolumeRequest(volume_id="csi-req-e6", target_path=rtgt,
+                                                      volume_capability=mount_cap(pb, group="107"),
+                                                      volume_context=rctx))
+    if code == "OK":
+        code, msg, _ = s.call("E6 publish B onto a hot-plug request's target",
+                              "NodePublishVolume", s.publish_req(B, rtgt))
+        s.check(code in REFUSED, "E6: B onto a request's target: expected FAILED_PRECONDITION or "
+                "ALREADY_EXISTS, got %s" % seclib.fmt(code, msg))
+        s.check(not exports_mounted(s, B), "E6: B is mounted at %s" % exports_mounted(s, B))
+        if code == "OK":
+            s.call("E6 (undo)", "NodeUnpublishVolume",
+                   pb.NodeUnpublishVolumeRequest(volume_id=B, target_path=rtgt), quiet=True)
+        s.call("E6 request unpublish", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+            volume_id="csi-req-e6", target_path=rtgt), quiet=True)
+    s.call("E6 bridge unpublish", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+        volume_id=bvid, target_path=btgt), quiet=True)
+    s.after("E6 request target")
+    foreign = s.target("pod-foreign", B)
+    os.makedirs(foreign, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "foreign", foreign],
+                   check=True)
+    with open(os.path.join(foreign, "theirs"), "w") as f:
+        f.write("someone else's mount\n")
+    code, msg, _ = s.call("E6 publish B onto a foreign mount", "NodePublishVolume",
+                          s.publish_req(B, foreign))
+    s.check(code in REFUSED, "E6: B onto a foreign mount: expected FAILED_PRECONDITION or "
+            "ALREADY_EXISTS, got %s" % seclib.fmt(code, msg))
+    ms = seclib.mounts_at(foreign)
+    s.check(len(ms) == 1 and os.path.exists(os.path.join(foreign, "theirs")),
+            "E6: the foreign mount was covered or changed: %s" % [m[1] for m in ms])
+    if code == "OK":
+        s.call("E6 (undo)", "NodeUnpublishVolume",
+               pb.NodeUnpublishVolumeRequest(volume_id=B, target_path=foreign), quiet=True)
+    code, msg, _ = s.call("E6 unpublish B at the foreign mount", "NodeUnpublishVolume",
+                          pb.NodeUnpublishVolumeRequest(volume_id=B, target_path=foreign))
+    s.check(seclib.mounts_at(foreign) and os.path.exists(os.path.join(foreign, "theirs")),
+            "E6: NodeUnpublishVolume of B removed a mount that was never B's")
+    subprocess.run(["umount", "-l", foreign], check=False)
+    s.after("E6 foreign mount")
 
     s.unpublish(A, tgt_a)
     for v in (A, B, C):
