@@ -212,6 +212,7 @@ class Sec:
         self.c = None
         self.pid = None
         self.helpers = []   # processes this test started (stopped by PID)
+        self.allowed_mounts = set()  # the test's own mounts outside (decoy mounts)
         self._make_decoys()
 
     # ---------------------------------------------------------- lifecycle
@@ -319,8 +320,8 @@ class Sec:
     def restore_decoys(self):
         """Put the decoys back as they were, so that the next attack is judged
         on its own."""
-        for mp in sorted((m[0] for m in mountinfo() if under(m[0], self.decoy)),
-                         key=len, reverse=True):
+        for mp in sorted((m[0] for m in mountinfo() if under(m[0], self.decoy) and
+                          m[0] not in self.allowed_mounts), key=len, reverse=True):
             subprocess.run(["umount", "-l", mp], check=False, stderr=subprocess.DEVNULL)
         now = self.decoy_state()
         for k in sorted(set(now) - set(self.decoy_base), key=len, reverse=True):
@@ -344,7 +345,7 @@ class Sec:
         """Mount points under the test root but outside kubelet root and run dir."""
         return [m[0] for m in mountinfo()
                 if under(m[0], self.root) and not under(m[0], self.kubelet) and
-                not under(m[0], self.run)]
+                not under(m[0], self.run) and m[0] not in self.allowed_mounts]
 
     # ---------------------------------------------------------- checks
     def check(self, cond, what):

@@ -11,7 +11,9 @@ out of the kubelet root.
   as it can while NodePublishVolume/NodeUnpublishVolume (300 times, at most
   30 s) and NodeStageVolume/NodeUnstageVolume (100 times, at most 10 s) are called:
   afterwards the decoy is empty and no mount exists outside the kubelet
-  root;
+  root; the same with the target itself flipping, and NodeUnpublishVolume
+  racing a parent that flips to a symlink to a directory holding a foreign
+  mount outside the kubelet root (that mount must survive);
 - C4 the target is a FIFO, a file, a socket or a symlink (to a directory in
   the kubelet root), the staging path a FIFO: refused (or at least never
   hanging), nothing created through the symlink;
@@ -183,6 +185,117 @@ def run(s):
     s.check(not seclib.mounts_at(tgt), "C2: %s still mounted after unpublish" % tgt)
     s.after("C2 publish/unpublish race")
     s.works_fresh("C2", VID)
+
+    # the target itself flips between the plugin's directory and a symlink out
+    base = csi % "race-final"
+    os.makedirs(base)
+    tgt = os.path.join(base, "mount")
+    alt = os.path.join(base, "mount.alt")
+    os.symlink(os.path.join(s.decoy, "dir-race"), alt)
+    os.mkdir(tgt)
+    flip = seclib.Flipper(s, tgt, alt, RACE_SECONDS)
+    counts, first_bad, n = {}, None, 0
+    t0 = time.monotonic()
+    try:
+        while n < TRIES // 2 and time.monotonic() - t0 < RACE_SECONDS / 3:
+            n += 1
+            for method, req in (("NodePublishVolume", s.publish_req(VID, tgt)),
+                                ("NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+                                    volume_id=VID, target_path=tgt))):
+                code, msg, _ = s.call("C2 race " + method, method, req, bound=10, quiet=True)
+                counts[(method, code)] = counts.get((method, code), 0) + 1
+            bad = decoy_touched(s, "dir-race")
+            if bad and not first_bad:
+                first_bad = (n, bad)
+    finally:
+        flip.proc.kill()
+        flip.proc.wait(timeout=10)
+        stranded = [m[0] for m in seclib.mountinfo() if under(m[0], base) and m[0] != tgt]
+        if stranded:
+            # The plugin mounted on the directory it had opened, which the racer
+            # had renamed meanwhile: the bind is inside the kubelet root (allowed),
+            # but not at the target it recorded.  Noted, and undone by hand.
+            print("       (note: bind left at %s, not at the recorded target)" % stranded)
+            for mp in stranded:
+                subprocess.run(["umount", "-l", mp], check=False)
+        if os.path.islink(tgt):
+            seclib.renameat2_exchange(tgt, alt)
+    print("attack %-58s -> %d rounds in %.1f s: %s" % (
+        "C2 race: the target itself <-> symlink out", n, time.monotonic() - t0,
+        ", ".join("%s %s x%d" % (m[4:], c, k) for (m, c), k in sorted(counts.items()))))
+    s.check(not first_bad, "C2 target race: the plugin created or mounted in the decoy "
+            "(round %s: %s)" % first_bad if first_bad else "")
+    for _ in range(5):
+        code, msg, _ = s.call("C2 final NodeUnpublishVolume", "NodeUnpublishVolume",
+                              pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt),
+                              quiet=True)
+        if code == "OK":
+            break
+    s.check(code == "OK", "C2: final NodeUnpublishVolume: %s" % seclib.fmt(code, msg))
+    if os.path.islink(alt):
+        os.unlink(alt)
+    s.after("C2 target race")
+
+    # unpublish while the parent flips to a symlink whose other side holds a
+    # mount that is not the plugin's (outside the kubelet root): it must stay
+    fdir = os.path.join(s.decoy, "dir-foreign")
+    fm = os.path.join(fdir, "mount")
+    os.makedirs(fm)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "foreign", fm],
+                   check=True)
+    with open(os.path.join(fm, "precious"), "w") as f:
+        f.write("not the plugin's\n")
+    s.allowed_mounts.add(fm)
+    s.decoy_base = s.decoy_state()
+    base = csi % "race-umount"
+    os.makedirs(base)
+    real = os.path.join(base, VID)
+    alt = os.path.join(base, VID + ".alt")
+    os.mkdir(real)
+    os.symlink(fdir, alt)
+    tgt = os.path.join(real, "mount")
+    flip = None
+    counts, first_bad, n = {}, None, 0
+    t0 = time.monotonic()
+    try:
+        s.ok("NodePublishVolume", s.publish_req(VID, tgt), "C2 umount race setup")
+        flip = seclib.Flipper(s, real, alt, RACE_SECONDS)
+        while n < TRIES and time.monotonic() - t0 < RACE_SECONDS / 2:
+            n += 1
+            for method, req in (("NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+                                    volume_id=VID, target_path=tgt)),
+                                ("NodePublishVolume", s.publish_req(VID, tgt))):
+                code, msg, _ = s.call("C2 race " + method, method, req, bound=10, quiet=True)
+                counts[(method, code)] = counts.get((method, code), 0) + 1
+            if not (seclib.mounts_at(fm) and os.path.exists(os.path.join(fm, "precious"))) \
+                    and not first_bad:
+                first_bad = n
+    finally:
+        if flip:
+            flip.stop()
+    print("attack %-58s -> %d rounds in %.1f s: %s" % (
+        "C2 race: unpublish, parent <-> symlink to a foreign mount", n, time.monotonic() - t0,
+        ", ".join("%s %s x%d" % (m[4:], c, k) for (m, c), k in sorted(counts.items()))))
+    s.check(not first_bad, "C2 umount race: the foreign mount outside the kubelet root was "
+            "unmounted or changed (round %s)" % first_bad)
+    for _ in range(5):
+        code, msg, _ = s.call("C2 final NodeUnpublishVolume", "NodeUnpublishVolume",
+                              pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt),
+                              quiet=True)
+        if code == "OK":
+            break
+    s.check(code == "OK", "C2: final NodeUnpublishVolume: %s" % seclib.fmt(code, msg))
+    s.after("C2 unpublish race against a foreign mount")
+    for _ in range(16):  # the foreign mount, and anything stacked on it
+        if not [m for m in seclib.mountinfo() if under(m[0], fdir)]:
+            break
+        for mp in sorted({m[0] for m in seclib.mountinfo() if under(m[0], fdir)},
+                         key=len, reverse=True):
+            subprocess.run(["umount", "-l", mp], check=False)
+    s.allowed_mounts.discard(fm)
+    seclib.rm_tree(fdir)
+    s.decoy_base = s.decoy_state()
+    s.works_fresh("C2 (after the races)", VID)
 
     # the staging path's parent flips during stage/unstage
     sbase = os.path.dirname(os.path.dirname(s.staging(VID2)))
