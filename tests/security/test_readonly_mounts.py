@@ -51,6 +51,13 @@ def run(s):
     s.try_write("the PVC target", tgt)
     s.after("A: writes in the PVC target")
     s.works("A: after writes in the PVC target", vid, tgt)
+    # a second pod's read-only publication (readOnly: true) of the same volume
+    tgt_ro = s.publish(vid, "ro-pod", ro=True, ctx=pod_ctx("ro-pod", "reader", False))
+    s.check_ro_mount("a readonly=true publication", tgt_ro)
+    s.try_write("the readonly=true target", tgt_ro)
+    s.after("A: writes in the readonly=true target")
+    s.works("A: after writes in the readonly=true target", vid, tgt_ro)
+    s.unpublish(vid, tgt_ro)
     print("-- A: PVC target done")
 
     # ---- A: the bridge's target and a placement inside it
