@@ -25,9 +25,11 @@ SNAP = "snap-victim"
 
 def names_field(msg, field):
     m = msg.lower()
-    alts = {field, field.replace("_", " ")}
-    if field.endswith("s"):
-        alts |= {a[:-1] for a in list(alts)}
+    alts = set()
+    for f in (field if isinstance(field, tuple) else (field,)):
+        alts |= {f, f.replace("_", " ")}
+        if f.endswith("s"):
+            alts |= {a[:-1] for a in list(alts)}
     return any(a in m for a in alts)
 
 
@@ -167,6 +169,72 @@ def run(s):
          "volume_id"),
         ("NodeUnstageVolume staging_target_path with \\0", "NodeUnstageVolume",
          pb.NodeUnstageVolumeRequest(volume_id=LIVE, staging_target_path=stg + "\0/x"),
+         "staging_target_path"),
+    ]
+
+    def mcap(group="107", fs_type="", flags=()):
+        return pb.VolumeCapability(
+            mount=pb.VolumeCapability.MountVolume(fs_type=fs_type, volume_mount_group=group,
+                                                  mount_flags=list(flags)),
+            access_mode=pb.VolumeCapability.AccessMode(
+                mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))
+    topo_key = "topology.%s/node" % seclib.DRIVER
+    cases += [
+        ("NodeStageVolume volume_mount_group=107\\0x", "NodeStageVolume",
+         pb.NodeStageVolumeRequest(volume_id=LIVE, staging_target_path=stg,
+                                   volume_capability=mcap("107\0x")), "volume_mount_group"),
+        ("NodePublishVolume fs_type=ext4\\0x", "NodePublishVolume",
+         pb.NodePublishVolumeRequest(volume_id=LIVE, staging_target_path=stg,
+                                     target_path=other_tgt, readonly=True,
+                                     volume_capability=mcap(fs_type="ext4\0x")), "fs_type"),
+        ("NodePublishVolume mount_flags=[ro\\0x]", "NodePublishVolume",
+         pb.NodePublishVolumeRequest(volume_id=LIVE, staging_target_path=stg,
+                                     target_path=other_tgt, readonly=True,
+                                     volume_capability=mcap(flags=["ro\0x"])), "mount_flags"),
+        ("NodePublishVolume volume_mount_group=107\\0x", "NodePublishVolume",
+         pb.NodePublishVolumeRequest(volume_id=LIVE, staging_target_path=stg,
+                                     target_path=other_tgt, readonly=True,
+                                     volume_capability=mcap("107\0x")), "volume_mount_group"),
+        ("NodeStageVolume publish_context value with \\0", "NodeStageVolume",
+         pb.NodeStageVolumeRequest(volume_id=LIVE, staging_target_path=stg, volume_capability=cap,
+                                   publish_context={"k": "v\0x"}), "publish_context"),
+        ("CreateVolume volume_mount_group=107\\0x", "CreateVolume",
+         pb.CreateVolumeRequest(name="pvc-p7", volume_capabilities=[mcap("107\0x")],
+                                capacity_range=pb.CapacityRange(required_bytes=MiB)),
+         "volume_mount_group"),
+        ("CreateVolume topology segment value with \\0", "CreateVolume",
+         pb.CreateVolumeRequest(name="pvc-p8", volume_capabilities=[cap],
+                                capacity_range=pb.CapacityRange(required_bytes=MiB),
+                                accessibility_requirements=pb.TopologyRequirement(
+                                    requisite=[pb.Topology(segments={topo_key: "node-1\0x"})])),
+         ("segments", "accessibility_requirements")),
+        ("GetCapacity accessible_topology key with \\0", "GetCapacity",
+         pb.GetCapacityRequest(volume_capabilities=[cap], accessible_topology=pb.Topology(
+             segments={topo_key + "\0x": "node-1"})), ("segments", "accessible_topology")),
+        ("ValidateVolumeCapabilities volume_context with \\0", "ValidateVolumeCapabilities",
+         pb.ValidateVolumeCapabilitiesRequest(volume_id=VICTIM, volume_capabilities=[cap],
+                                              volume_context={"a": "b\0c"}), "volume_context"),
+        ("ListVolumes starting_token with \\0", "ListVolumes",
+         pb.ListVolumesRequest(starting_token="v1:pvc-live\0x"), "starting_token"),
+        ("ListSnapshots snapshot_id=snap-victim\\0x", "ListSnapshots",
+         pb.ListSnapshotsRequest(snapshot_id=SNAP + "\0x"), "snapshot_id"),
+        ("ListSnapshots source_volume_id=pvc-victim\\0x", "ListSnapshots",
+         pb.ListSnapshotsRequest(source_volume_id=VICTIM + "\0x"), "source_volume_id"),
+        ("ControllerExpandVolume secrets with \\0", "ControllerExpandVolume",
+         pb.ControllerExpandVolumeRequest(volume_id=VICTIM, secrets={"k": "v\0x"},
+                                          capacity_range=pb.CapacityRange(
+                                              required_bytes=16 * MiB)), "secrets"),
+        ("DeleteVolume secrets with \\0 (volume pvc-victim)", "DeleteVolume",
+         pb.DeleteVolumeRequest(volume_id=VICTIM, secrets={"k\0x": "v"}), "secrets"),
+        ("DeleteSnapshot secrets with \\0 (snapshot snap-victim)", "DeleteSnapshot",
+         pb.DeleteSnapshotRequest(snapshot_id=SNAP, secrets={"k": "v\0x"}), "secrets"),
+        ("NodeGetVolumeStats staging_target_path with \\0", "NodeGetVolumeStats",
+         pb.NodeGetVolumeStatsRequest(volume_id=LIVE, volume_path=tgt,
+                                      staging_target_path=stg + "\0x"), "staging_target_path"),
+        ("NodeExpandVolume staging_target_path with \\0", "NodeExpandVolume",
+         pb.NodeExpandVolumeRequest(volume_id=LIVE, volume_path=tgt,
+                                    staging_target_path=stg + "\0x",
+                                    capacity_range=pb.CapacityRange(required_bytes=16 * MiB)),
          "staging_target_path"),
     ]
 
