@@ -15,7 +15,9 @@
   same way, nothing mounted there;
 - E6 B onto a hot-plug request's target, and onto a target that is already
   a mount the plugin did not make (a tmpfs): refused; NodeUnpublishVolume of
-  B there leaves that mount alone.
+  B there leaves that mount alone;
+- E7 NodeUnpublishVolume naming another volume (or the bridge's id, or an
+  unknown one) at a live target: the publication there stays.
 
 usage: test_target_collisions.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
@@ -209,6 +211,27 @@ def run(s):
             "E6: NodeUnpublishVolume of B removed a mount that was never B's")
     subprocess.run(["umount", "-l", foreign], check=False)
     s.after("E6 foreign mount")
+
+    # ---- E7: NodeUnpublishVolume naming the wrong volume at a live target
+    s.ok("NodePublishVolume", pb.NodePublishVolumeRequest(
+        volume_id=bvid, target_path=btgt, volume_capability=mount_cap(pb, group="107"),
+        volume_context=bctx), "bridge publish")
+    for what, vid, t in (("B at A's target", B, tgt_a), ("the bridge's id at A's target", bvid,
+                                                         tgt_a),
+                         ("A at the bridge's target", A, btgt),
+                         ("an unknown inline id at the bridge's target", "csi-0123456789", btgt),
+                         ("an unknown volume at A's target", "pvc-nobody", tgt_a)):
+        code, msg, _ = s.call("E7 NodeUnpublishVolume of %s" % what, "NodeUnpublishVolume",
+                              pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=t))
+        s.after("E7 " + what)
+        ms = seclib.mounts_at(t)
+        want = "/exports/" + A if t == tgt_a else "/bridges/" + VM_UID
+        s.check(len(ms) == 1 and ms[0][1].endswith(want),
+                "E7 %s: the publication there was removed or changed: %s" % (
+                    what, [m[1] for m in ms]))
+    check_a(s, "E7", tgt_a)
+    s.call("E7 bridge unpublish", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+        volume_id=bvid, target_path=btgt), quiet=True)
 
     s.unpublish(A, tgt_a)
     for v in (A, B, C):
