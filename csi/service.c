@@ -413,6 +413,9 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
         }
         c->qcfg.join_fds = c->cgroup.fds;
         c->qcfg.n_join = c->cgroup.n;
+        log_info("plugin", "QSDs run in their own cgroup", "cgroup=%s hierarchies=%zu cpu_weight=%u "
+                 "memory_max=%llu", cfg->qsd_cgroup, c->cgroup.n, cfg->qsd_cpu_weight,
+                 (unsigned long long)cfg->qsd_memory_max);
     }
     r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
     if (r < 0) {
