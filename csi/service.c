@@ -186,9 +186,12 @@ int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
 
 static void qsd_event(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque)
 {
-    static const char *const names[] = {"ready", "died", "restarted", "start failed", "stopped"};
+    static const char *const names[] = {"ready", "died", "restarted", "start failed", "stopped",
+                                        "crash loop: retried every 30 s"};
     _cleanup_free_ char *d = detail ? log_quote(detail) : NULL;
-    if (ev == QSD_EV_DIED || ev == QSD_EV_START_FAILED)
+    if (ev == QSD_EV_CRASH_LOOP)
+        log_error("qsd", names[ev], "volume=%s detail=%s", qsd_get_volume(q), d ? d : "-");
+    else if (ev == QSD_EV_DIED || ev == QSD_EV_START_FAILED)
         log_warn("qsd", names[ev], "volume=%s detail=%s", qsd_get_volume(q), d ? d : "-");
     else
         log_info("qsd", names[ev], "volume=%s pid=%d restarts=%u", qsd_get_volume(q),
@@ -413,6 +416,9 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
         }
         c->qcfg.join_fds = c->cgroup.fds;
         c->qcfg.n_join = c->cgroup.n;
+        log_info("plugin", "QSDs run in their own cgroup", "cgroup=%s hierarchies=%zu cpu_weight=%u "
+                 "memory_max=%llu", cfg->qsd_cgroup, c->cgroup.n, cfg->qsd_cpu_weight,
+                 (unsigned long long)cfg->qsd_memory_max);
     }
     r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
     if (r < 0) {
