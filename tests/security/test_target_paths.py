@@ -14,8 +14,9 @@ out of the kubelet root.
   root; the same with the target itself flipping, and NodeUnpublishVolume
   racing a parent that flips to a symlink to a directory holding a foreign
   mount outside the kubelet root (that mount must survive), and with the
-  target directory renamed out of the kubelet root and back (a descriptor
-  follows the directory: the bind must still not land outside);
+  target directory (then its parent) renamed out of the kubelet root and
+  back (a descriptor follows the directory: the bind must still not land
+  outside);
 - C4 the target is a FIFO, a file, a socket or a symlink (to a directory in
   the kubelet root), the staging path a FIFO: refused (or at least never
   hanging), nothing created through the symlink;
@@ -59,6 +60,63 @@ while time.monotonic() < end:
     if n % 64 == 0:
         time.sleep(0.0005)
 """
+
+
+def rename_race(s, base, moved, label):
+    """NodePublish/NodeUnpublish of base/.../mount while a separate process
+    renames base/<moved> to ROOT/outside/m and back as fast as it can."""
+    pb = s.pb
+    outside = os.path.join(s.root, "outside")
+    os.mkdir(outside)
+    s.top_base.add("outside")
+    os.makedirs(base)
+    tgt = os.path.join(base, "mount") if moved == "mount" else os.path.join(base, moved, "mount")
+    src = os.path.join(base, moved)
+    os.makedirs(src, exist_ok=True)
+    mover = subprocess.Popen([sys.executable, "-c", MOVER, src, os.path.join(outside, "m"),
+                              str(RACE_SECONDS)])
+    s.helpers.append(mover)
+    counts, first_bad, n = {}, None, 0
+    t0 = time.monotonic()
+    try:
+        while n < TRIES and time.monotonic() - t0 < RACE_SECONDS / 3:
+            n += 1
+            for method, req in (("NodePublishVolume", s.publish_req(VID, tgt)),
+                                ("NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+                                    volume_id=VID, target_path=tgt))):
+                code, msg, _ = s.call("C2 race " + method, method, req, bound=10, quiet=True)
+                counts[(method, code)] = counts.get((method, code), 0) + 1
+            bad = [m[0] for m in seclib.mountinfo() if under(m[0], outside)]
+            if bad and not first_bad:
+                first_bad = (n, bad)
+    finally:
+        mover.kill()
+        mover.wait(timeout=10)
+    what = "C2 race: %s renamed out of the kubelet root" % label
+    print("attack %-58s -> %d rounds in %.1f s: %s" % (
+        what, n, time.monotonic() - t0,
+        ", ".join("%s %s x%d" % (m[4:], c, k) for (m, c), k in sorted(counts.items()))))
+    s.check(not first_bad, "%s: a bind mount landed outside the kubelet root (round %s: %s)"
+            % ((what,) + first_bad) if first_bad else "")
+    for _ in range(16):
+        left = sorted({m[0] for m in seclib.mountinfo() if under(m[0], outside)},
+                      key=len, reverse=True)
+        if not left:
+            break
+        for mp in left:
+            subprocess.run(["umount", "-l", mp], check=False)
+    if not os.path.isdir(src) and os.path.isdir(os.path.join(outside, "m")):
+        os.rename(os.path.join(outside, "m"), src)
+    for _ in range(5):
+        code, msg, _ = s.call("C2 final NodeUnpublishVolume", "NodeUnpublishVolume",
+                              pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt),
+                              quiet=True)
+        if code == "OK":
+            break
+    s.check(code == "OK", "%s: final NodeUnpublishVolume: %s" % (what, seclib.fmt(code, msg)))
+    seclib.rm_tree(outside)
+    s.top_base.discard("outside")
+    s.after(what)
 
 
 def refused(s, attack, code, msg, field):
@@ -255,59 +313,11 @@ def run(s):
         os.unlink(alt)
     s.after("C2 target race")
 
-    # the target directory itself renamed out of the kubelet root and back (same
-    # filesystem): a descriptor opened beneath the kubelet root follows the
-    # directory wherever it goes
-    outside = os.path.join(s.root, "outside")
-    os.mkdir(outside)
-    s.top_base.add("outside")
-    base = csi % "race-rename"
-    os.makedirs(base)
-    tgt = os.path.join(base, "mount")
-    os.mkdir(tgt)
-    mover = subprocess.Popen([sys.executable, "-c", MOVER, tgt, os.path.join(outside, "m"),
-                              str(RACE_SECONDS)])
-    s.helpers.append(mover)
-    counts, first_bad, n = {}, None, 0
-    t0 = time.monotonic()
-    try:
-        while n < TRIES and time.monotonic() - t0 < RACE_SECONDS / 2:
-            n += 1
-            for method, req in (("NodePublishVolume", s.publish_req(VID, tgt)),
-                                ("NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
-                                    volume_id=VID, target_path=tgt))):
-                code, msg, _ = s.call("C2 race " + method, method, req, bound=10, quiet=True)
-                counts[(method, code)] = counts.get((method, code), 0) + 1
-            bad = [m[0] for m in seclib.mountinfo() if under(m[0], outside)]
-            if bad and not first_bad:
-                first_bad = (n, bad)
-    finally:
-        mover.kill()
-        mover.wait(timeout=10)
-    print("attack %-58s -> %d rounds in %.1f s: %s" % (
-        "C2 race: target dir renamed out of the kubelet root", n, time.monotonic() - t0,
-        ", ".join("%s %s x%d" % (m[4:], c, k) for (m, c), k in sorted(counts.items()))))
-    s.check(not first_bad, "C2 rename race: a bind mount landed outside the kubelet root "
-            "(round %s: %s)" % first_bad if first_bad else "")
-    for _ in range(16):
-        left = sorted({m[0] for m in seclib.mountinfo() if under(m[0], outside)},
-                      key=len, reverse=True)
-        if not left:
-            break
-        for mp in left:
-            subprocess.run(["umount", "-l", mp], check=False)
-    if not os.path.isdir(tgt) and os.path.isdir(os.path.join(outside, "m")):
-        os.rename(os.path.join(outside, "m"), tgt)
-    for _ in range(5):
-        code, msg, _ = s.call("C2 final NodeUnpublishVolume", "NodeUnpublishVolume",
-                              pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt),
-                              quiet=True)
-        if code == "OK":
-            break
-    s.check(code == "OK", "C2: final NodeUnpublishVolume: %s" % seclib.fmt(code, msg))
-    seclib.rm_tree(outside)
-    s.top_base.discard("outside")
-    s.after("C2 rename race")
+    # the target directory itself, then its parent, renamed out of the kubelet
+    # root and back (same filesystem): a descriptor opened beneath the kubelet
+    # root follows the directory wherever it goes
+    rename_race(s, csi % "race-rename", "mount", "target dir")
+    rename_race(s, csi % "race-rename-parent", VID, "target's parent dir")
 
     # unpublish while the parent flips to a symlink whose other side holds a
     # mount that is not the plugin's (outside the kubelet root): it must stay
