@@ -266,6 +266,7 @@ def run(s):
                                                                 source_volume_id=VICTIM))
         if not s.check(seclib.mounts_at(tgt), "%s: %s no longer mounted" % (what, tgt)):
             s.publish(LIVE, "pod-live")
+        s.works(what, LIVE, tgt)
         # What the truncated strings name: must not be mounted or staged; undone
         # at once if it was, so that each case is judged on its own.
         for vid, path in ((LIVE, other_tgt), (LIVE, evil_tgt.split("\0")[0]),

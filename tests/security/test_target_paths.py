@@ -117,6 +117,7 @@ def rename_race(s, base, moved, label):
     seclib.rm_tree(outside)
     s.top_base.discard("outside")
     s.after(what)
+    s.works_fresh(what, VID)
 
 
 def refused(s, attack, code, msg, field):
@@ -312,6 +313,7 @@ def run(s):
     if os.path.islink(alt):
         os.unlink(alt)
     s.after("C2 target race")
+    s.works_fresh("C2 target race", VID)
 
     # the target directory itself, then its parent, renamed out of the kubelet
     # root and back (same filesystem): a descriptor opened beneath the kubelet
@@ -416,6 +418,9 @@ def run(s):
                           quiet=True)
     s.check(code == "OK", "C2: final NodeUnstageVolume: %s" % seclib.fmt(code, msg))
     s.after("C2 stage/unstage race")
+    s.works_fresh("C2 stage/unstage race (the other volume)", VID2)
+    s.call("C2 unstage", "NodeUnstageVolume", pb.NodeUnstageVolumeRequest(
+        volume_id=VID2, staging_target_path=s.staging(VID2)), quiet=True)
 
     # ---- C3: a recorded target's parent becomes a symlink while the plugin is down
     tgt = s.publish(VID, "c3")
