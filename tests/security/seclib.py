@@ -26,7 +26,6 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csi"))
@@ -681,4 +680,4 @@ def unix_socket_at(path):
 
 __all__ = ["Sec", "run_test", "MiB", "SC", "BOUND", "Flipper", "mountinfo", "mounts_at",
            "make_deep_tree", "rm_tree", "vhost_info", "qsdctl_verify", "drain_fifos",
-           "unix_socket_at", "renameat2_exchange", "threading", "under"]
+           "unix_socket_at", "renameat2_exchange", "under"]

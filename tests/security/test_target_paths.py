@@ -180,7 +180,6 @@ def run(s):
     s.works_fresh("C1", VID)
 
     # ---- C4: the target or staging path is not a directory
-    import socket as _socket
     base = csi % "c4"
     os.makedirs(base)
     socks = []
