@@ -63,7 +63,7 @@ def unescape_mount(s):
     # /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo
     out, i = [], 0
     while i < len(s):
-        if s[i] == "\\" and i + 3 < len(s) + 0 and s[i + 1:i + 4].isdigit():
+        if s[i] == "\\" and i + 3 < len(s) and s[i + 1:i + 4].isdigit():
             out.append(chr(int(s[i + 1:i + 4], 8)))
             i += 4
         else:
