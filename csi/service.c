@@ -56,7 +56,13 @@ ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMess
                                      const uint8_t *req, size_t len)
 {
     _cleanup_free_ char *field = NULL;
-    if (pb_check_strings(d, req, len, &field) < 0) {
+    int r = pb_check_strings(d, req, len, &field);
+    if (r == -E2BIG) {
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "the request has more than %d fields",
+                       PBCHECK_MAX_FIELDS);
+        return NULL;
+    }
+    if (r < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s contains a NUL byte", field);
         return NULL;
     }
