@@ -7,7 +7,8 @@ of times (a protobuf map sent as repeated entries: the last one wins for a
 conforming decoder), or a megabyte-long value.
 
 Expected: each call is answered (the plugin's own rules: unknown attributes
-and bad names are INVALID_ARGUMENT) within 5 s; Probe answers within 1 s
+and bad names are INVALID_ARGUMENT; a request limit may answer
+RESOURCE_EXHAUSTED) within 5 s; Probe answers within 1 s
 afterwards; the plugin is the same process; a rightful bridge and hot-plug
 still work.
 
@@ -31,6 +32,50 @@ def pod_ctx(uid, name):
             "csi.storage.k8s.io/pod.name": name,
             "csi.storage.k8s.io/serviceAccount.name": "default",
             "csi.storage.k8s.io/ephemeral": "true"}
+
+
+def flood(s, raw_call, cap, tgt, uid, n):
+    pb = s.pb
+    # ---- many distinct attributes on a hot-plug request
+    ctx = pod_ctx(uid, "attach")
+    ctx["hotplugInto"] = "vm"
+    for i in range(n):
+        ctx["attr%05d" % i] = "v" * 16
+    req = pb.NodePublishVolumeRequest(volume_id="csi-flood-1", target_path=tgt,
+                                      volume_capability=cap, volume_context=ctx)
+    code, msg, _ = s.call("%d distinct volumeAttributes" % n, "NodePublishVolume", req,
+                          bound=FLOOD_BOUND)
+    s.check(code in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"),
+            "%d attributes: expected INVALID_ARGUMENT or RESOURCE_EXHAUSTED, got %s" % (
+                n, seclib.fmt(code, msg)))
+    s.after("distinct attributes flood")
+
+    # ---- one key repeated n times (concatenated map entries)
+    base = pb.NodePublishVolumeRequest(volume_id="csi-flood-2", target_path=tgt,
+                                       volume_capability=cap,
+                                       volume_context=pod_ctx(uid, "attach")).SerializeToString()
+    one = pb.NodePublishVolumeRequest(volume_context={"hotplugInto": "vm"}).SerializeToString()
+    code = raw_call("'hotplugInto' repeated %d times" % n, base + one * n)
+    s.after("repeated key flood")
+    if code == "OK":
+        s.call("(undo)", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+            volume_id="csi-flood-2", target_path=tgt), quiet=True)
+    one = pb.NodePublishVolumeRequest(
+        volume_context={"csi.storage.k8s.io/pod.uid": uid}).SerializeToString()
+    raw_call("pod.uid repeated %d times" % n, base + one * n)
+    s.after("repeated pod.uid flood")
+
+    # ---- the bridge: "bridge: true" repeated
+    btgt = s.target(VM_UID, "inline-bridge")
+    bbase = pb.NodePublishVolumeRequest(volume_id="csi-bridge", target_path=btgt,
+                                        volume_capability=cap,
+                                        volume_context=pod_ctx(VM_UID, "vm")).SerializeToString()
+    one = pb.NodePublishVolumeRequest(volume_context={"bridge": "true"}).SerializeToString()
+    code = raw_call("'bridge: true' repeated %d times" % n, bbase + one * n)
+    s.after("bridge flood")
+    if code == "OK":
+        s.call("(undo)", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
+            volume_id="csi-bridge", target_path=btgt), quiet=True)
 
 
 def run(s):
@@ -59,33 +104,8 @@ def run(s):
     uid = "a1a1a1a1-0000-4000-8000-00000000f100"
     tgt = s.target(uid, "inline-flood")
 
-    # ---- many distinct attributes on a hot-plug request
-    ctx = pod_ctx(uid, "attach")
-    ctx["hotplugInto"] = "vm"
-    for i in range(N):
-        ctx["attr%05d" % i] = "v" * 16
-    req = pb.NodePublishVolumeRequest(volume_id="csi-flood-1", target_path=tgt,
-                                      volume_capability=cap, volume_context=ctx)
-    code, msg, _ = s.call("%d distinct volumeAttributes" % N, "NodePublishVolume", req,
-                          bound=FLOOD_BOUND)
-    s.check(code == "INVALID_ARGUMENT", "%d attributes: expected INVALID_ARGUMENT, got %s" % (
-        N, seclib.fmt(code, msg)))
-    s.after("distinct attributes flood")
-
-    # ---- one key repeated N times (concatenated map entries)
-    base = pb.NodePublishVolumeRequest(volume_id="csi-flood-2", target_path=tgt,
-                                       volume_capability=cap,
-                                       volume_context=pod_ctx(uid, "attach")).SerializeToString()
-    one = pb.NodePublishVolumeRequest(volume_context={"hotplugInto": "vm"}).SerializeToString()
-    code = raw_call("'hotplugInto' repeated %d times" % N, base + one * N)
-    s.after("repeated key flood")
-    if code == "OK":
-        s.call("(undo)", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
-            volume_id="csi-flood-2", target_path=tgt), quiet=True)
-    one = pb.NodePublishVolumeRequest(
-        volume_context={"csi.storage.k8s.io/pod.uid": uid}).SerializeToString()
-    code = raw_call("pod.uid repeated %d times" % N, base + one * N)
-    s.after("repeated pod.uid flood")
+    for n in (15000, N):  # below a request's field limit (the handlers see it), above it
+        flood(s, raw_call, cap, tgt, uid, n)
 
     # ---- a megabyte-long value
     ctx = pod_ctx(uid, "attach")
@@ -107,17 +127,7 @@ def run(s):
             seclib.fmt(code, msg))
     s.after("1 MiB values")
 
-    # ---- the bridge: "bridge: true" repeated
     btgt = s.target(VM_UID, "inline-bridge")
-    bbase = pb.NodePublishVolumeRequest(volume_id="csi-bridge", target_path=btgt,
-                                        volume_capability=cap,
-                                        volume_context=pod_ctx(VM_UID, "vm")).SerializeToString()
-    one = pb.NodePublishVolumeRequest(volume_context={"bridge": "true"}).SerializeToString()
-    code = raw_call("'bridge: true' repeated %d times" % N, bbase + one * N)
-    s.after("bridge flood")
-    if code == "OK":
-        s.call("(undo)", "NodeUnpublishVolume", pb.NodeUnpublishVolumeRequest(
-            volume_id="csi-bridge", target_path=btgt), quiet=True)
 
     # ---- the rightful users
     ctx = pod_ctx(VM_UID, "vm")

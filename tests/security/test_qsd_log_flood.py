@@ -9,8 +9,8 @@ plugin keeps under the run directory (tmpfs /run on a node).  At a few
 hundred KiB/s from one process, a tenant fills /run, and then every other
 volume's staging fails with ENOSPC: the very outcome issue 9 names.
 
-Expected: while the tenant does this for up to 12 s (and until the bytes its
-QSD would have logged pass 4 MiB), the run directory grows by at most 2 MiB
+Expected: while the tenant does this until the bytes its QSD would have
+logged pass 4 MiB (at most 45 s), the run directory grows by at most 2 MiB
 (the documented 1 MiB log cap, plus slack); Probe answers within 1 s; the
 volume still works for its rightful user.
 
@@ -27,15 +27,15 @@ import seclib  # noqa: E402
 from seclib import MiB  # noqa: E402
 
 VID = "pvc-noisy"
-SECONDS = 12
-ALLOWED = 2 * MiB
-STOP_AT = 3 * MiB
+ROUND = 6          # seconds per attacker run
+LIMIT = 45         # seconds in all, at most
+ALLOWED = 2 * MiB  # run dir growth allowed (the documented 1 MiB log cap, plus slack)
+ENOUGH = 4 * MiB   # what the QSD would have logged by then, at >= 100 bytes a message
 
 ATTACKER = r"""
 import os, socket, struct, sys, time
 end = time.monotonic() + float(sys.argv[1])
-msgs = [struct.pack("<III", 9999, 1, 0), struct.pack("<III", 1, 1, 0xffffffff),
-        b"\xff" * 12]
+msgs = [struct.pack("<III", 1, 1, 0xffffffff), b"\xff" * 12]   # >= 100 bytes of log each
 n = 0
 while time.monotonic() < end:
     s = socket.socket(socket.AF_UNIX)
@@ -46,7 +46,7 @@ while time.monotonic() < end:
         pass
     s.close()
     n += 1
-print(n)
+print(n, flush=True)
 """
 
 
@@ -69,25 +69,31 @@ def run(s):
     tgt = s.publish(VID, "noisy-pod")
     assert s.works("setup", VID, tgt)
     before = run_usage(s.run)
-    att = subprocess.Popen([sys.executable, "-c", ATTACKER, str(SECONDS)], cwd=tgt,
-                           stdout=subprocess.PIPE, text=True)
-    s.helpers.append(att)
     t0 = time.monotonic()
-    grew = 0
-    while att.poll() is None:
-        time.sleep(0.25)
+    conns, grew = 0, 0
+    # Rounds until the QSD would have logged ENOUGH (a capped log stays small),
+    # the run dir grew past ALLOWED (not capped), or LIMIT (a very slow machine).
+    while conns * 100 < ENOUGH and grew <= ALLOWED and time.monotonic() - t0 < LIMIT:
+        att = subprocess.Popen([sys.executable, "-c", ATTACKER, str(ROUND)], cwd=tgt,
+                               stdout=subprocess.PIPE, text=True)
+        s.helpers.append(att)
+        while att.poll() is None:
+            time.sleep(0.25)
+            grew = run_usage(s.run) - before
+            if grew > ALLOWED + MiB:
+                att.kill()
+        out = att.communicate(timeout=10)[0].strip()
+        conns += int(out) if out.isdigit() else 0
         grew = run_usage(s.run) - before
-        if grew > STOP_AT:
-            att.kill()
-            break
-    out = att.communicate(timeout=10)[0].strip()
-    grew = run_usage(s.run) - before
-    print("attack %-58s -> %s connections in %.1f s; the run dir grew by %d KiB" % (
-        "G: malformed vhost-user messages through the target", out or "(killed)",
-        time.monotonic() - t0, grew // 1024))
+    dt = time.monotonic() - t0
+    print("attack %-58s -> %d connections in %.1f s; the run dir grew by %d KiB" % (
+        "G: malformed vhost-user messages through the target", conns, dt, grew // 1024))
     s.check(grew <= ALLOWED, "G: a tenant's vhost-user client grew the run directory by %d KiB "
             "in %.0f s (allowed %d KiB): the QSD's log is not bounded while it runs" % (
-                grew // 1024, time.monotonic() - t0, ALLOWED // 1024))
+                grew // 1024, dt, ALLOWED // 1024))
+    if grew <= ALLOWED and conns * 100 < ENOUGH:
+        print("       (inconclusive: only %d connections in %.0f s on this machine)" % (
+            conns, dt))
     s.after("G: QSD log flood")
     s.works("G: after the log flood", VID, tgt)
     s.unpublish(VID, tgt)
