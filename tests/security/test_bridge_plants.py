@@ -17,6 +17,9 @@ there), placements raced, restart recovery and bridge removal.
 - P3b restart: the bridge's own target mount lost and its parent replaced by
   a symlink to the decoy: nothing mounted there; restored once the parent is
   a directory again;
+- P3c the same raced: restarts (4 each) while the target's parent flips to a
+  symlink out, or is renamed out of the kubelet root and back: no mount
+  outside, decoys unchanged;
 - P4 removal of the bridge (NodeUnpublishVolume of the VM pod's inline
   volume) with a 10000-level tree, symlinks and FIFOs planted in it: bounded,
   the plugin stays up, the decoys are untouched.
@@ -55,6 +58,23 @@ while time.monotonic() < end:
         os.unlink(name)                   # only a symlink goes (a dir: EISDIR)
     except OSError:
         pass
+    n += 1
+    if n % 64 == 0:
+        time.sleep(0.0005)
+"""
+
+
+MOVER = r"""
+import os, sys, time
+a, b, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
+end = time.monotonic() + limit
+n = 0
+while time.monotonic() < end:
+    for x, y in ((a, b), (b, a)):
+        try:
+            os.rename(x, y)
+        except OSError:
+            pass
     n += 1
     if n % 64 == 0:
         time.sleep(0.0005)
@@ -243,6 +263,63 @@ def run(s):
     s.check(seclib.mounts_at(btgt), "P3b: the bridge's target was not restored once its "
             "parent was a directory again")
     s.after("P3b restored")
+
+    # ---- P3c: the same raced: the bridge target lost, then restarts while its
+    # parent flips to a symlink out, or is renamed out of the kubelet root
+    outside = os.path.join(s.root, "outside")
+    os.mkdir(outside)
+    s.top_base.add("outside")
+    for how in ("flip", "rename"):
+        bad = None
+        for i in range(4):
+            s.env.stop(9)
+            subprocess.run(["umount", "-l", btgt], check=False)
+            if how == "flip":
+                alt = bparent + ".alt"
+                if not os.path.lexists(alt):
+                    os.symlink(os.path.join(s.decoy, "dir-bridge-restart"), alt)
+                racer = seclib.Flipper(s, bparent, alt, 20)
+            else:
+                racer = subprocess.Popen([sys.executable, "-c", MOVER, bparent,
+                                          os.path.join(outside, "b"), "20"])
+                s.helpers.append(racer)
+            try:
+                s.start()
+                time.sleep(0.5)
+            except RuntimeError as e:
+                s.check(False, "P3c: the plugin did not start: %s" % e)
+            finally:
+                if how == "flip":
+                    racer.stop()
+                else:
+                    racer.kill()
+                    racer.wait(timeout=10)
+            out = [m[0] for m in seclib.mountinfo()
+                   if under(m[0], outside) or under(m[0], s.decoy)]
+            if (out or s.decoy_diff()) and not bad:
+                bad = (i + 1, out, s.decoy_diff())
+            for mp in sorted(set(out), key=len, reverse=True):
+                subprocess.run(["umount", "-l", mp], check=False)
+            if how == "rename" and not os.path.isdir(bparent) and \
+                    os.path.isdir(os.path.join(outside, "b")):
+                os.rename(os.path.join(outside, "b"), bparent)
+            if not s.alive():
+                s.start()
+        print("attack %-58s -> 4 restarts: %s" % (
+            "P3c restart, bridge target's parent %s" % ("<-> symlink out" if how == "flip"
+                                                        else "renamed out and back"),
+            "nothing outside" if not bad else "round %d: %s %s" % bad))
+        s.check(not bad, "P3c (%s): the restored bridge target landed outside the kubelet root "
+                "or changed a decoy (restart %s: %s %s)" % ((how,) + bad) if bad else "")
+        if os.path.islink(bparent + ".alt"):
+            os.unlink(bparent + ".alt")
+        s.restore_decoys()
+        s.after("P3c " + how)
+    seclib.rm_tree(outside)
+    s.top_base.discard("outside")
+    s.restart("P3c: restore the bridge")
+    time.sleep(0.5)
+    s.check(seclib.mounts_at(btgt), "P3c: the bridge's target was not restored afterwards")
 
     # ---- P4: removal of the bridge with a deep tree and links planted
     a, (code, msg), (pcode, pmsg) = attach("kept", "P4 setup", quiet=True)
