@@ -165,6 +165,21 @@ def make_deep_tree(parent, name, depth):
         os.close(fd)
 
 
+def run_usage(d):
+    """Bytes allocated to regular files under d (the run dir's usage)."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(d):
+        dirnames[:] = [x for x in dirnames if not x.startswith("deep")]
+        for n in filenames:
+            try:
+                st = os.lstat(os.path.join(dirpath, n))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_blocks * 512
+    return total
+
+
 def vhost_info(qsdctl, d, timeout_ms=5000):
     """A vhost-user client through directory d (relative: kubelet paths are
     longer than a unix socket address allows).  Returns (dict or None, err)."""

@@ -17,7 +17,6 @@ volume still works for its rightful user.
 usage: test_qsd_log_flood.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -50,25 +49,12 @@ print(n, flush=True)
 """
 
 
-def run_usage(d):
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(d):
-        for n in filenames:
-            try:
-                st = os.lstat(os.path.join(dirpath, n))
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_blocks * 512
-    return total
-
-
 def run(s):
     s.create(VID, 16 * MiB)
     s.stage(VID)
     tgt = s.publish(VID, "noisy-pod")
     assert s.works("setup", VID, tgt)
-    before = run_usage(s.run)
+    before = seclib.run_usage(s.run)
     t0 = time.monotonic()
     conns, grew = 0, 0
     # Rounds until the QSD would have logged ENOUGH (a capped log stays small),
@@ -79,12 +65,12 @@ def run(s):
         s.helpers.append(att)
         while att.poll() is None:
             time.sleep(0.25)
-            grew = run_usage(s.run) - before
+            grew = seclib.run_usage(s.run) - before
             if grew > ALLOWED + MiB:
                 att.kill()
         out = att.communicate(timeout=10)[0].strip()
         conns += int(out) if out.isdigit() else 0
-        grew = run_usage(s.run) - before
+        grew = seclib.run_usage(s.run) - before
     dt = time.monotonic() - t0
     print("attack %-58s -> %d connections in %.1f s; the run dir grew by %d KiB" % (
         "G: malformed vhost-user messages through the target", conns, dt, grew // 1024))
