@@ -15,7 +15,9 @@ that touches that directory:
   unpublish and unstage (the recursive delete);
   B2 and B3 plant in RUN/exports-ro/<vol>/ (the read-only export) too;
 - B4 the same planted before kill -9 + start of the plugin (FIFOs at the
-  next few hundred pids' temporary names), then a resize.
+  next few hundred pids' temporary names), then a resize;
+- B5 directories (not empty) at volume.json and vhost.sock in both export
+  directories, then resize, unpublish, unstage: the next stage must work.
 
 Expected: each call completes (OK or a clear error) within its bound; Probe
 answers within 1 s afterwards; the plugin is the same process (unless the
@@ -208,6 +210,28 @@ def run(s):
     s.after("B4 NodeUnstageVolume", fifos_dir=ed)
     s.works_fresh("B4 (rightful user stages again)", VID)
     s.check(s.alive(), "plugin died")
+
+    # ---- B5: directories at the plugin's own names (volume.json, vhost.sock)
+    tgt5 = s.publish(VID, "pod-5")
+    for d in (ed, ro_dir):
+        for n in ("volume.json", "vhost.sock"):
+            p = os.path.join(d, n)
+            if os.path.lexists(p):
+                os.rename(p, os.path.join(d, "tenant-moved-" + n))
+            os.mkdir(p)
+            os.mkdir(os.path.join(p, "sub"))
+    code, msg, _ = expand(s, "B5 directories at volume.json/vhost.sock", 192 * MiB, tgt5)
+    s.check(code not in ("DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED"),
+            "B5: NodeExpandVolume: %s" % seclib.fmt(code, msg))
+    s.after("B5 NodeExpandVolume")
+    s.call("B5 NodeUnpublishVolume", "NodeUnpublishVolume",
+           pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt5))
+    s.after("B5 NodeUnpublishVolume")
+    s.call("B5 NodeUnstageVolume", "NodeUnstageVolume",
+           pb.NodeUnstageVolumeRequest(volume_id=VID, staging_target_path=s.staging(VID)), 30)
+    s.after("B5 NodeUnstageVolume")
+    # The tenant's pod is gone; the next pod of the volume's owner must get it.
+    s.works_fresh("B5 (rightful user stages again)", VID)
 
 
 if __name__ == "__main__":
