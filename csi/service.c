@@ -44,6 +44,15 @@ void op_end(struct op *op)
 
 int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done)
 {
+    size_t n = 0;
+    for (struct op *o = op->csi->ops; o; o = o->next)
+        n += o->worker != NULL;
+    if (n >= CSI_MAX_WORKERS) {
+        grpc_call_fail(op->call, GRPC_RESOURCE_EXHAUSTED,
+                       "%zu operations are running in worker processes already; retry", n);
+        op_end(op);
+        return -EBUSY;
+    }
     int r = worker_start(op->csi->loop, fn, op, timeout_ms, done, op, &op->worker);
     if (r < 0) {
         grpc_call_fail(op->call, GRPC_INTERNAL, "cannot start a worker process: %s", strerror(-r));
