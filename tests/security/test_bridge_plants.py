@@ -17,8 +17,9 @@ there), placements raced, restart recovery and bridge removal.
 - P3b restart: the bridge's own target mount lost and its parent replaced by
   a symlink to the decoy: nothing mounted there; restored once the parent is
   a directory again;
-- P3c the same raced: restarts (3, and up to 10) while the target's parent flips to a
-  symlink out, or is renamed out of the kubelet root and back: no mount
+- P3c the same raced: restarts (3, and 5) while the target's parent
+  flips to a symlink out, or the target itself is renamed out of the kubelet
+  root and back: no mount
   outside, decoys unchanged;
 - P4 removal of the bridge (NodeUnpublishVolume of the VM pod's inline
   volume) with a 10000-level tree, symlinks and FIFOs planted in it: bounded,
@@ -269,7 +270,7 @@ def run(s):
     outside = os.path.join(s.root, "outside")
     os.mkdir(outside)
     s.top_base.add("outside")
-    for how, restarts in (("flip", 3), ("rename", 10)):
+    for how, restarts in (("flip", 3), ("rename", 5)):
         bad = None
         done = 0
         for i in range(restarts):
@@ -283,8 +284,8 @@ def run(s):
                 if not os.path.lexists(alt):
                     os.symlink(os.path.join(s.decoy, "dir-bridge-restart"), alt)
                 racer = seclib.Flipper(s, bparent, alt, 20)
-            else:
-                racer = subprocess.Popen([sys.executable, "-c", MOVER, bparent,
+            else:  # the target itself: a bind made on it outside cannot come back
+                racer = subprocess.Popen([sys.executable, "-c", MOVER, btgt,
                                           os.path.join(outside, "b"), "20"])
                 s.helpers.append(racer)
             try:
@@ -298,20 +299,25 @@ def run(s):
                 else:
                     racer.kill()
                     racer.wait(timeout=10)
+                    if not os.path.isdir(btgt) and os.path.isdir(os.path.join(outside, "b")):
+                        try:
+                            os.rename(os.path.join(outside, "b"), btgt)
+                        except OSError:
+                            pass  # a mount point: it stays outside (checked below)
             out = [m[0] for m in seclib.mountinfo()
                    if under(m[0], outside) or under(m[0], s.decoy)]
             if (out or s.decoy_diff()) and not bad:
                 bad = (i + 1, out, s.decoy_diff())
             for mp in sorted(set(out), key=len, reverse=True):
                 subprocess.run(["umount", "-l", mp], check=False)
-            if how == "rename" and not os.path.isdir(bparent) and \
+            if how == "rename" and not os.path.isdir(btgt) and \
                     os.path.isdir(os.path.join(outside, "b")):
-                os.rename(os.path.join(outside, "b"), bparent)
+                os.rename(os.path.join(outside, "b"), btgt)
             if not s.alive():
                 s.start()
         print("attack %-58s -> %d restarts: %s" % (
-            "P3c restart, bridge target's parent %s" % ("<-> symlink out" if how == "flip"
-                                                        else "renamed out and back"),
+            "P3c restart, bridge target %s" % ("parent <-> symlink out" if how == "flip"
+                                               else "renamed out and back"),
             done, "nothing outside" if not bad else "round %d: %s %s" % bad))
         s.check(not bad, "P3c (%s): the restored bridge target landed outside the kubelet root "
                 "or changed a decoy (restart %s: %s %s)" % ((how,) + bad) if bad else "")
