@@ -10,7 +10,7 @@ hundred KiB/s from one process, a tenant fills /run, and then every other
 volume's staging fails with ENOSPC: the very outcome issue 9 names.
 
 Expected: while the tenant does this until the bytes its QSD would have
-logged pass 4 MiB (at most 45 s), the run directory grows by at most 2 MiB
+logged pass 3 MiB (at most 30 s), the run directory grows by at most 2 MiB
 (the documented 1 MiB log cap, plus slack); Probe answers within 1 s; the
 volume still works for its rightful user.
 
@@ -27,9 +27,9 @@ from seclib import MiB  # noqa: E402
 
 VID = "pvc-noisy"
 ROUND = 6          # seconds per attacker run
-LIMIT = 45         # seconds in all, at most
+LIMIT = 30         # seconds in all, at most
 ALLOWED = 2 * MiB  # run dir growth allowed (the documented 1 MiB log cap, plus slack)
-ENOUGH = 4 * MiB   # what the QSD would have logged by then, at >= 100 bytes a message
+ENOUGH = 3 * MiB   # what the QSD would have logged by then, at >= 100 bytes a message
 
 ATTACKER = r"""
 import os, socket, struct, sys, time
