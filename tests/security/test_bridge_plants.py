@@ -3,8 +3,8 @@
 bridge directory RUN/bridges/<pod-uid>/ (as if the VM pod could still write
 there), placements raced, restart recovery and bridge removal.
 
-- P1 a symlink to a decoy directory (and a FIFO, a symlink to a decoy file)
-  at the disk name a hot-plug request asks for: refused (the entry is not
+- P1 a symlink to a decoy directory (and a FIFO, a socket, a file, an empty
+  directory, a symlink to a decoy file) at the disk name a hot-plug request asks for: refused (the entry is not
   the plugin's), nothing mounted or created in the decoy;
 - P2 race: a separate process creates and removes a symlink to the decoy at
   the placement's name and exchanges it with the plugin's placement
@@ -137,8 +137,12 @@ def run(s):
 
     # ---- P1: planted entries at the disk name
     plants = {"evil-dir": lambda p: os.symlink(os.path.join(s.decoy, "dir-bridge"), p),
-              "evil-file": lambda p: os.symlink(os.path.join(s.decoy, "secret"), p),
-              "evil-fifo": lambda p: os.mkfifo(p)}
+              "evil-link": lambda p: os.symlink(os.path.join(s.decoy, "secret"), p),
+              "evil-fifo": lambda p: os.mkfifo(p),
+              "evil-sock": lambda p: socks.append(seclib.unix_socket_at(p)),
+              "evil-file": lambda p: open(p, "w").close(),
+              "evil-emptydir": lambda p: os.mkdir(p)}
+    socks = []
     for disk, plant in plants.items():
         p = os.path.join(bdir, disk)
         plant(p)
@@ -151,8 +155,12 @@ def run(s):
         s.after("P1 %s" % disk)
         detach(a)
         s.after("P1 %s detach" % disk)
-        if os.path.lexists(p):
+        if os.path.isdir(p) and not os.path.islink(p):
+            os.rmdir(p)
+        elif os.path.lexists(p):
             os.unlink(p)
+    for x in socks:
+        x.close()
     a, (code, msg), (pcode, pmsg) = attach("fine", "P1 rightful hot-plug")
     s.check(code == "OK" and pcode == "OK", "P1: a rightful hot-plug fails: %s / %s" % (
         seclib.fmt(code, msg), seclib.fmt(pcode, pmsg)))
