@@ -223,6 +223,13 @@ def run(s):
     code, msg, _ = expand(s, "B5 directories at volume.json/vhost.sock", 192 * MiB, tgt5)
     s.check(code not in ("DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED"),
             "B5: NodeExpandVolume: %s" % seclib.fmt(code, msg))
+    if code == "OK":  # OK means the launcher's metadata says the new size too
+        try:
+            size = json.load(open(os.path.join(tgt5, "volume.json"))).get("size")
+        except (OSError, ValueError) as e:
+            size = "unreadable (%s)" % e.strerror if isinstance(e, OSError) else e
+        s.check(size == 192 * MiB, "B5: NodeExpandVolume answered OK but volume.json through "
+                "the target says size %s" % size)
     s.after("B5 NodeExpandVolume")
     s.call("B5 NodeUnpublishVolume", "NodeUnpublishVolume",
            pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt5))
