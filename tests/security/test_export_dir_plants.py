@@ -16,8 +16,9 @@ that touches that directory:
   B2 and B3 plant in RUN/exports-ro/<vol>/ (the read-only export) too;
 - B4 the same planted before kill -9 + start of the plugin (FIFOs at the
   next few hundred pids' temporary names), then a resize;
-- B5 directories (not empty) at volume.json and vhost.sock in both export
-  directories, then resize, unpublish, unstage: the next stage must work.
+- B5 directories (empty, then not empty) at volume.json and vhost.sock in
+  both export directories, then resize, unpublish, unstage: the next stage
+  must work (an OK resize must have rewritten volume.json).
 
 Expected: each call completes (OK or a clear error) within its bound; Probe
 answers within 1 s afterwards; the plugin is the same process (unless the
@@ -211,34 +212,50 @@ def run(s):
     s.works_fresh("B4 (rightful user stages again)", VID)
     s.check(s.alive(), "plugin died")
 
-    # ---- B5: directories at the plugin's own names (volume.json, vhost.sock)
-    tgt5 = s.publish(VID, "pod-5")
-    for d in (ed, ro_dir):
-        for n in ("volume.json", "vhost.sock"):
-            p = os.path.join(d, n)
-            if os.path.lexists(p):
-                os.rename(p, os.path.join(d, "tenant-moved-" + n))
-            os.mkdir(p)
-            os.mkdir(os.path.join(p, "sub"))
-    code, msg, _ = expand(s, "B5 directories at volume.json/vhost.sock", 192 * MiB, tgt5)
-    s.check(code not in ("DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED"),
-            "B5: NodeExpandVolume: %s" % seclib.fmt(code, msg))
-    if code == "OK":  # OK means the launcher's metadata says the new size too
-        try:
-            size = json.load(open(os.path.join(tgt5, "volume.json"))).get("size")
-        except (OSError, ValueError) as e:
-            size = "unreadable (%s)" % e.strerror if isinstance(e, OSError) else e
-        s.check(size == 192 * MiB, "B5: NodeExpandVolume answered OK but volume.json through "
-                "the target says size %s" % size)
-    s.after("B5 NodeExpandVolume")
-    s.call("B5 NodeUnpublishVolume", "NodeUnpublishVolume",
-           pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt5))
-    s.after("B5 NodeUnpublishVolume")
-    s.call("B5 NodeUnstageVolume", "NodeUnstageVolume",
-           pb.NodeUnstageVolumeRequest(volume_id=VID, staging_target_path=s.staging(VID)), 30)
-    s.after("B5 NodeUnstageVolume")
-    # The tenant's pod is gone; the next pod of the volume's owner must get it.
-    s.works_fresh("B5 (rightful user stages again)", VID)
+    # ---- B5: directories at the plugin's own names (volume.json, vhost.sock):
+    # empty ones (B5a), then ones with something inside (B5b: no recursion
+    # may remove them; the next stage must still work, e.g. by moving them
+    # aside)
+    for case, full in (("B5a empty", False), ("B5b non-empty", True)):
+        size = (192 if not full else 224) * MiB
+        tgt5 = s.publish(VID, "pod-5" + ("b" if full else "a"))
+        for d in (ed, ro_dir):
+            for n in ("volume.json", "vhost.sock"):
+                p = os.path.join(d, n)
+                if os.path.lexists(p):
+                    os.rename(p, os.path.join(d, "tenant-moved-%s-%s" % (case[:3], n)))
+                os.mkdir(p)
+                if full:
+                    os.mkdir(os.path.join(p, "sub"))
+        what = "%s directories at volume.json/vhost.sock" % case
+        code, msg, _ = expand(s, what, size, tgt5)
+        s.check(code not in ("DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED"),
+                "%s: NodeExpandVolume: %s" % (case, seclib.fmt(code, msg)))
+        if code == "OK":  # OK means the launcher's metadata says the new size too
+            try:
+                got = json.load(open(os.path.join(tgt5, "volume.json"))).get("size")
+            except (OSError, ValueError) as e:
+                got = "unreadable (%s)" % (e.strerror if isinstance(e, OSError) else e)
+            s.check(got == size, "%s: NodeExpandVolume answered OK but volume.json through "
+                    "the target says size %s" % (case, got))
+        s.after(case + " NodeExpandVolume")
+        s.call(case + " NodeUnpublishVolume", "NodeUnpublishVolume",
+               pb.NodeUnpublishVolumeRequest(volume_id=VID, target_path=tgt5))
+        s.after(case + " NodeUnpublishVolume")
+        s.call(case + " NodeUnstageVolume", "NodeUnstageVolume",
+               pb.NodeUnstageVolumeRequest(volume_id=VID, staging_target_path=s.staging(VID)),
+               30)
+        s.after(case + " NodeUnstageVolume")
+        if os.path.isdir(ed):
+            print("       (export dir after unstage: %s)" % sorted(os.listdir(ed)))
+        # The tenant's pod is gone; the next pod of the volume's owner must get it.
+        if not s.works_fresh(case + " (rightful user stages again)", VID):
+            for d in (ed, ro_dir):  # the operator's repair, so that B5b runs on its own
+                for n in ("volume.json", "vhost.sock"):
+                    p = os.path.join(d, n)
+                    if os.path.isdir(p) and not os.path.islink(p):
+                        seclib.rm_tree(p)
+            s.works_fresh(case + " (after the operator removed them)", VID)
 
 
 if __name__ == "__main__":
