@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <dirent.h>
+#include <limits.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -781,6 +782,32 @@ static int unlink_export_files(int dfd, bool ro, void *arg)
     return 0;
 }
 
+/* The names the QSD and the plugin use in an export directory must be free
+ * for them.  Whatever cannot be removed without recursing (a non-empty
+ * directory: nothing of ours) moves aside with its whole directory, under a
+ * name no volume can have, and a fresh directory takes its place. */
+static int clear_export_dir(int parent, const char *volume)
+{
+    static const char *const names[] = QSD_EXPORT_FILES;
+    _cleanup_close_ int fd = -1;
+    int r = fsat_open(parent, volume, O_PATH | O_DIRECTORY, &fd);
+    if (r < 0)
+        return r;
+    bool stuck = false;
+    for (size_t i = 0; names[i]; i++)
+        stuck |= fsat_unlink(fd, names[i]) < 0;
+    if (!stuck)
+        return 0;
+    char aside[NAME_MAX + 1];
+    snprintf(aside, sizeof(aside), ".quarantine-%llx-%.150s", (unsigned long long)now_us(),
+             volume);
+    if (renameat(parent, volume, parent, aside) < 0)
+        return -errno;
+    log_warn("qsd", "export directory held things that are not ours: moved aside",
+             "volume=%s moved_to=%s", volume, aside);
+    return fsat_mkdirs(parent, volume, 0750, NULL);
+}
+
 static int prepare_dirs(struct qsd *q)
 {
     int r = mkdir_p(q->cfg.run_dir, 0711); /* configuration: trusted */
@@ -796,6 +823,7 @@ static int prepare_dirs(struct qsd *q)
         _cleanup_close_ int parent = -1;
         if ((r = fsat_mkdirs(run, ro ? "exports-ro" : "exports", 0711, &parent)) < 0 ||
             (r = fsat_mkdirs(parent, q->volume, 0750, NULL)) < 0 ||
+            (r = clear_export_dir(parent, q->volume)) < 0 ||
             (r = fsat_chown_mode(parent, q->volume, q->opts.socket_gid, 0750)) < 0)
             return r;
     }
