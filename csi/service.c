@@ -4,6 +4,7 @@
 #include "log.h"
 #include "names.h"
 #include "params.h"
+#include "thin.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -37,6 +38,7 @@ void op_end(struct op *op)
     if (op->snap)
         op->snap->busy = false;
     qmp_close(op->qmp);
+    free(op->node);
     free(op);
 }
 
@@ -48,6 +50,51 @@ int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done
         op_end(op);
     }
     return r;
+}
+
+/* ---------------------------------------------------- layer removal */
+
+static int gc_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct csi *c = arg;
+    unsigned n = 0;
+    uint64_t freed = 0;
+    int r = pool_gc(&c->pool, &n, &freed, ret_msg);
+    if (r == 0)
+        *ret_result = json_pack("{s:I, s:I}", "removed", (json_int_t)n, "freed", (json_int_t)freed);
+    return r;
+}
+
+static void gc_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct csi *c = opaque;
+    c->gc = NULL;
+    json_int_t n = 0, freed = 0;
+    if (status < 0) {
+        _cleanup_free_ char *q = log_quote(msg ? msg : strerror(-status));
+        log_warn("plugin", "removal of unused layers failed", "error=%s", q);
+    } else if (json_unpack(result, "{s:I, s:I}", "removed", &n, "freed", &freed) == 0 && n > 0) {
+        log_info("plugin", "removed unused layers", "layers=%lld freed_bytes=%lld", (long long)n,
+                 (long long)freed);
+    }
+    if (c->gc_again) {
+        c->gc_again = false;
+        csi_gc(c);
+    }
+}
+
+void csi_gc(struct csi *c)
+{
+    if (c->gc) {
+        c->gc_again = true;
+        return;
+    }
+    int r = worker_start(c->loop, gc_fn, c, 2ull * 60 * 1000, gc_done, c, &c->gc);
+    if (r < 0) {
+        c->gc = NULL;
+        log_warn("plugin", "cannot start the removal of unused layers", "error=\"%s\"",
+                 strerror(-r));
+    }
 }
 
 bool id_ok(struct grpc_call *call, const char *field, const char *id)
@@ -287,6 +334,42 @@ static void remove_tmp_files(struct csi *c, const char *vol, const char *snap)
     }
 }
 
+/* A thin snapshot of v interrupted by the crash is finished or undone
+ * (thin.h), asking its QSD when one runs it read-write.  Start-up only: the
+ * loop does not run yet, and every wait here is bounded. */
+static void recover_layers(struct csi *c, struct vol *v, bool running)
+{
+    if (!streq(v->format, "qcow2"))
+        return;
+    struct qmp_sync *s = NULL;
+    _cleanup_free_ char *msg = NULL;
+    if (running && !v->stage_ro) {
+        struct qmp_error e = {0};
+        struct qsd_paths p;
+        qsd_paths_init(c->cfg->run_dir, v->id, &p);
+        int r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, &s, &e);
+        qsd_paths_clear(&p);
+        if (r < 0) {
+            /* Without its answer nothing can be decided: leave it for the
+             * next snapshot of the volume (thin_snapshot recovers first). */
+            _cleanup_free_ char *q = log_quote(e.desc ? e.desc : strerror(-r));
+            log_error("plugin", "cannot check the layers of a staged volume", "volume=%s error=%s",
+                      v->id, q);
+            qmp_error_clear(&e);
+            return;
+        }
+    }
+    const char *what = NULL;
+    int r = thin_recover(&c->pool, v->id, s, &what, &msg);
+    qmp_sync_close(s);
+    if (r < 0) {
+        _cleanup_free_ char *q = log_quote(msg ? msg : strerror(-r));
+        log_error("plugin", "cannot recover the layers of a volume", "volume=%s error=%s", v->id, q);
+    } else if (what) {
+        log_info("plugin", what, "volume=%s", v->id);
+    }
+}
+
 static void recover(struct csi *c)
 {
     struct store *s = c->store;
@@ -323,8 +406,10 @@ static void recover(struct csi *c)
             continue;
         }
         i++;
-        if (!v->staging_path)
+        if (!v->staging_path) {
+            recover_layers(c, v, false);
             continue;
+        }
         _cleanup_free_ char *msg = NULL;
         struct qsd_opts o;
         if (vol_export_opts(c, v, &o, &msg) < 0) {
@@ -338,10 +423,12 @@ static void recover(struct csi *c)
         if (qsd_adopt(v->qsd) == 0) {
             log_info("plugin", "adopted the QSD of a staged volume", "volume=%s pid=%d", v->id,
                      (int)qsd_get_pid(v->qsd));
+            recover_layers(c, v, true);
             continue;
         }
         log_info("plugin", "QSD of a staged volume is not running, starting it", "volume=%s",
                  v->id);
+        recover_layers(c, v, false);
         free(msg);
         msg = NULL;
         if (vol_qsd_start(c, v, recovery_started, NULL, &msg) < 0) {
@@ -382,6 +469,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     }
     recover(c);
     bridges_recover(c);
+    csi_gc(c);
     *ret = c;
     return 0;
 }
@@ -405,6 +493,8 @@ void csi_free(struct csi *c)
         free(v->start_ctx);
         v->start_ctx = NULL;
     }
+    worker_cancel(c->gc);
+    c->gc = NULL;
     bridges_free(c->bridges);
     store_free(c->store);
     pool_close(&c->pool);

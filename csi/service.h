@@ -29,6 +29,8 @@ struct csi {
     char *topo_key;        /* "<driver-name>/node" */
     struct op *ops;        /* in flight */
     struct bridges *bridges; /* hot-plug bridges and requests (bridge.h) */
+    struct worker *gc;     /* removal of unused layers in flight (csi_gc) */
+    bool gc_again;         /* another removal asked for meanwhile */
 };
 
 /* One asynchronous RPC.  Records named here are busy until op_end(). */
@@ -42,6 +44,7 @@ struct op {
     /* per-operation data */
     uint64_t size;
     bool flag;             /* live (through the QSD) / connection failure seen */
+    char *node;            /* the QSD's exported node (NodeExpandVolume) */
     struct op *next;
 };
 
@@ -56,6 +59,11 @@ void op_end(struct op *op);
 /* Run fn in a worker; done runs on the loop.  On failure to fork, the call
  * is failed and the op ended (returns < 0). */
 int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done);
+
+/* Remove the pool's layers nothing references any more (thin.h pool_gc),
+ * in a worker; runs again once if asked while running.  After every
+ * deletion and at start. */
+void csi_gc(struct csi *c);
 
 /* Validate an id field: non-empty and valid per names.h.  On failure the
  * call is failed with INVALID_ARGUMENT and false returned. */
