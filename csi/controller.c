@@ -224,9 +224,15 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
         r = thin_freeze(c, op->vol2, op->flag, NULL, layer, &merging, ret_msg);
         if (r == 0)
             r = thin_create(&c->pool, v->id, layer, op->size, ret_msg);
-        if (r < 0)
+        if (r < 0 && r != -EOPNOTSUPP)
             return r == -ENOENT ? -EIO : r;
+    } else {
+        r = -EOPNOTSUPP;
+    }
+    if (r == 0) {
     } else if (v->src_type && streq(v->src_type, "volume")) {
+        free(*ret_msg);
+        *ret_msg = NULL;
         /* Clone of or into raw, or preallocated: a point-in-time copy of the
          * source (live through its QSD when staged), then an independent
          * volume from it. */
@@ -760,11 +766,19 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
         *ret_msg = xasprintf("the image of volume %s is missing", src->id);
         return -EIO;
     }
-    bool merging = false;
-    if (streq(fmt, "qcow2")) {
+    bool merging = false, copy = !streq(fmt, "qcow2");
+    if (!copy) {
         /* Thin: the volume's top is frozen and becomes the snapshot. */
         char layer[LAYER_NAME_LEN + 1];
         r = thin_freeze(c, src, op->flag, sn->id, layer, &merging, ret_msg);
+        if (r == -EOPNOTSUPP) {
+            /* a QSD started with an iothread by an older plugin */
+            free(*ret_msg);
+            *ret_msg = NULL;
+            copy = true;
+        }
+    }
+    if (!copy) {
     } else if (op->flag) {
         /* raw: a full copy (docs/thin-layers.md) */
         struct qmp_sync *s;

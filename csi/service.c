@@ -208,6 +208,12 @@ int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
     vol_params_clear(&p);
     o.image = image;
     o.format = format;
+    /* No iothread: QEMU 10.0.2 hangs (or aborts) a QSD whose export runs in
+     * an iothread on any drain while the client does I/O: the graph changes
+     * of thin snapshots and merges, block_resize of online expansion
+     * (measured, thin.c).  In the main loop they work; one QSD serves one
+     * volume, so its main loop has nothing else to do. */
+    o.iothread = false;
     o.read_only = v->stage_ro;
     o.socket_gid = v->stage_gid;
     o.socket_mode = 0660;

@@ -655,7 +655,12 @@ static int cmd_snapshot(int argc, char **argv)
         if (live && (code = writable_qsd(vol, &s, &o)))
             goto out;
         r = thin_snapshot(&pool, vol, s, &o, snap, timeout_s * 1000, layer, &msg);
-        if (r == 0 && s) {
+        if (r == -EOPNOTSUPP && s) {
+            /* exported in an iothread: a full copy (thin.h) */
+            free(msg);
+            msg = NULL;
+            r = live_snapshot(s, &pool, snap, timeout_s * 1000, &msg);
+        } else if (r == 0 && s) {
             /* Past the depth where merging starts: leave it to QSD. */
             struct chain ch;
             char *m = NULL;

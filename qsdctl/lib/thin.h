@@ -59,7 +59,9 @@ json_t *chain_to_json(const struct chain *c);
  * read-write (the switch happens inside it), else NULL.  o: the export's
  * options (cache, aio, discard, detect-zeroes of the new nodes).  A chain
  * that would pass LAYER_MAX_DEPTH is merged first (bounded by timeout_ms).
- * Returns the layer's name.  -EOPNOTSUPP for a raw volume. */
+ * Returns the layer's name.  -EOPNOTSUPP for a raw volume, or when the QSD
+ * runs its export in an iothread (QEMU 10.0 hangs on graph changes under I/O
+ * there, thin.c): the caller falls back to a full copy. */
 int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
                   const struct qsd_opts *o, const char *snap, uint64_t timeout_ms,
                   char ret_layer[LAYER_NAME_LEN + 1], char **ret_msg);
