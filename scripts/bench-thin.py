@@ -111,7 +111,10 @@ def run_plugin(plugin, proto, qsdctl, sizes, label):
                 volume_capabilities=[cap]), timeout=T)
             img = os.path.join(env.pool, "volumes", v + ".qcow2")
             t0 = time.monotonic()
-            sh("qemu-io", "-f", "qcow2", "-c", "write -P 0x5a 0 %d" % data, img, timeout=1800)
+            cmds = []
+            for off in range(0, data, GiB):  # qemu-io writes at most 2 GiB at once
+                cmds += ["-c", "write -P 0x5a %d %d" % (off, min(GiB, data - off))]
+            sh("qemu-io", "-f", "qcow2", *cmds, img, timeout=1800)
             wr = time.monotonic() - t0
             tgt = up(v)
             verify(tgt, "--write", vsize)
