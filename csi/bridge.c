@@ -1,6 +1,8 @@
 /* bridge.c: see bridge.h. */
 #include "bridge.h"
+#include "fsat.h"
 #include "log.h"
+#include "mounts.h"
 #include "names.h"
 #include "paths.h"
 #include "proc.h"
@@ -244,9 +246,17 @@ int bridges_open(struct csi *c, char **ret_msg)
     bs->req_rec_dir = xasprintf("%s/hotplug", c->cfg->state_dir);
     bs->run_dir = xasprintf("%s/bridges", c->cfg->run_dir);
     int r;
+    bs->run_fd = -1;
     if ((r = mkdir_p(bs->bridge_rec_dir, 0700)) < 0 || (r = mkdir_p(bs->req_rec_dir, 0700)) < 0 ||
         (r = mkdir_p(bs->run_dir, 0711)) < 0) {
         *ret_msg = xasprintf("cannot create the bridge directories: %s", strerror(-r));
+        bridges_free(bs);
+        return r;
+    }
+    bs->run_fd = open(bs->run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (bs->run_fd < 0) {
+        r = -errno;
+        *ret_msg = xasprintf("cannot open %s: %s", bs->run_dir, strerror(-r));
         bridges_free(bs);
         return r;
     }
@@ -260,6 +270,7 @@ void bridges_free(struct bridges *bs)
 {
     if (!bs)
         return;
+    closep(&bs->run_fd);
     for (size_t i = 0; i < bs->n_b; i++)
         bridge_free(bs->b[i]);
     for (size_t i = 0; i < bs->n_r; i++)
@@ -328,109 +339,100 @@ static struct hp_request *find_req_pod(struct bridges *bs, const char *uid)
     return NULL;
 }
 
-static char *bridge_dir(struct bridges *bs, const struct bridge *b)
-{
-    return xasprintf("%s/%s", bs->run_dir, b->pod_uid);
-}
-
 /* ------------------------------------------------------------ mounts */
 
-/* Is path a mount point per /proc/self/mountinfo?  1/0, with *ret_shared
- * telling whether it propagates (shared:N). */
-static int mountinfo_has(const char *path, bool *ret_shared)
+/* Everything below RUN/bridges goes through bs->run_fd (fsat.h): the
+ * bridge directory RUN/bridges/<pod-uid>/ and its placements <disk>/. */
+
+static int bridge_dir_open(struct bridges *bs, const struct bridge *b, int *ret_fd)
 {
-    char real[PATH_MAX];
-    const char *alt = realpath(path, real) ? real : path;
-    _cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
-    if (!f)
-        return -errno;
-    _cleanup_free_ char *line = NULL;
-    size_t cap = 0;
-    int found = 0;
-    bool shared = false;
-    while (getline(&line, &cap, f) > 0) {
-        /* id parent maj:min root mountpoint opts [optional...] - fstype ... */
-        char *save = NULL, *tok = strtok_r(line, " \n", &save);
-        char *mp = NULL;
-        bool sh = false;
-        for (int k = 0; tok; k++, tok = strtok_r(NULL, " \n", &save)) {
-            if (k == 4)
-                mp = tok;
-            if (k >= 6 && streq(tok, "-"))
-                break;
-            if (k >= 6 && startswith(tok, "shared:"))
-                sh = true;
-        }
-        if (!mp)
-            continue;
-        /* Unescape \ooo in place. */
-        char *w = mp;
-        for (char *p = mp; *p; p++) {
-            if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' &&
-                p[3] >= '0' && p[3] <= '7') {
-                *w++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
-                p += 3;
-            } else {
-                *w++ = *p;
+    return fsat_open(bs->run_fd, b->pod_uid, O_PATH | O_DIRECTORY, ret_fd);
+}
+
+/* The bridge directory, 0750 root:<gid>, as a shared bind of itself (or,
+ * with join_fd, of join_fd and the mounts under it: the pod's mount still
+ * exists after a restart, so the bridge rejoins its peer group). */
+static int bridge_dir_make(struct bridges *bs, const struct bridge *b, int join_fd,
+                           char **ret_msg)
+{
+    _cleanup_close_ int fd = -1;
+    int r = 0;
+    const char *what = "create";
+    if (mkdirat(bs->run_fd, b->pod_uid, 0750) < 0 && errno != EEXIST)
+        r = -errno;
+    if (r == 0 && (what = "set the group of", r = fsat_chown_mode(bs->run_fd, b->pod_uid, b->gid,
+                                                                  0750)) == 0 &&
+        (what = "open", r = bridge_dir_open(bs, b, &fd)) == 0 &&
+        (what = "inspect", r = fsat_is_mount_root(fd)) == 0) {
+        what = "bind onto itself";
+        if (join_fd >= 0)
+            r = fsat_bind(join_fd, fd, FSAT_BIND_REC);
+        else
+            r = fsat_bind(fd, fd, 0);
+        closep(&fd);
+        fd = -1;
+        if (r == 0)
+            r = bridge_dir_open(bs, b, &fd);
+    }
+    if (r >= 0 && (what = "make shared", r = fsat_make_shared(fd)) == 0)
+        return 0;
+    *ret_msg = xasprintf("cannot %s the bridge directory %s/%s: %s", what, bs->run_dir,
+                         b->pod_uid, strerror(-r));
+    return r;
+}
+
+/* Remove the bridge directory: its mounts, then only empty directories
+ * inside (placements the plugin made), never recursing. */
+static void remove_bridge_dir(struct bridges *bs, const struct bridge *b)
+{
+    int r = fsat_unmount(bs->run_fd, b->pod_uid);
+    _cleanup_close_ int fd = -1;
+    if (r == 0 && fsat_open(bs->run_fd, b->pod_uid, O_RDONLY | O_DIRECTORY, &fd) == 0) {
+        DIR *d = fdopendir(fd);
+        if (d) {
+            fd = -1;
+            struct dirent *de;
+            while ((de = readdir(d))) {
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                    continue;
+                if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0)
+                    log_warn(COMP, "left an entry in a removed bridge",
+                             "pod_uid=%s entry=%s error=\"%s\"", b->pod_uid, de->d_name,
+                             strerror(errno));
             }
-        }
-        *w = '\0';
-        if (streq(mp, path) || streq(mp, alt)) {
-            found = 1; /* the last one (the top of a stack) wins */
-            shared = sh;
+            closedir(d);
         }
     }
-    if (ret_shared)
-        *ret_shared = shared;
-    return found;
+    if (r == 0 && unlinkat(bs->run_fd, b->pod_uid, AT_REMOVEDIR) < 0 && errno != ENOENT)
+        r = -errno;
+    if (r < 0)
+        log_warn(COMP, "cannot remove bridge directory", "pod_uid=%s error=\"%s\"", b->pod_uid,
+                 strerror(-r));
 }
 
-/* The bridge directory: a bind of itself made shared (unless already). */
-static int bridge_make_shared(const char *dir, char **ret_msg)
+/* Bind the export directory of v (the read-only one when ro and v is
+ * read-write) onto <bridge>/<disk>, read-only for the pod. */
+static int place_mount(struct csi *c, struct bridge *b, const char *disk, const struct vol *v,
+                       bool ro, char **ret_msg)
 {
-    bool shared = false;
-    int m = mountinfo_has(dir, &shared);
-    if (m <= 0 && mount(dir, dir, NULL, MS_BIND, NULL) < 0) {
-        int e = -errno;
-        *ret_msg = xasprintf("cannot bind %s onto itself: %s", dir, strerror(-e));
-        return e;
+    _cleanup_close_ int bfd = -1, tfd = -1, src = -1;
+    int r = bridge_dir_open(c->bridges, b, &bfd);
+    const char *what = "open the bridge for";
+    if (r == 0) {
+        what = "create";
+        if (mkdirat(bfd, disk, 0750) < 0 && errno != EEXIST)
+            r = -errno;
     }
-    if (!shared && mount(NULL, dir, NULL, MS_SHARED, NULL) < 0) {
-        int e = -errno;
-        *ret_msg = xasprintf("cannot make %s a shared mount: %s", dir, strerror(-e));
-        return e;
-    }
-    return 0;
-}
-
-static void unmount_all(const char *path)
-{
-    for (int i = 0; i < 8 && mountinfo_has(path, NULL) == 1; i++)
-        if (umount2(path, UMOUNT_NOFOLLOW) < 0 && umount2(path, UMOUNT_NOFOLLOW | MNT_DETACH) < 0)
-            break;
-}
-
-/* Remove the bridge directory: only empty directories inside (mount points
- * a container runtime made for PVCs mounted in the bridge), never recursive
- * through anything else. */
-static void remove_bridge_dir(const char *dir)
-{
-    unmount_all(dir);
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                continue;
-            if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0)
-                log_warn(COMP, "left an entry in a removed bridge", "dir=%s entry=%s error=\"%s\"",
-                         dir, de->d_name, strerror(errno));
-        }
-        closedir(d);
-    }
-    if (rmdir(dir) < 0 && errno != ENOENT)
-        log_warn(COMP, "cannot remove bridge directory", "dir=%s error=\"%s\"", dir,
-                 strerror(errno));
+    if (r == 0 && (what = "open", r = fsat_open(bfd, disk, O_PATH | O_DIRECTORY, &tfd)) == 0 &&
+        (what = "open the export for",
+         r = qsd_export_dir_open(c->cfg->run_dir, v->id, ro && !v->stage_ro, &src)) == 0 &&
+        (what = "bind-mount", r = fsat_bind(src, tfd, FSAT_BIND_RO)) == 0)
+        return 0;
+    *ret_msg = xasprintf("cannot %s placement %s of volume %s in the bridge of pod %s/%s: %s",
+                         what, disk, v->id, b->ns, b->pod, strerror(-r));
+    if (bfd >= 0 && tfd >= 0 && fsat_is_mount_root(tfd) == 0)
+        unlinkat(bfd, disk, AT_REMOVEDIR);
+    return r;
 }
 
 /* ------------------------------------------------------------ placements */
@@ -476,10 +478,10 @@ static int can_place(struct csi *c, struct bridge *b, const char *disk, const st
                          b->pod);
         return -EEXIST;
     }
-    _cleanup_free_ char *dir = bridge_dir(c->bridges, b);
-    _cleanup_free_ char *path = xasprintf("%s/%s", dir, disk);
+    _cleanup_close_ int bfd = -1;
     struct stat st;
-    if (lstat(path, &st) == 0 || errno != ENOENT) {
+    if (bridge_dir_open(c->bridges, b, &bfd) < 0 ||
+        fstatat(bfd, disk, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) {
         *code = GRPC_FAILED_PRECONDITION;
         *msg = xasprintf("disk name %s is already taken in the bridge of pod %s/%s (an entry of "
                          "that name exists)", disk, b->ns, b->pod);
@@ -505,24 +507,13 @@ static int do_place(struct csi *c, struct bridge *b, const char *disk, struct vo
                     const char *pod_uid, bool ro, char **ret_msg)
 {
     struct bridges *bs = c->bridges;
-    _cleanup_free_ char *dir = bridge_dir(bs, b);
-    _cleanup_free_ char *path = xasprintf("%s/%s", dir, disk);
     b->pl = xrealloc(b->pl, (b->n_pl + 1) * sizeof(*b->pl));
     b->pl[b->n_pl++] = (struct placement){xstrdup(disk), xstrdup(v->id), xstrdup(pod_uid), ro};
     int r = save_bridge(bs, b);
-    if (r < 0) {
+    if (r < 0)
         *ret_msg = xasprintf("cannot write the bridge record: %s", strerror(-r));
-    } else if (mkdir(path, 0750) < 0 && errno != EEXIST) {
-        r = -errno;
-        *ret_msg = xasprintf("cannot create %s: %s", path, strerror(-r));
-    } else {
-        struct qsd_paths p;
-        qsd_paths_init(c->cfg->run_dir, v->id, &p);
-        r = csi_bind_mount(p.export_dir, path, ro, ret_msg);
-        qsd_paths_clear(&p);
-        if (r < 0)
-            rmdir(path);
-    }
+    else
+        r = place_mount(c, b, disk, v, ro, ret_msg);
     if (r < 0) {
         placement_clear(&b->pl[--b->n_pl]);
         save_bridge(bs, b);
@@ -537,14 +528,11 @@ static void do_unplace(struct csi *c, struct bridge *b, size_t i)
 {
     struct bridges *bs = c->bridges;
     struct placement *p = &b->pl[i];
-    _cleanup_free_ char *dir = bridge_dir(bs, b);
-    _cleanup_free_ char *path = xasprintf("%s/%s", dir, p->disk);
-    _cleanup_free_ char *msg = NULL;
-    if (csi_unmount_dir(path, &msg) < 0) {
-        _cleanup_free_ char *q = log_quote(msg);
-        log_error(COMP, "cannot remove a placement", "volume=%s disk=%s error=%s", p->volume,
-                  p->disk, q);
-    }
+    _cleanup_free_ char *rel = xasprintf("%s/%s", b->pod_uid, p->disk);
+    int r = fsat_unmount_rmdir(bs->run_fd, rel);
+    if (r < 0)
+        log_error(COMP, "cannot remove a placement", "volume=%s disk=%s error=\"%s\"", p->volume,
+                  p->disk, strerror(-r));
     log_info(COMP, "volume removed from bridge", "volume=%s disk=%s vm_pod=%s/%s", p->volume,
              p->disk, b->ns, b->pod);
     struct vol *v = store_find_vol(c->store, p->volume);
@@ -623,32 +611,29 @@ static void publish_bridge(struct csi *c, struct grpc_call *call,
         bs->b = xrealloc(bs->b, (bs->n_b + 1) * sizeof(*bs->b));
         bs->b[bs->n_b++] = b;
     }
-    _cleanup_free_ char *dir = bridge_dir(bs, b);
     _cleanup_free_ char *msg = NULL;
-    int r = 0;
-    if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
-        r = -errno;
-        msg = xasprintf("cannot create %s: %s", dir, strerror(-r));
-    } else if (chown(dir, 0, b->gid >= 0 ? (gid_t)b->gid : 0) < 0 || chmod(dir, 0750) < 0) {
-        r = -errno;
-        msg = xasprintf("cannot give %s to group %d: %s", dir, b->gid, strerror(-r));
-    }
-    if (r == 0)
-        r = bridge_make_shared(dir, &msg);
-    if (r == 0 && mountinfo_has(in->target_path, NULL) != 1) {
-        if ((r = mkdir_p(in->target_path, 0750)) < 0)
-            msg = xasprintf("cannot create %s: %s", in->target_path, strerror(-r));
+    int r = bridge_dir_make(bs, b, -1, &msg), code = GRPC_INTERNAL;
+    int mounted = r < 0 ? 0 : mounts_is_mounted(c, in->target_path, &msg);
+    if (mounted < 0)
+        r = mounted;
+    else if (r == 0 && !mounted) {
+        _cleanup_close_ int bfd = -1;
+        if ((r = bridge_dir_open(bs, b, &bfd)) < 0)
+            msg = xasprintf("cannot open the bridge directory: %s", strerror(-r));
         else
-            r = csi_bind_mount(dir, in->target_path, false, &msg);
+            r = mounts_bind(c, bfd, in->target_path, &msg);
     }
     if (r < 0) {
+        if (msg && (r == -ELOOP || r == -EXDEV || r == -EEXIST))
+            code = mounts_grpc_code(r);
         if (fresh) {
-            unmount_all(in->target_path);
-            rmdir(in->target_path);
-            remove_bridge_dir(dir);
+            _cleanup_free_ char *m2 = NULL;
+            if (r != -ELOOP && r != -EXDEV && r != -EEXIST)
+                mounts_unbind(c, in->target_path, &m2);
+            remove_bridge_dir(bs, b);
             del_bridge(bs, b);
         }
-        grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
+        grpc_call_fail(call, code, "%s", msg ? msg : strerror(-r));
         return;
     }
     log_info(COMP, "bridge published", "pod=%s/%s pod_uid=%s gid=%d target=%s", b->ns, b->pod,
@@ -761,9 +746,7 @@ static void publish_request(struct csi *c, struct grpc_call *call,
         bs->r[bs->n_r++] = q;
     }
     _cleanup_free_ char *msg = NULL;
-    int r = mkdir_p(in->target_path, 0750);
-    if (r < 0)
-        msg = xasprintf("cannot create %s: %s", in->target_path, strerror(-r));
+    int r = mounts_mkdir(c, in->target_path, &msg);
     size_t placed = 0;
     for (size_t i = 0; i < n && r == 0; i++, placed++)
         if (!skip[i])
@@ -780,10 +763,12 @@ static void publish_request(struct csi *c, struct grpc_call *call,
                 }
         }
         if (fresh) {
-            rmdir(in->target_path);
+            _cleanup_free_ char *m2 = NULL;
+            if (r != -ELOOP && r != -EXDEV)
+                mounts_unbind(c, in->target_path, &m2);
             del_req(bs, q);
         }
-        grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
+        grpc_call_fail(call, mounts_grpc_code(r), "%s", msg);
         return;
     }
     log_info(COMP, "hot-plug request published",
@@ -806,10 +791,18 @@ void bridge_publish_ephemeral(struct csi *c, struct grpc_call *call,
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
         return;
     }
-    if (path_check_resolved(c->cfg->kubelet_root, in->target_path, &why) < 0) {
+    if (path_check_lexical(c->cfg->kubelet_root, in->target_path, &why) < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "target_path %s (kubelet root %s)", why,
                        c->cfg->kubelet_root);
         return;
+    }
+    {
+        _cleanup_free_ char *other = csi_path_owner(c, in->target_path, in->volume_id);
+        if (other) {
+            grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "target_path %s is already used by %s",
+                           in->target_path, other);
+            return;
+        }
     }
     struct podinfo pi;
     if (!get_podinfo(in, &pi)) {
@@ -895,8 +888,9 @@ bool bridge_unpublish_ephemeral(struct csi *c, struct grpc_call *call, const cha
     _cleanup_free_ char *msg = NULL;
     if (q) {
         unplace_pod(c, q->pod_uid, NULL);
-        if (csi_unmount_dir(target, &msg) < 0) {
-            grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
+        int r = mounts_unbind(c, target, &msg);
+        if (r < 0) {
+            grpc_call_fail(call, mounts_grpc_code(r), "%s", msg);
             return true;
         }
         log_info(COMP, "hot-plug request unpublished", "pod=%s/%s into=%s", q->ns, q->pod,
@@ -905,17 +899,29 @@ bool bridge_unpublish_ephemeral(struct csi *c, struct grpc_call *call, const cha
     } else {
         while (b->n_pl)
             do_unplace(c, b, b->n_pl - 1);
-        if (csi_unmount_dir(target, &msg) < 0) {
-            grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
+        int r = mounts_unbind(c, target, &msg);
+        if (r < 0) {
+            grpc_call_fail(call, mounts_grpc_code(r), "%s", msg);
             return true;
         }
-        _cleanup_free_ char *dir = bridge_dir(bs, b);
-        remove_bridge_dir(dir);
+        remove_bridge_dir(bs, b);
         log_info(COMP, "bridge unpublished", "pod=%s/%s pod_uid=%s", b->ns, b->pod, b->pod_uid);
         del_bridge(bs, b);
     }
     grpc_call_reply(call, "", 0);
     return true;
+}
+
+char *bridge_path_owner(struct csi *c, const char *path, const char *except)
+{
+    struct bridges *bs = c->bridges;
+    for (size_t i = 0; i < bs->n_b; i++)
+        if (streq(bs->b[i]->target, path) && !streq_ptr(bs->b[i]->volume_id, except))
+            return xasprintf("the bridge of pod %s/%s", bs->b[i]->ns, bs->b[i]->pod);
+    for (size_t i = 0; i < bs->n_r; i++)
+        if (streq(bs->r[i]->target, path) && !streq_ptr(bs->r[i]->volume_id, except))
+            return xasprintf("the hot-plug request of pod %s/%s", bs->r[i]->ns, bs->r[i]->pod);
+    return NULL;
 }
 
 bool bridge_stats(struct csi *c, struct grpc_call *call, const char *id, const char *path)
@@ -1057,37 +1063,32 @@ void bridges_recover(struct csi *c)
     struct bridges *bs = c->bridges;
     for (size_t i = 0; i < bs->n_b; i++) {
         struct bridge *b = bs->b[i];
-        _cleanup_free_ char *dir = bridge_dir(bs, b);
         _cleanup_free_ char *msg = NULL;
-        int dir_m = mountinfo_has(dir, NULL), tgt_m = mountinfo_has(b->target, NULL);
+        _cleanup_close_ int dfd = -1;
+        int dir_m = bridge_dir_open(bs, b, &dfd) == 0 ? fsat_is_mount_root(dfd) : 0;
+        int tgt_m = mounts_is_mounted(c, b->target, &msg);
         bool redone = false;
-        if (dir_m != 1) {
-            mkdir(dir, 0750);
-            if (tgt_m == 1) {
-                /* The pod's mount still exists: join its peer group (with the
-                 * placements under it) instead of starting a new one. */
-                if (mount(b->target, dir, NULL, MS_BIND | MS_REC, NULL) < 0)
-                    msg = xasprintf("cannot bind %s back onto %s: %s", b->target, dir,
-                                    strerror(errno));
-            }
-            if (!msg && bridge_make_shared(dir, &msg) == 0)
+        if (tgt_m < 0) {
+            /* A symlink or an escape where the target was: not ours to touch. */
+        } else if (dir_m != 1) {
+            /* The pod's mount still exists: join its peer group (with the
+             * placements under it) instead of starting a new one. */
+            _cleanup_close_ int tfd = -1;
+            if (tgt_m == 1 && mounts_open_target(c, b->target, &tfd) < 0)
+                tfd = -1;
+            if (bridge_dir_make(bs, b, tfd, &msg) == 0)
                 redone = true;
         }
-        if (!msg && tgt_m != 1) {
-            _cleanup_free_ char *parent = xstrdup(b->target);
-            char *sl = strrchr(parent, '/');
-            struct stat st;
-            if (sl)
-                *sl = '\0';
-            if (sl && stat(parent, &st) == 0) {
-                if (mkdir(b->target, 0750) < 0 && errno != EEXIST)
-                    msg = xasprintf("cannot create %s: %s", b->target, strerror(errno));
-                else if (csi_bind_mount(dir, b->target, false, &msg) == 0)
-                    redone = true;
-            } else {
+        if (!msg && tgt_m == 0) {
+            _cleanup_close_ int bfd = -1;
+            int r = bridge_dir_open(bs, b, &bfd);
+            if (r == 0)
+                r = mounts_bind(c, bfd, b->target, &msg);
+            if (r == 0)
+                redone = true;
+            else if (r == -ENOENT)
                 log_warn(COMP, "bridge target is gone (pod removed?); waiting for "
                          "NodeUnpublishVolume", "pod=%s/%s target=%s", b->ns, b->pod, b->target);
-            }
         }
         if (msg) {
             _cleanup_free_ char *q = log_quote(msg);
@@ -1096,8 +1097,10 @@ void bridges_recover(struct csi *c)
         }
         for (size_t k = 0; k < b->n_pl; k++) {
             struct placement *p = &b->pl[k];
-            _cleanup_free_ char *path = xasprintf("%s/%s", dir, p->disk);
-            if (mountinfo_has(path, NULL) == 1)
+            _cleanup_free_ char *rel = xasprintf("%s/%s", b->pod_uid, p->disk);
+            _cleanup_close_ int pfd = -1;
+            if (fsat_open(bs->run_fd, rel, O_PATH | O_DIRECTORY, &pfd) == 0 &&
+                fsat_is_mount_root(pfd) == 1)
                 continue;
             struct vol *v = store_find_vol(c->store, p->volume);
             if (!v || !v->staging_path) {
@@ -1105,19 +1108,15 @@ void bridges_recover(struct csi *c)
                          p->volume, p->disk);
                 continue;
             }
-            struct qsd_paths qp;
-            qsd_paths_init(c->cfg->run_dir, v->id, &qp);
             _cleanup_free_ char *m = NULL;
-            if ((mkdir(path, 0750) < 0 && errno != EEXIST) ||
-                csi_bind_mount(qp.export_dir, path, p->read_only, &m) < 0) {
-                _cleanup_free_ char *q = log_quote(m ? m : strerror(errno));
+            if (place_mount(c, b, p->disk, v, p->read_only, &m) < 0) {
+                _cleanup_free_ char *q = log_quote(m);
                 log_error(COMP, "cannot restore a placement", "volume=%s disk=%s error=%s",
                           p->volume, p->disk, q);
             } else {
                 log_info(COMP, "placement restored", "volume=%s disk=%s vm_pod=%s/%s", p->volume,
                          p->disk, b->ns, b->pod);
             }
-            qsd_paths_clear(&qp);
         }
         log_info(COMP, redone ? "bridge restored" : "bridge intact", "pod=%s/%s placements=%zu",
                  b->ns, b->pod, b->n_pl);

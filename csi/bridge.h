@@ -46,6 +46,7 @@ struct hp_request {
 
 struct bridges {
     char *bridge_rec_dir, *req_rec_dir, *run_dir;
+    int run_fd;            /* O_PATH of run_dir (RUN/bridges) */
     struct bridge **b;
     size_t n_b;
     struct hp_request **r;
@@ -66,6 +67,11 @@ void bridge_publish_ephemeral(struct csi *c, struct grpc_call *call,
  * ours (the call is then completed). */
 bool bridge_unpublish_ephemeral(struct csi *c, struct grpc_call *call, const char *id,
                                 const char *target);
+/* "the bridge of pod ns/name" or "the hot-plug request of pod ns/name"
+ * when path is the target of one (other than ephemeral volume id except;
+ * to free), else NULL. */
+char *bridge_path_owner(struct csi *c, const char *path, const char *except);
+
 /* NodeGetVolumeStats of an ephemeral volume: true when handled. */
 bool bridge_stats(struct csi *c, struct grpc_call *call, const char *id, const char *path);
 

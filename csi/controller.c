@@ -489,11 +489,7 @@ out:
 static void delete_finish(struct csi *c, struct vol *v)
 {
     _cleanup_free_ char *msg = NULL;
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, v->id, &p);
-    rm_rf(p.export_dir);
-    rm_rf(p.ctl_dir);
-    qsd_paths_clear(&p);
+    csi_remove_runtime(c, v->id);
     qsd_free(v->qsd);
     v->qsd = NULL;
     int r = image_delete(&c->pool, v->id, &msg);
@@ -1141,34 +1137,21 @@ static void expand_volume(struct csi *c, struct grpc_call *call,
 
 /* ------------------------------------------------------------ dispatch */
 
-#define HANDLER(fname, impl, Type, type)                                                  \
-    static void fname(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque) \
-    {                                                                                      \
-        struct controller *ctl = opaque;                                                   \
-        Type *in = type##__unpack(NULL, len, req);                                         \
-        if (!in) {                                                                         \
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode the request");     \
-            return;                                                                        \
-        }                                                                                  \
-        impl(ctl->csi, call, in);                                                          \
-        type##__free_unpacked(in, NULL);                                                   \
-    }
-
-HANDLER(h_create_volume, create_volume, Csi__V1__CreateVolumeRequest, csi__v1__create_volume_request)
-HANDLER(h_delete_volume, delete_volume, Csi__V1__DeleteVolumeRequest, csi__v1__delete_volume_request)
-HANDLER(h_validate, validate_caps, Csi__V1__ValidateVolumeCapabilitiesRequest,
+CSI_HANDLER(h_create_volume, create_volume, Csi__V1__CreateVolumeRequest, csi__v1__create_volume_request)
+CSI_HANDLER(h_delete_volume, delete_volume, Csi__V1__DeleteVolumeRequest, csi__v1__delete_volume_request)
+CSI_HANDLER(h_validate, validate_caps, Csi__V1__ValidateVolumeCapabilitiesRequest,
         csi__v1__validate_volume_capabilities_request)
-HANDLER(h_list_volumes, list_volumes, Csi__V1__ListVolumesRequest, csi__v1__list_volumes_request)
-HANDLER(h_get_capacity, get_capacity, Csi__V1__GetCapacityRequest, csi__v1__get_capacity_request)
-HANDLER(h_get_caps, get_capabilities, Csi__V1__ControllerGetCapabilitiesRequest,
+CSI_HANDLER(h_list_volumes, list_volumes, Csi__V1__ListVolumesRequest, csi__v1__list_volumes_request)
+CSI_HANDLER(h_get_capacity, get_capacity, Csi__V1__GetCapacityRequest, csi__v1__get_capacity_request)
+CSI_HANDLER(h_get_caps, get_capabilities, Csi__V1__ControllerGetCapabilitiesRequest,
         csi__v1__controller_get_capabilities_request)
-HANDLER(h_create_snapshot, create_snapshot, Csi__V1__CreateSnapshotRequest,
+CSI_HANDLER(h_create_snapshot, create_snapshot, Csi__V1__CreateSnapshotRequest,
         csi__v1__create_snapshot_request)
-HANDLER(h_delete_snapshot, delete_snapshot, Csi__V1__DeleteSnapshotRequest,
+CSI_HANDLER(h_delete_snapshot, delete_snapshot, Csi__V1__DeleteSnapshotRequest,
         csi__v1__delete_snapshot_request)
-HANDLER(h_list_snapshots, list_snapshots, Csi__V1__ListSnapshotsRequest,
+CSI_HANDLER(h_list_snapshots, list_snapshots, Csi__V1__ListSnapshotsRequest,
         csi__v1__list_snapshots_request)
-HANDLER(h_expand, expand_volume, Csi__V1__ControllerExpandVolumeRequest,
+CSI_HANDLER(h_expand, expand_volume, Csi__V1__ControllerExpandVolumeRequest,
         csi__v1__controller_expand_volume_request)
 
 static struct controller g_ctl;
@@ -1178,7 +1161,7 @@ const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n)
     struct controller *ctl = &g_ctl;
     ctl->csi = c;
     size_t n = 0;
-#define M(path, fn) ctl->methods[n++] = (struct grpc_method){"/csi.v1.Controller/" path, fn, ctl, LOG_INFO}
+#define M(path, fn) ctl->methods[n++] = (struct grpc_method){"/csi.v1.Controller/" path, fn, c, LOG_INFO}
     M("CreateVolume", h_create_volume);
     M("DeleteVolume", h_delete_volume);
     M("ValidateVolumeCapabilities", h_validate);

@@ -3,6 +3,7 @@
 #include "config.h"
 #include "csi.pb-c.h"
 #include "log.h"
+#include "service.h"
 #include "plugin.h"
 #include "util.h"
 
@@ -86,12 +87,10 @@ static void get_plugin_info(struct grpc_call *call, const uint8_t *req, size_t l
                             void *opaque)
 {
     struct identity *id = opaque;
-    Csi__V1__GetPluginInfoRequest *in = csi__v1__get_plugin_info_request__unpack(NULL, len, req);
-    if (!in) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode GetPluginInfoRequest");
+    ProtobufCMessage *in = csi_request_unpack(call, &csi__v1__get_plugin_info_request__descriptor, req, len);
+    if (!in)
         return;
-    }
-    csi__v1__get_plugin_info_request__free_unpacked(in, NULL);
+    protobuf_c_message_free_unpacked(in, NULL);
 
     Csi__V1__GetPluginInfoResponse out = CSI__V1__GET_PLUGIN_INFO_RESPONSE__INIT;
     out.name = (char *)id->cfg->driver_name;
@@ -102,14 +101,10 @@ static void get_plugin_info(struct grpc_call *call, const uint8_t *req, size_t l
 static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, size_t len,
                                     void *opaque)
 {
-    Csi__V1__GetPluginCapabilitiesRequest *in =
-        csi__v1__get_plugin_capabilities_request__unpack(NULL, len, req);
-    if (!in) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "cannot decode GetPluginCapabilitiesRequest");
+    ProtobufCMessage *in = csi_request_unpack(call, &csi__v1__get_plugin_capabilities_request__descriptor, req, len);
+    if (!in)
         return;
-    }
-    csi__v1__get_plugin_capabilities_request__free_unpacked(in, NULL);
+    protobuf_c_message_free_unpacked(in, NULL);
 
     Csi__V1__PluginCapability__Service svc[2] = {
         CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
@@ -143,12 +138,10 @@ static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, 
 static void probe(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
 {
     struct identity *id = opaque;
-    Csi__V1__ProbeRequest *in = csi__v1__probe_request__unpack(NULL, len, req);
-    if (!in) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode ProbeRequest");
+    ProtobufCMessage *in = csi_request_unpack(call, &csi__v1__probe_request__descriptor, req, len);
+    if (!in)
         return;
-    }
-    csi__v1__probe_request__free_unpacked(in, NULL);
+    protobuf_c_message_free_unpacked(in, NULL);
 
     const char *reason = NULL;
     int r = plugin_check_ready(id->cfg, &reason);

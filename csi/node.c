@@ -8,6 +8,7 @@
  * the volume's record before acting, so a restarted plugin knows them. */
 #include "bridge.h"
 #include "log.h"
+#include "mounts.h"
 #include "names.h"
 #include "params.h"
 #include "paths.h"
@@ -43,11 +44,14 @@ static bool path_ok(struct csi *c, struct grpc_call *call, const char *field, co
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s is missing", field);
         return false;
     }
-    int r = resolve ? path_check_resolved(c->cfg->kubelet_root, path, &why)
-                    : path_check_lexical(c->cfg->kubelet_root, path, &why);
-    if (r < 0) {
+    if (path_check_lexical(c->cfg->kubelet_root, path, &why) < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s %s (kubelet root %s)", field, why,
                        c->cfg->kubelet_root);
+        return false;
+    }
+    _cleanup_free_ char *msg = NULL;
+    if (resolve && mounts_check(c, path, &msg) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s: %s", field, msg);
         return false;
     }
     return true;
@@ -121,31 +125,35 @@ static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapa
 
 /* ------------------------------------------------------------- stage */
 
-static void remove_runtime(struct csi *c, const char *id)
+/* A start that failed: a first stage is undone (kubelet retries it from
+ * scratch); a repair (op->flag) leaves the volume staged, not served. */
+static void stage_failed(struct op *op, const char *msg)
 {
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, id, &p);
-    rm_rf(p.export_dir);
-    rm_rf(p.ctl_dir);
-    qsd_paths_clear(&p);
+    struct csi *c = op->csi;
+    struct vol *v = op->vol;
+    qsd_free(v->qsd);
+    v->qsd = NULL;
+    if (!op->flag) {
+        csi_remove_runtime(c, v->id);
+        vol_clear_staging(v);
+        store_save_vol(c->store, v);
+    }
+    grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg);
+    op_end(op);
 }
 
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
     if (status == 0) {
-        log_info("node", "volume staged", "volume=%s pid=%d", v->id, (int)qsd_get_pid(v->qsd));
+        log_info("node", op->flag ? "staged volume repaired: its QSD serves again"
+                                  : "volume staged", "volume=%s pid=%d", v->id,
+                 (int)qsd_get_pid(v->qsd));
         reply_empty(op->call);
         op_end(op);
         return;
     }
-    qsd_free(v->qsd);
-    v->qsd = NULL;
-    remove_runtime(c, v->id);
-    vol_clear_staging(v);
-    store_save_vol(c->store, v);
-    grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg ? msg : strerror(-status));
-    op_end(op);
+    stage_failed(op, msg ? msg : strerror(-status));
 }
 
 static void stage_start(struct op *op)
@@ -153,15 +161,8 @@ static void stage_start(struct op *op)
     struct csi *c = op->csi;
     struct vol *v = op->vol;
     _cleanup_free_ char *msg = NULL;
-    if (vol_qsd_start(c, v, stage_started, op, &msg) < 0) {
-        qsd_free(v->qsd);
-        v->qsd = NULL;
-        remove_runtime(c, v->id);
-        vol_clear_staging(v);
-        store_save_vol(c->store, v);
-        grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg);
-        op_end(op);
-    }
+    if (vol_qsd_start(c, v, stage_started, op, &msg) < 0)
+        stage_failed(op, msg);
 }
 
 static int grow_fn(void *arg, char **ret_msg, json_t **ret_result)
@@ -253,6 +254,15 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     struct vol *v = find_or_fail(c, call, in->volume_id);
     if (!v || !not_busy(call, v))
         return;
+    {
+        _cleanup_free_ char *other = csi_path_owner(c, in->staging_target_path, v->id);
+        if (other) {
+            grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                           "staging_target_path %s is already used by %s",
+                           in->staging_target_path, other);
+            return;
+        }
+    }
     if (v->staging_path) {
         if (!streq(v->staging_path, in->staging_target_path))
             grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
@@ -261,7 +271,18 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
             grpc_call_fail(call, GRPC_ALREADY_EXISTS,
                            "volume %s is staged with a different access mode (read-only %s)",
                            v->id, v->stage_ro ? "yes" : "no");
-        else if (regroup(c, call, v, gid) == 0)
+        else if (v->qsd && !vol_live(v) && !qsd_idle(v->qsd))
+            grpc_call_fail(call, GRPC_UNAVAILABLE,
+                           "the QSD of volume %s is being (re)started: retry", v->id);
+        else if (!vol_live(v)) {
+            /* Staged, not served (its QSD could not be restarted): OK only
+             * once its socket accepts again. */
+            struct op *op = op_begin(c, call);
+            op->vol = v;
+            op->flag = true;
+            v->busy = true;
+            stage_start(op);
+        } else if (regroup(c, call, v, gid) == 0)
             reply_empty(call);
         return;
     }
@@ -312,7 +333,7 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     struct vol *v = op->vol;
     qsd_free(v->qsd);
     v->qsd = NULL;
-    remove_runtime(c, v->id);
+    csi_remove_runtime(c, v->id);
     vol_clear_staging(v);
     int r = store_save_vol(c->store, v);
     if (r < 0)
@@ -392,57 +413,6 @@ static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageV
 
 /* ----------------------------------------------------------- publish */
 
-/* Bind-mount src onto the directory target (read-only if asked).  The mount
- * goes through an O_PATH descriptor so a symlink swapped in after the checks
- * is not followed. */
-int csi_bind_mount(const char *src, const char *target, bool ro, char **ret_msg)
-{
-    _cleanup_close_ int fd = open(target, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        *ret_msg = xasprintf("cannot open target %s: %s", target, strerror(errno));
-        return -errno;
-    }
-    char p[64];
-    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
-    if (mount(src, p, NULL, MS_BIND, NULL) < 0) {
-        int e = -errno;
-        *ret_msg = xasprintf("bind mount of %s on %s failed: %s", src, target, strerror(-e));
-        return e;
-    }
-    if (!ro)
-        return 0;
-    _cleanup_close_ int fd2 = open(target, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd2);
-    if (fd2 < 0 ||
-        mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              NULL) < 0) {
-        int e = fd2 < 0 ? -EIO : -errno;
-        umount2(target, UMOUNT_NOFOLLOW | MNT_DETACH);
-        *ret_msg = xasprintf("read-only remount of %s failed: %s", target, strerror(-e));
-        return e;
-    }
-    return 0;
-}
-
-int csi_unmount_dir(const char *target, char **ret_msg)
-{
-    for (int i = 0; i < 8 && path_is_mount_point(target) == 1; i++) {
-        if (umount2(target, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL) {
-            if (errno == EBUSY && umount2(target, UMOUNT_NOFOLLOW | MNT_DETACH) == 0)
-                continue;
-            int e = -errno;
-            *ret_msg = xasprintf("cannot unmount %s: %s", target, strerror(-e));
-            return e;
-        }
-    }
-    if (rmdir(target) < 0 && errno != ENOENT) {
-        int e = -errno;
-        *ret_msg = xasprintf("cannot remove %s: %s", target, strerror(-e));
-        return e;
-    }
-    return 0;
-}
-
 static const char *pub_ctx(const Csi__V1__NodePublishVolumeRequest *in, const char *key)
 {
     for (size_t i = 0; i < in->n_volume_context; i++)
@@ -461,7 +431,7 @@ static void publish_done(struct csi *c, struct grpc_call *call, struct vol *v, c
     if (r < 0) {
         if (fresh) {
             _cleanup_free_ char *m2 = NULL;
-            csi_unmount_dir(target, &m2);
+            mounts_unbind(c, target, &m2);
             ssize_t k = vol_find_pub(v, target);
             if (k >= 0)
                 vol_del_pub(v, (size_t)k);
@@ -531,7 +501,29 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
                        v->pubs[i].read_only ? "true" : "false");
         return;
     }
-    if (i >= 0 && path_is_mount_point(in->target_path) == 1) {
+    {
+        /* Never onto another volume's (or bridge's) target or staging path:
+         * unpublishing it would take this one with it. */
+        _cleanup_free_ char *other = csi_path_owner(c, in->target_path, v->id);
+        if (other) {
+            grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                           "target_path %s is already used by %s", in->target_path, other);
+            return;
+        }
+    }
+    _cleanup_free_ char *mmsg = NULL;
+    int mounted = mounts_is_mounted(c, in->target_path, &mmsg);
+    if (mounted < 0) {
+        grpc_call_fail(call, mounts_grpc_code(mounted), "target_path: %s", mmsg);
+        return;
+    }
+    if (mounted && i < 0) {
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "target_path %s is already a mount that is not a publication of volume %s",
+                       in->target_path, v->id);
+        return;
+    }
+    if (i >= 0 && mounted) {
         if (gid >= 0 && gid != v->stage_gid)
             grpc_call_fail(call, GRPC_ALREADY_EXISTS,
                            "volume %s is published at %s for group %d", v->id, in->target_path,
@@ -561,22 +553,25 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
             return;
         }
     }
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, v->id, &p);
+    /* A read-only publication of a read-write volume gets the read-only
+     * export: the guest's disk is read-only whatever the pod does. */
     _cleanup_free_ char *msg = NULL;
-    int r = mkdir_p(in->target_path, 0750);
+    _cleanup_close_ int src = -1;
+    int r = qsd_export_dir_open(c->cfg->run_dir, v->id, ro && !v->stage_ro, &src);
     if (r < 0)
-        msg = xasprintf("cannot create %s: %s", in->target_path, strerror(-r));
+        msg = xasprintf("cannot open the export directory of volume %s: %s", v->id, strerror(-r));
     else
-        r = csi_bind_mount(p.export_dir, in->target_path, ro, &msg);
-    qsd_paths_clear(&p);
+        r = mounts_bind(c, src, in->target_path, &msg);
     if (r < 0) {
-        rmdir(in->target_path);
+        if (r != -EEXIST && r != -ELOOP && r != -EXDEV) {
+            _cleanup_free_ char *m2 = NULL;
+            mounts_unbind(c, in->target_path, &m2); /* the directory it made */
+        }
         ssize_t k = vol_find_pub(v, in->target_path);
         if (k >= 0)
             vol_del_pub(v, (size_t)k);
         store_save_vol(c->store, v);
-        grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
+        grpc_call_fail(call, mounts_grpc_code(r), "%s", msg);
         return;
     }
     log_info("node", "volume published", "volume=%s target=%s readonly=%s pod_uid=%s", v->id,
@@ -603,9 +598,9 @@ static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpubl
      * detaches the disk, NodeUnstageVolume waits for the guest. */
     bridge_pvc_unplace(c, v, v->pubs[i].pod_uid);
     _cleanup_free_ char *msg = NULL;
-    int r = csi_unmount_dir(in->target_path, &msg);
+    int r = mounts_unbind(c, in->target_path, &msg);
     if (r < 0) {
-        grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
+        grpc_call_fail(call, mounts_grpc_code(r), "%s", msg);
         return;
     }
     vol_del_pub(v, (size_t)i);
@@ -868,28 +863,15 @@ static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVol
 
 /* ------------------------------------------------------------ dispatch */
 
-#define HANDLER(fname, impl, Type, type)                                                  \
-    static void fname(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque) \
-    {                                                                                      \
-        struct node *n = opaque;                                                           \
-        Type *in = type##__unpack(NULL, len, req);                                         \
-        if (!in) {                                                                         \
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode the request");     \
-            return;                                                                        \
-        }                                                                                  \
-        impl(n->csi, call, in);                                                            \
-        type##__free_unpacked(in, NULL);                                                   \
-    }
-
-HANDLER(h_info, get_info, Csi__V1__NodeGetInfoRequest, csi__v1__node_get_info_request)
-HANDLER(h_caps, get_caps, Csi__V1__NodeGetCapabilitiesRequest, csi__v1__node_get_capabilities_request)
-HANDLER(h_stage, stage, Csi__V1__NodeStageVolumeRequest, csi__v1__node_stage_volume_request)
-HANDLER(h_unstage, unstage, Csi__V1__NodeUnstageVolumeRequest, csi__v1__node_unstage_volume_request)
-HANDLER(h_publish, publish, Csi__V1__NodePublishVolumeRequest, csi__v1__node_publish_volume_request)
-HANDLER(h_unpublish, unpublish, Csi__V1__NodeUnpublishVolumeRequest,
+CSI_HANDLER(h_info, get_info, Csi__V1__NodeGetInfoRequest, csi__v1__node_get_info_request)
+CSI_HANDLER(h_caps, get_caps, Csi__V1__NodeGetCapabilitiesRequest, csi__v1__node_get_capabilities_request)
+CSI_HANDLER(h_stage, stage, Csi__V1__NodeStageVolumeRequest, csi__v1__node_stage_volume_request)
+CSI_HANDLER(h_unstage, unstage, Csi__V1__NodeUnstageVolumeRequest, csi__v1__node_unstage_volume_request)
+CSI_HANDLER(h_publish, publish, Csi__V1__NodePublishVolumeRequest, csi__v1__node_publish_volume_request)
+CSI_HANDLER(h_unpublish, unpublish, Csi__V1__NodeUnpublishVolumeRequest,
         csi__v1__node_unpublish_volume_request)
-HANDLER(h_stats, stats, Csi__V1__NodeGetVolumeStatsRequest, csi__v1__node_get_volume_stats_request)
-HANDLER(h_expand, expand, Csi__V1__NodeExpandVolumeRequest, csi__v1__node_expand_volume_request)
+CSI_HANDLER(h_stats, stats, Csi__V1__NodeGetVolumeStatsRequest, csi__v1__node_get_volume_stats_request)
+CSI_HANDLER(h_expand, expand, Csi__V1__NodeExpandVolumeRequest, csi__v1__node_expand_volume_request)
 
 static struct node g_node;
 
@@ -898,7 +880,7 @@ const struct grpc_method *node_methods(struct csi *c, size_t *ret_n)
     struct node *n = &g_node;
     n->csi = c;
     size_t k = 0;
-#define M(path, fn, lvl) n->methods[k++] = (struct grpc_method){"/csi.v1.Node/" path, fn, n, lvl}
+#define M(path, fn, lvl) n->methods[k++] = (struct grpc_method){"/csi.v1.Node/" path, fn, c, lvl}
     M("NodeGetInfo", h_info, LOG_INFO);
     M("NodeGetCapabilities", h_caps, LOG_INFO);
     M("NodeStageVolume", h_stage, LOG_INFO);

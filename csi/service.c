@@ -2,9 +2,11 @@
 #include "service.h"
 #include "bridge.h"
 #include "log.h"
+#include "mounts.h"
 #include "names.h"
 #include "params.h"
 #include "thin.h"
+#include "pbcheck.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -95,6 +97,20 @@ void csi_gc(struct csi *c)
         log_warn("plugin", "cannot start the removal of unused layers", "error=\"%s\"",
                  strerror(-r));
     }
+}
+
+ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMessageDescriptor *d,
+                                     const uint8_t *req, size_t len)
+{
+    _cleanup_free_ char *field = NULL;
+    if (pb_check_strings(d, req, len, &field) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s contains a NUL byte", field);
+        return NULL;
+    }
+    ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, req);
+    if (!m)
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode the request (%s)", d->name);
+    return m;
 }
 
 bool id_ok(struct grpc_call *call, const char *field, const char *id)
@@ -295,13 +311,26 @@ static void recovery_started(struct csi *c, struct vol *v, int status, const cha
     }
 }
 
-static void remove_runtime(struct csi *c, const char *id)
+char *csi_path_owner(struct csi *c, const char *path, const char *except)
 {
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, id, &p);
-    rm_rf(p.export_dir);
-    rm_rf(p.ctl_dir);
-    qsd_paths_clear(&p);
+    for (size_t i = 0; i < c->store->n_vols; i++) {
+        const struct vol *v = c->store->vols[i];
+        if (except && streq(v->id, except))
+            continue;
+        if (v->staging_path && streq(v->staging_path, path))
+            return xasprintf("the staging path of volume %s", v->id);
+        if (vol_find_pub(v, path) >= 0)
+            return xasprintf("a publication of volume %s", v->id);
+    }
+    return bridge_path_owner(c, path, except);
+}
+
+void csi_remove_runtime(struct csi *c, const char *id)
+{
+    int r = qsd_remove_runtime(c->cfg->run_dir, id);
+    if (r < 0)
+        log_warn("plugin", "cannot remove a volume's runtime directories",
+                 "volume=%s error=\"%s\"", id, strerror(-r));
 }
 
 /* Remove dir/<prefix><digits>: temporary files image.c names
@@ -376,6 +405,15 @@ static void recover_layers(struct csi *c, struct vol *v, bool running)
     }
 }
 
+/* A QSD found running at start is kept when its volume is staged (it was
+ * adopted) or not the plugin's (an operator's qsdctl export). */
+static bool keep_qsd(const char *volume, pid_t pid, void *arg)
+{
+    struct csi *c = arg;
+    struct vol *v = store_find_vol(c->store, volume);
+    return !v || v->staging_path;
+}
+
 static void recover(struct csi *c)
 {
     struct store *s = c->store;
@@ -398,7 +436,7 @@ static void recover(struct csi *c)
             if (v->staging_path) {
                 _cleanup_free_ char *msg = NULL;
                 qsd_stop_sync(&c->qcfg, v->id, &msg);
-                remove_runtime(c, v->id);
+                csi_remove_runtime(c, v->id);
             }
             _cleanup_free_ char *msg = NULL;
             image_delete(&c->pool, v->id, &msg);
@@ -412,10 +450,8 @@ static void recover(struct csi *c)
             continue;
         }
         i++;
-        if (!v->staging_path) {
-            recover_layers(c, v, false);
-            continue;
-        }
+        if (!v->staging_path)
+            continue; /* its layers: below, once no QSD runs it */
         _cleanup_free_ char *msg = NULL;
         struct qsd_opts o;
         if (vol_export_opts(c, v, &o, &msg) < 0) {
@@ -443,6 +479,12 @@ static void recover(struct csi *c)
                       v->id, q);
         }
     }
+    /* QSDs of the plugin's volumes that are not staged: left by a plugin
+     * killed during NodeUnstageVolume (or NodeStageVolume's undo). */
+    qsd_stop_orphans(&c->qcfg, keep_qsd, c);
+    for (size_t i = 0; i < s->n_vols; i++)
+        if (!s->vols[i]->staging_path)
+            recover_layers(c, s->vols[i], false);
 }
 
 int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret, char **ret_msg)
@@ -452,8 +494,24 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     c->loop = loop;
     c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary};
     c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
-    int r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
+    mounts_open(c);
+    int r = 0;
+    if (cfg->qsd_cgroup) {
+        r = qsd_cgroup_open("/sys/fs/cgroup", cfg->qsd_cgroup, cfg->qsd_cpu_weight,
+                            cfg->qsd_memory_max, &c->cgroup, ret_msg);
+        if (r < 0) {
+            mounts_close(c);
+            free(c->topo_key);
+            free(c);
+            return r;
+        }
+        c->qcfg.join_fds = c->cgroup.fds;
+        c->qcfg.n_join = c->cgroup.n;
+    }
+    r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
     if (r < 0) {
+        mounts_close(c);
+        qsd_cgroup_close(&c->cgroup);
         free(c->topo_key);
         free(c);
         return r;
@@ -461,6 +519,8 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     r = store_open(cfg->state_dir, &c->store, ret_msg);
     if (r < 0) {
         pool_close(&c->pool);
+        mounts_close(c);
+        qsd_cgroup_close(&c->cgroup);
         free(c->topo_key);
         free(c);
         return r;
@@ -469,6 +529,8 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     if (r < 0) {
         store_free(c->store);
         pool_close(&c->pool);
+        mounts_close(c);
+        qsd_cgroup_close(&c->cgroup);
         free(c->topo_key);
         free(c);
         return r;
@@ -504,6 +566,8 @@ void csi_free(struct csi *c)
     bridges_free(c->bridges);
     store_free(c->store);
     pool_close(&c->pool);
+    mounts_close(c);
+    qsd_cgroup_close(&c->cgroup);
     free(c->topo_key);
     free(c);
 }

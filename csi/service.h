@@ -9,6 +9,7 @@
 
 #include "csi.pb-c.h"
 #include "grpc.h"
+#include "cgroup.h"
 #include "image.h"
 #include "plugin.h"
 #include "qsd.h"
@@ -31,6 +32,8 @@ struct csi {
     struct bridges *bridges; /* hot-plug bridges and requests (bridge.h) */
     struct worker *gc;     /* removal of unused layers in flight (csi_gc) */
     bool gc_again;         /* another removal asked for meanwhile */
+    int kubelet_fd;        /* O_PATH of the kubelet root (mounts.h) */
+    struct qsd_cgroup cgroup; /* where QSDs run (--qsd-cgroup), joined at spawn */
 };
 
 /* One asynchronous RPC.  Records named here are busy until op_end(). */
@@ -64,6 +67,27 @@ int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done
  * in a worker; runs again once if asked while running.  After every
  * deletion and at start. */
 void csi_gc(struct csi *c);
+/* Remove a volume's export and control directories (qsd_remove_runtime),
+ * logging a failure. */
+void csi_remove_runtime(struct csi *c, const char *id);
+
+/* Decode a request.  Undecodable bytes, or a string field with a NUL byte
+ * (pbcheck.h), fail the call with INVALID_ARGUMENT naming the field, and
+ * NULL is returned. */
+ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMessageDescriptor *d,
+                                     const uint8_t *req, size_t len);
+
+/* The gRPC handler of one RPC: decode, impl(c, call, in), free.  The
+ * method's opaque is the struct csi. */
+#define CSI_HANDLER(fname, impl, Type, type)                                                   \
+    static void fname(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)  \
+    {                                                                                       \
+        Type *in = (Type *)csi_request_unpack(call, &type##__descriptor, req, len);          \
+        if (!in)                                                                            \
+            return;                                                                         \
+        impl(opaque, call, in);                                                             \
+        protobuf_c_message_free_unpacked(&in->base, NULL);                                  \
+    }
 
 /* Validate an id field: non-empty and valid per names.h.  On failure the
  * call is failed with INVALID_ARGUMENT and false returned. */
@@ -86,11 +110,10 @@ typedef void (*vol_started_fn)(struct csi *c, struct vol *v, int status, const c
 int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg);
 bool vol_live(const struct vol *v);
 
-/* Bind-mount the directory src onto the directory target (read-only if
- * asked), through an O_PATH descriptor of target (no symlink followed). */
-int csi_bind_mount(const char *src, const char *target, bool ro, char **ret_msg);
-/* Unmount target (all stacked mounts, lazily if busy) and remove it. */
-int csi_unmount_dir(const char *target, char **ret_msg);
+/* Who else uses path (absolute) as a target or staging path: "a
+ * publication of volume X", "the bridge of pod Y"... (to free), or NULL.
+ * Records of the volume or ephemeral volume id `except` are not counted. */
+char *csi_path_owner(struct csi *c, const char *path, const char *except);
 
 const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n);
 const struct grpc_method *node_methods(struct csi *c, size_t *ret_n);

@@ -430,8 +430,7 @@ static int cmd_export(int argc, char **argv)
     uint64_t t1 = now_us();
     if (r < 0) {
         code = fail_msg(r, msg);
-        rm_rf(paths.export_dir);
-        rm_rf(paths.ctl_dir);
+        qsd_remove_runtime(g_opts.run_dir, vol);
         goto out;
     }
     r = qsd_meta_write(&paths, vol, &opts, size);
@@ -491,8 +490,7 @@ static int cmd_unexport(int argc, char **argv)
             code = fail_msg(r, msg);
     }
     if (code == EXIT_OK) {
-        rm_rf(paths.export_dir);
-        rm_rf(paths.ctl_dir);
+        qsd_remove_runtime(g_opts.run_dir, vol);
         if (g_opts.json)
             print_json(json_pack("{s:s, s:b}", "volume", vol, "exported", 0));
         else

@@ -1,11 +1,14 @@
 /* qsd.c: QSD options, command line, spawn, supervision, stop, adoption.  See qsd.h. */
 #include "qsd.h"
+#include "fsat.h"
 #include "log.h"
+#include "names.h"
 #include "proc.h"
 #include "qmp.h"
 #include "util.h"
 
 #include <fcntl.h>
+#include <dirent.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -239,9 +242,12 @@ int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg)
 void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *ret)
 {
     struct qsd_paths p;
+    p.run_dir = xstrdup(run_dir);
     p.export_dir = xasprintf("%s/exports/%s", run_dir, volume);
     p.socket = xasprintf("%s/vhost.sock", p.export_dir);
     p.meta = xasprintf("%s/volume.json", p.export_dir);
+    p.ro_dir = xasprintf("%s/exports-ro/%s", run_dir, volume);
+    p.ro_socket = xasprintf("%s/vhost.sock", p.ro_dir);
     p.ctl_dir = xasprintf("%s/ctl/%s", run_dir, volume);
     p.qmp = xasprintf("%s/qmp.sock", p.ctl_dir);
     p.state = xasprintf("%s/qsd.json", p.ctl_dir);
@@ -252,9 +258,12 @@ void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *r
 
 void qsd_paths_clear(struct qsd_paths *p)
 {
+    free(p->run_dir);
     free(p->export_dir);
     free(p->socket);
     free(p->meta);
+    free(p->ro_dir);
+    free(p->ro_socket);
     free(p->ctl_dir);
     free(p->qmp);
     free(p->state);
@@ -325,7 +334,7 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
      * guest was told were complete (measured: qcow2 metadata still in QSD's
      * memory, fsync'ed blocks read back as zeroes).  Only "unsafe" opts out. */
     bool writethrough = !streq(o->cache, "unsafe");
-    char **argv = xcalloc(16, sizeof(char *));
+    char **argv = xcalloc(20, sizeof(char *));
     int i = 0;
     argv[i++] = xstrdup(binary);
     argv[i++] = xstrdup("--blockdev");
@@ -343,8 +352,17 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
                             "logical-block-size", (json_int_t)o->logical_block_size);
     if (o->iothread)
         json_object_set_new(exp, "iothread", json_string("iot0"));
+    json_t *ro = o->read_only ? NULL : json_deep_copy(exp);
     argv[i++] = xstrdup("--export");
     argv[i++] = json_arg(exp);
+    if (ro) {
+        /* The same node again, read-only, on a socket of its own. */
+        json_object_set_new(ro, "id", json_string(QSD_RO_EXPORT_ID));
+        json_object_set_new(ro, "writable", json_false());
+        json_object_set_new(json_object_get(ro, "addr"), "path", json_string(p->ro_socket));
+        argv[i++] = xstrdup("--export");
+        argv[i++] = json_arg(ro);
+    }
     _cleanup_free_ char *qmp = qemu_opt_escape(p->qmp);
     argv[i++] = xstrdup("--chardev");
     argv[i++] = xasprintf("socket,id=qmp0,path=%s,server=on,wait=off", qmp);
@@ -428,6 +446,110 @@ bool qsd_pid_is_ours(pid_t pid, uint64_t starttime, const char *qmp_path)
     return memmem(cmd, len, needle, strlen(needle)) != NULL;
 }
 
+/* Call fn for every running (not zombie) process whose command line names
+ * a QMP socket under run_dir/ctl/: every QSD started for run_dir, whether or
+ * not its pid was ever recorded.  volume is parsed from the socket path. */
+static void scan_qsds(const char *run_dir,
+                      void (*fn)(pid_t pid, uint64_t starttime, const char *volume, void *arg),
+                      void *arg)
+{
+    _cleanup_free_ char *esc = qemu_opt_escape(run_dir);
+    _cleanup_free_ char *needle = xasprintf("path=%s/ctl/", esc);
+    size_t nl = strlen(needle);
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[strspn(de->d_name, "0123456789")] != '\0')
+            continue;
+        pid_t pid = (pid_t)atoi(de->d_name);
+        _cleanup_free_ char *cmd = NULL, *statp = NULL, *stat = NULL;
+        size_t len;
+        if (pid <= 0 || proc_cmdline(pid, &cmd, &len) < 0)
+            continue;
+        const char *m = memmem(cmd, len, needle, nl);
+        if (!m)
+            continue;
+        const char *vol = m + nl, *end = memchr(vol, '/', len - (size_t)(vol - cmd));
+        if (!end || !startswith(end, "/qmp.sock,"))
+            continue;
+        _cleanup_free_ char *v = xstrndup(vol, (size_t)(end - vol));
+        statp = xasprintf("/proc/%d/stat", (int)pid);
+        uint64_t st;
+        const char *paren;
+        if (read_file(statp, 65536, &stat, NULL) < 0 || !(paren = strrchr(stat, ')')) ||
+            paren[1] != ' ' || paren[2] == 'Z' || proc_starttime(pid, &st) < 0)
+            continue;
+        fn(pid, st, v, arg);
+    }
+    closedir(d);
+}
+
+struct find {
+    const char *volume;
+    pid_t pid, *extra;
+    uint64_t starttime;
+    size_t n_extra;
+};
+
+static void find_one(pid_t pid, uint64_t st, const char *volume, void *arg)
+{
+    struct find *f = arg;
+    if (!streq(volume, f->volume))
+        return;
+    if (f->pid && f->starttime <= st) {
+        f->extra = xrealloc(f->extra, (f->n_extra + 1) * sizeof(pid_t));
+        f->extra[f->n_extra++] = pid;
+        return;
+    }
+    if (f->pid) {
+        f->extra = xrealloc(f->extra, (f->n_extra + 1) * sizeof(pid_t));
+        f->extra[f->n_extra++] = f->pid;
+    }
+    f->pid = pid;
+    f->starttime = st;
+}
+
+struct orphans {
+    bool (*keep)(const char *volume, pid_t pid, void *arg);
+    void *arg;
+    char **vols;
+    size_t n;
+};
+
+static void collect_orphan(pid_t pid, uint64_t st, const char *volume, void *arg)
+{
+    struct orphans *o = arg;
+    if (o->keep(volume, pid, o->arg))
+        return;
+    for (size_t i = 0; i < o->n; i++)
+        if (streq(o->vols[i], volume))
+            return;
+    o->vols = xrealloc(o->vols, (o->n + 1) * sizeof(char *));
+    o->vols[o->n++] = xstrdup(volume);
+}
+
+int qsd_stop_orphans(const struct qsd_config *cfg,
+                     bool (*keep)(const char *volume, pid_t pid, void *arg), void *arg)
+{
+    struct orphans o = {keep, arg, NULL, 0};
+    scan_qsds(cfg->run_dir, collect_orphan, &o);
+    for (size_t i = 0; i < o.n; i++) {
+        _cleanup_free_ char *msg = NULL;
+        int r = name_validate(o.vols[i], NULL) < 0 ? -EINVAL : qsd_stop_sync(cfg, o.vols[i], &msg);
+        if (r < 0)
+            log_warn("qsd", "cannot stop a QSD nobody wants", "volume=%s error=\"%s\"", o.vols[i],
+                     msg ? msg : strerror(-r));
+        else
+            log_info("qsd", "stopped a QSD nobody wants (left by an interrupted operation)",
+                     "volume=%s", o.vols[i]);
+        free(o.vols[i]);
+    }
+    free(o.vols);
+    return (int)o.n;
+}
+
 /* ----------------------------------------------------------- live QSD */
 
 enum qsd_state { QS_IDLE, QS_STARTING, QS_RUNNING, QS_BACKOFF, QS_STOPPING, QS_STOPPED };
@@ -456,6 +578,7 @@ struct qsd {
     void *done_opaque;
     qsd_event_cb event_cb;
     void *event_opaque;
+    int exec_fd;                /* exec error of the last spawn (proc_spawn), until ready */
 };
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
@@ -477,6 +600,7 @@ int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
         qsd_opts_init(&q->opts);
     qsd_paths_init(cfg->run_dir, volume, &q->paths);
     q->pidfd = -1;
+    q->exec_fd = -1;
     q->supervised = true;
     *ret = q;
     return 0;
@@ -489,6 +613,8 @@ static void release_process(struct qsd *q)
     if (q->pidfd >= 0)
         close(q->pidfd);
     q->pidfd = -1;
+    closep(&q->exec_fd);
+    q->exec_fd = -1;
 }
 
 void qsd_free(struct qsd *q)
@@ -512,6 +638,7 @@ const struct qsd_opts *qsd_get_opts(struct qsd *q) { return &q->opts; }
 const char *qsd_get_volume(struct qsd *q) { return q->volume; }
 pid_t qsd_get_pid(struct qsd *q) { return q->pid; }
 bool qsd_running(struct qsd *q) { return q->state == QS_RUNNING; }
+bool qsd_idle(struct qsd *q) { return q->state == QS_IDLE || q->state == QS_STOPPED; }
 unsigned qsd_restart_count(struct qsd *q) { return q->restarts; }
 void qsd_set_supervised(struct qsd *q, bool on) { q->supervised = on; }
 void qsd_set_event_handler(struct qsd *q, qsd_event_cb cb, void *opaque)
@@ -554,19 +681,87 @@ static char *log_tail(const struct qsd_paths *p)
     return xstrdup(line[0] ? line : "(nothing logged)");
 }
 
+/* ------------------------------------------------- export directories */
+
+static int run_dir_open(const char *run_dir, int *ret_fd)
+{
+    int fd = open(run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    *ret_fd = fd;
+    return 0;
+}
+
+int qsd_export_dir_open(const char *run_dir, const char *volume, bool ro, int *ret_fd)
+{
+    _cleanup_close_ int run = -1;
+    int r = run_dir_open(run_dir, &run);
+    if (r < 0)
+        return r;
+    _cleanup_free_ char *rel = xasprintf("%s/%s", ro ? "exports-ro" : "exports", volume);
+    return fsat_open(run, rel, O_PATH | O_DIRECTORY, ret_fd);
+}
+
+int qsd_remove_runtime(const char *run_dir, const char *volume)
+{
+    static const char *const names[] = QSD_EXPORT_FILES;
+    _cleanup_close_ int run = -1;
+    int r = run_dir_open(run_dir, &run);
+    if (r < 0)
+        return r == -ENOENT ? 0 : r;
+    _cleanup_free_ char *e = xasprintf("exports/%s", volume);
+    _cleanup_free_ char *ro = xasprintf("exports-ro/%s", volume);
+    _cleanup_free_ char *ctl = xasprintf("%s/ctl/%s", run_dir, volume);
+    r = fsat_remove_dir(run, e, names);
+    int r2 = fsat_remove_dir(run, ro, names);
+    int r3 = rm_rf(ctl); /* private to the plugin: nothing a tenant made */
+    return r < 0 ? r : r2 < 0 ? r2 : r3;
+}
+
+/* Call fn with each export directory of the volume, opened beneath the run
+ * directory without following symlinks; the first error is returned. */
+static int each_export_dir(const struct qsd_paths *p, const char *volume, bool read_only,
+                           int (*fn)(int dfd, bool ro, void *arg), void *arg)
+{
+    int r = 0;
+    for (int ro = 0; ro <= (read_only ? 0 : 1); ro++) {
+        _cleanup_close_ int fd = -1;
+        int q = qsd_export_dir_open(p->run_dir, volume, ro, &fd);
+        if (q == 0)
+            q = fn(fd, ro, arg);
+        if (q < 0 && r == 0)
+            r = q;
+    }
+    return r;
+}
+
+static int unlink_export_files(int dfd, bool ro, void *arg)
+{
+    const char *const *names = arg;
+    for (; *names; names++)
+        if (unlinkat(dfd, *names, 0) < 0 && errno != ENOENT)
+            return -errno;
+    return 0;
+}
+
 static int prepare_dirs(struct qsd *q)
 {
-    _cleanup_free_ char *exports = xasprintf("%s/exports", q->cfg.run_dir);
-    _cleanup_free_ char *ctl = xasprintf("%s/ctl", q->cfg.run_dir);
-    int r;
-    if ((r = mkdir_p(q->cfg.run_dir, 0711)) < 0 || (r = mkdir_p(exports, 0711)) < 0 ||
-        (r = mkdir_p(ctl, 0700)) < 0 || (r = mkdir_p(q->paths.ctl_dir, 0700)) < 0 ||
-        (r = mkdir_p(q->paths.export_dir, 0750)) < 0)
+    int r = mkdir_p(q->cfg.run_dir, 0711); /* configuration: trusted */
+    if (r < 0)
         return r;
-    if (chmod(q->paths.export_dir, 0750) < 0 || chmod(q->paths.ctl_dir, 0700) < 0)
-        return -errno;
-    if (q->opts.socket_gid >= 0 && chown(q->paths.export_dir, 0, (gid_t)q->opts.socket_gid) < 0)
-        return -errno;
+    _cleanup_close_ int run = -1, ctl = -1;
+    if ((r = run_dir_open(q->cfg.run_dir, &run)) < 0 ||
+        (r = fsat_mkdirs(run, "ctl", 0700, &ctl)) < 0 ||
+        (r = fsat_mkdirs(ctl, q->volume, 0700, NULL)) < 0 ||
+        (r = fsat_chown_mode(ctl, q->volume, -1, 0700)) < 0)
+        return r;
+    for (int ro = 0; ro <= (q->opts.read_only ? 0 : 1); ro++) {
+        _cleanup_close_ int parent = -1;
+        if ((r = fsat_mkdirs(run, ro ? "exports-ro" : "exports", 0711, &parent)) < 0 ||
+            (r = fsat_mkdirs(parent, q->volume, 0750, NULL)) < 0 ||
+            (r = fsat_chown_mode(parent, q->volume, q->opts.socket_gid, 0750)) < 0)
+            return r;
+    }
     return 0;
 }
 
@@ -575,7 +770,8 @@ static void on_probe(struct loop *l, void *opaque);
 
 static int spawn(struct qsd *q)
 {
-    unlink(q->paths.socket);
+    static const char *const sock[] = {"vhost.sock", NULL};
+    each_export_dir(&q->paths, q->volume, q->opts.read_only, unlink_export_files, (void *)sock);
     unlink(q->paths.qmp);
     char **argv = qsd_argv(q->cfg.binary, &q->opts, &q->paths);
     int logfd = open(q->paths.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -588,61 +784,32 @@ static int spawn(struct qsd *q)
     if (fstat(logfd, &st) == 0 && (uint64_t)st.st_size > LOG_MAX)
         (void)!ftruncate(logfd, 0); /* bounded: keep only recent lives */
     (void)!write(logfd, LOG_MARK, strlen(LOG_MARK));
-    int execp[2];
-    if (pipe2(execp, O_CLOEXEC) < 0) {
-        int e = -errno;
-        close(logfd);
-        qsd_argv_free(argv);
-        return e;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = -errno;
-        close(logfd), close(execp[0]), close(execp[1]);
-        qsd_argv_free(argv);
-        return e;
-    }
-    if (pid == 0) {
-        /* Child: its own session, so the controller's signals and death do
-         * not reach it; sockets created rw for owner and group only. */
-        setsid();
-        umask(0117);
-        int devnull = open("/dev/null", O_RDWR);
-        dup2(devnull, 0);
-        dup2(logfd, 1);
-        dup2(logfd, 2);
-        sigset_t all;
-        sigemptyset(&all);
-        sigprocmask(SIG_SETMASK, &all, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        execvp(argv[0], argv);
-        int e = errno;
-        (void)!write(execp[1], &e, sizeof(e));
-        _exit(127);
-    }
+    /* Its own session, so the plugin's signals and death do not reach it;
+     * sockets created rw for owner and group only; its own cgroup when one
+     * is configured, joined before exec (never a moment in the plugin's). */
+    struct proc_spawn sp = PROC_SPAWN_INIT;
+    sp.argv = argv;
+    sp.stdout_fd = logfd;
+    sp.stderr_fd = logfd;
+    sp.new_session = true;
+    sp.umask = 0117;
+    sp.join_fds = q->cfg.join_fds;
+    sp.n_join = q->cfg.n_join;
+    pid_t pid;
+    int pidfd, execfd;
+    int r = proc_spawn(&sp, &pid, &pidfd, &execfd);
     close(logfd);
-    close(execp[1]);
     qsd_argv_free(argv);
-    int exec_errno = 0;
-    ssize_t n = read(execp[0], &exec_errno, sizeof(exec_errno));
-    close(execp[0]);
-    if (n == sizeof(exec_errno)) {
-        waitpid(pid, NULL, 0);
-        return -exec_errno;
-    }
-    int pidfd = pidfd_open_pid(pid);
-    if (pidfd < 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return pidfd;
-    }
+    if (r < 0)
+        return r;
+    q->exec_fd = execfd;
     q->pid = pid;
     q->pidfd = pidfd;
     q->starttime = 0;
     proc_starttime(pid, &q->starttime);
     q->started_at_ms = now_ms();
     q->pid_watch = loop_watch_fd(q->loop, pidfd, POLLIN, on_process_exit, q);
-    int r = write_state(&q->paths, q->volume, &q->opts, true, pid, q->starttime);
+    r = write_state(&q->paths, q->volume, &q->opts, true, pid, q->starttime);
     if (r < 0)
         log_warn("qsd", "cannot record state", "volume=%s err=%s", q->volume, strerror(-r));
     q->state = QS_STARTING;
@@ -651,11 +818,39 @@ static int spawn(struct qsd *q)
     return 0;
 }
 
+struct access {
+    int gid;
+    unsigned mode;
+};
+
+static int set_socket_access_at(int dfd, bool ro, void *arg)
+{
+    const struct access *a = arg;
+    return fsat_chown_mode(dfd, "vhost.sock", a->gid, a->mode);
+}
+
 static void set_socket_access(struct qsd *q)
 {
-    if (q->opts.socket_gid >= 0)
-        (void)!chown(q->paths.socket, 0, (gid_t)q->opts.socket_gid);
-    (void)!chmod(q->paths.socket, q->opts.socket_mode);
+    struct access a = {q->opts.socket_gid, q->opts.socket_mode};
+    int r = each_export_dir(&q->paths, q->volume, q->opts.read_only, set_socket_access_at, &a);
+    if (r < 0)
+        log_warn("qsd", "cannot set the export socket's group and mode", "volume=%s error=\"%s\"",
+                 q->volume, strerror(-r));
+}
+
+/* Every export of q is listening (no connection made: a client may be
+ * reconnecting to it). */
+static bool exports_listening(struct qsd *q)
+{
+    return unix_socket_listening(q->paths.socket) == 1 &&
+           (q->opts.read_only || unix_socket_listening(q->paths.ro_socket) == 1);
+}
+
+/* Every export of q accepts a connection. */
+static bool exports_accept(struct qsd *q)
+{
+    return unix_socket_probe(q->paths.socket) == 0 &&
+           (q->opts.read_only || unix_socket_probe(q->paths.ro_socket) == 0);
 }
 
 static void on_probe(struct loop *l, void *opaque)
@@ -667,7 +862,9 @@ static void on_probe(struct loop *l, void *opaque)
      * block_resize (its config-change notification) when no vhost-user client
      * has ever connected to the export; the probe connection initialises that
      * state (measured: SIGSEGV every time without it, never with it). */
-    if (unix_socket_probe(q->paths.socket) == 0) {
+    if (exports_accept(q)) {
+        closep(&q->exec_fd);
+        q->exec_fd = -1;
         set_socket_access(q);
         q->state = QS_RUNNING;
         q->recent_failures = 0;
@@ -734,7 +931,9 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
 {
     struct qsd *q = opaque;
     reap(q);
+    int exec_fd = TAKE_FD(q->exec_fd); /* read below, once the process is gone */
     release_process(q);
+    q->exec_fd = exec_fd;
     loop_timer_cancel(q->timer);
     q->timer = NULL;
     pid_t dead = q->pid;
@@ -756,7 +955,11 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
         return;
     }
 
-    _cleanup_free_ char *tail = log_tail(&q->paths);
+    int exec_err = proc_exec_error(q->exec_fd);
+    _cleanup_free_ char *tail =
+        exec_err ? xasprintf("cannot start qemu-storage-daemon: %s (executing %s, or joining "
+                             "its cgroup)", strerror(exec_err), q->cfg.binary)
+                 : log_tail(&q->paths);
     char d[700];
     snprintf(d, sizeof(d), "pid=%d last_log=%s", (int)dead, tail);
     bool was_starting = q->state == QS_STARTING;
@@ -764,9 +967,11 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
 
     if (was_starting && q->done) {
         /* A first start failed: report, do not loop. */
-        _cleanup_free_ char *msg = xasprintf("qemu-storage-daemon exited during start-up: %s", tail);
+        _cleanup_free_ char *msg =
+            exec_err ? xstrdup(tail)
+                     : xasprintf("qemu-storage-daemon exited during start-up: %s", tail);
         q->state = QS_STOPPED;
-        finish(q, -EIO, msg);
+        finish(q, exec_err ? -exec_err : -EIO, msg);
         return;
     }
     /* Respect the desired state: a stop by another process is not a crash. */
@@ -813,16 +1018,38 @@ int qsd_start(struct qsd *q, qsd_done_cb done, void *opaque)
 
 int qsd_adopt(struct qsd *q)
 {
-    pid_t pid;
-    uint64_t st;
-    bool desired;
+    pid_t pid = 0;
+    uint64_t st = 0;
     struct qsd_opts opts;
-    int r = qsd_read_state(q->paths.state, &opts, &desired, &pid, &st);
-    if (r < 0)
-        return r == -ENOENT ? -ESRCH : r;
-    qsd_opts_clear(&q->opts);
-    q->opts = opts;
-    if (!desired || !qsd_pid_is_ours(pid, st, q->paths.qmp))
+    int r = qsd_read_state(q->paths.state, &opts, NULL, &pid, &st);
+    if (r == 0) {
+        qsd_opts_clear(&q->opts);
+        q->opts = opts;
+    } else if (r != -ENOENT) {
+        return r;
+    }
+    /* The recorded pid, or whichever QSD serves this volume's monitor: a
+     * plugin killed between spawn and record left it unrecorded.  A second
+     * one (never wanted) is killed. */
+    struct find f = {.volume = q->volume};
+    scan_qsds(q->cfg.run_dir, find_one, &f);
+    if (!qsd_pid_is_ours(pid, st, q->paths.qmp)) {
+        pid = f.pid;
+        st = f.starttime;
+    }
+    for (size_t i = 0; i < f.n_extra; i++) {
+        if (f.extra[i] == pid)
+            continue;
+        int fd = pidfd_open_pid(f.extra[i]);
+        if (fd >= 0) {
+            log_warn("qsd", "killing a second QSD of a volume", "volume=%s pid=%d", q->volume,
+                     (int)f.extra[i]);
+            pidfd_signal(fd, SIGKILL);
+            close(fd);
+        }
+    }
+    free(f.extra);
+    if (!pid)
         return -ESRCH;
     int pidfd = pidfd_open_pid(pid);
     if (pidfd < 0)
@@ -837,7 +1064,19 @@ int qsd_adopt(struct qsd *q)
     q->pidfd = pidfd;
     q->started_at_ms = now_ms();
     q->pid_watch = loop_watch_fd(q->loop, pidfd, POLLIN, on_process_exit, q);
-    q->state = QS_RUNNING;
+    r = write_state(&q->paths, q->volume, &q->opts, true, pid, st);
+    if (r < 0)
+        log_warn("qsd", "cannot record state", "volume=%s err=%s", q->volume, strerror(-r));
+    if (exports_listening(q)) {
+        q->state = QS_RUNNING;
+        return 0;
+    }
+    /* Adopted half-started: ready once its exports accept, like a restart
+     * (killed and restarted if they never do). */
+    q->state = QS_STARTING;
+    q->restarting = true;
+    q->deadline_ms = now_ms() + q->cfg.start_timeout_ms;
+    q->timer = loop_timer_add(q->loop, 2, on_probe, q);
     return 0;
 }
 
@@ -874,10 +1113,11 @@ int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque)
         return r;
     loop_timer_cancel(q->timer);
     q->timer = NULL;
-    unlink(q->paths.meta);
+    static const char *const meta[] = {"volume.json", NULL}, *const all[] = QSD_EXPORT_FILES;
+    each_export_dir(&q->paths, q->volume, q->opts.read_only, unlink_export_files, (void *)meta);
     if (q->pidfd < 0) {
         q->state = QS_STOPPED;
-        unlink(q->paths.socket);
+        each_export_dir(&q->paths, q->volume, q->opts.read_only, unlink_export_files, (void *)all);
         if (done)
             done(q, 0, NULL, opaque);
         return 0;
@@ -892,40 +1132,58 @@ int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque)
     return 0;
 }
 
+static int regroup_at(int dfd, bool ro, void *arg)
+{
+    const struct access *a = arg;
+    /* The socket is missing while a restart is under way: the restart
+     * applies the new group (set_socket_access). */
+    int r = fsat_chown_mode(dfd, "vhost.sock", a->gid, a->mode);
+    if (r < 0 && r != -ENOENT)
+        return r;
+    r = fsat_chown_mode(dfd, "volume.json", a->gid, a->gid >= 0 ? 0640 : 0600);
+    if (r < 0 && r != -ENOENT)
+        return r;
+    /* The directory itself: through its own descriptor. */
+    if (fchownat(dfd, "", 0, a->gid >= 0 ? (gid_t)a->gid : 0, AT_EMPTY_PATH) < 0)
+        return -errno;
+    return 0;
+}
+
 int qsd_set_socket_group(struct qsd *q, int gid)
 {
     q->opts.socket_gid = gid;
     int r = write_state(&q->paths, q->volume, &q->opts, true, q->pid, q->starttime);
     if (r < 0)
         return r;
-    gid_t g = gid >= 0 ? (gid_t)gid : 0;
-    if (chown(q->paths.export_dir, 0, g) < 0)
-        return -errno;
-    /* The socket is missing while a restart is under way: the restart
-     * applies the new group (set_socket_access). */
-    if (chown(q->paths.socket, 0, g) < 0 && errno != ENOENT)
-        return -errno;
-    if (chown(q->paths.meta, 0, g) < 0 && errno != ENOENT)
-        return -errno;
-    if (chmod(q->paths.meta, gid >= 0 ? 0640 : 0600) < 0 && errno != ENOENT)
-        return -errno;
-    return 0;
+    struct access a = {gid, q->opts.socket_mode};
+    return each_export_dir(&q->paths, q->volume, q->opts.read_only, regroup_at, &a);
+}
+
+struct meta {
+    const char *volume;
+    const struct qsd_opts *o;
+    uint64_t size;
+};
+
+static int meta_write_at(int dfd, bool ro, void *arg)
+{
+    const struct meta *m = arg;
+    json_t *j = json_pack("{s:i, s:s, s:I, s:b, s:I, s:I, s:s}", "version", 1, "volume",
+                          m->volume, "size", (json_int_t)m->size, "read_only",
+                          ro || m->o->read_only, "num_queues", (json_int_t)m->o->num_queues,
+                          "logical_block_size", (json_int_t)m->o->logical_block_size, "socket",
+                          "vhost.sock");
+    _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(j);
+    int gid = m->o->socket_gid;
+    return fsat_write_atomic(dfd, "volume.json", s, strlen(s), gid >= 0 ? 0640 : 0600, gid);
 }
 
 int qsd_meta_write(const struct qsd_paths *p, const char *volume, const struct qsd_opts *o,
                    uint64_t size)
 {
-    json_t *j = json_pack("{s:i, s:s, s:I, s:b, s:I, s:I, s:s}", "version", 1, "volume", volume,
-                          "size", (json_int_t)size, "read_only", o->read_only, "num_queues",
-                          (json_int_t)o->num_queues, "logical_block_size",
-                          (json_int_t)o->logical_block_size, "socket", "vhost.sock");
-    _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(j);
-    unsigned mode = o->socket_gid >= 0 ? 0640 : 0600;
-    int r = write_file_atomic(p->meta, s, strlen(s), mode);
-    if (r == 0 && o->socket_gid >= 0)
-        (void)!chown(p->meta, 0, (gid_t)o->socket_gid);
-    return r;
+    struct meta m = {volume, o, size};
+    return each_export_dir(p, volume, o->read_only, meta_write_at, &m);
 }
 
 int qsd_write_meta(struct qsd *q, uint64_t size)

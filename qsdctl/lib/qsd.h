@@ -45,9 +45,13 @@ json_t *qsd_opts_to_json(const struct qsd_opts *o);
 int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg);
 
 struct qsd_paths {
-    char *export_dir; /* run/exports/<vol>: bind-mounted into pods */
+    char *run_dir;
+    char *export_dir; /* run/exports/<vol>: bind-mounted (read-only) into pods */
     char *socket;     /* export_dir/vhost.sock */
     char *meta;       /* export_dir/volume.json */
+    char *ro_dir;     /* run/exports-ro/<vol>: the read-only export of a
+                         read-write volume (for read-only publications) */
+    char *ro_socket;  /* ro_dir/vhost.sock */
     char *ctl_dir;    /* run/ctl/<vol>: private */
     char *qmp;        /* ctl_dir/qmp.sock */
     char *state;      /* ctl_dir/qsd.json */
@@ -66,9 +70,23 @@ json_t *qsd_file_node_json(const struct qsd_opts *o, const char *node, const cha
 json_t *qsd_format_node_json(const struct qsd_opts *o, const char *node, const char *format,
                              const char *file_node);
 
-/* Node names inside every QSD we start. */
+/* Node names inside every QSD we start.  A read-write volume has two
+ * vhost-user-blk exports of its node: QSD_EXPORT_ID (writable) and
+ * QSD_RO_EXPORT_ID (writable=false, the guest gets VIRTIO_BLK_F_RO), each in
+ * a directory of its own, so that a read-only publication is read-only
+ * whatever the consuming pod does.  A read-only volume has only the first. */
 #define QSD_NODE "vol"
 #define QSD_EXPORT_ID "exp0"
+#define QSD_RO_EXPORT_ID "exp-ro"
+#define QSD_EXPORT_FILES {"vhost.sock", "volume.json", NULL}
+
+/* Open an export directory of volume beneath run_dir without following
+ * symlinks (fsat.h): ro selects exports-ro/.  O_PATH descriptor. */
+int qsd_export_dir_open(const char *run_dir, const char *volume, bool ro, int *ret_fd);
+/* Remove what a volume's QSD leaves under run_dir: both export directories
+ * (only the names the QSD and the plugin create there, never recursively)
+ * and the private control directory. */
+int qsd_remove_runtime(const char *run_dir, const char *volume);
 
 /* ---- a live QSD ---- */
 struct qsd;
@@ -82,6 +100,8 @@ struct qsd_config {
     const char *binary;        /* qemu-storage-daemon (PATH searched) */
     uint64_t start_timeout_ms; /* spawn -> socket accepting; default 10 s */
     uint64_t stop_timeout_ms;  /* QMP quit -> exit, then SIGKILL; default 5 s */
+    const int *join_fds;       /* cgroup.procs files a QSD joins before exec (cgroup.h) */
+    size_t n_join;
 };
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
@@ -92,6 +112,8 @@ const struct qsd_opts *qsd_get_opts(struct qsd *q);
 const char *qsd_get_volume(struct qsd *q);
 pid_t qsd_get_pid(struct qsd *q);
 bool qsd_running(struct qsd *q);
+/* Neither running nor on its way (never started, or stopped for good). */
+bool qsd_idle(struct qsd *q);
 unsigned qsd_restart_count(struct qsd *q);
 void qsd_set_event_handler(struct qsd *q, qsd_event_cb cb, void *opaque);
 /* Restart on death (true by default for started/adopted QSDs). */
@@ -101,9 +123,16 @@ void qsd_set_supervised(struct qsd *q, bool on);
  * call done when the export socket accepts (or on failure: the QSD's own
  * error message from its log is in msg). */
 int qsd_start(struct qsd *q, qsd_done_cb done, void *opaque);
-/* Adopt a QSD recorded in the state file if it is alive and really ours.
- * 0: adopted; -ESRCH: not running (state says so or the pid is gone/reused). */
+/* Adopt the running QSD of this volume: the one recorded in the state file
+ * if it is alive and really ours, else any process serving this volume's
+ * QMP socket path (found in /proc: a starter killed before it recorded the
+ * pid), whatever the recorded desired state; a second one is killed.  One
+ * still starting is probed like a restart.  0: adopted; -ESRCH: none. */
 int qsd_adopt(struct qsd *q);
+/* Stop (qsd_stop_sync) every running QSD of cfg->run_dir for which keep()
+ * says false; returns how many were found. */
+int qsd_stop_orphans(const struct qsd_config *cfg,
+                     bool (*keep)(const char *volume, pid_t pid, void *arg), void *arg);
 /* Mark desired=stopped, ask QSD to quit over QMP, SIGKILL after the bound,
  * remove the socket and the metadata.  done is called when the process is gone. */
 int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque);
@@ -113,7 +142,8 @@ int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque);
  * it.  gid -1: root only. */
 int qsd_set_socket_group(struct qsd *q, int gid);
 
-/* Write the export's metadata file (volume.json) with the given size. */
+/* Write the exports' metadata files (volume.json, through directory fds)
+ * with the given size. */
 int qsd_write_meta(struct qsd *q, uint64_t size);
 int qsd_meta_write(const struct qsd_paths *p, const char *volume, const struct qsd_opts *o,
                    uint64_t size);

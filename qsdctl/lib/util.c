@@ -1,5 +1,6 @@
 /* util.c: see util.h. */
 #include "util.h"
+#include "fsat.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -108,44 +109,24 @@ int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-static int fsync_parent(const char *path)
+int write_file_atomic(const char *path, const void *data, size_t len, unsigned mode)
 {
     _cleanup_free_ char *dir = xstrdup(path);
     char *slash = strrchr(dir, '/');
+    const char *base = path;
     if (!slash)
         strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-    _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    else {
+        base = path + (slash - dir) + 1;
+        if (slash == dir)
+            dir[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    _cleanup_close_ int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return -errno;
-    if (fsync(dfd) < 0)
-        return -errno;
-    return 0;
-}
-
-int write_file_atomic(const char *path, const void *data, size_t len, unsigned mode)
-{
-    _cleanup_free_ char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (fd < 0)
-        return -errno;
-    int r = write_all(fd, data, len);
-    if (r == 0 && fchmod(fd, mode) < 0)
-        r = -errno;
-    if (r == 0 && fsync(fd) < 0)
-        r = -errno;
-    if (close(fd) < 0 && r == 0)
-        r = -errno;
-    if (r == 0 && rename(tmp, path) < 0)
-        r = -errno;
-    if (r < 0) {
-        unlink(tmp);
-        return r;
-    }
-    return fsync_parent(path);
+    return fsat_write_atomic(dfd, base, data, len, mode, -1);
 }
 
 int read_file(const char *path, size_t max, char **ret_data, size_t *ret_len)

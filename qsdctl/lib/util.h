@@ -65,8 +65,10 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t now_ms(void);   /* CLOCK_MONOTONIC in milliseconds */
 uint64_t now_us(void);
 
-/* Write data to path atomically: temp file in the same directory, fsync,
- * rename, fsync of the directory.  mode is the new file's permission. */
+/* Write data to path atomically: fsat_write_atomic in path's directory
+ * (random temporary name, fsync, rename, fsync of the directory).  mode is
+ * the new file's permission.  For the plugin's own directories: path itself
+ * is resolved normally. */
 int write_file_atomic(const char *path, const void *data, size_t len, unsigned mode);
 /* Read a whole (small) file; *ret_data is NUL-terminated.  Refuses files
  * larger than max bytes with -EFBIG. */

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Guest side of e2e-bridge.py (runs as /test.sh in the test guest, busybox).
 # Reports vda, then every disk that appears, disappears or changes size,
-# until vda goes away (the host's last step) or 10 minutes pass.
+# until vda goes away (the host's last step) or 10 minutes pass.  Each new
+# disk gets one 4 KiB write attempt (WRITE ... ok|refused): a read-only
+# publication must be refused here, whatever the guest tries.
 wait_dev() { i=0; while [ ! -b /dev/$1 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; [ -b /dev/$1 ]; }
 wait_dev vda || { echo "FAIL no vda"; exit 1; }
 echo "DISK name=vda size=$(cat /sys/block/vda/size)"
@@ -19,6 +21,11 @@ while [ $n -lt 6000 ]; do
             old=$(grep "^$name " /tmp/prev)
             if [ -z "$old" ]; then
                 echo "ADD name=$name size=$size ro=$ro"
+                if dd if=/dev/zero of=/dev/$name bs=4096 count=1 conv=fsync 2>/dev/null; then
+                    echo "WRITE name=$name ok"
+                else
+                    echo "WRITE name=$name refused"
+                fi
             elif [ "$old" != "$name $size $ro" ]; then
                 echo "SIZE name=$name size=$size"
             fi

@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "csi.pb-c.h"
 #include "params.h"
+#include "pbcheck.h"
 #include "paths.h"
 #include "state.h"
 #include "util.h"
@@ -150,6 +152,42 @@ static void test_capacity(void **state)
     }
 }
 
+/* Strings with a NUL byte are named by their field path, at any depth and
+ * in map entries; clean and malformed messages pass (the decoder judges). */
+static void test_pbcheck(void **state)
+{
+    char *f = NULL;
+    static const uint8_t del[] = {0x0a, 16, 'p', 'v', 'c', '-', 'v', 'i', 'c', 't', 'i', 'm',
+                                  0,    '/', '.', '.', '/', 'x'};
+    assert_int_equal(pb_check_strings(&csi__v1__delete_volume_request__descriptor, del,
+                                      sizeof(del), &f), -EINVAL);
+    assert_string_equal(f, "volume_id");
+    free(f), f = NULL;
+    static const uint8_t clean[] = {0x0a, 3, 'p', 'v', 'c'};
+    assert_int_equal(pb_check_strings(&csi__v1__delete_volume_request__descriptor, clean,
+                                      sizeof(clean), &f), 0);
+    /* CreateVolumeRequest.parameters (4) = {key (1): "k", value (2): "a\0b"} */
+    static const uint8_t params[] = {0x0a, 1, 'n', 0x22, 8, 0x0a, 1, 'k', 0x12, 3, 'a', 0, 'b'};
+    assert_int_equal(pb_check_strings(&csi__v1__create_volume_request__descriptor, params,
+                                      sizeof(params), &f), -EINVAL);
+    assert_string_equal(f, "parameters.value");
+    free(f), f = NULL;
+    /* NodeStageVolumeRequest.volume_capability (4).mount (2).volume_mount_group (3) */
+    static const uint8_t stage[] = {0x22, 6, 0x12, 4, 0x1a, 2, '1', 0};
+    assert_int_equal(pb_check_strings(&csi__v1__node_stage_volume_request__descriptor, stage,
+                                      sizeof(stage), &f), -EINVAL);
+    assert_string_equal(f, "volume_capability.mount.volume_mount_group");
+    free(f), f = NULL;
+    /* bytes fields and unknown fields may hold NULs; truncated input passes */
+    static const uint8_t unknown[] = {0xfa, 0x01, 2, 0, 0};
+    assert_int_equal(pb_check_strings(&csi__v1__delete_volume_request__descriptor, unknown,
+                                      sizeof(unknown), &f), 0);
+    static const uint8_t trunc[] = {0x0a, 40, 'a', 0};
+    assert_int_equal(pb_check_strings(&csi__v1__delete_volume_request__descriptor, trunc,
+                                      sizeof(trunc), &f), 0);
+    assert_null(f);
+}
+
 static void test_paths(void **state)
 {
     const char *why;
@@ -264,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_params_combinations),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_paths),
+        cmocka_unit_test(test_pbcheck),
         cmocka_unit_test(test_state_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,6 +34,12 @@ static void test_defaults_argv(void **state)
         "{\"addr\":{\"path\":\"/run/q,sd/exports/v1/vhost.sock\",\"type\":\"unix\"},\"id\":\"exp0\","
         "\"iothread\":\"iot0\",\"logical-block-size\":512,\"node-name\":\"vol\",\"num-queues\":1,"
         "\"type\":\"vhost-user-blk\",\"writable\":true,\"writethrough\":true}",
+        /* the read-only export of the same node, in a directory of its own */
+        "--export",
+        "{\"addr\":{\"path\":\"/run/q,sd/exports-ro/v1/vhost.sock\",\"type\":\"unix\"},"
+        "\"id\":\"exp-ro\",\"iothread\":\"iot0\",\"logical-block-size\":512,\"node-name\":"
+        "\"vol\",\"num-queues\":1,\"type\":\"vhost-user-blk\",\"writable\":false,"
+        "\"writethrough\":true}",
         "--chardev",
         "socket,id=qmp0,path=/run/q,,sd/ctl/v1/qmp.sock,server=on,wait=off", /* ',' doubled */
         "--monitor",
@@ -74,6 +80,7 @@ static void test_cache_modes_and_readonly(void **state)
     assert_non_null(strstr(argv[6], "\"num-queues\":4"));
     assert_non_null(strstr(argv[6], "\"writethrough\":false")); /* only with cache=unsafe */
     assert_null(strstr(argv[6], "iothread"));
+    assert_string_equal(argv[7], "--chardev"); /* a read-only volume has one export */
     qsd_argv_free(argv);
     qsd_paths_clear(&p);
     qsd_opts_clear(&o);

@@ -1,0 +1,130 @@
+/* mounts.c: see mounts.h. */
+#include "mounts.h"
+#include "fsat.h"
+#include "grpc.h"
+#include "service.h"
+#include "util.h"
+
+#include <fcntl.h>
+
+void mounts_open(struct csi *c)
+{
+    /* Opened again on first use when it does not exist yet (a node whose
+     * kubelet has not started, or an Identity-only test). */
+    c->kubelet_fd = open(c->cfg->kubelet_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+static int kfd(struct csi *c)
+{
+    if (c->kubelet_fd < 0)
+        c->kubelet_fd = open(c->cfg->kubelet_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return c->kubelet_fd;
+}
+
+void mounts_close(struct csi *c)
+{
+    closep(&c->kubelet_fd);
+    c->kubelet_fd = -1;
+}
+
+static const char *rel_of(struct csi *c, const char *target)
+{
+    return fsat_rel(c->cfg->kubelet_root, target);
+}
+
+
+static int fail(int r, const char *what, const char *target, char **ret_msg)
+{
+    const char *why = r == -ELOOP ? "a component is a symbolic link"
+                      : r == -EXDEV ? "it resolves outside the kubelet root"
+                      : r == -EEXIST ? "it is already a mount (another publication?)"
+                                     : strerror(-r);
+    *ret_msg = xasprintf("cannot %s %s: %s", what, target, why);
+    return r;
+}
+
+int mounts_bind(struct csi *c, int src_fd, const char *target, char **ret_msg)
+{
+    const char *rel = rel_of(c, target);
+    if (!rel)
+        return fail(-EXDEV, "mount on", target, ret_msg);
+    _cleanup_close_ int fd = -1;
+    int r = fsat_mkdirs(kfd(c), rel, 0750, &fd);
+    if (r < 0)
+        return fail(r, "create", target, ret_msg);
+    if ((r = fsat_is_mount_root(fd)) != 0)
+        return fail(r > 0 ? -EEXIST : r, "mount on", target, ret_msg);
+    if ((r = fsat_bind(src_fd, fd, FSAT_BIND_RO)) < 0)
+        return fail(r, "bind-mount on", target, ret_msg);
+    return 0;
+}
+
+int mounts_is_mounted(struct csi *c, const char *target, char **ret_msg)
+{
+    const char *rel = rel_of(c, target);
+    if (!rel)
+        return fail(-EXDEV, "open", target, ret_msg);
+    _cleanup_close_ int fd = -1;
+    int r = fsat_open(kfd(c), rel, O_PATH | O_DIRECTORY, &fd);
+    if (r == -ENOENT)
+        return 0;
+    if (r == 0)
+        r = fsat_is_mount_root(fd);
+    return r < 0 ? fail(r, "open", target, ret_msg) : r;
+}
+
+int mounts_open_target(struct csi *c, const char *target, int *ret_fd)
+{
+    const char *rel = rel_of(c, target);
+    return rel ? fsat_open(kfd(c), rel, O_PATH | O_DIRECTORY, ret_fd) : -EXDEV;
+}
+
+int mounts_unbind(struct csi *c, const char *target, char **ret_msg)
+{
+    const char *rel = rel_of(c, target);
+    if (!rel)
+        return fail(-EXDEV, "unmount", target, ret_msg);
+    int r = fsat_unmount_rmdir(kfd(c), rel);
+    return r < 0 ? fail(r, "unmount and remove", target, ret_msg) : 0;
+}
+
+int mounts_check(struct csi *c, const char *path, char **ret_msg)
+{
+    const char *rel = rel_of(c, path);
+    if (!rel)
+        return fail(-EXDEV, "resolve", path, ret_msg);
+    _cleanup_free_ char *p = xstrdup(rel);
+    for (;;) {
+        _cleanup_close_ int fd = -1;
+        int r = fsat_open(kfd(c), p, O_PATH, &fd);
+        if (r == 0)
+            return 0;
+        char *slash = strrchr(p, '/');
+        if ((r != -ENOENT && r != -ENOTDIR) || !slash)
+            return r == -ENOENT ? 0 : fail(r, "resolve", path, ret_msg);
+        *slash = '\0';
+    }
+}
+
+int mounts_mkdir(struct csi *c, const char *target, char **ret_msg)
+{
+    const char *rel = rel_of(c, target);
+    if (!rel)
+        return fail(-EXDEV, "create", target, ret_msg);
+    int r = fsat_mkdirs(kfd(c), rel, 0750, NULL);
+    return r < 0 ? fail(r, "create", target, ret_msg) : 0;
+}
+
+int mounts_grpc_code(int err)
+{
+    switch (err) {
+    case -ELOOP:
+    case -EXDEV:
+        return GRPC_INVALID_ARGUMENT;
+    case -EEXIST:
+    case -ENOTDIR:
+        return GRPC_FAILED_PRECONDITION;
+    default:
+        return GRPC_INTERNAL;
+    }
+}

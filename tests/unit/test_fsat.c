@@ -1,0 +1,173 @@
+/* test_fsat.c: directory-fd file operations (fsat.h) against the hostile
+ * cases they exist for: symlinks at every component, a FIFO or a symlink at
+ * the name being written, escapes with "..", and read-only binds that are
+ * read-only at once.  Mount cases run in a private mount namespace (root
+ * only; skipped otherwise, with the reason). */
+#include "fsat.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+static char root[64];
+static int rfd = -1;
+
+static int setup(void **state)
+{
+    strcpy(root, "/tmp/test-fsat-XXXXXX");
+    if (!mkdtemp(root))
+        return -1;
+    rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return rfd < 0 ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    close(rfd);
+    _cleanup_free_ char *cmd = xasprintf("umount -R %s/* 2>/dev/null; rm -rf %s", root, root);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static char *at(const char *rel) { return xasprintf("%s/%s", root, rel); }
+
+static void test_rel(void **state)
+{
+    assert_string_equal(fsat_rel("/r", "/r/a/b"), "a/b");
+    assert_null(fsat_rel("/r", "/r"));
+    assert_null(fsat_rel("/r", "/r/"));
+    assert_null(fsat_rel("/r", "/rx/a"));
+    assert_string_equal(fsat_rel("/", "/a"), "a");
+    assert_null(fsat_rel("/", "/"));
+}
+
+static void test_mkdirs_refuses_symlink_component(void **state)
+{
+    _cleanup_free_ char *outside = at("outside"), *link = at("k/link");
+    assert_int_equal(mkdir(outside, 0700), 0);
+    assert_int_equal(fsat_mkdirs(rfd, "k", 0750, NULL), 0);
+    assert_int_equal(symlink(outside, link), 0);
+    int fd = -1;
+    assert_int_equal(fsat_mkdirs(rfd, "k/link/a/b", 0750, &fd), -ELOOP);
+    _cleanup_free_ char *made = at("outside/a");
+    struct stat st;
+    assert_int_not_equal(stat(made, &st), 0); /* nothing created through the link */
+    assert_int_equal(fsat_mkdirs(rfd, "k/real/a/b", 0750, &fd), 0);
+    assert_true(fd >= 0);
+    close(fd);
+    /* ".." cannot leave the root */
+    assert_int_equal(fsat_open(rfd, "k/../../etc", O_PATH | O_DIRECTORY, &fd), -EXDEV);
+}
+
+static void test_write_atomic_replaces_hostile_names(void **state)
+{
+    _cleanup_close_ int dfd = -1;
+    assert_int_equal(fsat_mkdirs(rfd, "w", 0750, &dfd), 0);
+    _cleanup_free_ char *decoy = at("decoy"), *fifo = at("w/fifo"), *lnk = at("w/link");
+    _cleanup_free_ char *dir = at("w/dir");
+    assert_int_equal(write_file_atomic(decoy, "secret", 6, 0600), 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(symlink(decoy, lnk), 0);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    /* a FIFO is replaced, not opened (opening it would block) */
+    assert_int_equal(fsat_write_atomic(dfd, "fifo", "x", 1, 0640, 1234), 0);
+    /* a symlink is replaced; its target is untouched */
+    assert_int_equal(fsat_write_atomic(dfd, "link", "new", 3, 0640, 1234), 0);
+    struct stat st;
+    assert_int_equal(lstat(lnk, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_gid, 1234);
+    assert_int_equal(st.st_mode & 07777, 0640);
+    assert_int_equal(stat(decoy, &st), 0);
+    assert_int_equal(st.st_gid, 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    _cleanup_free_ char *data = NULL;
+    assert_int_equal(read_file(decoy, 64, &data, NULL), 0);
+    assert_string_equal(data, "secret");
+    assert_int_equal(fsat_write_atomic(dfd, "dir", "x", 1, 0640, -1), -EISDIR);
+    /* no temporary file is left behind */
+    _cleanup_free_ char *cmd = xasprintf("test $(ls -A %s/w | wc -l) -eq 3", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_chown_mode_refuses_symlink(void **state)
+{
+    _cleanup_close_ int dfd = -1;
+    assert_int_equal(fsat_mkdirs(rfd, "c", 0750, &dfd), 0);
+    _cleanup_free_ char *decoy = at("decoy2"), *lnk = at("c/link"), *f = at("c/file");
+    assert_int_equal(write_file_atomic(decoy, "x", 1, 0600), 0);
+    assert_int_equal(symlink(decoy, lnk), 0);
+    assert_int_equal(fsat_chown_mode(dfd, "link", 4321, 0660), -ELOOP);
+    struct stat st;
+    assert_int_equal(stat(decoy, &st), 0);
+    assert_int_equal(st.st_gid, 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    assert_int_equal(write_file_atomic(f, "x", 1, 0600), 0);
+    assert_int_equal(fsat_chown_mode(dfd, "file", 4321, 0640), 0);
+    assert_int_equal(stat(f, &st), 0);
+    assert_int_equal(st.st_gid, 4321);
+    assert_int_equal(st.st_mode & 07777, 0640);
+    assert_int_equal(fsat_chown_mode(dfd, "missing", 1, 0600), -ENOENT);
+}
+
+static void test_bind_ro_and_unmount(void **state)
+{
+    if (geteuid() != 0 || unshare(CLONE_NEWNS) < 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        skip(); /* needs root and a mount namespace of its own */
+    /* descriptors opened before unshare() name the old namespace's mounts */
+    close(rfd);
+    rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int src = -1, tgt = -1;
+    assert_int_equal(fsat_mkdirs(rfd, "src", 0750, &src), 0);
+    assert_int_equal(fsat_mkdirs(rfd, "a/target", 0750, &tgt), 0);
+    assert_int_equal(fsat_is_mount_root(tgt), 0);
+    assert_int_equal(fsat_bind(src, tgt, FSAT_BIND_RO), 0);
+    _cleanup_close_ int t2 = -1;
+    assert_int_equal(fsat_open(rfd, "a/target", O_PATH | O_DIRECTORY, &t2), 0);
+    assert_int_equal(fsat_is_mount_root(t2), 1);
+    _cleanup_free_ char *f = at("a/target/x");
+    assert_true(open(f, O_CREAT | O_WRONLY, 0600) < 0);
+    assert_int_equal(errno, EROFS);
+    /* two stacked mounts are both removed, then the directory */
+    assert_int_equal(fsat_bind(src, t2, 0), 0);
+    assert_int_equal(fsat_unmount_rmdir(rfd, "a/target"), 0);
+    _cleanup_free_ char *t = at("a/target");
+    struct stat st;
+    assert_int_not_equal(lstat(t, &st), 0);
+    assert_int_equal(fsat_unmount_rmdir(rfd, "a/target"), 0); /* idempotent */
+    /* a symlinked parent: nothing is done */
+    _cleanup_free_ char *lnk = at("l");
+    assert_int_equal(symlink(root, lnk), 0);
+    assert_int_equal(fsat_unmount_rmdir(rfd, "l/src"), -ELOOP);
+}
+
+static void test_remove_dir_known_names_only(void **state)
+{
+    _cleanup_close_ int dfd = -1;
+    assert_int_equal(fsat_mkdirs(rfd, "e/x", 0750, &dfd), 0);
+    assert_int_equal(fsat_write_atomic(dfd, "volume.json", "{}", 2, 0640, -1), 0);
+    static const char *const names[] = {"volume.json", "vhost.sock", NULL};
+    assert_int_equal(fsat_remove_dir(rfd, "e/x", names), 0);
+    assert_int_equal(fsat_mkdirs(rfd, "e/y/deep", 0750, NULL), 0);
+    assert_int_equal(fsat_remove_dir(rfd, "e/y", names), -ENOTEMPTY);
+    assert_int_equal(fsat_remove_dir(rfd, "e/missing", names), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rel),
+        cmocka_unit_test_setup_teardown(test_mkdirs_refuses_symlink_component, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_atomic_replaces_hostile_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chown_mode_refuses_symlink, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_dir_known_names_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bind_ro_and_unmount, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
