@@ -52,8 +52,9 @@ static int errmsg_take(int r, char **ret_msg, char *what)
 
 int pool_lock(const struct pool *p, uint64_t timeout_ms, int *ret_fd, char **ret_msg)
 {
-    _cleanup_free_ char *path = xasprintf("%s/.lock", p->root);
-    _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* flock on the pool directory itself: no lock file to leave behind */
+    const char *path = p->root;
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return errmsg(-errno, ret_msg, "cannot open %s%s", path, "");
     uint64_t deadline = now_ms() + timeout_ms;

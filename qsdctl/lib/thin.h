@@ -3,7 +3,7 @@
  * The graph and its rules are layers.h; this file does the I/O.  Every
  * function here is blocking (qemu-img, QMP over qmp_sync): the CLI calls it
  * directly, the CSI plugin from a worker process.  Functions that change
- * references take the pool lock (flock on pool/.lock, bounded wait), so a
+ * references take the pool lock (flock on the pool directory, bounded wait), so a
  * garbage collection never sees half an operation.
  *
  * Snapshot of volume V (top volumes/V.qcow2), in this order:
@@ -27,7 +27,7 @@
 
 #define POOL_LOCK_TIMEOUT_MS 30000u
 
-/* flock(pool/.lock), waiting at most timeout_ms. */
+/* flock of the pool directory, waiting at most timeout_ms. */
 int pool_lock(const struct pool *p, uint64_t timeout_ms, int *ret_fd, char **ret_msg);
 
 /* qcow2 facts of an image: its backing layer ("" if none) and virtual size.

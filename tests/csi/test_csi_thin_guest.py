@@ -29,7 +29,7 @@ from csilib import mount_cap  # noqa: E402
 
 MiB = 1 << 20
 SIZE = 96 * MiB
-BLOCKS = 64
+BLOCKS = 40
 V = "pvc-g"
 
 
