@@ -753,6 +753,7 @@ static int cmd_merge(int argc, char **argv)
     r = thin_merge(&pool, vol, s, (unsigned)depth, wait, timeout_s * 1000, &msg);
     if (r < 0) {
         code = fail_msg(r, msg);
+        msg = NULL;
         goto out;
     }
     struct chain ch = {0};
