@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Crash windows: kill -9 of the plugin at many points (2 ms apart) through
 NodeStageVolume and NodeUnstageVolume, restart, retry the call as kubelet
-would, then check: exactly one QSD for a staged volume and its socket accepts
-a connection through the published target; none for an unstaged one.  At
-the end, after unstage and DeleteVolume, the pool holds nothing and no QSD
-of ours runs.
+would, then check: exactly one QSD for a staged volume, in the QSD cgroup
+(--qsd-cgroup, a group of this test's own, removed at the end) and not the
+plugin's, and its socket accepts a connection through the published target;
+none for an unstaged one.  At the end, after unstage and DeleteVolume, the
+pool holds nothing and no QSD of ours runs.
 
 usage: test_csi_crash.py PLUGIN PROTO_DIR [QSDCTL]
 """
@@ -41,6 +42,31 @@ def retry(fn, req, what):
             time.sleep(0.05)
 
 
+def cgroup_of(pid):
+    """The memory hierarchy's (v1) or the unified (v2) cgroup of pid."""
+    v2 = None
+    with open("/proc/%d/cgroup" % pid) as f:
+        for line in f:
+            _, ctrl, path = line.rstrip("\n").split(":", 2)
+            if "memory" in ctrl.split(","):
+                return path
+            if ctrl == "":
+                v2 = path
+    return v2
+
+
+def remove_cgroup(name):
+    root = "/sys/fs/cgroup"
+    dirs = [root] if os.path.exists(os.path.join(root, "cgroup.controllers")) else \
+        [os.path.join(root, d) for d in os.listdir(root)
+         if not os.path.islink(os.path.join(root, d))]
+    for d in dirs:
+        try:
+            os.rmdir(os.path.join(d, name.lstrip("/")))
+        except OSError:
+            pass
+
+
 def accepts(path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -55,6 +81,7 @@ def accepts(path):
 
 def main():
     env = csilib.Env(sys.argv[1], sys.argv[2], prefix="qsd-csi-crash-")
+    group = "/qsd-csi-test-%d" % os.getpid()
     pb = env.pb
     cap = mount_cap(pb)
     stg = os.path.join(env.kubelet, "plugins", "staging", VOL)
@@ -67,6 +94,11 @@ def main():
     pub = pb.NodePublishVolumeRequest(volume_id=VOL, staging_target_path=stg, target_path=tgt,
                                       volume_capability=cap)
     unpub = pb.NodeUnpublishVolumeRequest(volume_id=VOL, target_path=tgt)
+    start = env.start
+
+    def start_plugin():
+        return start(["--qsd-cgroup", group, "--log-format", "json"])
+    env.start = start_plugin
     try:
         c = env.start()
         c.CreateVolume(pb.CreateVolumeRequest(
@@ -90,6 +122,8 @@ def main():
             if staged:
                 assert len(qsds) == 1, "%s: %d QSDs for a staged volume: %s" % (what, len(qsds),
                                                                               qsds)
+                assert cgroup_of(qsds[0]) == group, "%s: QSD in cgroup %s, not %s" % (
+                    what, cgroup_of(qsds[0]), group)
                 retry(c.NodePublishVolume, pub, what + ": publish")
                 assert accepts(os.path.join(tgt, "vhost.sock")), \
                     "%s: the socket does not accept through the target" % what
@@ -112,7 +146,7 @@ def main():
             check(False, "kill at %d ms into NodeUnstage" % ms)
             kills += 2
         print("ok %d kill points (%s ms into NodeStage and NodeUnstage): one QSD per staged "
-              "volume, accepting through the target; none once unstaged" %
+              "volume, in its own cgroup, accepting through the target; none once unstaged" %
               (kills, ",".join(str(m) for m in POINTS_MS)))
 
         retry(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id=VOL), "delete")
@@ -126,6 +160,7 @@ def main():
         raise
     finally:
         env.cleanup()
+        remove_cgroup(group)
 
 
 if __name__ == "__main__":

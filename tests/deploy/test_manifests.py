@@ -530,8 +530,15 @@ class Checker:
             self.err(where, "--driver-name %r != CSIDriver %r" % (name, driver))
         if not (plugin.get("securityContext") or {}).get("privileged"):
             self.err(where, "the node plugin must be privileged (mounts, QSD)")
-        if spec.get("hostPID"):
-            self.err(where, "hostPID must be false")
+        # QSDs must outlive the plugin container (docs/process-model.md):
+        # not in a PID namespace the plugin is PID 1 of, and in a cgroup of
+        # their own on the host's hierarchies.
+        if not spec.get("hostPID"):
+            self.err(where, "hostPID must be true (QSDs outlive the plugin container)")
+        if not flags.get("qsd-cgroup"):
+            self.err(where, "--qsd-cgroup is missing (QSDs would die with the container)")
+        if self.host_path(plugin, spec, "/sys/fs/cgroup") != "/sys/fs/cgroup":
+            self.err(where, "the host's /sys/fs/cgroup is not mounted at /sys/fs/cgroup")
         endpoint = flags.get("endpoint") or "unix:///run/qsd-csi/csi.sock"
         sock = re.sub(r"^unix:(//)?", "", endpoint)
         host_sock = self.host_path(plugin, spec, sock)
