@@ -130,12 +130,12 @@ int mounts_unbind(struct csi *c, const char *target, char **ret_msg)
     const char *rel = rel_of(c, target);
     if (!rel)
         return fail(-EXDEV, "unmount", target, ret_msg);
-    /* A mount of ours that is not at its target any more (a parent was
-     * renamed) is detached wherever it is. */
+    /* The mount made here is detached through its own descriptor,
+     * wherever a rename moved it (a check of where it is would race the
+     * next rename); then whatever else is at the path. */
     ssize_t i = tracked_find(c, target);
     if (i >= 0) {
-        if (!is_at(c, rel, c->tracked[i].fd))
-            fsat_detach(c->tracked[i].fd);
+        fsat_detach(c->tracked[i].fd);
         tracked_drop(c, (size_t)i);
     }
     int r = fsat_unmount_rmdir(kfd(c), rel);
