@@ -504,7 +504,9 @@ static int embed_root_prepare(const char *root)
  * "nobody" before it writes its pid file into ROOT/run/qemu/passt, which
  * libvirt made root's at connect time (seen with Debian 12's passt
  * 2023-03-09: "PID file open: Permission denied", and the domain fails).
- * Hand that one directory to nobody; libvirt, as root, still reads it. */
+ * Hand that one directory to nobody (libvirt, as root, still reads it) and
+ * let others search the launcher's own directories above it; a directory
+ * above ROOT that nobody cannot search is reported (it is not ours). */
 static void passt_dir_prepare(const char *root)
 {
     if (geteuid() != 0)
@@ -515,6 +517,21 @@ static void passt_dir_prepare(const char *root)
     _cleanup_free_ char *dir = xasprintf("%s/run/qemu/passt", root);
     if (mkdir_p(dir, 0755) < 0 || chown(dir, uid, gid) < 0)
         log_warn(COMP, "cannot prepare passt's directory", "dir=%s error=\"%m\"", dir);
+    const char *ours[] = {"", "/run", "/run/qemu"};
+    for (size_t i = 0; i < ARRAY_SIZE(ours); i++) {
+        _cleanup_free_ char *p = xasprintf("%s%s", root, ours[i]);
+        struct stat st;
+        if (stat(p, &st) == 0 && !(st.st_mode & S_IXOTH))
+            chmod(p, (st.st_mode & 07777) | S_IXOTH);
+    }
+    _cleanup_free_ char *up = xstrdup(root);
+    for (char *slash = strrchr(up, '/'); slash && slash > up; slash = strrchr(up, '/')) {
+        *slash = 0;
+        struct stat st;
+        if (stat(up, &st) == 0 && !(st.st_mode & S_IXOTH) && st.st_uid != uid)
+            log_warn(COMP, "passt cannot reach its directory", "dir=%s blocked_by=%s "
+                     "hint=\"passt runs as nobody: make it searchable (o+x)\"", dir, up);
+    }
 }
 
 static int run(struct launcher *L, const struct vm_spec *spec, const char *const *dirs,
