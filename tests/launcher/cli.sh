@@ -125,6 +125,31 @@ grep -c '<disk type="vhostuser"' "$T/out" | grep -qx 1 || fail "duplicate: want 
 (($(grep -c 'msg="volume skipped" volume=good reason="also in ' "$T/out") == 2)) ||
     fail "duplicate: want good skipped in both directories"
 
+# cloud-init (--cloud-init-dir, e.g. a mounted Secret: symlinks into
+# ..data are fine): the data never reaches the XML, only the image path;
+# a symlink out of the directory, a file over 1 MiB, a file given both in
+# the description and the directory are refused before anything starts.
+DIRS=(--volumes-dir "$T/vols")
+mkdir -p "$T/ci/..data" "$T/ci-out" "$T/ci-big"
+printf '#cloud-config\n# </disk><evil/>\n' >"$T/ci/..data/user-data"
+ln -s ..data/user-data "$T/ci/user-data"
+spec '[{"volume":"good"}]'
+expect 0 '<domain type="qemu">' 2 --dry-run --cloud-init-dir "$T/ci"
+grep -q "<source file=\"$T/root/cidata.img\"/>" "$T/out" || fail "cidata disk not in the XML"
+! grep -q 'evil' "$T/out" || fail "cloud-init text reached the XML"
+ln -s /etc/passwd "$T/ci-out/user-data"
+expect 1 'bad cloud-init data.*user-data: leads out of the directory' 2 --dry-run --cloud-init-dir "$T/ci-out"
+head -c $((1024 * 1024 + 1)) /dev/zero >"$T/ci-big/meta-data"
+expect 1 'bad cloud-init data.*meta-data: larger than 1 MiB' 2 --dry-run --cloud-init-dir "$T/ci-big"
+spec '[{"volume":"good"}]' ',"cloud_init":{"user_data":"#cloud-config\n"}'
+expect 1 'user-data is given both in the description and in' 2 --dry-run --cloud-init-dir "$T/ci"
+
+# The console client without a running VM: a clear error, exit 1.
+rc=0
+"$L" console --root "$T/no-such-root" >"$T/out" 2>&1 </dev/null || rc=$?
+((rc == 1)) && grep -q 'cannot connect to .*/no-such-root/console.sock' "$T/out" ||
+    fail "console without a VM: exit $rc"
+
 # Volumes directories refused at start: missing, given twice, nested.
 spec '[{"volume":"good"}]'
 DIRS=(--volumes-dir "$T/vols" --volumes-dir "$T/missing")
