@@ -4,8 +4,8 @@
 # console` on the attach socket):
 #   - network: the guest gets an address by DHCP (passt) and fetches a file
 #     from an HTTP server on the pod side (127.0.0.1, reached through the
-#     gateway address); data sent to a forwarded port in the pod reaches
-#     the guest's port;
+#     gateway address); a forwarded port in the pod reaches a guest server
+#     and its answers come back (client speaks first, as SSH does);
 #     the NIC has the MAC and PCI address the launcher reported;
 #   - cloud-init: the guest mounts its read-only cidata disk (at the address
 #     in the report) and finds the user-data from the description and the
@@ -162,26 +162,34 @@ log "network: $(console '^NET ' | tail -1), fetched the pod's file, NIC $MAC at 
 
 send "listen 2222"
 wait_console '^LISTENING 2222' 1 20
-# Pod -> guest through the forward.  (The other direction on a forwarded
-# connection does not arrive with Debian 12's passt 2023-03-09: measured,
-# docs/launcher.md "Known limits"; not asserted here.)
-"$PY" - "$FWD_PORT" "DATA-$TOKEN" <<'PY' || e2e_fail "port forward 127.0.0.1:$FWD_PORT: cannot connect"
+# Through the forward, the way SSH talks: the client sends its line at
+# once, the guest sends a banner and answers.  (With Debian 12's passt,
+# what the guest sends before the client has sent anything is held back
+# until the client does: docs/launcher.md "Known limits".)
+got=$("$PY" - "$FWD_PORT" "DATA-$TOKEN" <<'PY'
 import socket, sys, time
 end = time.monotonic() + 20
 while True:
     try:
-        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
-        s.sendall((sys.argv[2] + "\n").encode())
-        time.sleep(0.5)
-        s.close()
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
         break
     except OSError:
         if time.monotonic() > end:
             raise
         time.sleep(0.2)
+s.sendall((sys.argv[2] + "\n").encode())
+buf = b""
+while b"REPLY" not in buf or not buf.endswith(b"\n"):
+    d = s.recv(200)
+    if not d:
+        break
+    buf += d
+print(buf.decode().replace("\n", "|"))
 PY
+) || e2e_fail "port forward 127.0.0.1:$FWD_PORT: no connection"
+[[ $got == "BANNER-FROM-GUEST|REPLY DATA-$TOKEN|" ]] || e2e_fail "port forward 127.0.0.1:$FWD_PORT -> guest 2222: got '$got'"
 wait_console "^FWD-GOT DATA-$TOKEN\$" 1 20
-log "port forward: pod 127.0.0.1:$FWD_PORT -> guest :2222 delivered the pod's data"
+log "port forward: pod 127.0.0.1:$FWD_PORT <-> guest :2222, both ways ($got)"
 
 send "cidata $CIDATA_ADDR"
 wait_console '^CIDATA-(END|FAIL)' 1 30

@@ -44,8 +44,17 @@ while read -r cmd arg; do
         echo "FETCH $(wget -q -O - "http://$gw:$arg/token.txt" 2>&1)"
         ;;
     listen)
-        # What a connection to the forwarded port brings, on the console.
-        (nc -l -p "$arg" </dev/null >/tmp/fwd 2>/dev/null; echo "FWD-GOT $(cat /tmp/fwd)") &
+        # A one-connection server on the forwarded port: like sshd, it
+        # sends its banner at once, then answers the client's line.
+        cat > /tmp/fwd.sh <<'S'
+#!/bin/sh
+echo "BANNER-FROM-GUEST"
+read -r line
+echo "REPLY $line"
+echo "FWD-GOT $line" > /dev/console
+S
+        chmod +x /tmp/fwd.sh
+        (nc -l -p "$arg" -e /tmp/fwd.sh 2>/dev/null) &
         sleep 0.2
         echo "LISTENING $arg"
         ;;
