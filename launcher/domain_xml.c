@@ -204,9 +204,10 @@ int domain_plan_disks(const struct vm_spec *spec, struct slot_ledger *ledger,
     _cleanup_free_ bool *in_use = xcalloc(vm_spec_disk_slots(spec) + 1, sizeof(*in_use));
     size_t n = 0;
     for (size_t i = 0; i < spec->n_disks; i++) {
-        out[n].vol = find_vol(vols, n_vols, spec->disks[i].volume);
-        if (!out[n].vol)
+        const struct volume *v = find_vol(vols, n_vols, spec->disks[i].volume);
+        if (!v)
             continue; /* a "hotplug" disk not there yet */
+        out[n].vol = v;
         out[n].boot_order = spec->disks[i].boot_order;
         out[n].slot = spec->disks[i].slot;
         in_use[out[n].slot] = true;
