@@ -60,6 +60,23 @@ static int open_parent(int dfd, const char *rel, int *ret_pfd, bool *ret_own, co
     return 0;
 }
 
+/* rmdir of rel beneath dfd (its parent opened without following symlinks);
+ * missing is not an error. */
+static int rmdir_beneath(int dfd, const char *rel)
+{
+    int pfd;
+    bool own;
+    const char *base;
+    int r = open_parent(dfd, rel, &pfd, &own, &base);
+    if (r < 0)
+        return r == -ENOENT ? 0 : r;
+    if (unlinkat(pfd, base, AT_REMOVEDIR) < 0 && errno != ENOENT)
+        r = -errno;
+    if (own)
+        close(pfd);
+    return r;
+}
+
 int fsat_mkdirs(int dfd, const char *rel, unsigned mode, int *ret_fd)
 {
     _cleanup_free_ char *p = xstrdup(rel);
@@ -141,6 +158,30 @@ int fsat_chown_mode(int dfd, const char *name, int gid, unsigned mode)
 
 int fsat_bind(int src_fd, int target_fd, unsigned flags)
 {
+    _cleanup_close_ int fd = -1;
+    return fsat_bind_fd(src_fd, target_fd, flags, &fd);
+}
+
+int fsat_mnt_id(int fd, uint64_t *ret)
+{
+    struct statx sx;
+    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &sx) < 0)
+        return -errno;
+    if (!(sx.stx_mask & STATX_MNT_ID))
+        return -EOPNOTSUPP;
+    *ret = sx.stx_mnt_id;
+    return 0;
+}
+
+int fsat_detach(int fd)
+{
+    char p[40];
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+    return umount2(p, MNT_DETACH) < 0 ? -errno : 0;
+}
+
+int fsat_bind_fd(int src_fd, int target_fd, unsigned flags, int *ret_mnt_fd)
+{
     _cleanup_close_ int tree =
         open_tree(src_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH |
                                   ((flags & FSAT_BIND_REC) ? AT_RECURSIVE : 0));
@@ -156,6 +197,7 @@ int fsat_bind(int src_fd, int target_fd, unsigned flags)
         return -errno;
     if (move_mount(tree, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
         return -errno;
+    *ret_mnt_fd = TAKE_FD(tree);
     return 0;
 }
 
@@ -204,19 +246,7 @@ int fsat_unmount(int dfd, const char *rel)
 int fsat_unmount_rmdir(int dfd, const char *rel)
 {
     int r = fsat_unmount(dfd, rel);
-    if (r < 0)
-        return r;
-    int pfd;
-    bool own;
-    const char *base;
-    r = open_parent(dfd, rel, &pfd, &own, &base);
-    if (r < 0)
-        return r == -ENOENT ? 0 : r;
-    if (unlinkat(pfd, base, AT_REMOVEDIR) < 0 && errno != ENOENT)
-        r = -errno;
-    if (own)
-        close(pfd);
-    return r;
+    return r < 0 ? r : rmdir_beneath(dfd, rel);
 }
 
 int fsat_remove_dir(int dfd, const char *rel, const char *const *names)
@@ -229,14 +259,5 @@ int fsat_remove_dir(int dfd, const char *rel, const char *const *names)
         return r;
     for (size_t i = 0; names && names[i]; i++)
         (void)unlinkat(fd, names[i], 0); /* a directory there is left: ENOTEMPTY below */
-    int pfd;
-    bool own;
-    const char *base;
-    if ((r = open_parent(dfd, rel, &pfd, &own, &base)) < 0)
-        return r;
-    if (unlinkat(pfd, base, AT_REMOVEDIR) < 0 && errno != ENOENT)
-        r = -errno;
-    if (own)
-        close(pfd);
-    return r;
+    return rmdir_beneath(dfd, rel);
 }
