@@ -4,7 +4,11 @@
  * Also owns the command line, including the checks on the volumes
  * directories at start (each exists, none given twice or inside another).
  * Nothing is ever written into a volumes directory (they are read-only in a
- * VM pod).
+ * VM pod).  Also: the paths of everything the launcher creates in its root
+ * (console sockets and log, guest-agent socket, cidata image, slot ledger,
+ * disk report), the start-up order (console listening and cidata built
+ * before the domain starts), passt's directory (passt runs as nobody), and
+ * dispatching `qsd-vm-launcher console` to console_client.c.
  *
  * Threads: libvirt needs an event loop of its own (the embedded driver talks
  * to QEMU's monitor through it); it runs in one helper thread and forwards
