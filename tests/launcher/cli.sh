@@ -150,6 +150,30 @@ rc=0
 ((rc == 1)) && grep -q 'cannot connect to .*/no-such-root/console.sock' "$T/out" ||
     fail "console without a VM: exit $rc"
 
+# The console client against a stand-in console: input goes through until
+# Ctrl-] (0x1d), which detaches at once (exit 0); nothing after it is sent.
+"$PY" -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); s.settimeout(20)
+c,_=s.accept(); c.sendall(b"guest says hi\r\n"); c.settimeout(5)
+got=b""
+try:
+    while True:
+        d=c.recv(100)
+        if not d: break
+        got+=d
+except OSError: pass
+open(sys.argv[2],"wb").write(got)' "$T/fake-console.sock" "$T/fake-console.got" &
+fake=$!
+for _ in $(seq 100); do [[ -S $T/fake-console.sock ]] && break; sleep 0.05; done
+rc=0
+{ sleep 0.5; printf 'typed\x1dnot-sent'; sleep 10; } |
+    timeout 8 "$L" console --socket "$T/fake-console.sock" >"$T/out" 2>&1 || rc=$?
+wait $fake || true
+((rc == 0)) || fail "console detach: exit $rc"
+[[ $(cat "$T/fake-console.got") == typed ]] || fail "console detach: the console got '$(cat "$T/fake-console.got")'"
+grep -q 'guest says hi' "$T/out" || fail "console: the guest's output not shown"
+echo "console client: detaches on Ctrl-]"
+
 # Volumes directories refused at start: missing, given twice, nested.
 spec '[{"volume":"good"}]'
 DIRS=(--volumes-dir "$T/vols" --volumes-dir "$T/missing")

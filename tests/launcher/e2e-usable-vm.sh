@@ -152,7 +152,11 @@ log "guest up ($boot1_ms ms since the test started)"
 
 send "ping $TOKEN"
 client_wait "^PONG $TOKEN" 20
-log "console: reached through the attach socket"
+# One client at a time: a second one is told so and let go.
+sleep 5 | timeout 10 "$LAUNCHER" console --root "$ROOT" >"$WORK/console2.out" 2>&1 || true
+grep -q 'the console is in use by another client' "$WORK/console2.out" ||
+    e2e_fail "second console client: $(cat "$WORK/console2.out")"
+log "console: reached through the attach socket; a second client refused"
 
 send "net $HTTP_PORT"
 wait_console "^FETCH " 1 60
