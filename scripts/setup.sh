@@ -26,6 +26,9 @@ BASE_PKGS=(
     protobuf-compiler python3-grpcio python3-protobuf python3-yaml
     busybox-static cpio util-linux iproute2 procps psmisc kmod
     clang llvm libclang-rt-14-dev gnuplot-nox graphviz
+    # The launcher: passt (user-mode networking, started by libvirt),
+    # dosfstools + mtools (the cloud-init cidata image), ovmf (UEFI guests).
+    passt dosfstools mtools ovmf
 )
 # Virtualisation stack from bookworm-backports.
 BPO_PKGS=(

@@ -78,6 +78,8 @@ KINDS = {
     "Namespace": ("v1", False),
     "ServiceAccount": ("v1", True),
     "ConfigMap": ("v1", True),
+    "Secret": ("v1", True),
+    "Service": ("v1", True),
     "PersistentVolumeClaim": ("v1", True),
     "Pod": ("v1", True),
     "DaemonSet": ("apps/v1", True),
@@ -727,7 +729,8 @@ class Checker:
         except ValueError as e:
             self.err("ConfigMap %s" % cm_name, "%s is not JSON: %s" % (key, e))
             return
-        wanted = [d.get("volume") for d in desc.get("disks") or []]
+        # "hotplug": true disks come later, through the bridge (attachment pods).
+        wanted = [d.get("volume") for d in desc.get("disks") or [] if d.get("hotplug") is not True]
         if (desc.get("boot") or {}).get("volume"):
             wanted.append(desc["boot"]["volume"])
         for w in wanted:
