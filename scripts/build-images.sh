@@ -119,6 +119,7 @@ build() { # KIND NAME
     local args=(build --layers -f "$dir/Containerfile" --ignorefile "$dir/Containerfile.dockerignore"
         --build-arg "BASE_IMAGE=$base" --build-arg "CMAKE_ARGS=$cmake_args"
         --build-arg "RUNTIME_EXTRA_PKGS=$runtime_pkgs" --build-arg "IMAGE_REVISION=$revision"
+        --label "org.opencontainers.image.revision=$revision"
         "${extra[@]}" -t "$name" "$repo_root")
     if ((quiet)); then
         logf=$(mktemp "${TMPDIR:-/tmp}/qsd-images-$kind.XXXXXX.log")
