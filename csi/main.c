@@ -54,6 +54,12 @@ static void usage(FILE *f)
             "                        while a client still holds the volume's socket, at\n"
             "                        most S seconds after it left its last pod or hot-plug\n"
             "                        bridge; then it stops the QSD anyway (default 600)\n"
+            "  --qsd-cgroup PATH     run every QSD in this cgroup (e.g. /qsd-csi, created in\n"
+            "                        every hierarchy under /sys/fs/cgroup), outside the\n"
+            "                        plugin's own: QSDs then outlive the plugin's container\n"
+            "                        (default: none, QSDs stay in the plugin's cgroup)\n"
+            "  --qsd-cpu-weight N    CPU weight of that cgroup, 1-10000 (cgroup v2 scale)\n"
+            "  --qsd-memory-max SIZE memory limit of that cgroup (e.g. 4G)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
@@ -104,7 +110,8 @@ static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
 static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **hostname)
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
-           O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG };
+           O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
+           O_CPUW, O_MEMMAX };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -117,6 +124,9 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"max-volumes", required_argument, NULL, O_MAXVOL},
         {"controller-expansion", no_argument, NULL, O_CEXP},
         {"unplug-timeout", required_argument, NULL, O_UNPLUG},
+        {"qsd-cgroup", required_argument, NULL, O_CGROUP},
+        {"qsd-cpu-weight", required_argument, NULL, O_CPUW},
+        {"qsd-memory-max", required_argument, NULL, O_MEMMAX},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -154,6 +164,35 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
                 return 2;
             }
             cfg->unplug_timeout_ms = (int64_t)v * 1000;
+            break;
+        }
+        case O_CGROUP: {
+            const char *why;
+            if (optarg[0] && path_check_lexical("/", optarg, &why) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: --qsd-cgroup '%s' %s\n", optarg, why);
+                return 2;
+            }
+            cfg->qsd_cgroup = optarg[0] ? optarg : NULL;
+            break;
+        }
+        case O_CPUW: {
+            uint64_t v;
+            if (parse_uint(optarg, 1, 10000, &v) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --qsd-cpu-weight '%s' (1-10000)\n",
+                        optarg);
+                return 2;
+            }
+            cfg->qsd_cpu_weight = (unsigned)v;
+            break;
+        }
+        case O_MEMMAX: {
+            uint64_t v;
+            if (parse_size(optarg, &v) < 0 || v < (16u << 20)) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --qsd-memory-max '%s' (>= 16M)\n",
+                        optarg);
+                return 2;
+            }
+            cfg->qsd_memory_max = v;
             break;
         }
         case O_MAXVOL: {
@@ -217,6 +256,10 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
             fprintf(stderr, "qsd-csi-plugin: directory '%s' %s\n", *d, why);
             return 2;
         }
+    }
+    if ((cfg->qsd_cpu_weight || cfg->qsd_memory_max) && !cfg->qsd_cgroup) {
+        fprintf(stderr, "qsd-csi-plugin: --qsd-cpu-weight and --qsd-memory-max need --qsd-cgroup\n");
+        return 2;
     }
     if (strlen(cfg->node_id) > 192) {
         fprintf(stderr, "qsd-csi-plugin: --nodeid longer than 192 bytes\n");

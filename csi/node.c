@@ -124,22 +124,35 @@ static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapa
 
 /* ------------------------------------------------------------- stage */
 
+/* A start that failed: a first stage is undone (kubelet retries it from
+ * scratch); a repair (op->flag) leaves the volume staged, not served. */
+static void stage_failed(struct op *op, const char *msg)
+{
+    struct csi *c = op->csi;
+    struct vol *v = op->vol;
+    qsd_free(v->qsd);
+    v->qsd = NULL;
+    if (!op->flag) {
+        csi_remove_runtime(c, v->id);
+        vol_clear_staging(v);
+        store_save_vol(c->store, v);
+    }
+    grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg);
+    op_end(op);
+}
+
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
     if (status == 0) {
-        log_info("node", "volume staged", "volume=%s pid=%d", v->id, (int)qsd_get_pid(v->qsd));
+        log_info("node", op->flag ? "staged volume repaired: its QSD serves again"
+                                  : "volume staged", "volume=%s pid=%d", v->id,
+                 (int)qsd_get_pid(v->qsd));
         reply_empty(op->call);
         op_end(op);
         return;
     }
-    qsd_free(v->qsd);
-    v->qsd = NULL;
-    csi_remove_runtime(c, v->id);
-    vol_clear_staging(v);
-    store_save_vol(c->store, v);
-    grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg ? msg : strerror(-status));
-    op_end(op);
+    stage_failed(op, msg ? msg : strerror(-status));
 }
 
 static void stage_start(struct op *op)
@@ -147,15 +160,8 @@ static void stage_start(struct op *op)
     struct csi *c = op->csi;
     struct vol *v = op->vol;
     _cleanup_free_ char *msg = NULL;
-    if (vol_qsd_start(c, v, stage_started, op, &msg) < 0) {
-        qsd_free(v->qsd);
-        v->qsd = NULL;
-        csi_remove_runtime(c, v->id);
-        vol_clear_staging(v);
-        store_save_vol(c->store, v);
-        grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg);
-        op_end(op);
-    }
+    if (vol_qsd_start(c, v, stage_started, op, &msg) < 0)
+        stage_failed(op, msg);
 }
 
 static int grow_fn(void *arg, char **ret_msg, json_t **ret_result)
@@ -264,7 +270,18 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
             grpc_call_fail(call, GRPC_ALREADY_EXISTS,
                            "volume %s is staged with a different access mode (read-only %s)",
                            v->id, v->stage_ro ? "yes" : "no");
-        else if (regroup(c, call, v, gid) == 0)
+        else if (v->qsd && !vol_live(v) && !qsd_idle(v->qsd))
+            grpc_call_fail(call, GRPC_UNAVAILABLE,
+                           "the QSD of volume %s is being (re)started: retry", v->id);
+        else if (!vol_live(v)) {
+            /* Staged, not served (its QSD could not be restarted): OK only
+             * once its socket accepts again. */
+            struct op *op = op_begin(c, call);
+            op->vol = v;
+            op->flag = true;
+            v->busy = true;
+            stage_start(op);
+        } else if (regroup(c, call, v, gid) == 0)
             reply_empty(call);
         return;
     }

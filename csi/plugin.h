@@ -24,6 +24,9 @@ struct plugin_config {
     bool controller_expansion; /* advertise the Controller EXPAND_VOLUME capability */
     int64_t unplug_timeout_ms; /* NodeUnstage stops a QSD with a connected client after this
                                   long since the volume left its last pod or bridge */
+    const char *qsd_cgroup;   /* cgroup of the QSDs ("/qsd-csi"), NULL: the plugin's own */
+    unsigned qsd_cpu_weight;  /* 0: leave */
+    uint64_t qsd_memory_max;  /* 0: leave */
 };
 
 struct identity;

@@ -316,6 +316,15 @@ static void remove_tmp_files(struct csi *c, const char *vol, const char *snap)
     }
 }
 
+/* A QSD found running at start is kept when its volume is staged (it was
+ * adopted) or not the plugin's (an operator's qsdctl export). */
+static bool keep_qsd(const char *volume, pid_t pid, void *arg)
+{
+    struct csi *c = arg;
+    struct vol *v = store_find_vol(c->store, volume);
+    return !v || v->staging_path;
+}
+
 static void recover(struct csi *c)
 {
     struct store *s = c->store;
@@ -379,6 +388,9 @@ static void recover(struct csi *c)
                       v->id, q);
         }
     }
+    /* QSDs of the plugin's volumes that are not staged: left by a plugin
+     * killed during NodeUnstageVolume (or NodeStageVolume's undo). */
+    qsd_stop_orphans(&c->qcfg, keep_qsd, c);
 }
 
 int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret, char **ret_msg)
@@ -389,9 +401,26 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary};
     c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
     mounts_open(c);
-    int r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
+    int r = 0;
+    if (cfg->qsd_cgroup) {
+        r = qsd_cgroup_open("/sys/fs/cgroup", cfg->qsd_cgroup, cfg->qsd_cpu_weight,
+                            cfg->qsd_memory_max, &c->cgroup, ret_msg);
+        if (r < 0) {
+            mounts_close(c);
+            free(c->topo_key);
+            free(c);
+            return r;
+        }
+        c->qcfg.join_fds = c->cgroup.fds;
+        c->qcfg.n_join = c->cgroup.n;
+        log_info("plugin", "QSDs run in their own cgroup", "cgroup=%s hierarchies=%zu cpu_weight=%u "
+                 "memory_max=%llu", cfg->qsd_cgroup, c->cgroup.n, cfg->qsd_cpu_weight,
+                 (unsigned long long)cfg->qsd_memory_max);
+    }
+    r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
     if (r < 0) {
         mounts_close(c);
+        qsd_cgroup_close(&c->cgroup);
         free(c->topo_key);
         free(c);
         return r;
@@ -400,6 +429,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     if (r < 0) {
         pool_close(&c->pool);
         mounts_close(c);
+        qsd_cgroup_close(&c->cgroup);
         free(c->topo_key);
         free(c);
         return r;
@@ -409,6 +439,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
         store_free(c->store);
         pool_close(&c->pool);
         mounts_close(c);
+        qsd_cgroup_close(&c->cgroup);
         free(c->topo_key);
         free(c);
         return r;
@@ -442,6 +473,7 @@ void csi_free(struct csi *c)
     store_free(c->store);
     pool_close(&c->pool);
     mounts_close(c);
+    qsd_cgroup_close(&c->cgroup);
     free(c->topo_key);
     free(c);
 }

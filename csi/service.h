@@ -9,6 +9,7 @@
 
 #include "csi.pb-c.h"
 #include "grpc.h"
+#include "cgroup.h"
 #include "image.h"
 #include "plugin.h"
 #include "qsd.h"
@@ -30,6 +31,7 @@ struct csi {
     struct op *ops;        /* in flight */
     struct bridges *bridges; /* hot-plug bridges and requests (bridge.h) */
     int kubelet_fd;        /* O_PATH of the kubelet root (mounts.h) */
+    struct qsd_cgroup cgroup; /* where QSDs run (--qsd-cgroup), joined at spawn */
 };
 
 /* One asynchronous RPC.  Records named here are busy until op_end(). */

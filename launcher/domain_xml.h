@@ -20,7 +20,8 @@ int domain_xml_disk(const struct volume *v, const char *socket_path, const char 
                     unsigned boot_order, char **ret_xml);
 
 /* The disks of a domain, in the order they appear: the description's disks
- * first (in its order), then every other ready volume sorted by name. */
+ * first (in its order), then every other ready volume sorted by name.  Two
+ * volumes with the same disk name (dir) are refused with -EEXIST. */
 struct domain_disk {
     const struct volume *vol;
     char target[DISK_TARGET_MAX];
@@ -29,9 +30,11 @@ struct domain_disk {
 int domain_plan_disks(const struct vm_spec *spec, struct volume *const *vols, size_t n_vols,
                       struct domain_disk **ret, size_t *ret_n, char **ret_error);
 
-/* The full domain.  volumes_dir is the directory socket paths are built from. */
-int domain_xml_build(const struct vm_spec *spec, const char *volumes_dir,
-                     struct volume *const *vols, size_t n_vols, char **ret_xml, char **ret_error);
+/* The full domain.  Each volume's socket path is built from the volumes
+ * directory it was found in (v->base, which must be set); two volumes with
+ * the same disk name are refused (-EEXIST). */
+int domain_xml_build(const struct vm_spec *spec, struct volume *const *vols, size_t n_vols,
+                     char **ret_xml, char **ret_error);
 
 /* Whether a (live) domain XML has a disk with target dev `target`. */
 int domain_xml_has_disk(const char *xml, const char *target, bool *ret);

@@ -17,6 +17,7 @@
 enum hp_state { HP_PENDING, HP_ATTACHED, HP_DETACHING, HP_STUCK, HP_FAILED };
 
 struct hp_vol {
+    char *base;           /* the volumes directory it is in */
     char *name;
     enum hp_state st;
     uint64_t since_ms;    /* first seen (pending) or detach requested */
@@ -32,7 +33,9 @@ struct hotplug {
     struct loop *loop;
     virDomainPtr dom;
     const struct vm_spec *spec;
-    char *dir;
+    char **dirs;
+    int *dir_wds;         /* inotify watch of each directory */
+    size_t n_dirs;
     unsigned ready_timeout_ms, detach_timeout_ms;
     int ifd;
     struct loop_watch *watch;
@@ -44,6 +47,7 @@ static void hp_vol_free(struct hp_vol *v)
 {
     if (!v)
         return;
+    free(v->base);
     free(v->name);
     volume_free(v->vol);
     free(v->socket_path);
@@ -51,17 +55,19 @@ static void hp_vol_free(struct hp_vol *v)
     free(v);
 }
 
-static struct hp_vol *hp_find(struct hotplug *h, const char *name)
+static struct hp_vol *hp_find(struct hotplug *h, const char *base, const char *name)
 {
     for (struct hp_vol *v = h->vols; v; v = v->next)
-        if (streq(v->name, name))
+        if (streq(v->name, name) && streq(v->base, base))
             return v;
     return NULL;
 }
 
-static struct hp_vol *hp_add(struct hotplug *h, const char *name, enum hp_state st)
+static struct hp_vol *hp_add(struct hotplug *h, const char *base, const char *name,
+                             enum hp_state st)
 {
     struct hp_vol *v = xcalloc(1, sizeof(*v));
+    v->base = xstrdup(base);
     v->name = xstrdup(name);
     v->st = st;
     v->wd = -1;
@@ -129,14 +135,15 @@ static void try_attach(struct hotplug *h, struct hp_vol *v, const struct volume_
         note_reason(v, e->message ? e->message : strerror(-e->error));
         if (e->error != -ENOENT || expired) {
             _cleanup_free_ char *q = log_quote(v->last_msg);
-            log_error(COMP, "volume refused", "volume=%s reason=%s", v->name, q);
+            log_error(COMP, "volume refused", "volume=%s reason=%s dir=%s", v->name, q, v->base);
             v->st = HP_FAILED;
         }
         return;
     }
-    _cleanup_free_ char *path = volume_socket_path(h->dir, e->vol);
+    _cleanup_free_ char *path = volume_socket_path(e->vol);
     if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-        log_error(COMP, "volume refused", "volume=%s reason=\"socket path too long\"", v->name);
+        log_error(COMP, "volume refused", "volume=%s reason=\"socket path too long\" dir=%s",
+                  v->name, v->base);
         v->st = HP_FAILED;
         return;
     }
@@ -146,7 +153,7 @@ static void try_attach(struct hotplug *h, struct hp_vol *v, const struct volume_
         note_reason(v, m);
         if (expired) {
             _cleanup_free_ char *q = log_quote(m);
-            log_error(COMP, "volume refused", "volume=%s reason=%s", v->name, q);
+            log_error(COMP, "volume refused", "volume=%s reason=%s dir=%s", v->name, q, v->base);
             v->st = HP_FAILED;
         }
         return;
@@ -170,10 +177,10 @@ static void try_attach(struct hotplug *h, struct hp_vol *v, const struct volume_
     v->socket_path = TAKE_PTR(path);
     v->st = HP_ATTACHED;
     log_info(COMP, "disk attached", "volume=%s serial=%s target=%s size=%llu read_only=%d "
-             "queues=%u attach_ms=%llu since_seen_ms=%llu",
+             "queues=%u attach_ms=%llu since_seen_ms=%llu dir=%s",
              v->name, v->vol->id, v->target, (unsigned long long)v->vol->size, v->vol->read_only,
              v->vol->num_queues, (unsigned long long)(now_ms() - t0),
-             (unsigned long long)(now_ms() - v->since_ms));
+             (unsigned long long)(now_ms() - v->since_ms), v->base);
 }
 
 /* 1: the disk is gone from the live domain, 0: still there, <0: unknown. */
@@ -219,9 +226,11 @@ static void on_timer(struct loop *l, void *opaque)
 static void reconcile(struct hotplug *h)
 {
     struct volume_scan scan = {0};
-    int r = volumes_scan(h->dir, SCAN_MAX, &scan);
+    const char *failed = NULL;
+    int r = volumes_scan((const char *const *)h->dirs, h->n_dirs, SCAN_MAX, &scan, &failed);
     if (r < 0) {
-        log_error(COMP, "scan failed", "dir=%s error=\"%s\"", h->dir, strerror(-r));
+        log_error(COMP, "scan failed", "dir=%s error=\"%s\"", failed ? failed : "-",
+                  strerror(-r));
         /* Try again later rather than detaching everything. */
         if (!h->timer)
             h->timer = loop_timer_add(h->loop, POLL_STUCK_MS, on_timer, h);
@@ -231,7 +240,7 @@ static void reconcile(struct hotplug *h)
     /* Known volumes first. */
     for (struct hp_vol *v = h->vols, *next; v; v = next) {
         next = v->next;
-        const struct volume_entry *e = volume_scan_find(&scan, v->name);
+        const struct volume_entry *e = volume_scan_find_in(&scan, v->base, v->name);
         switch (v->st) {
         case HP_ATTACHED:
             if (!e)
@@ -269,21 +278,22 @@ static void reconcile(struct hotplug *h)
     /* New directory entries. */
     for (size_t i = 0; i < scan.n; i++) {
         const struct volume_entry *e = &scan.entries[i];
-        if (hp_find(h, e->name))
+        if (hp_find(h, e->base, e->name))
             continue;
         const char *reason;
         if (name_validate(e->name, &reason) < 0) {
             _cleanup_free_ char *q = log_quote(e->name);
-            struct hp_vol *v = hp_add(h, e->name, HP_FAILED);
+            struct hp_vol *v = hp_add(h, e->base, e->name, HP_FAILED);
             (void)v;
-            log_error(COMP, "volume refused", "volume=%s reason=\"%s\"", q, reason);
+            log_error(COMP, "volume refused", "volume=%s reason=\"%s\" dir=%s", q, reason,
+                      e->base);
             continue;
         }
-        struct hp_vol *v = hp_add(h, e->name, HP_PENDING);
-        log_info(COMP, "volume appeared", "volume=%s", v->name);
+        struct hp_vol *v = hp_add(h, e->base, e->name, HP_PENDING);
+        log_info(COMP, "volume appeared", "volume=%s dir=%s", v->name, v->base);
         /* Watch inside too: catches the socket or volume.json arriving
          * (a bind mount over the directory does not; the timer does). */
-        _cleanup_free_ char *sub = xasprintf("%s/%s", h->dir, e->name);
+        _cleanup_free_ char *sub = xasprintf("%s/%s", e->base, e->name);
         v->wd = inotify_add_watch(h->ifd, sub, IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE |
                                                    IN_ONLYDIR | IN_DONT_FOLLOW);
         try_attach(h, v, e);
@@ -319,10 +329,14 @@ static void on_inotify(struct loop *l, int fd, uint32_t revents, void *opaque)
         any = true;
         for (char *p = buf; p < buf + n;) {
             struct inotify_event *ev = (struct inotify_event *)p;
-            if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF))
-                log_error(COMP, "volumes directory went away", "dir=%s", h->dir);
+            const char *dir = "-";
+            for (size_t i = 0; i < h->n_dirs; i++)
+                if (h->dir_wds[i] == ev->wd)
+                    dir = h->dirs[i];
+            if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT))
+                log_error(COMP, "volumes directory went away", "dir=%s", dir);
             if (ev->mask & IN_Q_OVERFLOW)
-                log_warn(COMP, "inotify overflow", "dir=%s", h->dir);
+                log_warn(COMP, "inotify overflow", "dir=%s", dir);
             p += sizeof(*ev) + ev->len;
         }
     }
@@ -338,7 +352,13 @@ int hotplug_new(struct loop *l, virDomainPtr dom, const struct vm_spec *spec,
     h->loop = l;
     h->dom = dom;
     h->spec = spec;
-    h->dir = xstrdup(cfg->volumes_dir);
+    h->n_dirs = cfg->n_volumes_dirs;
+    h->dirs = xcalloc(h->n_dirs ? h->n_dirs : 1, sizeof(*h->dirs));
+    h->dir_wds = xcalloc(h->n_dirs ? h->n_dirs : 1, sizeof(*h->dir_wds));
+    for (size_t i = 0; i < h->n_dirs; i++) {
+        h->dirs[i] = xstrdup(cfg->volumes_dirs[i]);
+        h->dir_wds[i] = -1;
+    }
     h->ready_timeout_ms = cfg->ready_timeout_ms;
     h->detach_timeout_ms = cfg->detach_timeout_ms;
     h->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -347,16 +367,20 @@ int hotplug_new(struct loop *l, virDomainPtr dom, const struct vm_spec *spec,
         hotplug_free(h);
         return -e;
     }
-    if (inotify_add_watch(h->ifd, h->dir, IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |
-                                             IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR) < 0) {
-        int e = errno;
-        hotplug_free(h);
-        return -e;
+    for (size_t i = 0; i < h->n_dirs; i++) {
+        h->dir_wds[i] = inotify_add_watch(h->ifd, h->dirs[i],
+                                          IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |
+                                              IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR);
+        if (h->dir_wds[i] < 0) {
+            int e = errno;
+            hotplug_free(h);
+            return -e;
+        }
     }
     for (size_t i = 0; i < n_initial; i++) {
-        struct hp_vol *v = hp_add(h, initial[i].vol->dir, HP_ATTACHED);
+        struct hp_vol *v = hp_add(h, initial[i].vol->base, initial[i].vol->dir, HP_ATTACHED);
         v->vol = volume_dup(initial[i].vol);
-        v->socket_path = volume_socket_path(h->dir, v->vol);
+        v->socket_path = volume_socket_path(v->vol);
         snprintf(v->target, sizeof(v->target), "%s", initial[i].target);
     }
     h->watch = loop_watch_fd(l, h->ifd, POLLIN, on_inotify, h);
@@ -382,6 +406,9 @@ void hotplug_free(struct hotplug *h)
         hp_remove(h, h->vols);
     if (h->ifd >= 0)
         close(h->ifd);
-    free(h->dir);
+    for (size_t i = 0; i < h->n_dirs; i++)
+        free(h->dirs[i]);
+    free(h->dirs);
+    free(h->dir_wds);
     free(h);
 }

@@ -1,7 +1,8 @@
-/* hotplug.h: keeps a live domain's disks in step with the volumes directory.
+/* hotplug.h: keeps a live domain's disks in step with the volumes directories.
  *
- * Owns: the inotify watch on the volumes directory and the per-volume state
- * machine (pending -> attached -> detaching -> gone, or failed/stuck).  A
+ * Owns: the inotify watches on the volumes directories (one or more, scanned
+ * together: a disk name in two of them is refused, volumes.h) and the
+ * per-volume state machine (keyed by directory and name) (pending -> attached -> detaching -> gone, or failed/stuck).  A
  * volume directory that appears is attached once its metadata is valid and
  * its socket accepts a connection (both checked again on a short timer, up to
  * ready_timeout_ms); one that disappears is detached and then polled in the
@@ -19,7 +20,8 @@
 struct hotplug;
 
 struct hotplug_config {
-    const char *volumes_dir; /* canonical path */
+    const char *const *volumes_dirs; /* canonical paths */
+    size_t n_volumes_dirs;
     unsigned ready_timeout_ms;
     unsigned detach_timeout_ms;
 };

@@ -1,6 +1,10 @@
-/* main.c: qsd-vm-launcher.  VM description + volumes directory -> domain XML
- * -> libvirt (embedded QEMU driver by default), then keep the domain's disks
- * in step with the volumes directory and handle its lifecycle.
+/* main.c: qsd-vm-launcher.  VM description + volumes directories -> domain
+ * XML -> libvirt (embedded QEMU driver by default), then keep the domain's
+ * disks in step with the volumes directories and handle its lifecycle.
+ * Also owns the command line, including the checks on the volumes
+ * directories at start (each exists, none given twice or inside another).
+ * Nothing is ever written into a volumes directory (they are read-only in a
+ * VM pod).
  *
  * Threads: libvirt needs an event loop of its own (the embedded driver talks
  * to QEMU's monitor through it); it runs in one helper thread and forwards
@@ -24,9 +28,11 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #define COMP "launcher"
+#define VOLUMES_DIRS_MAX 16
 
 enum exit_status {
     EXIT_POWEROFF = 0,  /* the guest powered off (by itself or when asked) */
@@ -38,7 +44,8 @@ enum exit_status {
 
 struct opts {
     const char *spec_path;
-    const char *volumes_dir;
+    const char *volumes_dirs[VOLUMES_DIRS_MAX]; /* as given */
+    size_t n_volumes_dirs;
     const char *connect_uri;
     const char *root;
     unsigned shutdown_timeout_s;
@@ -203,10 +210,13 @@ static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: qsd-vm-launcher --spec FILE --volumes DIR [options]\n"
-            "Start a VM whose disks are the vhost-user-blk volumes found in DIR.\n\n"
+            "Usage: qsd-vm-launcher --spec FILE --volumes-dir DIR [--volumes-dir DIR...] [options]\n"
+            "Start a VM whose disks are the vhost-user-blk volumes found in the DIRs.\n\n"
             "  -s, --spec FILE            VM description (JSON, see docs/launcher.md)\n"
-            "  -v, --volumes DIR          volumes directory (one subdirectory per volume)\n"
+            "  -v, --volumes-dir DIR      a volumes directory (one subdirectory per volume);\n"
+            "                             repeat for several (at most 16), all scanned and\n"
+            "                             watched; a disk name in two of them is refused\n"
+            "      --volumes DIR          the same as --volumes-dir\n"
             "  -c, --connect URI          libvirt URI (default: qemu:///embed?root=ROOT)\n"
             "  -r, --root DIR             embedded driver root (default /var/lib/qsd-vm-launcher)\n"
             "      --shutdown-timeout S   seconds the guest gets to shut down on SIGTERM (30)\n"
@@ -234,6 +244,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     enum { O_SHUT = 256, O_WAIT, O_READY, O_DETACH, O_LEVEL, O_FORMAT, O_VERSION };
     static const struct option longopts[] = {
         {"spec", required_argument, NULL, 's'},
+        {"volumes-dir", required_argument, NULL, 'v'},
         {"volumes", required_argument, NULL, 'v'},
         {"connect", required_argument, NULL, 'c'},
         {"root", required_argument, NULL, 'r'},
@@ -258,7 +269,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         unsigned *sec = NULL;
         switch (c) {
         case 's': o->spec_path = optarg; break;
-        case 'v': o->volumes_dir = optarg; break;
+        case 'v':
+            if (o->n_volumes_dirs == VOLUMES_DIRS_MAX) {
+                fprintf(stderr, "qsd-vm-launcher: at most %d volumes directories\n",
+                        VOLUMES_DIRS_MAX);
+                return -EINVAL;
+            }
+            o->volumes_dirs[o->n_volumes_dirs++] = optarg;
+            break;
         case 'c': o->connect_uri = optarg; break;
         case 'r': o->root = optarg; break;
         case 'n': o->dry_run = true; break;
@@ -293,7 +311,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             return -EINVAL;
         }
     }
-    if (optind != argc || !o->spec_path || !o->volumes_dir) {
+    if (optind != argc || !o->spec_path || !o->n_volumes_dirs) {
         usage(stderr);
         return -EINVAL;
     }
@@ -317,13 +335,13 @@ static bool wanted_at_start(const struct vm_spec *spec, const char *name)
 }
 
 /* Ready = valid metadata, socket path short enough, socket accepting now. */
-static int volume_ready(const char *voldir, const struct volume_entry *e, char **ret_why)
+static int volume_ready(const struct volume_entry *e, char **ret_why)
 {
     if (!e->vol) {
         *ret_why = xstrdup(e->message ? e->message : strerror(-e->error));
         return e->error ? e->error : -EINVAL;
     }
-    _cleanup_free_ char *path = volume_socket_path(voldir, e->vol);
+    _cleanup_free_ char *path = volume_socket_path(e->vol);
     if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
         *ret_why = xstrdup("socket path too long");
         return -ENAMETOOLONG;
@@ -341,15 +359,23 @@ static int volume_ready(const char *voldir, const struct volume_entry *e, char *
  * --wait-volumes; invalid ones fail at once.  Other volumes are probed once
  * at the end: ready ones become disks too, the rest are logged and left to
  * the hot-plug watcher.  Runs before the loop exists, so sleeping is fine. */
-static int collect_volumes(const struct opts *o, const struct vm_spec *spec, const char *voldir,
-                           struct volume_scan *ret_scan, char **ret_error)
+static int collect_volumes(const struct opts *o, const struct vm_spec *spec,
+                           const char *const *dirs, size_t n_dirs, struct volume_scan *ret_scan,
+                           char **ret_error)
 {
     uint64_t deadline = now_ms() + (uint64_t)o->wait_volumes_s * 1000;
+    _cleanup_free_ char *dir_list = NULL;
+    for (size_t i = 0; i < n_dirs; i++) {
+        char *l = xasprintf("%s%s%s", dir_list ? dir_list : "", dir_list ? ", " : "", dirs[i]);
+        free(dir_list);
+        dir_list = l;
+    }
     for (;;) {
         struct volume_scan scan = {0};
-        int r = volumes_scan(voldir, 256, &scan);
+        const char *failed = NULL;
+        int r = volumes_scan(dirs, n_dirs, 256, &scan, &failed);
         if (r < 0) {
-            *ret_error = xasprintf("cannot scan %s: %s", voldir, strerror(-r));
+            *ret_error = xasprintf("cannot scan %s: %s", failed ? failed : "-", strerror(-r));
             return r;
         }
         _cleanup_free_ char *why = NULL;
@@ -359,9 +385,9 @@ static int collect_volumes(const struct opts *o, const struct vm_spec *spec, con
             if (!wanted_at_start(spec, e->name))
                 continue;
             _cleanup_free_ char *reason = NULL;
-            r = volume_ready(voldir, e, &reason);
+            r = volume_ready(e, &reason);
             if (r < 0) {
-                why = xasprintf("volume \"%s\": %s", e->name, reason);
+                why = xasprintf("volume \"%s\" in %s: %s", e->name, e->base, reason);
                 /* Not there yet or not accepting yet: worth waiting for. */
                 hard = !(r == -ENOENT || r == -ECONNREFUSED || r == -EAGAIN);
             }
@@ -374,7 +400,7 @@ static int collect_volumes(const struct opts *o, const struct vm_spec *spec, con
                 if (!volume_scan_find(&scan, spec->disks[i].volume))
                     missing = spec->disks[i].volume;
             if (missing)
-                why = xasprintf("volume \"%s\" is not in %s", missing, voldir);
+                why = xasprintf("volume \"%s\" is not in %s", missing, dir_list);
         }
         if (!why) {
             for (size_t i = 0; i < scan.n; i++) {
@@ -382,10 +408,11 @@ static int collect_volumes(const struct opts *o, const struct vm_spec *spec, con
                 if (wanted_at_start(spec, e->name))
                     continue;
                 _cleanup_free_ char *reason = NULL;
-                if (volume_ready(voldir, e, &reason) < 0) {
+                if (volume_ready(e, &reason) < 0) {
                     _cleanup_free_ char *qn = log_quote(e->name);
                     _cleanup_free_ char *qr = log_quote(reason);
-                    log_warn(COMP, "volume skipped", "volume=%s reason=%s", qn, qr);
+                    log_warn(COMP, "volume skipped", "volume=%s reason=%s dir=%s", qn, qr,
+                             e->base);
                     volume_free(e->vol);
                     e->vol = NULL; /* the hot-plug watcher retries it later */
                 }
@@ -442,11 +469,12 @@ static int embed_root_prepare(const char *root)
     return write_file_atomic(conf, text, strlen(text), 0600);
 }
 
-static int run(struct launcher *L, const struct vm_spec *spec, const char *voldir)
+static int run(struct launcher *L, const struct vm_spec *spec, const char *const *dirs,
+               size_t n_dirs)
 {
     struct volume_scan scan = {0};
     _cleanup_free_ char *err = NULL;
-    int r = collect_volumes(&L->o, spec, voldir, &scan, &err);
+    int r = collect_volumes(&L->o, spec, dirs, n_dirs, &scan, &err);
     if (r < 0) {
         _cleanup_free_ char *q = log_quote(err);
         log_error(COMP, "volumes not ready", "error=%s", q);
@@ -460,7 +488,7 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *voldi
     _cleanup_free_ char *xml = NULL;
     _cleanup_free_ struct domain_disk *disks = NULL;
     size_t n_disks = 0;
-    r = domain_xml_build(spec, voldir, vols, n_vols, &xml, &err);
+    r = domain_xml_build(spec, vols, n_vols, &xml, &err);
     if (r >= 0)
         r = domain_plan_disks(spec, vols, n_vols, &disks, &n_disks, &err);
     if (r < 0) {
@@ -547,13 +575,14 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *voldi
              n_disks, spec->hotplug_slots, (unsigned long long)(now_ms() - t0));
     for (size_t i = 0; i < n_disks; i++)
         log_info(COMP, "disk attached", "volume=%s serial=%s target=%s size=%llu read_only=%d "
-                 "queues=%u at_start=1",
+                 "queues=%u at_start=1 dir=%s",
                  disks[i].vol->dir, disks[i].vol->id, disks[i].target,
                  (unsigned long long)disks[i].vol->size, disks[i].vol->read_only,
-                 disks[i].vol->num_queues);
+                 disks[i].vol->num_queues, disks[i].vol->base);
 
     struct hotplug_config hc = {
-        .volumes_dir = voldir,
+        .volumes_dirs = dirs,
+        .n_volumes_dirs = n_dirs,
         .ready_timeout_ms = L->o.ready_timeout_s * 1000,
         .detach_timeout_ms = L->o.detach_timeout_s * 1000,
     };
@@ -562,7 +591,7 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *voldi
     r = hotplug_new(L->loop, L->dom, spec, &hc, disks, n_disks, &L->hp);
     volume_scan_clear(&scan);
     if (r < 0) {
-        log_error(COMP, "cannot watch volumes", "dir=%s error=\"%s\"", voldir, strerror(-r));
+        log_error(COMP, "cannot watch volumes", "error=\"%s\"", strerror(-r));
         return EXIT_ERROR;
     }
     /* A domain that stopped before the callbacks were in place. */
@@ -608,6 +637,51 @@ static void teardown(struct launcher *L)
     }
 }
 
+static void free_dirs(char **dirs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(dirs[i]);
+}
+
+/* Canonical path of each --volumes-dir.  Refused at start, before anything
+ * runs: a directory that does not exist (or is not one), the same directory
+ * given twice, and one inside another (its volumes would be entries of the
+ * outer one, and the outer one would have to hold a mount point). */
+static int resolve_volumes_dirs(const struct opts *o, char **dirs)
+{
+    for (size_t i = 0; i < o->n_volumes_dirs; i++) {
+        dirs[i] = realpath(o->volumes_dirs[i], NULL);
+        if (!dirs[i]) {
+            log_error(COMP, "bad volumes directory", "dir=%s error=\"%m\"", o->volumes_dirs[i]);
+            return -EINVAL;
+        }
+        struct stat st;
+        if (stat(dirs[i], &st) < 0 || !S_ISDIR(st.st_mode)) {
+            log_error(COMP, "bad volumes directory", "dir=%s error=\"not a directory\"",
+                      o->volumes_dirs[i]);
+            return -EINVAL;
+        }
+        for (size_t j = 0; j < i; j++) {
+            size_t li = strlen(dirs[i]), lj = strlen(dirs[j]);
+            if (streq(dirs[i], dirs[j])) {
+                log_error(COMP, "bad volumes directory",
+                          "dir=%s error=\"given twice (as %s and %s)\"", dirs[i],
+                          o->volumes_dirs[j], o->volumes_dirs[i]);
+                return -EINVAL;
+            }
+            const char *inner = li > lj ? dirs[i] : dirs[j], *outer = li > lj ? dirs[j] : dirs[i];
+            size_t lo = strlen(outer);
+            if (strncmp(inner, outer, lo) == 0 && (inner[lo] == '/' || streq(outer, "/"))) {
+                log_error(COMP, "bad volumes directory",
+                          "dir=%s error=\"inside another volumes directory, %s\"", inner,
+                          outer);
+                return -EINVAL;
+            }
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct launcher L = {.exit_status = -1, .cb_lifecycle = -1, .cb_removed = -1,
@@ -623,9 +697,10 @@ int main(int argc, char **argv)
         log_error(COMP, "bad VM description", "file=%s error=%s", L.o.spec_path, q);
         return EXIT_ERROR;
     }
-    char voldir[PATH_MAX];
-    if (!realpath(L.o.volumes_dir, voldir)) {
-        log_error(COMP, "bad volumes directory", "dir=%s error=\"%m\"", L.o.volumes_dir);
+    char *dirs[VOLUMES_DIRS_MAX] = {0};
+    size_t n_dirs = L.o.n_volumes_dirs;
+    if (resolve_volumes_dirs(&L.o, dirs) < 0) {
+        free_dirs(dirs, n_dirs);
         vm_spec_free(spec);
         return EXIT_ERROR;
     }
@@ -641,15 +716,17 @@ int main(int argc, char **argv)
     L.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (L.sigfd < 0 || pipe2(L.evpipe, O_NONBLOCK | O_CLOEXEC) < 0 || loop_new(&L.loop) < 0) {
         log_error(COMP, "setup failed", "error=\"%m\"");
+        free_dirs(dirs, n_dirs);
         vm_spec_free(spec);
         return EXIT_ERROR;
     }
-    int status = run(&L, spec, voldir);
+    int status = run(&L, spec, (const char *const *)dirs, n_dirs);
     teardown(&L);
     loop_free(L.loop);
     close(L.sigfd);
     close(L.evpipe[0]);
     close(L.evpipe[1]);
+    free_dirs(dirs, n_dirs);
     vm_spec_free(spec);
     log_info(COMP, "exit", "status=%d", status);
     return status;

@@ -13,6 +13,7 @@ void volume_free(struct volume *v)
 {
     if (!v)
         return;
+    free(v->base);
     free(v->dir);
     free(v->id);
     free(v->socket);
@@ -195,14 +196,17 @@ int volume_load(int dirfd, const char *name, struct volume **ret, char **ret_err
     return 0;
 }
 
-char *volume_socket_path(const char *volumes_dir, const struct volume *v)
+char *volume_socket_path(const struct volume *v)
 {
-    return xasprintf("%s/%s/%s", volumes_dir, v->dir, v->socket);
+    if (!v->base)
+        abort(); /* a socket path only ever comes from a scanned directory */
+    return xasprintf("%s/%s/%s", v->base, v->dir, v->socket);
 }
 
 void volume_scan_clear(struct volume_scan *s)
 {
     for (size_t i = 0; i < s->n; i++) {
+        free(s->entries[i].base);
         free(s->entries[i].name);
         volume_free(s->entries[i].vol);
         free(s->entries[i].message);
@@ -214,12 +218,18 @@ void volume_scan_clear(struct volume_scan *s)
 
 static int entry_cmp(const void *a, const void *b)
 {
-    return strcmp(((const struct volume_entry *)a)->name, ((const struct volume_entry *)b)->name);
+    const struct volume_entry *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c)
+        return c;
+    return x->dir_index < y->dir_index ? -1 : x->dir_index > y->dir_index;
 }
 
-int volumes_scan(const char *volumes_dir, size_t max, struct volume_scan *ret)
+/* Append the entries of one volumes directory to s (at most max in all). */
+static int scan_one(const char *dir, unsigned dir_index, size_t max, struct volume_scan *s,
+                    size_t *cap)
 {
-    _cleanup_close_ int fd = open(volumes_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     int fd2 = dup(fd);
@@ -231,36 +241,80 @@ int volumes_scan(const char *volumes_dir, size_t max, struct volume_scan *ret)
         close(fd2);
         return -e;
     }
-    struct volume_scan s = {0};
-    size_t cap = 0;
     struct dirent *de;
     int r = 0;
     while ((errno = 0, de = readdir(d))) {
         if (de->d_name[0] == '.')
             continue; /* ".", "..", and hidden staging entries */
-        if (s.n == max) {
+        if (s->n == max) {
             r = -E2BIG;
             break;
         }
-        if (s.n == cap) {
-            cap = cap ? cap * 2 : 8;
-            s.entries = xrealloc(s.entries, cap * sizeof(*s.entries));
+        if (s->n == *cap) {
+            *cap = *cap ? *cap * 2 : 8;
+            s->entries = xrealloc(s->entries, *cap * sizeof(*s->entries));
         }
-        struct volume_entry *e = &s.entries[s.n++];
-        *e = (struct volume_entry){.name = xstrdup(de->d_name)};
+        struct volume_entry *e = &s->entries[s->n++];
+        *e = (struct volume_entry){.base = xstrdup(dir), .dir_index = dir_index,
+                                   .name = xstrdup(de->d_name)};
         e->error = volume_load(fd, de->d_name, &e->vol, &e->message);
         if (e->error > 0)
             e->error = 0;
+        if (e->vol)
+            e->vol->base = xstrdup(dir);
     }
     if (!r && errno)
         r = -errno;
     closedir(d);
-    if (r < 0) {
-        volume_scan_clear(&s);
-        return r;
+    return r;
+}
+
+/* A name in more than one directory: refuse it in each, naming the others. */
+static void refuse_duplicates(struct volume_scan *s)
+{
+    for (size_t i = 0; i < s->n;) {
+        size_t j = i + 1;
+        while (j < s->n && streq(s->entries[j].name, s->entries[i].name))
+            j++;
+        for (size_t k = i; j - i > 1 && k < j; k++) {
+            struct volume_entry *e = &s->entries[k];
+            _cleanup_free_ char *others = NULL;
+            for (size_t o = i; o < j; o++) {
+                if (o == k)
+                    continue;
+                char *n = xasprintf("%s%s%s", others ? others : "", others ? ", " : "",
+                                    s->entries[o].base);
+                free(others);
+                others = n;
+            }
+            volume_free(e->vol);
+            e->vol = NULL;
+            e->error = -EEXIST;
+            free(e->message);
+            e->message = xasprintf("also in %s: a disk name must be in one volumes directory "
+                                   "only", others);
+        }
+        i = j;
+    }
+}
+
+int volumes_scan(const char *const *dirs, size_t n_dirs, size_t max, struct volume_scan *ret,
+                 const char **ret_failed)
+{
+    struct volume_scan s = {0};
+    size_t cap = 0;
+    for (size_t i = 0; i < n_dirs; i++) {
+        int r = scan_one(dirs[i], (unsigned)i, max, &s, &cap);
+        if (r < 0) {
+            if (ret_failed)
+                *ret_failed = dirs[i];
+            volume_scan_clear(&s);
+            return r;
+        }
     }
     if (s.n)
         qsort(s.entries, s.n, sizeof(*s.entries), entry_cmp);
+    refuse_duplicates(&s);
     *ret = s;
     return 0;
 }
@@ -273,10 +327,20 @@ const struct volume_entry *volume_scan_find(const struct volume_scan *s, const c
     return NULL;
 }
 
+const struct volume_entry *volume_scan_find_in(const struct volume_scan *s, const char *base,
+                                               const char *name)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (streq(s->entries[i].name, name) && streq(s->entries[i].base, base))
+            return &s->entries[i];
+    return NULL;
+}
+
 struct volume *volume_dup(const struct volume *v)
 {
     struct volume *c = xmalloc(sizeof(*c));
     *c = *v;
+    c->base = v->base ? xstrdup(v->base) : NULL;
     c->dir = xstrdup(v->dir);
     c->id = xstrdup(v->id);
     c->socket = xstrdup(v->socket);

@@ -1,11 +1,14 @@
-/* volumes.h: discovery of exported volumes in the launcher's volumes directory.
+/* volumes.h: discovery of exported volumes in the launcher's volumes directories.
  *
  * Owns: reading one volume directory (<name>/ holding volume.json and the
- * vhost-user socket, per docs/runtime-layout.md) and scanning the whole
- * volumes directory.  Everything read is validated: names are plain
- * identifiers, numbers are in range, the socket is a socket in that directory.
- * Symlinks are refused at every level (the volume directory, volume.json, the
- * socket), so nothing can lead out of the volumes directory. */
+ * vhost-user socket, per docs/runtime-layout.md), scanning one or more
+ * volumes directories into one list, and the rule that a disk name found in
+ * more than one of them is refused (in every one: never a silent pick).
+ * Everything read is validated: names are plain identifiers, numbers are in
+ * range, the socket is a socket in that directory.  Symlinks are refused at
+ * every level (the volume directory, volume.json, the socket), so nothing can
+ * lead out of a volumes directory.  Read-only: nothing here creates, changes
+ * or removes anything (the directories are mounted read-only in a VM pod). */
 #pragma once
 
 #include <stdbool.h>
@@ -18,7 +21,9 @@
 #define VOLUME_MAX_SIZE (UINT64_C(1) << 50) /* 1 PiB */
 
 struct volume {
-    char *dir;    /* directory name under the volumes directory */
+    char *base;   /* the volumes directory it was found in (set by volumes_scan;
+                   * NULL for metadata parsed alone) */
+    char *dir;    /* directory name under base: the disk name */
     char *id;     /* volume id from volume.json: the disk serial */
     uint64_t size;
     bool read_only;
@@ -39,10 +44,13 @@ int volume_meta_parse(const char *text, size_t len, const char *dir, struct volu
  * symlinks and other file types, -EINVAL for bad metadata. */
 int volume_load(int dirfd, const char *name, struct volume **ret, char **ret_error);
 
-/* Full socket path of a volume under volumes_dir (malloc'd). */
-char *volume_socket_path(const char *volumes_dir, const struct volume *v);
+/* Full socket path of a volume: base/dir/socket (malloc'd).  v->base must be
+ * set: socket paths only ever come from a directory that was scanned. */
+char *volume_socket_path(const struct volume *v);
 
 struct volume_entry {
+    char *base;          /* the volumes directory it is in */
+    unsigned dir_index;  /* index of base in the list given to volumes_scan */
     char *name;          /* directory entry name (validated) */
     struct volume *vol;  /* NULL when not ready or invalid */
     int error;           /* negative errno when vol is NULL */
@@ -50,14 +58,23 @@ struct volume_entry {
 };
 
 struct volume_scan {
-    struct volume_entry *entries; /* sorted by name */
+    struct volume_entry *entries; /* sorted by name, then directory index */
     size_t n;
 };
 
-/* Scan volumes_dir: one entry per directory entry other than dot files.
- * Entries that are not plain directories, or have invalid names, are returned
- * with an error so the caller can log them.  At most max entries. */
-int volumes_scan(const char *volumes_dir, size_t max, struct volume_scan *ret);
+/* Scan the n_dirs volumes directories: one entry per directory entry other
+ * than dot files, in any of them.  Entries that are not plain directories, or
+ * have invalid names, are returned with an error so the caller can log them.
+ * A name present in more than one directory is returned once per directory,
+ * each with vol NULL, error -EEXIST and a message naming the other
+ * directories.  At most max entries in all.  Fails (-errno) if a directory
+ * cannot be read; *ret_failed (if not NULL) is then that directory. */
+int volumes_scan(const char *const *dirs, size_t n_dirs, size_t max, struct volume_scan *ret,
+                 const char **ret_failed);
 void volume_scan_clear(struct volume_scan *s);
+/* The first entry called name (in any directory). */
 const struct volume_entry *volume_scan_find(const struct volume_scan *s, const char *name);
+/* The entry called name in directory base. */
+const struct volume_entry *volume_scan_find_in(const struct volume_scan *s, const char *base,
+                                               const char *name);
 struct volume *volume_dup(const struct volume *v);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -55,9 +56,87 @@ static void capture_read(struct capture *c)
     }
 }
 
+int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *ret_exec_fd)
+{
+    int execp[2] = {-1, -1};
+    if (s->argv && pipe2(execp, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = -errno;
+        if (execp[0] >= 0)
+            close(execp[0]), close(execp[1]);
+        return e;
+    }
+    if (pid == 0) {
+        /* The child: async-signal-safe calls only until exec or fn. */
+        if (s->die_with_parent) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent)
+                _exit(127);
+        }
+        for (size_t i = 0; i < s->n_join; i++) {
+            if (write(s->join_fds[i], "0\n", 2) < 0) {
+                int e = errno;
+                (void)!write(execp[1], &e, sizeof(e));
+                _exit(126);
+            }
+        }
+        if (s->new_session)
+            setsid();
+        if (s->umask >= 0)
+            umask((mode_t)s->umask);
+        int devnull = open("/dev/null", O_RDWR);
+        int fds[3] = {s->stdin_fd, s->stdout_fd, s->stderr_fd};
+        for (int i = 0; i < 3; i++)
+            dup2(fds[i] >= 0 ? fds[i] : devnull, i);
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        for (int sig = 1; sig < NSIG; sig++)
+            sigaction(sig, &dfl, NULL); /* EINVAL for SIGKILL, SIGSTOP, internal ones */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (s->fn)
+            _exit(s->fn(s->arg)); /* no atexit handlers, no leak check of the parent's heap */
+        execvp(s->argv[0], s->argv);
+        int e = errno;
+        (void)!write(execp[1], &e, sizeof(e));
+        _exit(127);
+    }
+    if (execp[1] >= 0)
+        close(execp[1]);
+    int pidfd = pidfd_open_pid(pid);
+    if (pidfd < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0); /* SIGKILL of our own fresh child: prompt */
+        if (execp[0] >= 0)
+            close(execp[0]);
+        return pidfd;
+    }
+    *ret_pid = pid;
+    *ret_pidfd = pidfd;
+    if (ret_exec_fd)
+        *ret_exec_fd = execp[0];
+    else if (execp[0] >= 0)
+        close(execp[0]);
+    return 0;
+}
+
+int proc_exec_error(int exec_fd)
+{
+    int e = 0;
+    if (exec_fd < 0)
+        return 0;
+    int fl = fcntl(exec_fd, F_GETFL);
+    if (fl >= 0 && !(fl & O_NONBLOCK))
+        fcntl(exec_fd, F_SETFL, fl | O_NONBLOCK);
+    return read(exec_fd, &e, sizeof(e)) == (ssize_t)sizeof(e) ? e : 0;
+}
+
 int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
 {
-    int outp[2], errp[2], execp[2];
+    int outp[2], errp[2];
     if (pipe2(outp, O_CLOEXEC) < 0)
         return -errno;
     if (pipe2(errp, O_CLOEXEC) < 0) {
@@ -65,48 +144,29 @@ int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
         close(outp[0]), close(outp[1]);
         return e;
     }
-    if (pipe2(execp, O_CLOEXEC) < 0) {
-        int e = -errno;
-        close(outp[0]), close(outp[1]), close(errp[0]), close(errp[1]);
-        return e;
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = -errno;
-        close(outp[0]), close(outp[1]), close(errp[0]), close(errp[1]);
-        close(execp[0]), close(execp[1]);
-        return e;
-    }
-    if (pid == 0) {
-        /* A helper (qemu-img) does not outlive its caller: a killed caller
-         * must not leave it writing into the pool. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int devnull = open("/dev/null", O_RDONLY);
-        dup2(devnull, 0);
-        dup2(outp[1], 1);
-        dup2(errp[1], 2);
-        execvp(argv[0], argv);
-        int e = errno;
-        (void)!write(execp[1], &e, sizeof(e));
-        _exit(127);
-    }
+    /* A helper (qemu-img) does not outlive its caller: a killed caller must
+     * not leave it writing into the pool. */
+    struct proc_spawn sp = PROC_SPAWN_INIT;
+    sp.argv = argv;
+    sp.stdout_fd = outp[1];
+    sp.stderr_fd = errp[1];
+    sp.die_with_parent = true;
+    pid_t pid;
+    int pidfd, execfd;
+    int r = proc_spawn(&sp, &pid, &pidfd, &execfd);
     close(outp[1]);
     close(errp[1]);
-    close(execp[1]);
-    int exec_errno = 0;
-    ssize_t n = read(execp[0], &exec_errno, sizeof(exec_errno));
-    close(execp[0]);
-
+    if (r < 0) {
+        close(outp[0]), close(errp[0]);
+        return r;
+    }
     struct capture out = {.fd = outp[0]}, err = {.fd = errp[0]};
     fcntl(out.fd, F_SETFL, O_NONBLOCK);
     fcntl(err.fd, F_SETFL, O_NONBLOCK);
-    int pidfd = pidfd_open_pid(pid);
     uint64_t deadline = now_ms() + timeout_ms;
     bool exited = false, killed = false;
-    int status = 0;
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
     while (!exited || out.fd >= 0 || err.fd >= 0) {
         struct pollfd fds[3];
         int nfds = 0;
@@ -114,46 +174,43 @@ int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
             fds[nfds++] = (struct pollfd){.fd = out.fd, .events = POLLIN};
         if (err.fd >= 0)
             fds[nfds++] = (struct pollfd){.fd = err.fd, .events = POLLIN};
-        if (!exited && pidfd >= 0)
+        if (!exited)
             fds[nfds++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
         uint64_t now = now_ms();
         int wait = now >= deadline ? 0 : (int)MIN(deadline - now, 1000u);
-        if (pidfd < 0 && !exited)
-            wait = MIN(wait, 10); /* no pidfd: poll the child */
-        int r = nfds ? poll(fds, (nfds_t)nfds, wait) : (sleep_ms((unsigned)wait), 0);
-        if (r < 0 && errno != EINTR)
+        int pr = poll(fds, (nfds_t)nfds, wait);
+        if (pr < 0 && errno != EINTR)
             break;
         if (out.fd >= 0)
             capture_read(&out);
         if (err.fd >= 0)
             capture_read(&err);
-        if (!exited && waitpid(pid, &status, WNOHANG) == pid)
+        if (!exited && waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) == 0 && si.si_pid)
             exited = true;
         if (!exited && now_ms() >= deadline && !killed) {
-            kill(pid, SIGKILL);
+            pidfd_signal(pidfd, SIGKILL);
             killed = true;
             deadline = now_ms() + 5000; /* bound the wait for the reap too */
         } else if (now_ms() >= deadline && killed) {
             break;
         }
     }
-    if (!exited)
-        waitpid(pid, &status, 0);
     if (out.fd >= 0)
         close(out.fd);
     if (err.fd >= 0)
         close(err.fd);
-    if (pidfd >= 0)
-        close(pidfd);
-    if (n == sizeof(exec_errno) && exec_errno) {
+    int exec_errno = exited ? proc_exec_error(execfd) : 0;
+    close(execfd);
+    close(pidfd);
+    if (exec_errno) {
         free(out.buf);
         free(err.buf);
         return -exec_errno;
     }
     ret->out = out.buf ? out.buf : xstrdup("");
     ret->err = err.buf ? err.buf : xstrdup("");
-    ret->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (killed) {
+    ret->exit_code = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
+    if (killed || !exited) {
         proc_result_clear(ret);
         return -ETIMEDOUT;
     }

@@ -2,11 +2,13 @@
 #include "qsd.h"
 #include "fsat.h"
 #include "log.h"
+#include "names.h"
 #include "proc.h"
 #include "qmp.h"
 #include "util.h"
 
 #include <fcntl.h>
+#include <dirent.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -425,6 +427,110 @@ bool qsd_pid_is_ours(pid_t pid, uint64_t starttime, const char *qmp_path)
     return memmem(cmd, len, needle, strlen(needle)) != NULL;
 }
 
+/* Call fn for every running (not zombie) process whose command line names
+ * a QMP socket under run_dir/ctl/: every QSD started for run_dir, whether or
+ * not its pid was ever recorded.  volume is parsed from the socket path. */
+static void scan_qsds(const char *run_dir,
+                      void (*fn)(pid_t pid, uint64_t starttime, const char *volume, void *arg),
+                      void *arg)
+{
+    _cleanup_free_ char *esc = qemu_opt_escape(run_dir);
+    _cleanup_free_ char *needle = xasprintf("path=%s/ctl/", esc);
+    size_t nl = strlen(needle);
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[strspn(de->d_name, "0123456789")] != '\0')
+            continue;
+        pid_t pid = (pid_t)atoi(de->d_name);
+        _cleanup_free_ char *cmd = NULL, *statp = NULL, *stat = NULL;
+        size_t len;
+        if (pid <= 0 || proc_cmdline(pid, &cmd, &len) < 0)
+            continue;
+        const char *m = memmem(cmd, len, needle, nl);
+        if (!m)
+            continue;
+        const char *vol = m + nl, *end = memchr(vol, '/', len - (size_t)(vol - cmd));
+        if (!end || !startswith(end, "/qmp.sock,"))
+            continue;
+        _cleanup_free_ char *v = xstrndup(vol, (size_t)(end - vol));
+        statp = xasprintf("/proc/%d/stat", (int)pid);
+        uint64_t st;
+        const char *paren;
+        if (read_file(statp, 65536, &stat, NULL) < 0 || !(paren = strrchr(stat, ')')) ||
+            paren[1] != ' ' || paren[2] == 'Z' || proc_starttime(pid, &st) < 0)
+            continue;
+        fn(pid, st, v, arg);
+    }
+    closedir(d);
+}
+
+struct find {
+    const char *volume;
+    pid_t pid, *extra;
+    uint64_t starttime;
+    size_t n_extra;
+};
+
+static void find_one(pid_t pid, uint64_t st, const char *volume, void *arg)
+{
+    struct find *f = arg;
+    if (!streq(volume, f->volume))
+        return;
+    if (f->pid && f->starttime <= st) {
+        f->extra = xrealloc(f->extra, (f->n_extra + 1) * sizeof(pid_t));
+        f->extra[f->n_extra++] = pid;
+        return;
+    }
+    if (f->pid) {
+        f->extra = xrealloc(f->extra, (f->n_extra + 1) * sizeof(pid_t));
+        f->extra[f->n_extra++] = f->pid;
+    }
+    f->pid = pid;
+    f->starttime = st;
+}
+
+struct orphans {
+    bool (*keep)(const char *volume, pid_t pid, void *arg);
+    void *arg;
+    char **vols;
+    size_t n;
+};
+
+static void collect_orphan(pid_t pid, uint64_t st, const char *volume, void *arg)
+{
+    struct orphans *o = arg;
+    if (o->keep(volume, pid, o->arg))
+        return;
+    for (size_t i = 0; i < o->n; i++)
+        if (streq(o->vols[i], volume))
+            return;
+    o->vols = xrealloc(o->vols, (o->n + 1) * sizeof(char *));
+    o->vols[o->n++] = xstrdup(volume);
+}
+
+int qsd_stop_orphans(const struct qsd_config *cfg,
+                     bool (*keep)(const char *volume, pid_t pid, void *arg), void *arg)
+{
+    struct orphans o = {keep, arg, NULL, 0};
+    scan_qsds(cfg->run_dir, collect_orphan, &o);
+    for (size_t i = 0; i < o.n; i++) {
+        _cleanup_free_ char *msg = NULL;
+        int r = name_validate(o.vols[i], NULL) < 0 ? -EINVAL : qsd_stop_sync(cfg, o.vols[i], &msg);
+        if (r < 0)
+            log_warn("qsd", "cannot stop a QSD nobody wants", "volume=%s error=\"%s\"", o.vols[i],
+                     msg ? msg : strerror(-r));
+        else
+            log_info("qsd", "stopped a QSD nobody wants (left by an interrupted operation)",
+                     "volume=%s", o.vols[i]);
+        free(o.vols[i]);
+    }
+    free(o.vols);
+    return (int)o.n;
+}
+
 /* ----------------------------------------------------------- live QSD */
 
 enum qsd_state { QS_IDLE, QS_STARTING, QS_RUNNING, QS_BACKOFF, QS_STOPPING, QS_STOPPED };
@@ -453,6 +559,7 @@ struct qsd {
     void *done_opaque;
     qsd_event_cb event_cb;
     void *event_opaque;
+    int exec_fd;                /* exec error of the last spawn (proc_spawn), until ready */
 };
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
@@ -474,6 +581,7 @@ int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
         qsd_opts_init(&q->opts);
     qsd_paths_init(cfg->run_dir, volume, &q->paths);
     q->pidfd = -1;
+    q->exec_fd = -1;
     q->supervised = true;
     *ret = q;
     return 0;
@@ -486,6 +594,8 @@ static void release_process(struct qsd *q)
     if (q->pidfd >= 0)
         close(q->pidfd);
     q->pidfd = -1;
+    closep(&q->exec_fd);
+    q->exec_fd = -1;
 }
 
 void qsd_free(struct qsd *q)
@@ -509,6 +619,7 @@ const struct qsd_opts *qsd_get_opts(struct qsd *q) { return &q->opts; }
 const char *qsd_get_volume(struct qsd *q) { return q->volume; }
 pid_t qsd_get_pid(struct qsd *q) { return q->pid; }
 bool qsd_running(struct qsd *q) { return q->state == QS_RUNNING; }
+bool qsd_idle(struct qsd *q) { return q->state == QS_IDLE || q->state == QS_STOPPED; }
 unsigned qsd_restart_count(struct qsd *q) { return q->restarts; }
 void qsd_set_supervised(struct qsd *q, bool on) { q->supervised = on; }
 void qsd_set_event_handler(struct qsd *q, qsd_event_cb cb, void *opaque)
@@ -654,61 +765,32 @@ static int spawn(struct qsd *q)
     if (fstat(logfd, &st) == 0 && (uint64_t)st.st_size > LOG_MAX)
         (void)!ftruncate(logfd, 0); /* bounded: keep only recent lives */
     (void)!write(logfd, LOG_MARK, strlen(LOG_MARK));
-    int execp[2];
-    if (pipe2(execp, O_CLOEXEC) < 0) {
-        int e = -errno;
-        close(logfd);
-        qsd_argv_free(argv);
-        return e;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = -errno;
-        close(logfd), close(execp[0]), close(execp[1]);
-        qsd_argv_free(argv);
-        return e;
-    }
-    if (pid == 0) {
-        /* Child: its own session, so the controller's signals and death do
-         * not reach it; sockets created rw for owner and group only. */
-        setsid();
-        umask(0117);
-        int devnull = open("/dev/null", O_RDWR);
-        dup2(devnull, 0);
-        dup2(logfd, 1);
-        dup2(logfd, 2);
-        sigset_t all;
-        sigemptyset(&all);
-        sigprocmask(SIG_SETMASK, &all, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        execvp(argv[0], argv);
-        int e = errno;
-        (void)!write(execp[1], &e, sizeof(e));
-        _exit(127);
-    }
+    /* Its own session, so the plugin's signals and death do not reach it;
+     * sockets created rw for owner and group only; its own cgroup when one
+     * is configured, joined before exec (never a moment in the plugin's). */
+    struct proc_spawn sp = PROC_SPAWN_INIT;
+    sp.argv = argv;
+    sp.stdout_fd = logfd;
+    sp.stderr_fd = logfd;
+    sp.new_session = true;
+    sp.umask = 0117;
+    sp.join_fds = q->cfg.join_fds;
+    sp.n_join = q->cfg.n_join;
+    pid_t pid;
+    int pidfd, execfd;
+    int r = proc_spawn(&sp, &pid, &pidfd, &execfd);
     close(logfd);
-    close(execp[1]);
     qsd_argv_free(argv);
-    int exec_errno = 0;
-    ssize_t n = read(execp[0], &exec_errno, sizeof(exec_errno));
-    close(execp[0]);
-    if (n == sizeof(exec_errno)) {
-        waitpid(pid, NULL, 0);
-        return -exec_errno;
-    }
-    int pidfd = pidfd_open_pid(pid);
-    if (pidfd < 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return pidfd;
-    }
+    if (r < 0)
+        return r;
+    q->exec_fd = execfd;
     q->pid = pid;
     q->pidfd = pidfd;
     q->starttime = 0;
     proc_starttime(pid, &q->starttime);
     q->started_at_ms = now_ms();
     q->pid_watch = loop_watch_fd(q->loop, pidfd, POLLIN, on_process_exit, q);
-    int r = write_state(&q->paths, q->volume, &q->opts, true, pid, q->starttime);
+    r = write_state(&q->paths, q->volume, &q->opts, true, pid, q->starttime);
     if (r < 0)
         log_warn("qsd", "cannot record state", "volume=%s err=%s", q->volume, strerror(-r));
     q->state = QS_STARTING;
@@ -737,6 +819,14 @@ static void set_socket_access(struct qsd *q)
                  q->volume, strerror(-r));
 }
 
+/* Every export of q is listening (no connection made: a client may be
+ * reconnecting to it). */
+static bool exports_listening(struct qsd *q)
+{
+    return unix_socket_listening(q->paths.socket) == 1 &&
+           (q->opts.read_only || unix_socket_listening(q->paths.ro_socket) == 1);
+}
+
 /* Every export of q accepts a connection. */
 static bool exports_accept(struct qsd *q)
 {
@@ -754,6 +844,8 @@ static void on_probe(struct loop *l, void *opaque)
      * has ever connected to the export; the probe connection initialises that
      * state (measured: SIGSEGV every time without it, never with it). */
     if (exports_accept(q)) {
+        closep(&q->exec_fd);
+        q->exec_fd = -1;
         set_socket_access(q);
         q->state = QS_RUNNING;
         q->recent_failures = 0;
@@ -820,7 +912,9 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
 {
     struct qsd *q = opaque;
     reap(q);
+    int exec_fd = TAKE_FD(q->exec_fd); /* read below, once the process is gone */
     release_process(q);
+    q->exec_fd = exec_fd;
     loop_timer_cancel(q->timer);
     q->timer = NULL;
     pid_t dead = q->pid;
@@ -842,7 +936,11 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
         return;
     }
 
-    _cleanup_free_ char *tail = log_tail(&q->paths);
+    int exec_err = proc_exec_error(q->exec_fd);
+    _cleanup_free_ char *tail =
+        exec_err ? xasprintf("cannot start qemu-storage-daemon: %s (executing %s, or joining "
+                             "its cgroup)", strerror(exec_err), q->cfg.binary)
+                 : log_tail(&q->paths);
     char d[700];
     snprintf(d, sizeof(d), "pid=%d last_log=%s", (int)dead, tail);
     bool was_starting = q->state == QS_STARTING;
@@ -850,9 +948,11 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
 
     if (was_starting && q->done) {
         /* A first start failed: report, do not loop. */
-        _cleanup_free_ char *msg = xasprintf("qemu-storage-daemon exited during start-up: %s", tail);
+        _cleanup_free_ char *msg =
+            exec_err ? xstrdup(tail)
+                     : xasprintf("qemu-storage-daemon exited during start-up: %s", tail);
         q->state = QS_STOPPED;
-        finish(q, -EIO, msg);
+        finish(q, exec_err ? -exec_err : -EIO, msg);
         return;
     }
     /* Respect the desired state: a stop by another process is not a crash. */
@@ -899,16 +999,38 @@ int qsd_start(struct qsd *q, qsd_done_cb done, void *opaque)
 
 int qsd_adopt(struct qsd *q)
 {
-    pid_t pid;
-    uint64_t st;
-    bool desired;
+    pid_t pid = 0;
+    uint64_t st = 0;
     struct qsd_opts opts;
-    int r = qsd_read_state(q->paths.state, &opts, &desired, &pid, &st);
-    if (r < 0)
-        return r == -ENOENT ? -ESRCH : r;
-    qsd_opts_clear(&q->opts);
-    q->opts = opts;
-    if (!desired || !qsd_pid_is_ours(pid, st, q->paths.qmp))
+    int r = qsd_read_state(q->paths.state, &opts, NULL, &pid, &st);
+    if (r == 0) {
+        qsd_opts_clear(&q->opts);
+        q->opts = opts;
+    } else if (r != -ENOENT) {
+        return r;
+    }
+    /* The recorded pid, or whichever QSD serves this volume's monitor: a
+     * plugin killed between spawn and record left it unrecorded.  A second
+     * one (never wanted) is killed. */
+    struct find f = {.volume = q->volume};
+    scan_qsds(q->cfg.run_dir, find_one, &f);
+    if (!qsd_pid_is_ours(pid, st, q->paths.qmp)) {
+        pid = f.pid;
+        st = f.starttime;
+    }
+    for (size_t i = 0; i < f.n_extra; i++) {
+        if (f.extra[i] == pid)
+            continue;
+        int fd = pidfd_open_pid(f.extra[i]);
+        if (fd >= 0) {
+            log_warn("qsd", "killing a second QSD of a volume", "volume=%s pid=%d", q->volume,
+                     (int)f.extra[i]);
+            pidfd_signal(fd, SIGKILL);
+            close(fd);
+        }
+    }
+    free(f.extra);
+    if (!pid)
         return -ESRCH;
     int pidfd = pidfd_open_pid(pid);
     if (pidfd < 0)
@@ -923,7 +1045,19 @@ int qsd_adopt(struct qsd *q)
     q->pidfd = pidfd;
     q->started_at_ms = now_ms();
     q->pid_watch = loop_watch_fd(q->loop, pidfd, POLLIN, on_process_exit, q);
-    q->state = QS_RUNNING;
+    r = write_state(&q->paths, q->volume, &q->opts, true, pid, st);
+    if (r < 0)
+        log_warn("qsd", "cannot record state", "volume=%s err=%s", q->volume, strerror(-r));
+    if (exports_listening(q)) {
+        q->state = QS_RUNNING;
+        return 0;
+    }
+    /* Adopted half-started: ready once its exports accept, like a restart
+     * (killed and restarted if they never do). */
+    q->state = QS_STARTING;
+    q->restarting = true;
+    q->deadline_ms = now_ms() + q->cfg.start_timeout_ms;
+    q->timer = loop_timer_add(q->loop, 2, on_probe, q);
     return 0;
 }
 

@@ -96,6 +96,8 @@ struct qsd_config {
     const char *binary;        /* qemu-storage-daemon (PATH searched) */
     uint64_t start_timeout_ms; /* spawn -> socket accepting; default 10 s */
     uint64_t stop_timeout_ms;  /* QMP quit -> exit, then SIGKILL; default 5 s */
+    const int *join_fds;       /* cgroup.procs files a QSD joins before exec (cgroup.h) */
+    size_t n_join;
 };
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
@@ -106,6 +108,8 @@ const struct qsd_opts *qsd_get_opts(struct qsd *q);
 const char *qsd_get_volume(struct qsd *q);
 pid_t qsd_get_pid(struct qsd *q);
 bool qsd_running(struct qsd *q);
+/* Neither running nor on its way (never started, or stopped for good). */
+bool qsd_idle(struct qsd *q);
 unsigned qsd_restart_count(struct qsd *q);
 void qsd_set_event_handler(struct qsd *q, qsd_event_cb cb, void *opaque);
 /* Restart on death (true by default for started/adopted QSDs). */
@@ -115,9 +119,16 @@ void qsd_set_supervised(struct qsd *q, bool on);
  * call done when the export socket accepts (or on failure: the QSD's own
  * error message from its log is in msg). */
 int qsd_start(struct qsd *q, qsd_done_cb done, void *opaque);
-/* Adopt a QSD recorded in the state file if it is alive and really ours.
- * 0: adopted; -ESRCH: not running (state says so or the pid is gone/reused). */
+/* Adopt the running QSD of this volume: the one recorded in the state file
+ * if it is alive and really ours, else any process serving this volume's
+ * QMP socket path (found in /proc: a starter killed before it recorded the
+ * pid), whatever the recorded desired state; a second one is killed.  One
+ * still starting is probed like a restart.  0: adopted; -ESRCH: none. */
 int qsd_adopt(struct qsd *q);
+/* Stop (qsd_stop_sync) every running QSD of cfg->run_dir for which keep()
+ * says false; returns how many were found. */
+int qsd_stop_orphans(const struct qsd_config *cfg,
+                     bool (*keep)(const char *volume, pid_t pid, void *arg), void *arg);
 /* Mark desired=stopped, ask QSD to quit over QMP, SIGKILL after the bound,
  * remove the socket and the metadata.  done is called when the process is gone. */
 int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque);

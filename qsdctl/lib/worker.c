@@ -5,7 +5,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #define WORKER_MAX_REPLY (1u << 20)
@@ -23,6 +22,31 @@ struct worker {
     void *opaque;
 };
 
+/* Killed workers not reaped yet (a child stuck in the kernel, e.g. fsync on
+ * a dead disk, dies only when it leaves it): reaped without waiting, at the
+ * next worker event.  Fixed-size: nothing to free at exit. */
+static int g_unreaped[64];
+static size_t g_n_unreaped;
+
+static bool reaped(int pidfd)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    return waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) < 0 || si.si_pid != 0;
+}
+
+static void reap_pending(void)
+{
+    for (size_t i = 0; i < g_n_unreaped;) {
+        if (reaped(g_unreaped[i])) {
+            close(g_unreaped[i]);
+            g_unreaped[i] = g_unreaped[--g_n_unreaped];
+        } else {
+            i++;
+        }
+    }
+}
+
 static void worker_free(struct worker *w)
 {
     loop_watch_remove(w->pid_watch);
@@ -31,11 +55,15 @@ static void worker_free(struct worker *w)
     if (w->pidfd >= 0) {
         if (!w->exited) {
             pidfd_signal(w->pidfd, SIGKILL);
-            siginfo_t si;
-            waitid(P_PIDFD, (id_t)w->pidfd, &si, WEXITED); /* SIGKILL: prompt */
+            if (!reaped(w->pidfd) && g_n_unreaped < ARRAY_SIZE(g_unreaped)) {
+                g_unreaped[g_n_unreaped++] = w->pidfd;
+                w->pidfd = -1;
+            }
         }
-        close(w->pidfd);
+        if (w->pidfd >= 0)
+            close(w->pidfd); /* a zombie left (table full) goes with the program */
     }
+    reap_pending();
     if (w->pipefd >= 0)
         close(w->pipefd);
     free(w->buf);
@@ -96,9 +124,7 @@ static void on_pipe(struct loop *l, int fd, uint32_t revents, void *opaque)
 static void on_exit_(struct loop *l, int fd, uint32_t revents, void *opaque)
 {
     struct worker *w = opaque;
-    siginfo_t si;
-    memset(&si, 0, sizeof(si));
-    waitid(P_PIDFD, (id_t)w->pidfd, &si, WEXITED | WNOHANG);
+    reaped(w->pidfd);
     w->exited = true;
     loop_watch_remove(w->pid_watch);
     w->pid_watch = NULL;
@@ -113,53 +139,56 @@ static void on_timeout(struct loop *l, void *opaque)
     maybe_finish(w); /* worker_free kills and reaps the child */
 }
 
+struct child {
+    worker_fn fn;
+    void *arg;
+    int fd; /* write end of the reply pipe */
+};
+
+/* In the worker process: run fn, write its reply as JSON. */
+static int child_main(void *opaque)
+{
+    struct child *c = opaque;
+    char *msg = NULL;
+    json_t *result = NULL;
+    int r = c->fn(c->arg, &msg, &result);
+    json_t *reply = json_pack("{s:i, s:s*, s:o*}", "status", r, "msg", msg, "result", result);
+    char *s = json_dumps(reply, JSON_COMPACT);
+    if (s)
+        write_all(c->fd, s, strlen(s));
+    return 0;
+}
+
 int worker_start(struct loop *l, worker_fn fn, void *arg, uint64_t timeout_ms, worker_done done,
                  void *opaque, struct worker **ret)
 {
+    reap_pending();
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
         return -errno;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = -errno;
-        close(p[0]), close(p[1]);
-        return e;
-    }
-    if (pid == 0) {
-        /* The worker dies with the program that started it (kill -9
-         * included): its result would have nobody to go to. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        close(p[0]);
-        char *msg = NULL;
-        json_t *result = NULL;
-        int r = fn(arg, &msg, &result);
-        json_t *reply = json_pack("{s:i, s:s*, s:o*}", "status", r, "msg", msg, "result", result);
-        char *s = json_dumps(reply, JSON_COMPACT);
-        if (s)
-            write_all(p[1], s, strlen(s));
-        _exit(0); /* no atexit handlers, no leak check of the parent's heap */
-    }
+    /* The worker dies with the program that started it (kill -9 included):
+     * its result would have nobody to go to. */
+    struct child c = {fn, arg, p[1]};
+    struct proc_spawn sp = PROC_SPAWN_INIT;
+    sp.fn = child_main;
+    sp.arg = &c;
+    sp.die_with_parent = true;
+    pid_t pid;
+    int pidfd;
+    int r = proc_spawn(&sp, &pid, &pidfd, NULL);
     close(p[1]);
+    if (r < 0) {
+        close(p[0]);
+        return r;
+    }
     struct worker *w = xcalloc(1, sizeof(*w));
     w->loop = l;
     w->pid = pid;
     w->pipefd = p[0];
-    w->pidfd = pidfd_open_pid(pid);
+    w->pidfd = pidfd;
     w->done = done;
     w->opaque = opaque;
     fcntl(w->pipefd, F_SETFL, O_NONBLOCK);
-    if (w->pidfd < 0) {
-        int e = w->pidfd;
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        w->exited = true;
-        w->done = NULL;
-        worker_free(w);
-        return e;
-    }
     w->pipe_watch = loop_watch_fd(l, w->pipefd, POLLIN, on_pipe, w);
     w->pid_watch = loop_watch_fd(l, w->pidfd, POLLIN, on_exit_, w);
     w->timer = loop_timer_add(l, timeout_ms, on_timeout, w);

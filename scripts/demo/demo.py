@@ -164,9 +164,13 @@ def run(env, build):
     say("bridge volume published for pod %s/demo-vm (inline ephemeral volume)" % NS)
 
     step("3. The launcher starts the VM, as the VM pod's container would")
-    vmdir = os.path.join(env.root, "v")  # the container's view: short paths
-    os.makedirs(vmdir)
-    os.makedirs(os.path.join(bridge, "root"), exist_ok=True)  # the runtime's mount point
+    # The container's view (short paths): the bridge at b (/run/qsd-vm/bridge in
+    # the example pod) and the PVC beside it at v/root (/run/qsd-vm/volumes/root):
+    # the runtime's mount point for the PVC is in the container, not in the bridge.
+    vbridge = os.path.join(env.root, "b")
+    vvols = os.path.join(env.root, "v")
+    os.makedirs(vbridge)
+    os.makedirs(os.path.join(vvols, "root"))
     console_log = os.path.join(work, "console.log")
     with open(os.path.join(work, "vm.json"), "w") as f:
         f.write('{"name": "demo-vm", "memory_mib": 256, "accel": "tcg",\n'
@@ -175,20 +179,28 @@ def run(env, build):
                 ' "disks": [{"volume": "root"}], "console_log": "%s", "hotplug_slots": 4}\n'
                 % (work, work, console_log))
     # Like a container: a private mount namespace that still receives mounts made
-    # later in the bridge (slave propagation); the PVC is mounted inside the bridge
-    # as "root" only in that namespace.
-    script = ('mount --bind "$1" "$2" && mount --bind "$3" "$2/root" && shift 3 && exec "$@"')
+    # later in the bridge (slave propagation).  Both directories are bound there
+    # read-only, nosuid, nodev, noexec, as the VM pod gets them; the launcher
+    # is given both (--volumes-dir twice) and never writes into either.
+    ro = "remount,bind,ro,nosuid,nodev,noexec"
+    script = ('mount --bind "$1" "$2" && mount -o %s "$2" && '
+              'mount --bind "$3" "$4/root" && mount -o %s "$4/root" && '
+              'shift 4 && exec "$@"' % (ro, ro))
     llog = open(os.path.join(env.root, "launcher.log"), "w")
     lproc = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "slave", "sh", "-c", script, "sh",
-         bridge, vmdir, root_tgt, launcher, "--spec", os.path.join(work, "vm.json"),
-         "--volumes", vmdir, "--root", lroot, "--shutdown-timeout", "5",
-         "--detach-timeout", "60"], stdout=llog, stderr=llog)
+         bridge, vbridge, root_tgt, vvols, launcher, "--spec", os.path.join(work, "vm.json"),
+         "--volumes-dir", vbridge, "--volumes-dir", vvols, "--root", lroot,
+         "--shutdown-timeout", "5", "--detach-timeout", "60"], stdout=llog, stderr=llog)
     env.demo_launcher = lproc
     console = Console(console_log)
     t_start = time.monotonic()
     console.wait("booted", 180)
     TIMINGS.append(("launcher start -> guest sees its disk", time.monotonic() - t_start))
+    if os.listdir(bridge):
+        raise RuntimeError("the bridge holds %s before any hot-plug" % os.listdir(bridge))
+    say("launcher reads two read-only directories: the bridge (empty until a hot-plug) "
+        "and the pod's PVC mounts beside it (root)")
     console.wait("wrote 4 MiB", 60)
 
     step("4. Hot-plug: a new volume reaches the running VM, the pod is unchanged")

@@ -181,6 +181,29 @@ class Env:
                 pass
         return pids
 
+    def running_qsds(self):
+        """{pid: volume} of every live QSD started for our run dir, recorded
+        or not: processes whose command line names a monitor socket under
+        it (our temporary root is unique, so this never matches another's)."""
+        found = {}
+        needle = ("path=%s/ctl/" % self.run.replace(",", ",,")).encode()
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    cmd = f.read()
+                with open("/proc/%s/stat" % d) as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        continue
+            except (OSError, IndexError):
+                continue
+            i = cmd.find(needle)
+            if i >= 0:
+                rest = cmd[i + len(needle):]
+                found[int(d)] = rest.split(b"/", 1)[0].decode()
+        return found
+
     def log_tail(self, n=60):
         try:
             with open(os.path.join(self.root, "plugin.log")) as f:
@@ -206,7 +229,7 @@ class Env:
             pass
         for mp in sorted(mounts, key=len, reverse=True):
             subprocess.run(["umount", "-l", mp], check=False)
-        for vol, pid in self.qsd_pids().items():
+        for pid in set(self.qsd_pids().values()) | set(self.running_qsds()):
             try:
                 with open("/proc/%d/cmdline" % pid, "rb") as f:
                     if self.run.encode() not in f.read():

@@ -20,8 +20,11 @@ Parses every YAML document under deploy/ and checks:
     documented in docs/storageclass.md, each maps to a qsdctl option that
     exists and accepts the documented values;
   * the VM pod: no privilege, bridge volume and PVC mounts where the launcher
-    looks, the VM description in the ConfigMap parses; with --launcher, the
-    launcher itself builds a domain from it (--dry-run, fake volumes);
+    looks (--volumes-dir, repeatable: the bridge, and beside it the
+    directory of the PVC mounts; nothing mounted inside the bridge, both
+    read-only, no disk name twice), the VM description in the ConfigMap
+    parses; with --launcher, the launcher itself builds a domain from it
+    (--dry-run, fake volumes in the same directories);
   * attachment pods (an inline volume with hotplugInto): the VM pod they
     name exists in their namespace with a bridge, same fsGroup, on its node
     (podAffinity or nodeName), nothing privileged, no token, their PVCs exist
@@ -131,6 +134,8 @@ SIDECAR_FLAGS = {
 SIDECAR_IMAGE = re.compile(r"^registry\.k8s\.io/sig-storage/([a-z-]+):v\d+\.\d+\.\d+$")
 # The attachment pod's container (it only holds volumes).
 PAUSE_IMAGE = re.compile(r"^registry\.k8s\.io/pause:\d+\.\d+$")
+# Flags of our binaries that may be given more than once (values: a list).
+REPEATABLE_FLAGS = {"volumes-dir"}
 
 # StorageClass parameter -> (qsdctl subcommand, option).  The allowed values
 # come from docs/storageclass.md and must each appear in the option's line of
@@ -377,6 +382,12 @@ class Checker:
                 name, eq, val = a[2:].partition("=")
                 if not re.match(r"^[a-z0-9][a-z0-9-]*$", name):
                     self.err(where, "malformed flag %r" % a)
+                if name in REPEATABLE_FLAGS:
+                    out.setdefault(name, [])
+                    if eq:
+                        out[name].append(self.expand(val, c))
+                    prev = None if eq else name
+                    continue
                 if name in out:
                     self.err(where, "flag --%s given twice" % name)
                 out[name] = self.expand(val, c) if eq else None
@@ -385,7 +396,10 @@ class Checker:
                 self.err(where, "short flag %r: use the --long form" % a)
                 prev = None
             elif prev is not None:
-                out[prev] = self.expand(a, c)
+                if prev in REPEATABLE_FLAGS:
+                    out[prev].append(self.expand(a, c))
+                else:
+                    out[prev] = self.expand(a, c)
                 prev = None
             else:
                 self.err(where, "stray argument %r" % a)
@@ -516,8 +530,15 @@ class Checker:
             self.err(where, "--driver-name %r != CSIDriver %r" % (name, driver))
         if not (plugin.get("securityContext") or {}).get("privileged"):
             self.err(where, "the node plugin must be privileged (mounts, QSD)")
-        if spec.get("hostPID"):
-            self.err(where, "hostPID must be false")
+        # QSDs must outlive the plugin container (docs/process-model.md):
+        # not in a PID namespace the plugin is PID 1 of, and in a cgroup of
+        # their own on the host's hierarchies.
+        if not spec.get("hostPID"):
+            self.err(where, "hostPID must be true (QSDs outlive the plugin container)")
+        if not flags.get("qsd-cgroup"):
+            self.err(where, "--qsd-cgroup is missing (QSDs would die with the container)")
+        if self.host_path(plugin, spec, "/sys/fs/cgroup") != "/sys/fs/cgroup":
+            self.err(where, "the host's /sys/fs/cgroup is not mounted at /sys/fs/cgroup")
         endpoint = flags.get("endpoint") or "unix:///run/qsd-csi/csi.sock"
         sock = re.sub(r"^unix:(//)?", "", endpoint)
         host_sock = self.host_path(plugin, spec, sock)
@@ -623,18 +644,46 @@ class Checker:
         if (spec.get("securityContext") or {}).get("fsGroup") is None:
             self.err(where, "no fsGroup: the sockets' group comes from it")
         flags = self.parse_args(where, c)
-        voldir = (flags.get("volumes") or "").rstrip("/")
-        mv = self.mount_of(c, spec, voldir) if voldir else None
-        if not mv or mv[0]["mountPath"].rstrip("/") != voldir:
-            self.err(where, "--volumes %r is not a volume mount" % voldir)
-        else:
-            m, v = mv
-            if not v or (v.get("csi") or {}).get("driver") != driver:
-                self.err(where, "--volumes must be the bridge: an inline CSI volume of %s" % driver)
+        dirs = list(flags.get("volumes-dir") or [])
+        if flags.get("volumes"):
+            dirs.append(flags["volumes"])
+        dirs = [d.rstrip("/") for d in dirs]
+        if not dirs:
+            self.err(where, "no --volumes-dir")
+        for i, a in enumerate(dirs):
+            for b in dirs[:i]:
+                if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+                    self.err(where, "volumes directories %s and %s: the same, or one inside "
+                             "the other (the launcher refuses it)" % (b, a))
+        # The bridge: exactly one volumes directory is the bridge mount.
+        bridges = []
+        for d in dirs:
+            mv = self.mount_of(c, spec, d)
+            if mv and mv[0]["mountPath"].rstrip("/") == d and mv[1] and \
+                    ((mv[1].get("csi") or {}).get("volumeAttributes") or {}).get("bridge") == "true":
+                bridges.append((d, mv))
+        if len(bridges) != 1:
+            self.err(where, "exactly one --volumes-dir must be the bridge (an inline CSI volume "
+                     "of %s with bridge: \"true\", mounted at that path); found %d" %
+                     (driver, len(bridges)))
+        bridge = None
+        if bridges:
+            bridge, (m, v) = bridges[0]
+            if v["csi"].get("driver") != driver:
+                self.err(where, "the bridge must be an inline CSI volume of %s" % driver)
             if m.get("mountPropagation") != "HostToContainer":
                 self.err(where, "the bridge mount needs mountPropagation: HostToContainer "
                          "(volumes hot-plugged later are mounts made on the host)")
-        # PVC mounts: subdirectories of the volumes directory.
+            if m.get("readOnly") is not True:
+                self.err(where, "the bridge mount must be readOnly: true (the VM pod cannot "
+                         "write into it)")
+            # Nothing may need a mount point inside the (read-only) bridge.
+            for om in c.get("volumeMounts") or []:
+                if om is not m and om.get("mountPath", "").rstrip("/").startswith(bridge + "/"):
+                    self.err(where, "volume %s is mounted at %s, inside the bridge %s: mount it "
+                             "beside the bridge (another --volumes-dir)" %
+                             (om.get("name"), om.get("mountPath"), bridge))
+        # PVC mounts: directly in a volumes directory other than the bridge.
         vols = {v.get("name"): v for v in spec.get("volumes") or []}
         pvc_dirs = {}
         for m in c.get("volumeMounts") or []:
@@ -644,10 +693,19 @@ class Checker:
                 if not self.find("PersistentVolumeClaim", claim, ns):
                     self.err(where, "PVC %s is not defined in deploy/" % claim)
                 parent, base = os.path.split(m["mountPath"].rstrip("/"))
-                if parent != voldir:
-                    self.err(where, "PVC %s is mounted at %s, not directly in the volumes "
-                             "directory %s" % (claim, m["mountPath"], voldir))
-                pvc_dirs[base] = claim
+                if parent not in dirs or parent == bridge:
+                    self.err(where, "PVC %s is mounted at %s, not directly in a volumes "
+                             "directory other than the bridge (%s)" %
+                             (claim, m["mountPath"], ", ".join(d for d in dirs if d != bridge)))
+                if m.get("readOnly") is not True:
+                    self.err(where, "PVC %s: its mount must be readOnly: true (the launcher "
+                             "only reads it; the disk stays writable)" % claim)
+                if v["persistentVolumeClaim"].get("readOnly"):
+                    self.err(where, "PVC %s: persistentVolumeClaim.readOnly would publish it "
+                             "read-only (a read-only disk); use volumeMounts[].readOnly" % claim)
+                if base in pvc_dirs:
+                    self.err(where, "disk name %r mounted twice (the launcher refuses it)" % base)
+                pvc_dirs[base] = parent
         root = (flags.get("root") or "/var/lib/qsd-vm-launcher")
         rv = self.mount_of(c, spec, root)
         if not rv or not rv[1] or "emptyDir" not in rv[1]:
@@ -674,10 +732,11 @@ class Checker:
             wanted.append(desc["boot"]["volume"])
         for w in wanted:
             if w not in pvc_dirs:
-                self.err("ConfigMap %s" % cm_name, "disk %r is not a PVC mounted at %s/%s" %
-                         (w, voldir, w))
+                self.err("ConfigMap %s" % cm_name, "disk %r is not a PVC mounted at "
+                         "<volumes directory>/%s" % (w, w))
         if self.launcher:
-            self.launcher_dry_run(where, cm["data"][key], sorted(set(wanted)))
+            self.launcher_dry_run(where, cm["data"][key], dirs,
+                                  {w: pvc_dirs.get(w) for w in sorted(set(wanted))})
         else:
             self.note("qsd-vm-launcher not built: launcher flags and the VM description "
                       "were checked statically only")
@@ -747,17 +806,24 @@ class Checker:
         if attrs.get("disk") is not None and pvcs > 1:
             self.err(where, "disk names one disk but the pod mounts %d PVCs" % pvcs)
 
-    def launcher_dry_run(self, where, text, volumes):
-        """Let the real launcher build a domain from the description (--dry-run)."""
+    def launcher_dry_run(self, where, text, dirs, volumes):
+        """Let the real launcher build a domain from the description (--dry-run),
+        with the manifest's volumes directories (each a temporary directory) and
+        each wanted volume in the directory the manifest mounts it in."""
         tmp = tempfile.mkdtemp(prefix="qsd-deploy-test-")
         socks = []
         try:
             with open(os.path.join(tmp, "vm.json"), "w") as fh:
                 fh.write(text)
-            vdir = os.path.join(tmp, "volumes")
-            os.mkdir(vdir)
-            for v in volumes:
-                d = os.path.join(vdir, v)
+            local = {}
+            args = []
+            for i, d in enumerate(dirs):
+                local[d] = os.path.join(tmp, "dir%d" % i)
+                os.mkdir(local[d])
+                args += ["--volumes-dir", local[d]]
+            volumes = {v: p for v, p in volumes.items() if p in local}
+            for v, parent in volumes.items():
+                d = os.path.join(local[parent], v)
                 os.mkdir(d)
                 with open(os.path.join(d, "volume.json"), "w") as fh:
                     json.dump({"version": 1, "volume": "pvc-test-" + v, "size": 1 << 30,
@@ -767,8 +833,8 @@ class Checker:
                 s.bind(os.path.join(d, "vhost.sock"))
                 s.listen(8)
                 socks.append(s)
-            p = subprocess.run([self.launcher, "--spec", os.path.join(tmp, "vm.json"),
-                                "--volumes", vdir, "--root", os.path.join(tmp, "root"),
+            p = subprocess.run([self.launcher, "--spec", os.path.join(tmp, "vm.json")] + args +
+                               ["--root", os.path.join(tmp, "root"),
                                 "--wait-volumes", "5", "--dry-run"],
                                capture_output=True, text=True, timeout=60)
             if p.returncode != 0 or "<domain" not in p.stdout:
@@ -934,6 +1000,24 @@ def self_check(root, make_checker, with_launcher):
                     v["csi"]["volumeAttributes"]["hotplugInto"] = "no-such-vm"
     cases.append(("attachment pod naming an unknown VM pod", "no such pod in namespace",
                   "deploy/examples/vm-pod.yaml", _attach_other_vm))
+    def _pvc_in_bridge(d):
+        # The old layout: the PVC mounted inside the bridge, one directory.
+        if d.get("kind") == "Pod" and d["metadata"]["name"] == "demo-vm":
+            c = d["spec"]["containers"][0]
+            c["args"] = [x for x in c["args"] if x != "--volumes-dir=/run/qsd-vm/volumes"]
+            for m in c["volumeMounts"]:
+                if m["name"] == "root-disk":
+                    m["mountPath"] = "/run/qsd-vm/bridge/root"
+    cases.append(("PVC mounted inside the bridge", "inside the bridge",
+                  "deploy/examples/vm-pod.yaml", _pvc_in_bridge))
+
+    def _bridge_writable(d):
+        if d.get("kind") == "Pod" and d["metadata"]["name"] == "demo-vm":
+            for m in d["spec"]["containers"][0]["volumeMounts"]:
+                if m["name"] == "bridge":
+                    del m["readOnly"]
+    cases.append(("writable bridge mount", "must be readOnly: true",
+                  "deploy/examples/vm-pod.yaml", _bridge_writable))
     if with_launcher:
         cases.append(("bogus launcher flag", "--bogus-flag", "deploy/examples/vm-pod.yaml",
                       _edit_args("qsd-vm-launcher", lambda a: a + ["--bogus-flag=1"])))

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # qsd-vm-launcher without a guest: bad input is refused with a clear error
 # before anything starts (no libvirt root created), waits are bounded, and
-# --dry-run prints XML that libvirt's schema accepts.
+# --dry-run prints XML that libvirt's schema accepts.  Several volumes
+# directories (--volumes-dir, repeated; --volumes is the same flag): disks
+# found in each, a disk name in two of them refused, a missing, repeated or
+# nested directory refused at start; read-only bind mounts of the volumes
+# directories (as in a VM pod) are enough.
 set -euo pipefail
 L=${1:?usage: cli.sh LAUNCHER}
 PY=$(command -v /usr/bin/python3 || command -v python3) || { echo "SKIP: python3"; exit 77; }
@@ -41,11 +45,13 @@ listen "$T/vols/hostile/vhost.sock"
 spec() { # DISKS-JSON [EXTRA-KEYS]
     printf '{"name":"cli","memory_mib":64,"accel":"tcg","boot":{"kernel":"/vm/vmlinuz"},"disks":%s%s}\n' "$1" "${2:-}" >"$T/vm.json"
 }
-# expect RC PATTERN MAX_SECONDS ARGS...: exit status, stderr pattern, time bound
+# expect RC PATTERN MAX_SECONDS ARGS...: exit status, stderr pattern, time bound.
+# The volumes directories are in DIRS (default: --volumes, the single-directory form).
+DIRS=(--volumes "$T/vols")
 expect() {
     local want=$1 pat=$2 max=$3; shift 3
     local t0=$SECONDS rc=0
-    timeout 60 "$L" --spec "$T/vm.json" --volumes "$T/vols" --root "$T/root" "$@" >"$T/out" 2>&1 || rc=$?
+    timeout 60 "$L" --spec "$T/vm.json" "${DIRS[@]}" --root "$T/root" "$@" >"$T/out" 2>&1 || rc=$?
     ((rc == want)) || fail "exit $rc, want $want ($*)"
     grep -qE -- "$pat" "$T/out" || fail "no '$pat' in output"
     ((SECONDS - t0 <= max)) || fail "took $((SECONDS - t0)) s, bound $max s"
@@ -57,11 +63,11 @@ expect 1 'bad VM description.*unknown key \\"devices\\"' 2
 spec '[{"volume":"../outside"}]'
 expect 1 'is not a valid name' 2
 spec '[{"volume":"escape"}]'
-expect 1 'volume \\"escape\\": is a symlink \(symlinks are refused\)' 2 --wait-volumes 10
+expect 1 'volume \\"escape\\" in [^ ]*/vols: is a symlink \(symlinks are refused\)' 2 --wait-volumes 10
 spec '[{"volume":"hostile"}]'
-expect 1 'volume \\"hostile\\": volume.json: \\"volume\\" is not a valid name' 2 --wait-volumes 10
+expect 1 'volume \\"hostile\\" in [^ ]*/vols: volume.json: \\"volume\\" is not a valid name' 2 --wait-volumes 10
 spec '[{"volume":"dead"}]'
-expect 1 'volume \\"dead\\": socket does not accept connections: Connection refused' 4 --wait-volumes 2
+expect 1 'volume \\"dead\\" in [^ ]*/vols: socket does not accept connections: Connection refused' 4 --wait-volumes 2
 spec '[{"volume":"absent"}]'
 expect 1 'volume \\"absent\\" is not in' 4 --wait-volumes 2
 expect 1 'Usage' 2 extra-argument
@@ -87,5 +93,69 @@ grep -q 'msg="volume skipped" volume=escape' "$T/out" || fail "escape not report
 sed -n '/^<domain/,/^<\/domain>/p' "$T/out" >"$T/dom.xml"
 if command -v virt-xml-validate >/dev/null; then
     virt-xml-validate "$T/dom.xml" domain >/dev/null 2>&1 || fail "dry-run XML invalid"
+fi
+
+# Several volumes directories, as in a VM pod: the bridge (hot-plugged
+# volumes) and the PVCs' directory.  Each disk's socket path is in the
+# directory it was found in.
+mkdir -p "$T/bridge/data" "$T/dup/good" "$T/dup/data2"
+meta pvc-data >"$T/bridge/data/volume.json"; listen "$T/bridge/data/vhost.sock"
+meta pvc-dup >"$T/dup/good/volume.json"; listen "$T/dup/good/vhost.sock"
+DIRS=(--volumes-dir "$T/bridge" --volumes-dir "$T/vols")
+spec '[{"volume":"good","boot_order":1},{"volume":"data"}]'
+expect 0 '<domain type="qemu">' 2 --dry-run
+grep -c '<disk type="vhostuser"' "$T/out" | grep -qx 2 || fail "two dirs: want exactly two disks"
+grep -q 'path="'"$T"'/vols/good/vhost.sock"' "$T/out" || fail "two dirs: good's socket path"
+grep -q 'path="'"$T"'/bridge/data/vhost.sock"' "$T/out" || fail "two dirs: data's socket path"
+# An unlisted volume in the second directory becomes a disk too.
+spec '[{"volume":"good"}]'
+expect 0 '<domain type="qemu">' 2 --dry-run
+grep -q 'path="'"$T"'/bridge/data/vhost.sock"' "$T/out" || fail "two dirs: unlisted data not a disk"
+
+# A disk name in two directories: refused at once when the description
+# names it (no waiting: it will not resolve itself)...
+DIRS=(--volumes-dir "$T/bridge" --volumes-dir "$T/vols" --volumes-dir "$T/dup")
+spec '[{"volume":"good"}]'
+expect 1 'volume \\"good\\" in [^ ]*/vols: also in [^ ]*/dup: a disk name must be in one volumes directory only' 2 --wait-volumes 20
+# ...and logged and left out when it does not: never a silent pick.
+spec '[{"volume":"data"}]'
+expect 0 '<domain type="qemu">' 2 --dry-run
+grep -c '<disk type="vhostuser"' "$T/out" | grep -qx 1 || fail "duplicate: want only data as a disk"
+! grep -q '/good/vhost.sock' "$T/out" || fail "duplicate: good became a disk"
+(($(grep -c 'msg="volume skipped" volume=good reason="also in ' "$T/out") == 2)) ||
+    fail "duplicate: want good skipped in both directories"
+
+# Volumes directories refused at start: missing, given twice, nested.
+spec '[{"volume":"good"}]'
+DIRS=(--volumes-dir "$T/vols" --volumes-dir "$T/missing")
+expect 1 'msg="bad volumes directory" dir=[^ ]*/missing error="No such file or directory"' 2
+DIRS=(--volumes-dir "$T/vols" --volumes-dir "$T/bridge/../vols")
+expect 1 'msg="bad volumes directory" dir=[^ ]*/vols error="given twice' 2
+DIRS=(--volumes-dir "$T/vols" --volumes-dir "$T/vols/good")
+expect 1 'msg="bad volumes directory" dir=[^ ]*/vols/good error="inside another volumes directory' 2
+DIRS=(--volumes-dir "$T/vols/good/volume.json")
+expect 1 'msg="bad volumes directory" dir=[^ ]*/volume.json error="not a directory"' 2
+
+# Read-only volumes directories (read-only, nosuid, nodev, noexec bind
+# mounts in a private mount namespace, as a VM pod gets them): the launcher
+# reads everything it needs.  The write check proves the mounts are read-only.
+if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null &&
+    unshare -m true 2>/dev/null; then
+    spec '[{"volume":"good","boot_order":1},{"volume":"data"}]'
+    rc=0
+    timeout 60 unshare -m bash -c '
+        for d in "$1" "$2"; do
+            mount --bind "$d" "$d" && mount -o remount,bind,ro,nosuid,nodev,noexec "$d" || exit 90
+            ! touch "$d/written" 2>/dev/null || exit 91
+        done
+        exec "$3" --spec "$4" --volumes-dir "$1" --volumes-dir "$2" --root "$5" --dry-run' \
+        sh "$T/bridge" "$T/vols" "$L" "$T/vm.json" "$T/root" >"$T/out" 2>&1 || rc=$?
+    ((rc == 0)) || fail "read-only volumes directories: exit $rc"
+    grep -c '<disk type="vhostuser"' "$T/out" | grep -qx 2 || fail "read-only: want two disks"
+    [[ ! -e $T/bridge/written && ! -e $T/vols/written ]] || fail "wrote into a volumes directory"
+    grep -q "$T/vols" /proc/self/mountinfo && fail "read-only bind leaked out of its namespace"
+    echo "read-only volumes directories: ok"
+else
+    echo "NOTE: read-only bind-mount check skipped (needs root and unshare -m)"
 fi
 echo PASS

@@ -2,18 +2,21 @@
 """End-to-end hot-plug through the bridge: the real plugin (driven like
 kubelet, python3-grpcio), the real launcher and a TCG guest.
 
-- The VM pod's bridge (inline volume, bridge: "true") is published; its
-  target is bound rslave at a short path, as a container runtime does for a
-  HostToContainer mount: that is the launcher's --volumes directory.
-- An attachment pod places pvc-root as "root"; the launcher starts the VM
-  with it (vda).
+- The VM pod's layout (deploy/examples/vm-pod.yaml): its bridge (inline
+  volume, bridge: "true") is published; its target is bound read-only and
+  rslave at a short path, as a container runtime does for a read-only
+  HostToContainer mount (/run/qsd-vm/bridge).  The pod's own PVC, pvc-root,
+  is published for the VM pod and bound read-only at <volumes>/root, beside
+  the bridge, not inside it (/run/qsd-vm/volumes/root).  The launcher gets
+  both directories (--volumes-dir twice) and starts the VM with root (vda).
 - 5 cycles: another attachment pod (request first on odd cycles, PVC first on
   even ones) places pvc-data as "data" -> the guest sees vdb with the right
   size (latency: first publish -> ADD on the console).  NodeUnpublish of the
   PVC -> NodeUnstage is refused while QEMU still holds the socket -> the
   guest loses vdb -> NodeUnstage succeeds; the volume is staged again for the
   next cycle.
-- pvc-root unplugged -> the guest powers off -> the launcher exits 0; every
+- pvc-root's mount removed from the VM container's view -> the guest powers
+  off -> the launcher exits 0; every
   volume unstaged, the bridge unpublished, no mount, QSD or QEMU left (also
   on failure: processes stopped by PID).
 
@@ -65,7 +68,8 @@ class E2E:
         self.env = csilib.Env(plugin, proto, prefix="qsd-e2e-bridge-")
         self.work = self.env.root
         self.vroot = os.path.join(self.work, "lroot")
-        self.vols = os.path.join(self.work, "v")      # the VM container's view of the bridge
+        self.bridge = os.path.join(self.work, "b")    # the VM container's view of the bridge
+        self.vols = os.path.join(self.work, "v")      # ... and of its PVCs' directory
         self.console = os.path.join(self.work, "console.log")
         self.llog = os.path.join(self.work, "launcher.log")
         self.launcher = None
@@ -199,9 +203,10 @@ class E2E:
     def start_launcher(self):
         self.lf = open(self.llog, "a")
         self.launcher = subprocess.Popen(
-            [self.launcher_bin, "--spec", os.path.join(self.work, "vm.json"), "--volumes",
-             self.vols, "--root", self.vroot, "--shutdown-timeout", "5", "--ready-timeout", "10",
-             "--detach-timeout", "30"], stdout=self.lf, stderr=self.lf)
+            [self.launcher_bin, "--spec", os.path.join(self.work, "vm.json"),
+             "--volumes-dir", self.bridge, "--volumes-dir", self.vols, "--root", self.vroot,
+             "--shutdown-timeout", "5", "--ready-timeout", "10", "--detach-timeout", "30"],
+            stdout=self.lf, stderr=self.lf)
         log("launcher pid %d" % self.launcher.pid)
 
     def stop_launcher(self):
@@ -258,19 +263,32 @@ class E2E:
                 name=vid, capacity_range=self.pb.CapacityRange(required_bytes=size),
                 volume_capabilities=[self.cap]), timeout=T)
             self.stage(vid)
-        # The VM pod: its bridge, seen by its container through an rslave bind.
+        # The VM pod: its bridge, seen by its container through a read-only
+        # rslave bind, and its own PVC, bound read-only beside the bridge.
         bvid, btgt = self.inline(VM_UID, VM, {"bridge": "true"})
+        root_pvc = self.pvc("pvc-root", VM_UID, VM)
+        os.mkdir(self.bridge)
         os.mkdir(self.vols)
-        subprocess.run(["mount", "--bind", btgt, self.vols], check=True)
-        subprocess.run(["mount", "--make-rslave", self.vols], check=True)
-        # One volume placed before the launcher starts: the VM's root disk.
-        root_req, root_pvc = self.attach_pod(0, "pvc-root", "root", True)
-        if not os.path.exists(os.path.join(self.vols, "root", "vhost.sock")):
+        vroot = os.path.join(self.vols, "root")   # the runtime's mount point: not in the bridge
+        os.mkdir(vroot)
+        for src, dst in ((btgt, self.bridge), (root_pvc, vroot)):
+            subprocess.run(["mount", "--bind", src, dst], check=True)
+            subprocess.run(["mount", "-o", "remount,bind,ro,nosuid,nodev,noexec", dst], check=True)
+        subprocess.run(["mount", "--make-rslave", self.bridge], check=True)
+        for d in (self.bridge, vroot):
+            try:
+                open(os.path.join(d, "written"), "w").close()
+                raise Fail("%s is writable" % d)
+            except OSError:
+                pass
+        if not os.path.exists(os.path.join(vroot, "vhost.sock")):
             raise Fail("pvc-root not visible in the VM container's volumes directory")
+        if os.listdir(self.bridge):
+            raise Fail("the bridge is not empty: %s" % os.listdir(self.bridge))
         self.start_launcher()
         self.wait_console("DISK name=vda size=%d" % (64 * MiB // 512), 1, 180)
         self.wait_console("MONITOR-START", 1, 60)
-        log("guest up with vda (pvc-root placed through the bridge)")
+        log("guest up with vda (pvc-root, the VM pod's own PVC, beside the bridge)")
 
         plug, unplug, refused = [], [], 0
         for k in range(1, CYCLES + 1):
@@ -304,11 +322,11 @@ class E2E:
         req, ptgt = self.attach_pod(CYCLES + 1, "pvc-data", "data", True, readonly=True)
         self.wait_console("ADD name=vdb size=%d ro=1" % (32 * MiB // 512), 1, 60)
         self.wait_console("WRITE name=vdb refused", 1, 30)
-        with open(os.path.join(self.vols, "data", "volume.json")) as f:
+        with open(os.path.join(self.bridge, "data", "volume.json")) as f:
             if not json.load(f)["read_only"]:
                 raise Fail("volume.json of a read-only placement says read_only false")
         try:
-            open(os.path.join(self.vols, "data", "x"), "w")
+            open(os.path.join(self.bridge, "data", "x"), "w")
             raise Fail("the VM container could create a file in a placement")
         except OSError as e:
             if e.errno != 30:
@@ -319,13 +337,15 @@ class E2E:
         log("read-only publication of a read-write volume: the guest saw ro=1 and its write "
             "was refused; the placement is a read-only mount")
 
-        # Last disk goes: the guest powers off, the launcher exits 0.
-        self.unpublish(*root_req)
-        self.unpublish("pvc-root", root_pvc)
+        # Last disk goes (its mount leaves the container's view): the guest
+        # powers off, the launcher exits 0.
+        subprocess.run(["umount", vroot], check=True)
+        os.rmdir(vroot)
         self.wait_console("BYE", 1, 60)
         rc = self.launcher.wait(timeout=60)
         if rc != 0:
             raise Fail("launcher exit status %d, want 0" % rc)
+        self.unpublish("pvc-root", root_pvc)       # the VM pod is gone
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -335,7 +355,7 @@ class E2E:
                 if e.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        subprocess.run(["umount", self.vols], check=True)
+        subprocess.run(["umount", self.bridge], check=True)
         self.unpublish(bvid, btgt)
         with open("/proc/self/mountinfo") as f:
             left = [ln.split()[4] for ln in f if self.work in ln.split()[4]]
@@ -345,6 +365,13 @@ class E2E:
             pids = [p for p in self.env.qsd_pids().values() if os.path.exists("/proc/%d" % p)]
             if pids:
                 raise Fail("QSDs left: %s" % pids)
+        # Each disk came from its own directory: root from the PVCs', data
+        # from the bridge.
+        attached = [ln.strip() for ln in open(self.llog) if 'msg="disk attached"' in ln]
+        for name, d, n in (("root", self.vols, 1), ("data", self.bridge, CYCLES + 1)):
+            got = [ln for ln in attached if " volume=%s " % name in ln]
+            if len(got) != n or not all(ln.endswith(" dir=" + d) for ln in got):
+                raise Fail("disk %s: want %d attach(es) from %s, got %s" % (name, n, d, got))
         errors = [ln for ln in open(self.llog) if "level=error" in ln]
         if errors:
             raise Fail("launcher errors: %s" % errors)

@@ -10,15 +10,19 @@ e2e_fail() { echo "FAIL: $*" >&2; e2e_dump; exit 1; }
 log() { echo "[$(date +%T.%3N)] $*"; }
 
 [[ $(id -u) -eq 0 ]] || e2e_skip "needs root (QSD sockets are root-only, see NOTES.md)"
-for t in qemu-storage-daemon qemu-system-x86_64 qemu-img qemu-io python3; do
+for t in qemu-storage-daemon qemu-system-x86_64 qemu-img qemu-io python3 unshare; do
     command -v "$t" >/dev/null || e2e_skip "$t not installed (scripts/setup.sh)"
 done
 PY=$(command -v /usr/bin/python3 || command -v python3)
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/qsd-e2e.XXXXXX")
-VOLS=$WORK/vols
+# The VM pod's layout: VOLS holds the pod's own PVCs (/run/qsd-vm/volumes/<disk>
+# in a pod), BRIDGE the volumes hot-plugged later (/run/qsd-vm/bridge).  The
+# launcher gets both, read-only (start_launcher).
+VOLS=$WORK/volumes
+BRIDGE=$WORK/bridge
 ROOT=$WORK/root
-mkdir -p "$VOLS" "$WORK/ctl" "$ROOT"
+mkdir -p "$VOLS" "$BRIDGE" "$WORK/ctl" "$ROOT"
 PIDS=()
 LAUNCHER_PID=
 
@@ -143,10 +147,35 @@ vm_json() {
 JSON
 }
 
+# start_launcher [ARGS...]: the launcher with both volumes directories, as a
+# VM pod runs it: in its own mount namespace where BRIDGE and VOLS are
+# read-only, nosuid, nodev, noexec bind mounts (a write there is checked to
+# fail first).  Files placed in them from outside (this script, QSD) are seen
+# through the binds.  LAUNCHER_PID is the launcher itself (unshare and bash exec).
 start_launcher() {
-    "$LAUNCHER" --spec "$WORK/vm.json" --volumes "$VOLS" --root "$ROOT" "$@" \
-        >"$WORK/launcher.log" 2>&1 &
+    unshare -m --propagation private bash -c '
+        for d in "$1" "$2"; do
+            mount --bind "$d" "$d" && mount -o remount,bind,ro,nosuid,nodev,noexec "$d" || exit 90
+            ! touch "$d/.written" 2>/dev/null || exit 91
+        done
+        shift 2
+        exec "$@"' sh "$BRIDGE" "$VOLS" \
+        "$LAUNCHER" --spec "$WORK/vm.json" --volumes-dir "$BRIDGE" --volumes-dir "$VOLS" \
+        --root "$ROOT" "$@" >"$WORK/launcher.log" 2>&1 &
     LAUNCHER_PID=$!
+    # The launcher's view: both directories mounted read-only.
+    local i ok=0
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$LAUNCHER_PID" 2>/dev/null || break
+        if [[ $(readlink "/proc/$LAUNCHER_PID/exe" 2>/dev/null) == "$(readlink -f "$LAUNCHER")" ]]; then
+            ok=$(awk -v b="$BRIDGE" -v v="$VOLS" '($5 == b || $5 == v) && $6 ~ /^ro,nosuid,nodev,noexec/ { n++ } END { print n + 0 }' \
+                "/proc/$LAUNCHER_PID/mountinfo")
+            break
+        fi
+        sleep 0.05
+    done
+    ((ok == 2)) || e2e_fail "launcher not running with read-only volumes directories (found $ok)"
+    [[ ! -e $BRIDGE/.written && ! -e $VOLS/.written ]] || e2e_fail "a volumes directory was writable"
 }
 
 # wait_exit PID TIMEOUT_S -> sets EXIT_RC

@@ -7,13 +7,20 @@ echo "DISK name=vda serial=$(cat /sys/block/vda/serial) size=$(cat /sys/block/vd
 
 # Phase 1: 48 x 1 MiB blocks, each fsync'ed; the host kills QSD in the middle.
 blk() { head -c 1048576 /dev/zero | tr '\000' "\\$(printf %03o $1)" > /tmp/b; }
+# Each write is timed (/proc/uptime, 10 ms steps): the longest one is the
+# stall the guest saw while the QSD was down and QEMU reconnected.
+cs() { read up rest < /proc/uptime; echo "${up%.*}${up#*.}"; }
 errors=0
+stall=0
 echo "WRITE-START"
 i=0
 while [ $i -lt 48 ]; do
     blk $((i % 250 + 1))
+    t0=$(cs)
     dd if=/tmp/b of=/dev/vda bs=1048576 seek=$i count=1 conv=fsync 2>/dev/null ||
         { errors=$((errors + 1)); echo "WRITE-ERROR block=$i"; }
+    t=$(( ($(cs) - t0) * 10 ))
+    [ $t -gt $stall ] && stall=$t
     echo "W $i"
     sleep 0.2  # spread the writes so the host's kill lands in the middle
     i=$((i + 1))
@@ -29,6 +36,7 @@ while [ $i -lt 48 ]; do
 done
 ioerr=$(dmesg | grep -c 'I/O error')
 echo "VERIFY write_errors=$errors mismatches=$bad ioerr=$ioerr"
+echo "STALL max_write_ms=$stall"
 
 # Phase 2: report every disk that appears, disappears or changes size, until
 # vda goes away (the host's last step) or 10 minutes pass.

@@ -1,7 +1,9 @@
 /* Golden tests for the launcher's pure cores: each tests/launcher/golden/<case>.json
- * holds a VM description ("vm") and the volumes' metadata ("volumes": directory
- * name -> volume.json), optionally "hotplug": {"volume", "target"} to render
- * one hot-plug disk instead of the domain.  The expected output is
+ * holds a VM description ("vm") and the volumes' metadata, either "volumes":
+ * directory name -> volume.json (all in one volumes directory, /run/vm/volumes)
+ * or "volume_dirs": volumes directory -> {directory name -> volume.json} (the
+ * launcher given several --volumes-dir), optionally "hotplug": {"volume",
+ * "target"} to render one hot-plug disk instead of the domain.  The expected output is
  * <case>.xml, or <case>.err for input that must be refused (the error text).
  * QSD_GOLDEN_REGENERATE=1 rewrites the expected files: review them by eye. */
 #include "domain_xml.h"
@@ -43,20 +45,38 @@ static int run_case(const char *json_text, size_t len, char **ret_out, bool *ret
     free(vm_text);
     if (r < 0)
         goto done;
-    const char *name;
-    json_t *meta;
-    json_object_foreach(json_object_get(root, "volumes"), name, meta) {
-        char *t = json_dumps(meta, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (json_is_string(meta)) {
-            free(t);
-            t = xstrdup(json_string_value(meta));
-        }
-        r = volume_meta_parse(t, strlen(t), name, &vols[n], &err);
-        free(t);
-        if (r < 0)
-            goto done;
-        n++;
+    json_t *dirs = json_object_get(root, "volume_dirs");
+    if (!dirs) {
+        json_t *flat = json_object_get(root, "volumes");
+        dirs = json_object();
+        json_object_set_new(dirs, VOLUMES_DIR, flat ? json_incref(flat) : json_object());
+    } else {
+        json_incref(dirs);
     }
+    const char *base;
+    json_t *in_dir;
+    json_object_foreach(dirs, base, in_dir) {
+        const char *name;
+        json_t *meta;
+        json_object_foreach(in_dir, name, meta) {
+            assert(n < ARRAY_SIZE(vols));
+            char *t = json_dumps(meta, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (json_is_string(meta)) {
+                free(t);
+                t = xstrdup(json_string_value(meta));
+            }
+            r = volume_meta_parse(t, strlen(t), name, &vols[n], &err);
+            free(t);
+            if (r < 0)
+                break;
+            vols[n++]->base = xstrdup(base);
+        }
+        if (r < 0)
+            break;
+    }
+    json_decref(dirs);
+    if (r < 0)
+        goto done;
     json_t *hp = json_object_get(root, "hotplug");
     if (hp) {
         const char *vname = json_string_value(json_object_get(hp, "volume"));
@@ -66,11 +86,11 @@ static int run_case(const char *json_text, size_t len, char **ret_out, bool *ret
             if (streq(vols[i]->dir, vname))
                 v = vols[i];
         assert(v && target);
-        char *path = volume_socket_path(VOLUMES_DIR, v);
+        char *path = volume_socket_path(v);
         r = domain_xml_disk(v, path, target, 0, &out);
         free(path);
     } else {
-        r = domain_xml_build(spec, VOLUMES_DIR, vols, n, &out, &err);
+        r = domain_xml_build(spec, vols, n, &out, &err);
     }
 done:
     if (r < 0) {
