@@ -110,6 +110,40 @@ class Failure(AssertionError):
     pass
 
 
+DAEMONSET = os.path.join(HERE, "..", "..", "deploy", "kubernetes", "30-node-daemonset.yaml")
+# What the test gives the plugin container for each of the DaemonSet's mounts.
+PLUGIN_MOUNTS = {"/csi", "/var/lib/kubelet", "/run/qsd-csi", "/var/lib/qsd-csi", "/dev",
+                 "/sys/fs/cgroup"}
+
+
+def daemonset_plugin():
+    """The plugin container of deploy/kubernetes/30-node-daemonset.yaml:
+    its arguments, and a check that the pod still has the shape this test
+    reproduces (hostPID, privileged, the same mounts and propagation)."""
+    import yaml
+    with open(DAEMONSET) as f:
+        ds = [d for d in yaml.safe_load_all(f) if d and d.get("kind") == "DaemonSet"][0]
+    spec = ds["spec"]["template"]["spec"]
+    ctr = [c for c in spec["containers"] if c["name"] == "qsd-csi-plugin"][0]
+    mounts = {m["mountPath"]: m.get("mountPropagation") for m in ctr["volumeMounts"]}
+    want = {"/var/lib/kubelet": "Bidirectional", "/run/qsd-csi": "Bidirectional"}
+    problems = []
+    if not spec.get("hostPID"):
+        problems.append("hostPID is not true")
+    if not ctr.get("securityContext", {}).get("privileged"):
+        problems.append("the plugin is not privileged")
+    if set(mounts) != PLUGIN_MOUNTS:
+        problems.append("mounts %s, the test reproduces %s" % (sorted(mounts),
+                                                                sorted(PLUGIN_MOUNTS)))
+    for k, v in want.items():
+        if mounts.get(k) != v:
+            problems.append("%s is mounted %s, not %s" % (k, mounts.get(k), v))
+    if problems:
+        raise Failure("%s changed shape, update tests/container: %s" % (DAEMONSET,
+                                                                      "; ".join(problems)))
+    return list(ctr.get("command", [])[1:]) + list(ctr["args"])
+
+
 class Stack:
     """One test's world: temporary kubelet root, run dir, state and pool, the
     plugin container, the VM pod, the CSI client."""
@@ -174,13 +208,17 @@ class Stack:
                 "-v", "%s:%s" % (self.data, self.data),
                 "-v", "/dev:/dev",
                 "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-                image,
-                "--endpoint=unix:///csi/csi.sock", "--nodeid=node-ctr",
-                "--driver-name=" + DRIVER,
-                "--state-dir=" + os.path.join(self.data, "state"),
-                "--pool=" + os.path.join(self.data, "pool"),
-                "--run-dir=" + self.run, "--kubelet-root=" + self.kubelet,
-                "--qsd-binary=/usr/bin/qemu-storage-daemon", "--log-level=debug"]
+                image]
+        # The manifest's arguments, its host paths mapped to this test's.
+        paths = [("/var/lib/kubelet", self.kubelet), ("/run/qsd-csi", self.run),
+                 ("/var/lib/qsd-csi", self.data)]
+        for arg in daemonset_plugin():
+            arg = arg.replace("$(NODE_NAME)", "node-ctr")
+            k, eq, v = arg.partition("=")
+            for host, ours in paths:
+                if eq and (v == host or v.startswith(host + "/")):
+                    v = ours + v[len(host):]
+            args.append(k + eq + v)
         podman(*args)
         self.plugin_ctr = name
         self.plugin_image = image

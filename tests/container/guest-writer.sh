@@ -1,7 +1,8 @@
 #!/bin/sh
 # Guest side of the container tests (runs as /test.sh in the test guest, busybox).
 # Writes patterned blocks to /dev/vda, each with fsync (dd conv=fsync), in a
-# loop for writer.secs seconds (kernel command line), times every write,
+# loop for writer.secs seconds over a ring of writer.blocks blocks of
+# writer.bs bytes (kernel command line), times every write,
 # then reads every block back and checks its pattern.  Console lines:
 #   DISK size=SECTORS                  the disk is there
 #   W i                                every 10th write done (progress)
@@ -12,12 +13,14 @@
 # Times come from /proc/uptime (10 ms resolution).
 arg() { sed -n "s/.*$1=\([0-9]*\).*/\1/p" /proc/cmdline; }
 secs=$(arg writer.secs); secs=${secs:-20}
-bs=$(arg writer.bs); bs=${bs:-262144}
+bs=$(arg writer.bs); bs=${bs:-65536}
+maxb=$(arg writer.blocks); maxb=${maxb:-64}   # blocks written in a ring (read-back time)
 wait_dev() { i=0; while [ ! -b /dev/$1 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; [ -b /dev/$1 ]; }
 wait_dev vda || { echo "FAIL no vda"; exit 1; }
 size=$(cat /sys/block/vda/size)
 echo "DISK size=$size"
 nb=$((size * 512 / bs))
+[ $nb -gt $maxb ] && nb=$maxb
 [ $nb -gt 0 ] || { echo "FAIL disk smaller than one block"; exit 1; }
 cs() { read u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }   # centiseconds since boot
 # Block content of write I: a header naming I, then one byte repeated.
