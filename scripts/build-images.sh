@@ -10,8 +10,9 @@
 #     --sanitize          CMake -DSANITIZE=ON -DCMAKE_BUILD_TYPE=Debug, the ASan/UBSan
 #                         runtime libraries in the images, tag suffix -asan
 #     --cmake-args ARGS   extra CMake arguments for the build stage
-#     --base IMAGE        base image (default localhost/qsd-csi/debian:bookworm, made
-#                         here; with a registry: docker.io/library/debian:bookworm)
+#     --base IMAGE        base image (default localhost/qsd-csi/debian:bookworm; a
+#                         missing localhost/ image is made here with debootstrap;
+#                         with a registry: docker.io/library/debian:bookworm)
 #     --repo PREFIX       image name prefix (default localhost/qsd-csi)
 #     --only plugin|launcher   build one image
 #     --revision STR      org.opencontainers.image.revision label (default: git HEAD)
@@ -19,6 +20,8 @@
 #     --quiet             podman build output to a log file, not the terminal
 #
 # Prints, at the end, one line per image:  IMAGE <kind> <name> <id> <seconds>
+# The build stage is kept as PREFIX/qsd-csi-build:TAG (it is the layer cache
+# of the compile step; the one it replaces is removed).
 # Needs root and podman configured for this machine (scripts/setup.sh writes
 # /etc/containers/containers.conf: runc, cgroupfs, explicit ulimits).
 set -euo pipefail
@@ -79,7 +82,8 @@ exec 9>>"$lock"
 flock -w 3600 9 || { echo "build-images.sh: lock $lock busy for an hour" >&2; exit 1; }
 
 # ---- base image -------------------------------------------------------------------
-if [[ $base == localhost/qsd-csi/debian:bookworm ]] && ! podman image exists "$base"; then
+# A missing localhost/ base is made here (a registry's image is pulled).
+if [[ $base == localhost/* ]] && ! podman image exists "$base"; then
     command -v debootstrap >/dev/null || { echo "build-images.sh: debootstrap not installed (scripts/setup.sh)" >&2; exit 1; }
     t0=$(now)
     work=$(mktemp -d "${TMPDIR:-/tmp}/qsd-images.XXXXXX")
@@ -138,6 +142,32 @@ build() { # KIND NAME
     id=${id:0:12}
     results+=("IMAGE $kind $name $id $(secs "$t0")")
 }
+# The build stage (the same in both Containerfiles), tagged so that the one
+# built from older sources for this tag can be removed: each one holds a
+# whole build tree (~0.7 GB) that would otherwise pile up as an untagged
+# image on every source change.
+stage="$prefix/qsd-csi-build:$tag"
+old_stage=$(podman image inspect -f '{{.Id}}' "$stage" 2>/dev/null || true)
+t0=$(now)
+log "build stage $stage"
+stage_args=(build --layers --target build -f "$repo_root/deploy/images/plugin/Containerfile"
+    --ignorefile "$repo_root/deploy/images/plugin/Containerfile.dockerignore"
+    --build-arg "BASE_IMAGE=$base" --build-arg "CMAKE_ARGS=$cmake_args" "${extra[@]}"
+    -t "$stage" "$repo_root")
+if ((quiet)); then
+    logf=$(mktemp "${TMPDIR:-/tmp}/qsd-images-build.XXXXXX.log")
+    podman "${stage_args[@]}" >"$logf" 2>&1 || { tail -40 "$logf" >&2; echo "build-images.sh: build stage failed (log $logf)" >&2; exit 1; }
+    rm -f "$logf"
+else
+    podman "${stage_args[@]}" >&2
+fi
+new_stage=$(podman image inspect -f '{{.Id}}' "$stage")
+if [[ -n $old_stage && $old_stage != "$new_stage" ]] &&
+    [[ $(podman image inspect -f '{{len .RepoTags}}' "$old_stage" 2>/dev/null) == 0 ]]; then
+    podman rmi "$old_stage" >/dev/null 2>&1 || true
+fi
+log "build stage ready in $(secs "$t0") s"
+
 [[ $only == launcher ]] || build plugin "$prefix/qsd-csi-plugin:$tag"
 [[ $only == plugin ]] || build launcher "$prefix/qsd-vm-launcher:$tag"
 printf '%s\n' "${results[@]}"

@@ -49,7 +49,7 @@ def main():
     ap.add_argument("--build-images", default=None)
     ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("--write-secs", type=int,
-                    default=int(os.environ.get("QSD_CTR_WRITE_SECS", "15")))
+                    default=int(os.environ.get("QSD_CTR_WRITE_SECS", "10")))
     a = ap.parse_args()
     why = ctrlib.podman_usable()
     if why:
