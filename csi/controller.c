@@ -425,16 +425,6 @@ static void delete_finish(struct csi *c, struct vol *v)
     store_remove_vol(c->store, v);
 }
 
-static void delete_stopped(struct qsd *q, int status, const char *msg, void *opaque)
-{
-    struct op *op = opaque;
-    struct vol *v = op->vol;
-    op->vol = NULL;
-    delete_finish(op->csi, v);
-    grpc_call_reply_pb(op->call, &((Csi__V1__DeleteVolumeResponse)CSI__V1__DELETE_VOLUME_RESPONSE__INIT).base);
-    op_end(op);
-}
-
 static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
 {
     Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
@@ -455,26 +445,18 @@ static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__Delete
                        v->pubs[0].target);
         return;
     }
+    if (v->staging_path) {
+        /* A guest may still hold its disk: NodeUnstageVolume waits for it
+         * to let go, DeleteVolume would not. */
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "volume %s is staged at %s: unstage it first", v->id, v->staging_path);
+        return;
+    }
     v->phase = PHASE_DELETING;
     int r = store_save_vol(c->store, v);
     if (r < 0) {
         v->phase = PHASE_READY;
         grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
-        return;
-    }
-    if (v->qsd && v->staging_path) {
-        /* Staged but not published: nothing consumes it; stop its QSD. */
-        struct op *op = op_begin(c, call);
-        op->vol = v;
-        v->busy = true;
-        r = qsd_stop(v->qsd, delete_stopped, op);
-        if (r < 0) {
-            op->vol = NULL;
-            v->busy = false;
-            delete_finish(c, v);
-            grpc_call_reply_pb(call, &out.base);
-            op_end(op);
-        }
         return;
     }
     delete_finish(c, v);

@@ -13,6 +13,7 @@
 
 #define GRPC_PREFIX 5
 #define PATH_MAX_LEN 256
+#define OVER_BUDGET_MSG "the plugin's request buffers are full; retry"
 
 struct grpc_stream;
 
@@ -40,6 +41,7 @@ struct grpc_stream {
     uint8_t *body;         /* request bytes, prefix included */
     size_t body_len, body_cap;
     bool too_big;
+    bool over_budget;      /* the server's buffers were full */
     bool answered;         /* response submitted */
     struct grpc_call *call;
     uint8_t *resp;         /* response DATA payload (prefix + message) */
@@ -70,6 +72,7 @@ struct grpc_server {
     size_t n_tables;
     struct grpc_session *sessions;
     unsigned n_sessions;
+    size_t buffered;       /* sum of every stream's body_cap */
     bool draining;
 };
 
@@ -96,6 +99,7 @@ void grpc_limits_default(struct grpc_limits *ret)
         .max_header_list = 16u << 10,
         .max_deadline_ms = 10 * 60 * 1000,
         .max_output = 1u << 20,
+        .max_buffered = 64u << 20,
     };
 }
 
@@ -154,7 +158,7 @@ int grpc_server_new(const struct grpc_limits *lim, struct grpc_server **ret)
         grpc_limits_default(&srv->lim);
     if (srv->lim.max_message == 0 || srv->lim.max_streams == 0 ||
         srv->lim.max_connections == 0 || srv->lim.max_header_list == 0 ||
-        srv->lim.max_message > (1u << 30)) {
+        srv->lim.max_message > (1u << 30) || srv->lim.max_buffered < srv->lim.max_message) {
         free(srv);
         return -EINVAL;
     }
@@ -444,7 +448,8 @@ static void stream_dispatch(struct grpc_stream *st)
         char msg[96];
         snprintf(msg, sizeof(msg), "request message larger than max (%zu bytes)",
                  srv->lim.max_message);
-        stream_answer(st, GRPC_RESOURCE_EXHAUSTED, msg, m->path, m->log_level);
+        stream_answer(st, GRPC_RESOURCE_EXHAUSTED, st->over_budget ? OVER_BUDGET_MSG : msg,
+                      m->path, m->log_level);
         return;
     }
     if (st->body_len < GRPC_PREFIX) {
@@ -484,8 +489,11 @@ static void stream_refuse_early(struct grpc_stream *st)
     char msg[96];
     snprintf(msg, sizeof(msg), "request message larger than max (%zu bytes)",
              srv->lim.max_message);
-    stream_answer(st, GRPC_RESOURCE_EXHAUSTED, msg, m->path, m->log_level);
+    stream_answer(st, GRPC_RESOURCE_EXHAUSTED, st->over_budget ? OVER_BUDGET_MSG : msg, m->path,
+                  m->log_level);
 }
+
+size_t grpc_server_buffered(const struct grpc_server *srv) { return srv->buffered; }
 
 /* ------------------------------------------------------------ streams */
 
@@ -511,6 +519,7 @@ static void stream_free(struct grpc_stream *st)
     if (st->next)
         st->next->prev = st->prev;
     s->n_streams--;
+    s->srv->buffered -= st->body_cap;
     free(st->path);
     free(st->body);
     free(st->resp);
@@ -623,16 +632,24 @@ static int on_data_chunk_recv(nghttp2_session *h2, uint8_t flags, int32_t stream
         if (declared > s->srv->lim.max_message)
             st->too_big = true;
     }
+    size_t cap = st->body_cap;
+    if (!st->too_big && st->body_len + len > st->body_cap) {
+        cap = MAX(st->body_cap * 2, st->body_len + len);
+        cap = MIN(MAX(cap, (size_t)256), max);
+        /* One budget for every partial request of every connection. */
+        if (s->srv->buffered - st->body_cap + cap > s->srv->lim.max_buffered)
+            st->too_big = st->over_budget = true;
+    }
     if (st->too_big) {
+        s->srv->buffered -= st->body_cap;
         free(st->body);
         st->body = NULL;
         st->body_len = st->body_cap = 0;
         stream_refuse_early(st);
         return 0;
     }
-    if (st->body_len + len > st->body_cap) {
-        size_t cap = MAX(st->body_cap * 2, st->body_len + len);
-        cap = MIN(MAX(cap, (size_t)256), max);
+    if (cap != st->body_cap) {
+        s->srv->buffered += cap - st->body_cap;
         st->body = xrealloc(st->body, cap);
         st->body_cap = cap;
     }

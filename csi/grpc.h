@@ -74,6 +74,8 @@ struct grpc_limits {
     uint32_t max_header_list;    /* header bytes per request (default 16 KiB) */
     uint64_t max_deadline_ms;    /* cap on grpc-timeout and default deadline (10 min) */
     size_t max_output;           /* queued output per session before we stop reading (1 MiB) */
+    size_t max_buffered;         /* request bytes buffered across every stream of every
+                                    session (64 MiB): beyond, RESOURCE_EXHAUSTED */
 };
 void grpc_limits_default(struct grpc_limits *ret);
 
@@ -88,6 +90,8 @@ int grpc_server_add_methods(struct grpc_server *srv, const struct grpc_method *m
 void grpc_server_shutdown(struct grpc_server *srv);
 bool grpc_server_draining(const struct grpc_server *srv);
 unsigned grpc_server_sessions(const struct grpc_server *srv);
+/* Request bytes buffered now, across every session (<= max_buffered). */
+size_t grpc_server_buffered(const struct grpc_server *srv);
 /* Answer DEADLINE_EXCEEDED to every stream whose deadline is <= now_us. */
 void grpc_server_expire(struct grpc_server *srv, uint64_t now_us);
 /* Earliest pending deadline (CLOCK_MONOTONIC us), 0 if none. */

@@ -1,7 +1,13 @@
 /* grpc_unix.c: the unix-socket transport of the gRPC server, on the io_uring
  * loop.  One struct conn per accepted connection, each owning one
  * grpc_session; one loop timer for the earliest RPC deadline; one for the
- * shutdown grace period.  Non-blocking sockets only: nothing here waits. */
+ * shutdown grace period; one sweep (every second while connections exist)
+ * that closes connections that never sent their preface within
+ * HANDSHAKE_MS, or sat idle (no call in flight, nothing received) for
+ * IDLE_MS.  At the connection limit the longest-idle connection makes room
+ * for a new one, so idle peers cannot lock kubelet out.  A peer that
+ * half-closes (shutdown(SHUT_WR)) still gets its answers.  Non-blocking
+ * sockets only: nothing here waits. */
 #include "grpc.h"
 #include "loop.h"
 #include "util.h"
@@ -12,6 +18,9 @@
 
 #define READ_CHUNK 65536
 #define READS_PER_EVENT 8 /* fairness between connections */
+#define HANDSHAKE_MS 10000
+#define IDLE_MS (5 * 60 * 1000)
+#define SWEEP_MS 1000
 
 struct conn {
     struct grpc_listener *ln;
@@ -19,6 +28,9 @@ struct conn {
     struct loop_watch *watch;
     uint32_t events;
     struct grpc_session *sess;
+    uint64_t accepted_ms, active_ms;
+    bool got_bytes;        /* the peer sent something (its preface) */
+    bool read_eof;         /* the peer half-closed: answer, then close */
     struct conn *next, *prev;
 };
 
@@ -33,6 +45,7 @@ struct grpc_listener {
     struct loop_timer *deadline_timer;
     uint64_t deadline_at;
     struct loop_timer *grace_timer;
+    struct loop_timer *sweep_timer;
     grpc_drained_fn drained_cb;
     void *drained_opaque;
     bool shutting_down;
@@ -90,8 +103,11 @@ static bool conn_flush(struct conn *c)
     }
     if (!grpc_session_alive(c->sess))
         goto close;
+    if (c->read_eof && grpc_session_streams(c->sess) == 0 &&
+        grpc_session_pending_output(c->sess) == 0)
+        goto close; /* half-closed and every answer sent */
     uint32_t ev = 0;
-    if (grpc_session_want_read(c->sess))
+    if (!c->read_eof && grpc_session_want_read(c->sess))
         ev |= POLLIN;
     if (grpc_session_pending_output(c->sess) > 0)
         ev |= POLLOUT;
@@ -111,12 +127,22 @@ static void conn_io(struct loop *l, int fd, uint32_t revents, void *opaque)
 {
     struct conn *c = opaque;
     struct grpc_listener *ln = c->ln;
-    if (revents & (POLLIN | POLLERR | POLLHUP)) {
+    if ((revents & (POLLIN | POLLERR | POLLHUP)) && !c->read_eof) {
         uint8_t buf[READ_CHUNK];
         for (int i = 0; i < READS_PER_EVENT; i++) {
             ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
             if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 break;
+            if (n == 0 && !(revents & POLLERR) && grpc_session_streams(c->sess) > 0) {
+                /* Half-closed with calls in flight: they still get their
+                 * answers (conn_flush closes once they are sent). */
+                c->read_eof = true;
+                break;
+            }
+            if (n > 0) {
+                c->got_bytes = true;
+                c->active_ms = now_ms();
+            }
             if (n <= 0 || grpc_session_recv(c->sess, buf, (size_t)n) < 0) {
                 /* EOF, error, or protocol error: send what is queued (a
                  * GOAWAY) best effort, then close. */
@@ -148,6 +174,54 @@ static void session_wakeup(struct grpc_session *s, void *opaque)
     }
 }
 
+static void sweep(struct loop *l, void *opaque);
+
+static void sweep_arm(struct grpc_listener *ln)
+{
+    if (!ln->sweep_timer && ln->n_conns > 0)
+        ln->sweep_timer = loop_timer_add(ln->loop, SWEEP_MS, sweep, ln);
+}
+
+static bool conn_idle(const struct conn *c)
+{
+    return grpc_session_streams(c->sess) == 0 && grpc_session_pending_output(c->sess) == 0;
+}
+
+static void sweep(struct loop *l, void *opaque)
+{
+    struct grpc_listener *ln = opaque;
+    ln->sweep_timer = NULL;
+    uint64_t now = now_ms();
+    for (struct conn *c = ln->conns, *next; c; c = next) {
+        next = c->next;
+        const char *why = !c->got_bytes && now - c->accepted_ms > HANDSHAKE_MS
+                              ? "no preface within the handshake timeout"
+                          : conn_idle(c) && now - c->active_ms > IDLE_MS ? "idle"
+                                                                         : NULL;
+        if (why) {
+            log_info("grpc", "connection closed", "reason=\"%s\"", why);
+            conn_close(c);
+        }
+    }
+    listener_check_drained(ln);
+    sweep_arm(ln);
+}
+
+/* At the connection limit: close the connection idle the longest, if any
+ * is idle, to make room.  True when there is room now. */
+static bool make_room(struct grpc_listener *ln)
+{
+    struct conn *victim = NULL;
+    for (struct conn *c = ln->conns; c; c = c->next)
+        if (conn_idle(c) && (!victim || c->active_ms < victim->active_ms))
+            victim = c;
+    if (!victim)
+        return false;
+    log_info("grpc", "connection closed", "reason=\"the longest idle, to make room for a new one\"");
+    conn_close(victim);
+    return true;
+}
+
 static void accept_cb(struct loop *l, int fd, uint32_t revents, void *opaque)
 {
     struct grpc_listener *ln = opaque;
@@ -161,7 +235,10 @@ static void accept_cb(struct loop *l, int fd, uint32_t revents, void *opaque)
         struct conn *c = xcalloc(1, sizeof(*c));
         c->ln = ln;
         c->fd = cfd;
+        c->accepted_ms = c->active_ms = now_ms();
         int r = grpc_session_new(ln->srv, session_wakeup, c, &c->sess);
+        if (r == -EUSERS && make_room(ln))
+            r = grpc_session_new(ln->srv, session_wakeup, c, &c->sess);
         if (r < 0) {
             log_warn("grpc", "connection refused", "reason=%s", strerror(-r));
             close(cfd);
@@ -175,6 +252,7 @@ static void accept_cb(struct loop *l, int fd, uint32_t revents, void *opaque)
             ln->conns->prev = c;
         ln->conns = c;
         ln->n_conns++;
+        sweep_arm(ln);
     }
 }
 
@@ -295,6 +373,7 @@ void grpc_listener_free(struct grpc_listener *ln)
         conn_close(ln->conns);
     loop_timer_cancel(ln->deadline_timer);
     loop_timer_cancel(ln->grace_timer);
+    loop_timer_cancel(ln->sweep_timer);
     free(ln->path);
     free(ln);
 }

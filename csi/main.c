@@ -16,6 +16,8 @@
 #include <libgen.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
 
 #define SHUTDOWN_GRACE_MS 5000
 #define SOCKET_MODE 0660
@@ -268,6 +270,24 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
     return -1; /* go on */
 }
 
+/* The kernel features the plugin's safety rests on: openat2 (5.6) and
+ * mount_setattr (5.12; STATX_ATTR_MOUNT_ROOT came in 5.8).  Probed with
+ * calls that fail at once (bad fd) where the syscall exists. */
+static int kernel_check(void)
+{
+    struct utsname u;
+    if (syscall(SYS_openat2, -1, "", NULL, 0) < 0 && errno == ENOSYS)
+        goto old;
+    if (syscall(SYS_mount_setattr, -1, "", 0, NULL, 0) < 0 && errno == ENOSYS)
+        goto old;
+    return 0;
+old:
+    uname(&u);
+    fprintf(stderr, "qsd-csi-plugin: needs Linux 5.12 or later (openat2, mount_setattr); this "
+                    "kernel is %s\n", u.release);
+    return -ENOSYS;
+}
+
 static void plugin_free(struct plugin *pl)
 {
     grpc_listener_free(pl->ln);
@@ -287,6 +307,8 @@ int main(int argc, char **argv)
     int r = parse_args(argc, argv, &pl.cfg, &hostname);
     if (r >= 0)
         return r;
+    if (kernel_check() < 0)
+        return 1;
 
     int ret = 1;
     sigset_t mask;

@@ -330,6 +330,13 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     struct op *op = opaque;
     struct csi *c = op->csi;
     struct vol *v = op->vol;
+    if (status < 0) {
+        /* Still running (stuck after SIGKILL): nothing is undone, kubelet
+         * retries. */
+        grpc_call_fail(op->call, GRPC_UNAVAILABLE, "%s", msg ? msg : strerror(-status));
+        op_end(op);
+        return;
+    }
     qsd_free(v->qsd);
     v->qsd = NULL;
     csi_remove_runtime(c, v->id);
@@ -654,6 +661,10 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     _cleanup_free_ char *m = NULL;
     if (!v->staging_path) {
         m = xstrdup("not staged");
+    } else if (v->qsd && qsd_crash_looping(v->qsd)) {
+        cond.abnormal = true;
+        m = xasprintf("qemu-storage-daemon of volume %s keeps dying at start (crash loop, retried "
+                      "every 30 s); last exit: %s", v->id, qsd_last_death(v->qsd));
     } else if (!vol_live(v)) {
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s is not running (being restarted)", v->id);

@@ -18,9 +18,10 @@ static int varint(const uint8_t **p, const uint8_t *end, uint64_t *ret)
     return -1;
 }
 
-/* 1: found (path in *ret_field), 0: clean, -1: malformed (left to the decoder). */
+/* 1: found (path in *ret_field), 2: too many fields, 0: clean, -1:
+ * malformed (left to the decoder). */
 static int walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
-                unsigned depth, char **ret_field)
+                unsigned depth, size_t *fields, char **ret_field)
 {
     if (depth > PBCHECK_MAX_DEPTH)
         return -1;
@@ -28,6 +29,8 @@ static int walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uin
         uint64_t tag, n;
         if (varint(&p, end, &tag) < 0)
             return -1;
+        if (++*fields > PBCHECK_MAX_FIELDS)
+            return 2;
         switch (tag & 7) {
         case 0: /* varint */
             if (varint(&p, end, &n) < 0)
@@ -64,7 +67,7 @@ static int walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uin
         }
         if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
             char *sub = NULL;
-            int r = walk(f->descriptor, v, v + n, depth + 1, &sub);
+            int r = walk(f->descriptor, v, v + n, depth + 1, fields, &sub);
             if (r == 1) {
                 *ret_field = xasprintf("%s.%s", f->name, sub);
                 free(sub);
@@ -80,9 +83,11 @@ int pb_check_strings(const ProtobufCMessageDescriptor *d, const uint8_t *buf, si
                      char **ret_field)
 {
     char *field = NULL;
-    if (walk(d, buf, buf + len, 0, &field) == 1) {
+    size_t fields = 0;
+    int r = walk(d, buf, buf + len, 0, &fields, &field);
+    if (r == 1) {
         *ret_field = field;
         return -EINVAL;
     }
-    return 0;
+    return r == 2 ? -E2BIG : 0;
 }

@@ -44,6 +44,15 @@ void op_end(struct op *op)
 
 int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done)
 {
+    size_t n = 0;
+    for (struct op *o = op->csi->ops; o; o = o->next)
+        n += o->worker != NULL;
+    if (n >= CSI_MAX_WORKERS) {
+        grpc_call_fail(op->call, GRPC_RESOURCE_EXHAUSTED,
+                       "%zu operations are running in worker processes already; retry", n);
+        op_end(op);
+        return -EBUSY;
+    }
     int r = worker_start(op->csi->loop, fn, op, timeout_ms, done, op, &op->worker);
     if (r < 0) {
         grpc_call_fail(op->call, GRPC_INTERNAL, "cannot start a worker process: %s", strerror(-r));
@@ -56,7 +65,13 @@ ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMess
                                      const uint8_t *req, size_t len)
 {
     _cleanup_free_ char *field = NULL;
-    if (pb_check_strings(d, req, len, &field) < 0) {
+    int r = pb_check_strings(d, req, len, &field);
+    if (r == -E2BIG) {
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "the request has more than %d fields",
+                       PBCHECK_MAX_FIELDS);
+        return NULL;
+    }
+    if (r < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s contains a NUL byte", field);
         return NULL;
     }
@@ -186,9 +201,12 @@ int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
 
 static void qsd_event(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque)
 {
-    static const char *const names[] = {"ready", "died", "restarted", "start failed", "stopped"};
+    static const char *const names[] = {"ready", "died", "restarted", "start failed", "stopped",
+                                        "crash loop: retried every 30 s"};
     _cleanup_free_ char *d = detail ? log_quote(detail) : NULL;
-    if (ev == QSD_EV_DIED || ev == QSD_EV_START_FAILED)
+    if (ev == QSD_EV_CRASH_LOOP)
+        log_error("qsd", names[ev], "volume=%s detail=%s", qsd_get_volume(q), d ? d : "-");
+    else if (ev == QSD_EV_DIED || ev == QSD_EV_START_FAILED)
         log_warn("qsd", names[ev], "volume=%s detail=%s", qsd_get_volume(q), d ? d : "-");
     else
         log_info("qsd", names[ev], "volume=%s pid=%d restarts=%u", qsd_get_volume(q),

@@ -56,8 +56,10 @@ void csi_free(struct csi *c);
 struct op *op_begin(struct csi *c, struct grpc_call *call);
 /* Release busy flags, unlink and free.  The call must have been completed. */
 void op_end(struct op *op);
-/* Run fn in a worker; done runs on the loop.  On failure to fork, the call
- * is failed and the op ended (returns < 0). */
+/* Run fn in a worker; done runs on the loop.  At most CSI_MAX_WORKERS at a
+ * time (RESOURCE_EXHAUSTED beyond).  On failure, the call is failed and the
+ * op ended (returns < 0). */
+#define CSI_MAX_WORKERS 16
 int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done);
 
 /* Remove a volume's export and control directories (qsd_remove_runtime),

@@ -60,6 +60,23 @@ static int open_parent(int dfd, const char *rel, int *ret_pfd, bool *ret_own, co
     return 0;
 }
 
+/* rmdir of rel beneath dfd (its parent opened without following symlinks);
+ * missing is not an error. */
+static int rmdir_beneath(int dfd, const char *rel)
+{
+    int pfd;
+    bool own;
+    const char *base;
+    int r = open_parent(dfd, rel, &pfd, &own, &base);
+    if (r < 0)
+        return r == -ENOENT ? 0 : r;
+    if (unlinkat(pfd, base, AT_REMOVEDIR) < 0 && errno != ENOENT)
+        r = -errno;
+    if (own)
+        close(pfd);
+    return r;
+}
+
 int fsat_mkdirs(int dfd, const char *rel, unsigned mode, int *ret_fd)
 {
     _cleanup_free_ char *p = xstrdup(rel);
@@ -204,19 +221,7 @@ int fsat_unmount(int dfd, const char *rel)
 int fsat_unmount_rmdir(int dfd, const char *rel)
 {
     int r = fsat_unmount(dfd, rel);
-    if (r < 0)
-        return r;
-    int pfd;
-    bool own;
-    const char *base;
-    r = open_parent(dfd, rel, &pfd, &own, &base);
-    if (r < 0)
-        return r == -ENOENT ? 0 : r;
-    if (unlinkat(pfd, base, AT_REMOVEDIR) < 0 && errno != ENOENT)
-        r = -errno;
-    if (own)
-        close(pfd);
-    return r;
+    return r < 0 ? r : rmdir_beneath(dfd, rel);
 }
 
 int fsat_remove_dir(int dfd, const char *rel, const char *const *names)
@@ -229,14 +234,5 @@ int fsat_remove_dir(int dfd, const char *rel, const char *const *names)
         return r;
     for (size_t i = 0; names && names[i]; i++)
         (void)unlinkat(fd, names[i], 0); /* a directory there is left: ENOTEMPTY below */
-    int pfd;
-    bool own;
-    const char *base;
-    if ((r = open_parent(dfd, rel, &pfd, &own, &base)) < 0)
-        return r;
-    if (unlinkat(pfd, base, AT_REMOVEDIR) < 0 && errno != ENOENT)
-        r = -errno;
-    if (own)
-        close(pfd);
-    return r;
+    return rmdir_beneath(dfd, rel);
 }

@@ -67,42 +67,108 @@ char *log_quote(const char *v)
     return out;
 }
 
-/* Split "k=v k2=v2" produced by the caller into JSON members.  Values that
- * contain spaces must have been produced with log_quote (double quotes). */
-static void append_json_fields(FILE *f, const char *kv)
+/* The caller's "k=v k2=\"v 2\"" as pairs.  A value is either quoted
+ * (log_quote's escapes are undone) or runs to the next " key=": a word
+ * without '=' belongs to the value before it, so an unquoted value with
+ * spaces (a strerror text) is kept whole. */
+struct kv {
+    char *key, *val;
+};
+
+static size_t parse_kv(const char *s, struct kv **ret)
 {
-    const char *p = kv;
-    while (*p) {
+    struct kv *v = NULL;
+    size_t n = 0;
+    const char *p = s;
+    for (;;) {
         while (*p == ' ')
             p++;
-        const char *eq = strchr(p, '=');
-        if (!eq)
+        if (!*p)
             break;
-        fprintf(f, ",\"%.*s\":", (int)(eq - p), p);
-        p = eq + 1;
-        if (*p == '"') {
-            const char *s = ++p;
-            while (*p && *p != '"') {
-                if (*p == '\\' && p[1])
-                    p++;
-                p++;
+        const char *eq = p;
+        while (*eq && *eq != '=' && *eq != ' ')
+            eq++;
+        if (*eq != '=' || eq == p) {
+            /* a word without key: continues the previous value */
+            const char *e = strchr(p, ' ');
+            size_t wl = e ? (size_t)(e - p) : strlen(p);
+            if (n) {
+                char *nv = xasprintf("%s %.*s", v[n - 1].val, (int)wl, p);
+                free(v[n - 1].val);
+                v[n - 1].val = nv;
             }
-            fprintf(f, "\"%.*s\"", (int)(p - s), s);
+            p += wl;
+            continue;
+        }
+        v = xrealloc(v, (n + 1) * sizeof(*v));
+        v[n].key = xstrndup(p, (size_t)(eq - p));
+        p = eq + 1;
+        char *out = xmalloc(strlen(p) + 1), *o = out;
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++) {
+                if (*p == '\\' && p[1]) {
+                    p++;
+                    if (*p == 'n')
+                        *o++ = '\n';
+                    else if (*p == 't')
+                        *o++ = '\t';
+                    else if (*p == 'x' && p[1] && p[2]) {
+                        char hex[3] = {p[1], p[2], 0};
+                        *o++ = (char)strtol(hex, NULL, 16);
+                        p += 2;
+                    } else
+                        *o++ = *p;
+                } else {
+                    *o++ = *p;
+                }
+            }
             if (*p)
                 p++;
         } else {
-            const char *s = p;
             while (*p && *p != ' ')
-                p++;
-            fputc('"', f);
-            for (const char *q = s; q < p; q++) {
-                if (*q == '"' || *q == '\\')
-                    fputc('\\', f);
-                fputc(*q, f);
-            }
-            fputc('"', f);
+                *o++ = *p++;
         }
+        *o = '\0';
+        v[n++].val = out;
     }
+    *ret = v;
+    return n;
+}
+
+static bool is_json_number(const char *s)
+{
+    const char *p = s;
+    if (*p == '-')
+        p++;
+    if (*p == '0')
+        p++;
+    else if (*p >= '1' && *p <= '9')
+        while (*p >= '0' && *p <= '9')
+            p++;
+    else
+        return false;
+    if (*p == '.') {
+        p++;
+        if (!(*p >= '0' && *p <= '9'))
+            return false;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    return *p == '\0' && p - s < 20;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < ' ' || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
 }
 
 void log_emit(enum log_level level, const char *comp, const char *msg, const char *fmt, ...)
@@ -128,26 +194,36 @@ void log_emit(enum log_level level, const char *comp, const char *msg, const cha
     FILE *f = open_memstream(&line, &len);
     if (!f)
         return;
+    struct kv *kvs = NULL;
+    size_t nkv = kv ? parse_kv(kv, &kvs) : 0;
     if (log_format == LOG_FORMAT_JSON) {
-        fprintf(f, "{\"ts\":\"%s\",\"level\":\"%s\",\"comp\":\"%s\",\"msg\":", ts,
-                level_names[level], comp);
-        fputc('"', f);
-        for (const char *p = msg; *p; p++) {
-            if (*p == '"' || *p == '\\')
-                fputc('\\', f);
-            if ((unsigned char)*p < ' ')
-                fprintf(f, "\\u%04x", *p);
+        fprintf(f, "{\"ts\":\"%s\",\"level\":\"%s\",\"comp\":", ts, level_names[level]);
+        json_string(f, comp);
+        fputs(",\"msg\":", f);
+        json_string(f, msg);
+        for (size_t i = 0; i < nkv; i++) {
+            fputc(',', f);
+            json_string(f, kvs[i].key);
+            fputc(':', f);
+            if (is_json_number(kvs[i].val))
+                fputs(kvs[i].val, f);
             else
-                fputc(*p, f);
+                json_string(f, kvs[i].val);
         }
-        fputc('"', f);
-        if (kv)
-            append_json_fields(f, kv);
         fputs("}\n", f);
     } else {
-        fprintf(f, "ts=%s level=%s comp=%s msg=%s%s%s\n", ts, level_names[level], comp, qmsg,
-                kv && *kv ? " " : "", kv ? kv : "");
+        fprintf(f, "ts=%s level=%s comp=%s msg=%s", ts, level_names[level], comp, qmsg);
+        for (size_t i = 0; i < nkv; i++) {
+            _cleanup_free_ char *q = log_quote(kvs[i].val);
+            fprintf(f, " %s=%s", kvs[i].key, q);
+        }
+        fputc('\n', f);
     }
+    for (size_t i = 0; i < nkv; i++) {
+        free(kvs[i].key);
+        free(kvs[i].val);
+    }
+    free(kvs);
     fclose(f);
     (void)!write(STDERR_FILENO, line, len);
     free(line);

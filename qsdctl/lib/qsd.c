@@ -535,6 +535,15 @@ int qsd_stop_orphans(const struct qsd_config *cfg,
 
 enum qsd_state { QS_IDLE, QS_STARTING, QS_RUNNING, QS_BACKOFF, QS_STOPPING, QS_STOPPED };
 
+/* A QSD that died this many times within CRASH_WINDOW_MS of its start, in a
+ * row, is in a crash loop: retried every CRASH_LOOP_RETRY_MS only. */
+#define CRASH_LOOP_AFTER 5
+#define CRASH_WINDOW_MS 10000
+#define CRASH_LOOP_RETRY_MS 30000
+/* After SIGKILL, how long a process may take to go (D state) before the stop
+ * is reported as failed. */
+#define KILL_WAIT_MS 5000
+
 struct qsd {
     struct loop *loop;
     struct qsd_config cfg;
@@ -560,6 +569,8 @@ struct qsd {
     qsd_event_cb event_cb;
     void *event_opaque;
     int exec_fd;                /* exec error of the last spawn (proc_spawn), until ready */
+    char *last_death;           /* "pid=... last_log=..." of the last unexpected exit */
+    bool killed;                /* SIGKILL sent by a stop */
 };
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
@@ -606,6 +617,7 @@ void qsd_free(struct qsd *q)
     loop_timer_cancel(q->timer);
     qmp_close(q->qmp);
     free(q->fail_msg);
+    free(q->last_death);
     free((char *)q->cfg.run_dir);
     free((char *)q->cfg.binary);
     free(q->volume);
@@ -619,6 +631,11 @@ const struct qsd_opts *qsd_get_opts(struct qsd *q) { return &q->opts; }
 const char *qsd_get_volume(struct qsd *q) { return q->volume; }
 pid_t qsd_get_pid(struct qsd *q) { return q->pid; }
 bool qsd_running(struct qsd *q) { return q->state == QS_RUNNING; }
+bool qsd_crash_looping(struct qsd *q)
+{
+    return q->state == QS_BACKOFF && q->recent_failures >= CRASH_LOOP_AFTER;
+}
+const char *qsd_last_death(struct qsd *q) { return q->last_death; }
 bool qsd_idle(struct qsd *q) { return q->state == QS_IDLE || q->state == QS_STOPPED; }
 unsigned qsd_restart_count(struct qsd *q) { return q->restarts; }
 void qsd_set_supervised(struct qsd *q, bool on) { q->supervised = on; }
@@ -649,11 +666,21 @@ static void finish(struct qsd *q, int status, const char *msg)
 
 /* The last line the current QSD logged (after the last spawn marker): its own
  * error message when it fails to start. */
+#define LOG_TAIL_READ 8192
+
 static char *log_tail(const struct qsd_paths *p)
 {
-    _cleanup_free_ char *data = NULL;
-    if (read_file(p->log, 4 * LOG_MAX, &data, NULL) < 0)
+    /* Only the end of the file: one bounded read, whatever its size. */
+    _cleanup_close_ int fd = open(p->log, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
         return xstrdup("(no log)");
+    off_t off = st.st_size > LOG_TAIL_READ ? st.st_size - LOG_TAIL_READ : 0;
+    char data[LOG_TAIL_READ + 1];
+    ssize_t n = pread(fd, data, LOG_TAIL_READ, off);
+    if (n < 0)
+        return xstrdup("(no log)");
+    data[n] = '\0';
     const char *start = data, *m;
     while ((m = strstr(start, LOG_MARK)))
         start = m + strlen(LOG_MARK);
@@ -943,6 +970,8 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
                  : log_tail(&q->paths);
     char d[700];
     snprintf(d, sizeof(d), "pid=%d last_log=%s", (int)dead, tail);
+    free(q->last_death);
+    q->last_death = xstrdup(d);
     bool was_starting = q->state == QS_STARTING;
     emit(q, QSD_EV_DIED, d);
 
@@ -963,14 +992,20 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
         emit(q, QSD_EV_STOPPED, "not restarted: desired state is stopped");
         return;
     }
-    /* Back off only when it keeps dying quickly. */
+    /* Back off only when it keeps dying quickly; past CRASH_LOOP_AFTER
+     * quick deaths in a row it is a crash loop: reported, retried slowly. */
     uint64_t delay = 0;
-    if (now_ms() - q->started_at_ms < 10000) {
+    if (now_ms() - q->started_at_ms < CRASH_WINDOW_MS) {
         if (q->recent_failures > 0)
             delay = MIN(100u << MIN(q->recent_failures - 1, 6u), 5000u);
         q->recent_failures++;
     } else {
         q->recent_failures = 0;
+    }
+    if (q->recent_failures >= CRASH_LOOP_AFTER) {
+        delay = CRASH_LOOP_RETRY_MS;
+        if (q->recent_failures == CRASH_LOOP_AFTER)
+            emit(q, QSD_EV_CRASH_LOOP, d);
     }
     q->state = QS_BACKOFF;
     q->timer = loop_timer_add(q->loop, delay, restart_now, q);
@@ -1065,10 +1100,23 @@ static void on_stop_deadline(struct loop *l, void *opaque)
 {
     struct qsd *q = opaque;
     q->timer = NULL;
-    log_warn("qsd", "did not quit in time, killing", "volume=%s pid=%d", q->volume, (int)q->pid);
-    pidfd_signal(q->pidfd, SIGKILL);
-    /* Bound the wait for the kill too: a process in D state may linger. */
-    q->timer = NULL;
+    if (!q->killed) {
+        log_warn("qsd", "did not quit in time, killing", "volume=%s pid=%d", q->volume,
+                 (int)q->pid);
+        pidfd_signal(q->pidfd, SIGKILL);
+        q->killed = true;
+        /* Bound the wait for the kill too: a process in D state lingers. */
+        q->timer = loop_timer_add(q->loop, KILL_WAIT_MS, on_stop_deadline, q);
+        return;
+    }
+    /* Still there: stuck in the kernel.  The stop fails (the caller may try
+     * again); the pidfd stays watched, its exit still finishes the stop. */
+    _cleanup_free_ char *msg =
+        xasprintf("qemu-storage-daemon pid %d of volume %s did not exit %u ms after SIGKILL "
+                  "(stuck in the kernel: a hung disk or network storage?)",
+                  (int)q->pid, q->volume, KILL_WAIT_MS);
+    log_error("qsd", "did not die after SIGKILL", "volume=%s pid=%d", q->volume, (int)q->pid);
+    finish(q, -ETIMEDOUT, msg);
 }
 
 static void on_quit_reply(struct qmp *qmp, const struct qmp_reply *r, void *opaque)
@@ -1105,7 +1153,16 @@ int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque)
     }
     q->done = done;
     q->done_opaque = opaque;
+    if (q->state == QS_STOPPING && q->killed) {
+        /* A stop that already failed once: kill again, wait again. */
+        pidfd_signal(q->pidfd, SIGKILL);
+        q->timer = loop_timer_add(q->loop, KILL_WAIT_MS, on_stop_deadline, q);
+        return 0;
+    }
     q->state = QS_STOPPING;
+    q->killed = false;
+    qmp_close(q->qmp);
+    q->qmp = NULL;
     r = qmp_connect(q->loop, q->paths.qmp, q->cfg.stop_timeout_ms, on_stop_qmp, q, &q->qmp);
     if (r < 0)
         pidfd_signal(q->pidfd, SIGTERM);

@@ -86,7 +86,8 @@ int qsd_remove_runtime(const char *run_dir, const char *volume);
 
 /* ---- a live QSD ---- */
 struct qsd;
-enum qsd_event { QSD_EV_READY, QSD_EV_DIED, QSD_EV_RESTARTED, QSD_EV_START_FAILED, QSD_EV_STOPPED };
+enum qsd_event { QSD_EV_READY, QSD_EV_DIED, QSD_EV_RESTARTED, QSD_EV_START_FAILED, QSD_EV_STOPPED,
+                 QSD_EV_CRASH_LOOP };
 typedef void (*qsd_event_cb)(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque);
 /* status 0 or negative errno; msg says what happened (may be NULL on success). */
 typedef void (*qsd_done_cb)(struct qsd *q, int status, const char *msg, void *opaque);
@@ -108,6 +109,10 @@ const struct qsd_opts *qsd_get_opts(struct qsd *q);
 const char *qsd_get_volume(struct qsd *q);
 pid_t qsd_get_pid(struct qsd *q);
 bool qsd_running(struct qsd *q);
+/* Died quickly several times in a row: retried only every 30 s. */
+bool qsd_crash_looping(struct qsd *q);
+/* "pid=N last_log=..." of its last unexpected exit, or NULL. */
+const char *qsd_last_death(struct qsd *q);
 /* Neither running nor on its way (never started, or stopped for good). */
 bool qsd_idle(struct qsd *q);
 unsigned qsd_restart_count(struct qsd *q);
@@ -130,7 +135,9 @@ int qsd_adopt(struct qsd *q);
 int qsd_stop_orphans(const struct qsd_config *cfg,
                      bool (*keep)(const char *volume, pid_t pid, void *arg), void *arg);
 /* Mark desired=stopped, ask QSD to quit over QMP, SIGKILL after the bound,
- * remove the socket and the metadata.  done is called when the process is gone. */
+ * remove the socket and the metadata.  done is called when the process is
+ * gone, or with -ETIMEDOUT when it is still there 5 s after SIGKILL (stuck in
+ * the kernel; calling qsd_stop again kills and waits again). */
 int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque);
 
 /* Change the group that may connect (export directory, socket, metadata)

@@ -17,7 +17,7 @@ struct worker {
     struct loop_timer *timer;
     char *buf;
     size_t len;
-    bool pipe_eof, exited, timed_out;
+    bool pipe_eof, exited, timed_out, kill_expired;
     worker_done done;
     void *opaque;
 };
@@ -70,9 +70,15 @@ static void worker_free(struct worker *w)
     free(w);
 }
 
+/* After a timeout's SIGKILL, how long the child may take to go before the
+ * operation is reported anyway (a child stuck in the kernel). */
+#define KILL_WAIT_MS 5000
+
 static void maybe_finish(struct worker *w)
 {
-    if (!w->timed_out && !(w->exited && w->pipe_eof))
+    /* A timed-out child is reported only once it is gone (or the bound
+     * after SIGKILL passed): a late rename of its would land after done. */
+    if (w->timed_out ? !(w->exited || w->kill_expired) : !(w->exited && w->pipe_eof))
         return;
     int status = -EIO;
     const char *msg = NULL;
@@ -135,8 +141,14 @@ static void on_timeout(struct loop *l, void *opaque)
 {
     struct worker *w = opaque;
     w->timer = NULL;
-    w->timed_out = true;
-    maybe_finish(w); /* worker_free kills and reaps the child */
+    if (w->timed_out) {
+        w->kill_expired = true;
+    } else {
+        w->timed_out = true;
+        pidfd_signal(w->pidfd, SIGKILL);
+        w->timer = loop_timer_add(l, KILL_WAIT_MS, on_timeout, w);
+    }
+    maybe_finish(w); /* worker_free reaps the child, or parks it */
 }
 
 struct child {

@@ -6,7 +6,9 @@
  * runs fn and sends back its status, message and JSON result over a pipe; the
  * parent watches the pipe and the child's pidfd on its loop and calls done
  * exactly once (unless cancelled).  Every worker has a deadline after which
- * it is killed and done gets -ETIMEDOUT.  No threads. */
+ * it is killed and done gets -ETIMEDOUT, once the child is gone (or 5 s
+ * after the kill if it is stuck in the kernel): nothing the child does lands
+ * after done.  No threads. */
 #pragma once
 
 #include <jansson.h>

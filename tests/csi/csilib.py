@@ -35,6 +35,47 @@ SERVICES = {
 }
 
 
+# Lines of the plugin's log that are neither valid logfmt nor valid JSON
+# (checked at cleanup of every test; run_main fails the test on any).
+LOG_ERRORS = []
+_LOGFMT = None
+
+
+def check_log_line(line):
+    """None if line is a valid log line of ours, else why not.  logfmt:
+    key=value pairs (values bare or double-quoted with backslash escapes),
+    starting ts, level, comp, msg.  JSON: an object with those keys whose
+    numeric-looking values are numbers, not strings."""
+    import json
+    import re
+    global _LOGFMT
+    line = line.rstrip("\n")
+    if line.startswith("{"):
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            return "invalid JSON: %s" % e
+        if list(obj)[:4] != ["ts", "level", "comp", "msg"]:
+            return "JSON line does not start with ts, level, comp, msg"
+        for k, v in obj.items():
+            if isinstance(v, str) and re.fullmatch(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", v) and \
+                    len(v) < 20:
+                return "JSON value %s=%r is a number written as a string" % (k, v)
+        return None
+    if _LOGFMT is None:
+        _LOGFMT = re.compile(r'([^ ="]+)=("(?:\\.|[^"\\])*"|[^ "]*)( |$)')
+    pos, keys = 0, []
+    while pos < len(line):
+        m = _LOGFMT.match(line, pos)
+        if not m:
+            return "invalid logfmt at column %d" % pos
+        keys.append(m.group(1))
+        pos = m.end()
+    if keys[:4] != ["ts", "level", "comp", "msg"]:
+        return "logfmt line does not start with ts, level, comp, msg"
+    return None
+
+
 def skip(why):
     print("SKIP: " + why)
     sys.exit(77)
@@ -229,6 +270,15 @@ class Env:
             pass
         for mp in sorted(mounts, key=len, reverse=True):
             subprocess.run(["umount", "-l", mp], check=False)
+        try:
+            with open(os.path.join(self.root, "plugin.log"), errors="replace") as f:
+                for n, line in enumerate(f, 1):
+                    why = check_log_line(line) if line.startswith(("ts=", "{")) else \
+                        "not a log line"
+                    if why and "Sanitizer" not in line:
+                        LOG_ERRORS.append("plugin.log:%d: %s: %s" % (n, why, line.strip()[:300]))
+        except OSError:
+            pass
         for pid in set(self.qsd_pids().values()) | set(self.running_qsds()):
             try:
                 with open("/proc/%d/cmdline" % pid, "rb") as f:
@@ -269,6 +319,10 @@ def is_mount_point(path):
 def run_main(fn):
     try:
         fn()
+        if LOG_ERRORS:
+            print("FAIL: the plugin logged %d invalid lines:\n%s" %
+                  (len(LOG_ERRORS), "\n".join(LOG_ERRORS[:20])))
+            return 1
         return 0
     except SystemExit:
         raise

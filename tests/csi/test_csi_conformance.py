@@ -522,10 +522,17 @@ def run(env):
                                                     staging_target_path=lstg), timeout=T)
     print("ok pending expansion applied offline at the next NodeStageVolume")
 
-    # Staged (not published) volumes can be deleted: the QSD is stopped.
+    # A staged volume is not deleted (a guest may hold it: NodeUnstage waits
+    # for the guest, DeleteVolume would not); after NodeUnstage it is.
     c.NodeStageVolume(stage_req(vid="pvc-clone", capab=cap), timeout=T)
+    expect_code(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id="pvc-clone"),
+                C.FAILED_PRECONDITION, "delete a staged volume")
+    assert os.path.exists(os.path.join(env.run, "exports", "pvc-clone", "vhost.sock"))
+    c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id="pvc-clone",
+                                                    staging_target_path=stg), timeout=T)
     c.DeleteVolume(pb.DeleteVolumeRequest(volume_id="pvc-clone"), timeout=T)
     assert not os.path.exists(os.path.join(env.run, "exports", "pvc-clone"))
+    print("ok DeleteVolume of a staged volume is FAILED_PRECONDITION, after unstage OK")
     for vid in ("pvc-a", "pvc-lim", "pvc-restored", "pvc-restored-big", "pvc-after",
                 "pvc-live-clone"):
         c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=T)

@@ -97,7 +97,7 @@ def main():
     start = env.start
 
     def start_plugin():
-        return start(["--qsd-cgroup", group])
+        return start(["--qsd-cgroup", group, "--log-format", "json"])
     env.start = start_plugin
     try:
         c = env.start()

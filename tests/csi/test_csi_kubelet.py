@@ -59,7 +59,7 @@ def main():
 
 
 def run(env, qsdctl):
-    c = env.start()
+    c = env.start(["--log-format", "json"])  # the JSON log is checked at cleanup
     pb = env.pb
     T = csilib.CALL_TIMEOUT
     k = env.kubelet

@@ -186,6 +186,17 @@ static void test_pbcheck(void **state)
     assert_int_equal(pb_check_strings(&csi__v1__delete_volume_request__descriptor, trunc,
                                       sizeof(trunc), &f), 0);
     assert_null(f);
+    /* 100000 empty volume_capabilities (field 3): a 200 KB request that
+     * protobuf-c would turn into 100000 structures */
+    size_t n = 100000;
+    uint8_t *many = malloc(2 * n);
+    for (size_t i = 0; i < n; i++)
+        many[2 * i] = 0x1a, many[2 * i + 1] = 0;
+    assert_int_equal(pb_check_strings(&csi__v1__create_volume_request__descriptor, many, 2 * n,
+                                      &f), -E2BIG);
+    assert_int_equal(pb_check_strings(&csi__v1__create_volume_request__descriptor, many, 2000,
+                                      &f), 0);
+    free(many);
 }
 
 static void test_paths(void **state)

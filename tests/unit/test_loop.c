@@ -132,11 +132,21 @@ struct wres {
     int status;
     char msg[128];
     json_int_t value;
+    char child_state; /* of the busy child when done ran ('Z' or 0: gone) */
 };
+
+static pid_t g_busy_pid;
 
 static void on_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct wres *r = opaque;
+    if (g_busy_pid) {
+        char p[64];
+        _cleanup_free_ char *st = NULL;
+        snprintf(p, sizeof(p), "/proc/%d/stat", (int)g_busy_pid);
+        if (read_file(p, 4096, &st, NULL) == 0 && strrchr(st, ')'))
+            r->child_state = strrchr(st, ')')[2];
+    }
     r->done = true;
     r->status = status;
     snprintf(r->msg, sizeof(r->msg), "%s", msg ? msg : "");
@@ -164,6 +174,17 @@ static int work_hang(void *arg, char **ret_msg, json_t **ret_result)
 static int work_crash(void *arg, char **ret_msg, json_t **ret_result)
 {
     _exit(3);
+}
+
+/* Busy, not sleeping: tells its pid through a pipe, then spins. */
+static int work_busy(void *arg, char **ret_msg, json_t **ret_result)
+{
+    pid_t me = getpid();
+    (void)!write((int)(intptr_t)arg, &me, sizeof(me));
+    volatile int spin = 1;
+    while (spin)
+        ;
+    return 0;
 }
 
 static void run_worker(worker_fn fn, void *arg, uint64_t timeout, struct wres *r)
@@ -195,6 +216,26 @@ static void test_worker(void **state)
     run_worker(work_hang, NULL, 200, &r);
     assert_int_equal(r.status, -ETIMEDOUT);
     assert_true(now_ms() - t0 < 3000);
+
+    /* A timed-out child is gone (a zombie until reaped) when done runs:
+     * nothing it does can land after its operation was reported. */
+    memset(&r, 0, sizeof(r));
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    struct loop *l;
+    assert_int_equal(loop_new(&l), 0);
+    assert_int_equal(worker_start(l, work_busy, (void *)(intptr_t)p[1], 200, on_done, &r, NULL),
+                     0);
+    assert_int_equal(read(p[0], &g_busy_pid, sizeof(g_busy_pid)), (ssize_t)sizeof(g_busy_pid));
+    uint64_t end = now_ms() + 5000;
+    while (!r.done && now_ms() < end)
+        loop_run_once(l, 50);
+    loop_free(l);
+    close(p[0]), close(p[1]);
+    g_busy_pid = 0;
+    assert_true(r.done);
+    assert_int_equal(r.status, -ETIMEDOUT);
+    assert_true(r.child_state == 'Z' || r.child_state == 0);
 
     memset(&r, 0, sizeof(r));
     run_worker(work_crash, NULL, 5000, &r);
