@@ -407,22 +407,31 @@ class Stack:
         name = "qsd-csi-test-vm-" + self.uniq
         self.containers.append(name)
         # --init: catatonit as PID 1.  Without it the launcher is PID 1 of
-        # its PID namespace (as in a pod without shareProcessNamespace) and
-        # does not reap the QEMU processes libvirt daemonizes: they stay
-        # zombies, libvirt waits for each to vanish (capability probing
-        # then takes ~40 s instead of ~2 s) and the launcher never exits
-        # after the guest powers off.  Seen here with podman 4.3 + runc.
-        podman("run", "-d", "--init", "--name", name, "--user", "0:107", "--group-add", "107",
+        # its PID namespace (as in the example pod, which has no
+        # shareProcessNamespace) and does not reap the QEMU processes
+        # libvirt daemonizes: they stay zombies, libvirt waits for each to
+        # vanish (capability probing then takes ~40 s instead of ~2 s) and
+        # the launcher never exits after the guest powers off.  Seen here
+        # with podman 4.3 + runc; QSD_CTR_NO_INIT=1 shows it.
+        init = [] if os.environ.get("QSD_CTR_NO_INIT") == "1" else ["--init"]
+        # deploy/examples/vm-pod.yaml: runAsUser 0, runAsGroup/fsGroup 107,
+        # allowPrivilegeEscalation false, not privileged, no host paths
+        # but the volumes; the bridge (an empty directory here: no disk is
+        # hot-plugged) HostToContainer and read-only; the claim read-only
+        # beside it (HostToContainer here too, so that a remount by the
+        # plugin would be seen).
+        podman("run", "-d", *init, "--name", name, "--user", "0:107", "--group-add", "107",
                "--security-opt", "no-new-privileges", "--network", "none",
                "--security-opt", "seccomp=" + self.seccomp_profile(),
                "-v", "%s/etc:/etc/qsd-vm:ro" % self.vm,
-               "-v", "%s/volumes:/run/qsd-vm/volumes" % self.vm,
-               "-v", "%s:/run/qsd-vm/volumes/root:rslave" % published,
+               "-v", "%s/volumes:/run/qsd-vm/bridge:ro,rslave" % self.vm,
+               "-v", "%s:/run/qsd-vm/volumes/root:ro,rslave" % published,
                "-v", "%s/lroot:/var/lib/qsd-vm-launcher" % self.vm,
                "-v", "%s/guest:/guest:ro" % self.vm,
                "-v", "%s/console:/console" % self.vm,
                self.images["LAUNCHER_IMAGE"],
-               "--spec=/etc/qsd-vm/vm.json", "--volumes=/run/qsd-vm/volumes",
+               "--spec=/etc/qsd-vm/vm.json", "--volumes-dir=/run/qsd-vm/bridge",
+               "--volumes-dir=/run/qsd-vm/volumes",
                "--root=/var/lib/qsd-vm-launcher", "--shutdown-timeout=10", "--log-level=debug",
                "--wait-volumes=60")
         self.vm_ctr = name
