@@ -144,6 +144,63 @@ def daemonset_plugin():
     return list(ctr.get("command", [])[1:]) + list(ctr["args"])
 
 
+def sanitizer_env():
+    """ASAN_OPTIONS/UBSAN_OPTIONS of the test's environment (scripts/test.sh
+    sets them) for the containers too (images built with --sanitize)."""
+    out = []
+    for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        if os.environ.get(k):
+            out += ["-e", "%s=%s" % (k, os.environ[k])]
+    return out
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def reap_stale():
+    """What an earlier run killed hard (ctest's timeout sends SIGKILL) left:
+    containers named qsd-csi-test-*-<pid>-* and roots /tmp/qsd-ctr-<pid>-*
+    whose test process <pid> is gone: containers removed, QSDs naming the
+    root killed, mounts under it unmounted, the root removed."""
+    r = podman("ps", "-a", "--format", "{{.Names}}", check=False)
+    for name in (r.stdout or "").split():
+        m = re.match(r"^qsd-csi-test-(?:plugin|vm)-[a-z-]+-(\d+)(?:-\d+)?$", name)
+        if m and not pid_alive(int(m.group(1))):
+            log("removing stale container %s" % name)
+            podman("rm", "-f", "-t", "0", name, check=False)
+    tmp = tempfile.gettempdir()
+    for d in os.listdir(tmp):
+        m = re.match(r"^qsd-ctr-(\d+)-", d)
+        if not m or pid_alive(int(m.group(1))):
+            continue
+        root = os.path.join(tmp, d)
+        log("removing stale test root %s" % root)
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % p, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if os.path.basename(argv[0]) == b"qemu-storage-daemon" and \
+                    any(root.encode() + b"/" in a for a in argv[1:]):
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except OSError:
+                    pass
+        for mp in sorted(mountpoints_under(root), key=len, reverse=True):
+            subprocess.run(["umount", "-l", mp], check=False, capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 class Stack:
     """One test's world: temporary kubelet root, run dir, state and pool, the
     plugin container, the VM pod, the CSI client."""
@@ -161,7 +218,8 @@ class Stack:
         self.figures = figures
         os.makedirs(cache_dir, exist_ok=True)
         self.uniq = "%s-%d" % (name, os.getpid())
-        self.root = tempfile.mkdtemp(prefix="qsd-ctr-")
+        reap_stale()
+        self.root = tempfile.mkdtemp(prefix="qsd-ctr-%d-" % os.getpid())
         os.chmod(self.root, 0o755)
         self.pb = csilib.compile_proto(proto_dir, self.root)
         self.kubelet = os.path.join(self.root, "kubelet")
@@ -202,6 +260,7 @@ class Stack:
         name = "qsd-csi-test-plugin-%s-%d" % (self.uniq, self.generation)
         self.containers.append(name)
         args = ["run", "-d", "--name", name, "--privileged", "--pid=host", "--network=host",
+                *sanitizer_env(),
                 "-v", "%s:/csi" % self.sockdir,
                 "-v", "%s:%s:rshared" % (self.kubelet, self.kubelet),
                 "-v", "%s:%s:rshared" % (self.run, self.run),
@@ -420,7 +479,7 @@ class Stack:
         # hot-plugged) HostToContainer and read-only; the claim read-only
         # beside it (HostToContainer here too, so that a remount by the
         # plugin would be seen).
-        podman("run", "-d", *init, "--name", name, "--user", "0:107", "--group-add", "107",
+        podman("run", "-d", *init, *sanitizer_env(), "--name", name, "--user", "0:107", "--group-add", "107",
                "--security-opt", "no-new-privileges", "--network", "none",
                "--security-opt", "seccomp=" + self.seccomp_profile(),
                "-v", "%s/etc:/etc/qsd-vm:ro" % self.vm,

@@ -247,7 +247,13 @@ def check_qsds_alive(st, before, when, problems):
         log("QSDs alive %s: %s" % (when, sorted(v[0] for v in before.values())))
 
 
+def on_signal(sig, frame):
+    raise SystemExit("FAIL: signal %d" % sig)     # the finally blocks clean up
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         sys.exit(main())
     except Failure as e:
