@@ -7,6 +7,28 @@
 
 #include <fcntl.h>
 
+/* The mounts made here, by target, each with a descriptor of the mount
+ * itself: found wherever a rename moved it (runtime only). */
+struct tracked {
+    char *target;
+    int fd;
+};
+
+static ssize_t tracked_find(struct csi *c, const char *target)
+{
+    for (size_t i = 0; i < c->n_tracked; i++)
+        if (streq(c->tracked[i].target, target))
+            return (ssize_t)i;
+    return -1;
+}
+
+static void tracked_drop(struct csi *c, size_t i)
+{
+    free(c->tracked[i].target);
+    close(c->tracked[i].fd);
+    c->tracked[i] = c->tracked[--c->n_tracked];
+}
+
 void mounts_open(struct csi *c)
 {
     /* Opened again on first use when it does not exist yet (a node whose
@@ -25,6 +47,10 @@ void mounts_close(struct csi *c)
 {
     closep(&c->kubelet_fd);
     c->kubelet_fd = -1;
+    while (c->n_tracked)
+        tracked_drop(c, c->n_tracked - 1);
+    free(c->tracked);
+    c->tracked = NULL;
 }
 
 static const char *rel_of(struct csi *c, const char *target)
@@ -43,19 +69,39 @@ static int fail(int r, const char *what, const char *target, char **ret_msg)
     return r;
 }
 
+/* Is the mount at target (beneath the kubelet root) the one mnt_fd is? */
+static bool is_at(struct csi *c, const char *rel, int mnt_fd)
+{
+    _cleanup_close_ int fd = -1;
+    uint64_t a, b;
+    return fsat_open(kfd(c), rel, O_PATH | O_DIRECTORY, &fd) == 0 && fsat_mnt_id(fd, &a) == 0 &&
+           fsat_mnt_id(mnt_fd, &b) == 0 && a == b && fsat_is_mount_root(fd) == 1;
+}
+
 int mounts_bind(struct csi *c, int src_fd, const char *target, char **ret_msg)
 {
     const char *rel = rel_of(c, target);
     if (!rel)
         return fail(-EXDEV, "mount on", target, ret_msg);
-    _cleanup_close_ int fd = -1;
+    _cleanup_close_ int fd = -1, mnt = -1;
     int r = fsat_mkdirs(kfd(c), rel, 0750, &fd);
     if (r < 0)
         return fail(r, "create", target, ret_msg);
     if ((r = fsat_is_mount_root(fd)) != 0)
         return fail(r > 0 ? -EEXIST : r, "mount on", target, ret_msg);
-    if ((r = fsat_bind(src_fd, fd, FSAT_BIND_RO)) < 0)
+    if ((r = fsat_bind_fd(src_fd, fd, FSAT_BIND_RO, &mnt)) < 0)
         return fail(r, "bind-mount on", target, ret_msg);
+    /* The directory may have been renamed away between its resolution and
+     * the mount: the mount must be reachable at target, or it goes. */
+    if (!is_at(c, rel, mnt)) {
+        fsat_detach(mnt);
+        return fail(-EXDEV, "mount on", target, ret_msg);
+    }
+    ssize_t i = tracked_find(c, target);
+    if (i >= 0)
+        tracked_drop(c, (size_t)i);
+    c->tracked = xrealloc(c->tracked, (c->n_tracked + 1) * sizeof(*c->tracked));
+    c->tracked[c->n_tracked++] = (struct tracked){xstrdup(target), TAKE_FD(mnt)};
     return 0;
 }
 
@@ -84,6 +130,14 @@ int mounts_unbind(struct csi *c, const char *target, char **ret_msg)
     const char *rel = rel_of(c, target);
     if (!rel)
         return fail(-EXDEV, "unmount", target, ret_msg);
+    /* The mount made here is detached through its own descriptor,
+     * wherever a rename moved it (a check of where it is would race the
+     * next rename); then whatever else is at the path. */
+    ssize_t i = tracked_find(c, target);
+    if (i >= 0) {
+        fsat_detach(c->tracked[i].fd);
+        tracked_drop(c, (size_t)i);
+    }
     int r = fsat_unmount_rmdir(kfd(c), rel);
     return r < 0 ? fail(r, "unmount and remove", target, ret_msg) : 0;
 }

@@ -8,7 +8,10 @@
  * always a bind that is read-only, nosuid, nodev and noexec from the start;
  * whether the disk behind it is writable is decided by which export
  * directory is bound (qsd.h), not by the pod.  A target that is already a
- * mount is never mounted over.
+ * mount is never mounted over.  A mount that is not reachable at its target
+ * right after it was made (a rename raced it) is undone; every mount made
+ * since start is tracked by a descriptor of the mount itself, so that
+ * unmounting it works wherever a later rename moved it.
  *
  * Targets must have passed path_check_lexical (paths.h) first.  Functions
  * return 0 or a negative errno with a message in *ret_msg that names the

@@ -334,6 +334,19 @@ static void remove_tmp_files(struct csi *c, const char *vol, const char *snap)
     }
 }
 
+#define LOG_TRIM_MS 1000
+
+static void trim_logs(struct loop *l, void *opaque)
+{
+    struct csi *c = opaque;
+    for (size_t i = 0; i < c->store->n_vols; i++) {
+        struct vol *v = c->store->vols[i];
+        if (v->qsd && qsd_log_trim(v->qsd) == 1)
+            log_warn("qsd", "log over its bound, cut to its last lines", "volume=%s", v->id);
+    }
+    c->log_timer = loop_timer_add(l, LOG_TRIM_MS, trim_logs, c);
+}
+
 /* A QSD found running at start is kept when its volume is staged (it was
  * adopted) or not the plugin's (an operator's qsdctl export). */
 static bool keep_qsd(const char *volume, pid_t pid, void *arg)
@@ -464,6 +477,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     }
     recover(c);
     bridges_recover(c);
+    c->log_timer = loop_timer_add(loop, LOG_TRIM_MS, trim_logs, c);
     *ret = c;
     return 0;
 }
@@ -487,6 +501,7 @@ void csi_free(struct csi *c)
         free(v->start_ctx);
         v->start_ctx = NULL;
     }
+    loop_timer_cancel(c->log_timer);
     bridges_free(c->bridges);
     store_free(c->store);
     pool_close(&c->pool);

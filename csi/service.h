@@ -31,7 +31,10 @@ struct csi {
     struct op *ops;        /* in flight */
     struct bridges *bridges; /* hot-plug bridges and requests (bridge.h) */
     int kubelet_fd;        /* O_PATH of the kubelet root (mounts.h) */
+    struct tracked *tracked; /* mounts made since start (mounts.c) */
+    size_t n_tracked;
     struct qsd_cgroup cgroup; /* where QSDs run (--qsd-cgroup), joined at spawn */
+    struct loop_timer *log_timer; /* bounds the QSDs' logs (qsd_log_trim) */
 };
 
 /* One asynchronous RPC.  Records named here are busy until op_end(). */

@@ -158,6 +158,30 @@ int fsat_chown_mode(int dfd, const char *name, int gid, unsigned mode)
 
 int fsat_bind(int src_fd, int target_fd, unsigned flags)
 {
+    _cleanup_close_ int fd = -1;
+    return fsat_bind_fd(src_fd, target_fd, flags, &fd);
+}
+
+int fsat_mnt_id(int fd, uint64_t *ret)
+{
+    struct statx sx;
+    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &sx) < 0)
+        return -errno;
+    if (!(sx.stx_mask & STATX_MNT_ID))
+        return -EOPNOTSUPP;
+    *ret = sx.stx_mnt_id;
+    return 0;
+}
+
+int fsat_detach(int fd)
+{
+    char p[40];
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+    return umount2(p, MNT_DETACH) < 0 ? -errno : 0;
+}
+
+int fsat_bind_fd(int src_fd, int target_fd, unsigned flags, int *ret_mnt_fd)
+{
     _cleanup_close_ int tree =
         open_tree(src_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH |
                                   ((flags & FSAT_BIND_REC) ? AT_RECURSIVE : 0));
@@ -173,6 +197,7 @@ int fsat_bind(int src_fd, int target_fd, unsigned flags)
         return -errno;
     if (move_mount(tree, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
         return -errno;
+    *ret_mnt_fd = TAKE_FD(tree);
     return 0;
 }
 

@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Relative part of the absolute path `path` under the absolute, normalized
  * directory `root` ("/" allowed): "a/b" for root "/r" and path "/r/a/b".
@@ -55,6 +56,14 @@ int fsat_chown_mode(int dfd, const char *name, int gid, unsigned mode);
  * mount(MS_BIND). */
 enum { FSAT_BIND_RO = 1, FSAT_BIND_REC = 2 };
 int fsat_bind(int src_fd, int target_fd, unsigned flags);
+/* The same; *ret_mnt_fd: a descriptor of the new mount itself, which finds
+ * it wherever its mount point is moved (fsat_mnt_id, fsat_detach). */
+int fsat_bind_fd(int src_fd, int target_fd, unsigned flags, int *ret_mnt_fd);
+
+/* The mount id fd is on (statx STATX_MNT_ID). */
+int fsat_mnt_id(int fd, uint64_t *ret);
+/* Detach (MNT_DETACH) the mount fd is the root of, wherever it is now. */
+int fsat_detach(int fd);
 
 /* Make the mount whose root fd is shared (MS_SHARED). */
 int fsat_make_shared(int fd);

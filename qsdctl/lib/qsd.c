@@ -689,6 +689,33 @@ static char *log_tail(const struct qsd_paths *p)
     return xstrdup(line[0] ? line : "(nothing logged)");
 }
 
+int qsd_log_trim(struct qsd *q)
+{
+    /* QSD appends (O_APPEND, inherited): after ftruncate its next line goes
+     * to the new end.  A few lines written between the read and the
+     * truncation may be lost; the bound holds. */
+    _cleanup_close_ int fd =
+        open(q->paths.log, O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size <= LOG_MAX)
+        return 0;
+    char tail[LOG_TAIL_READ];
+    ssize_t n = pread(fd, tail, sizeof(tail), st.st_size - (off_t)sizeof(tail));
+    if (n < 0)
+        return -errno;
+    const char *nl = memchr(tail, '\n', (size_t)n);
+    size_t keep = nl ? (size_t)(tail + n - (nl + 1)) : 0;
+    if (ftruncate(fd, 0) < 0)
+        return -errno;
+    static const char mark[] = "=== qsd-csi: log truncated (over its bound) ===\n";
+    (void)!write(fd, mark, sizeof(mark) - 1);
+    if (keep)
+        (void)!write(fd, nl + 1, keep);
+    return 1;
+}
+
 /* ------------------------------------------------- export directories */
 
 static int run_dir_open(const char *run_dir, int *ret_fd)

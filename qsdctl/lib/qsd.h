@@ -145,6 +145,11 @@ int qsd_stop(struct qsd *q, qsd_done_cb done, void *opaque);
  * it.  gid -1: root only. */
 int qsd_set_socket_group(struct qsd *q, int gid);
 
+/* Bound the QSD's log while it runs (a tenant can make its QSD log at will:
+ * malformed vhost-user messages): past 1 MiB it is cut to its last lines.
+ * 1 when it was cut.  Call it periodically. */
+int qsd_log_trim(struct qsd *q);
+
 /* Write the exports' metadata files (volume.json, through directory fds)
  * with the given size. */
 int qsd_write_meta(struct qsd *q, uint64_t size);
