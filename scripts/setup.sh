@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the project needs on Debian 12 (bookworm), as root.
 # Non-interactive and idempotent: running it twice changes nothing the second time.
-# QEMU 10 and libvirt 11 come from bookworm-backports (see docs/ and ../shared/NOTES.md:
+# QEMU 10 and libvirt 11 come from bookworm-backports (see docs/:
 # QEMU 7.2's vhost-user-blk export does not propagate block_resize to clients).
 set -euo pipefail
 

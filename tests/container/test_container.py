@@ -170,7 +170,8 @@ def run(st, a):
             time.sleep(0.05)
         qsd_back_ms = int((time.monotonic() - t_event) * 1000)
         log("QSD restarted as pid %d, %d ms after the kill" % (nd[0], qsd_back_ms))
-        ready_ms = st.wait_plugin_ready(60)     # the plugin itself was not touched
+        st.wait_plugin_ready(60)     # the plugin itself was not touched
+        ready_ms = int((time.monotonic() - t_event) * 1000)
         if now.get("pvc-ctr-idle") != before["pvc-ctr-idle"]:
             problems.append("the idle volume's QSD changed: %s -> %s" % (before, now))
     else:
