@@ -104,7 +104,7 @@ EOF
         --exclude='./sys/*' -cf "$work/rootfs.tar" .
     podman import --change 'CMD ["/bin/bash"]' \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        "$work/rootfs.tar" "$base" >/dev/null
+        "$work/rootfs.tar" "$base" >"$work/import.log" 2>&1 || { cat "$work/import.log" >&2; exit 1; }
     rm -rf "$work"
     trap - EXIT
     log "base image $base made in $(secs "$t0") s"
