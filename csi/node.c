@@ -691,9 +691,14 @@ static void expand_finish(struct op *op, int status, const char *msg)
         if (op->size > v->size)
             v->size = op->size;
         v->image_size = op->size;
-        qsd_write_meta(v->qsd, op->size);
-        int r = store_save_vol(op->csi->store, v);
-        if (r < 0) {
+        int r = qsd_write_meta(v->qsd, op->size), rm = r;
+        if (r == 0)
+            r = store_save_vol(op->csi->store, v);
+        if (rm < 0) {
+            grpc_call_fail(op->call, GRPC_INTERNAL,
+                           "volume %s grew to %" PRIu64 " bytes, but its volume.json could not "
+                           "be rewritten: %s", v->id, op->size, strerror(-rm));
+        } else if (r < 0) {
             grpc_call_fail(op->call, GRPC_INTERNAL, "cannot write the volume record: %s",
                            strerror(-r));
         } else {

@@ -125,8 +125,13 @@ int fsat_write_atomic(int dfd, const char *name, const void *data, size_t len, u
         r = -errno;
     if (close(fd) < 0 && r == 0)
         r = -errno;
-    if (r == 0 && renameat(dfd, tmp, dfd, name) < 0)
+    if (r == 0 && renameat(dfd, tmp, dfd, name) < 0) {
         r = -errno;
+        /* An empty directory at the name (nothing of ours): removed, once. */
+        if ((r == -EISDIR || r == -ENOTEMPTY || r == -EEXIST) &&
+            unlinkat(dfd, name, AT_REMOVEDIR) == 0)
+            r = renameat(dfd, tmp, dfd, name) < 0 ? -errno : 0;
+    }
     if (r < 0) {
         unlinkat(dfd, tmp, 0);
         return r;
@@ -249,6 +254,15 @@ int fsat_unmount_rmdir(int dfd, const char *rel)
     return r < 0 ? r : rmdir_beneath(dfd, rel);
 }
 
+int fsat_unlink(int dfd, const char *name)
+{
+    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+        return 0;
+    if (errno != EISDIR && errno != EPERM)
+        return -errno;
+    return unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
 int fsat_remove_dir(int dfd, const char *rel, const char *const *names)
 {
     _cleanup_close_ int fd = -1;
@@ -258,6 +272,6 @@ int fsat_remove_dir(int dfd, const char *rel, const char *const *names)
     if (r < 0)
         return r;
     for (size_t i = 0; names && names[i]; i++)
-        (void)unlinkat(fd, names[i], 0); /* a directory there is left: ENOTEMPTY below */
+        (void)fsat_unlink(fd, names[i]); /* a non-empty directory stays: ENOTEMPTY below */
     return rmdir_beneath(dfd, rel);
 }

@@ -39,8 +39,8 @@ int fsat_mkdirs(int dfd, const char *rel, unsigned mode, int *ret_fd);
 /* Replace name in dfd with data: a new file under a random temporary name
  * (O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK), fchown to (0, gid) when
  * gid >= 0, fchmod mode, write, fsync, renameat, fsync of dfd.  A
- * pre-existing name of any type (symlink, FIFO, directory) is replaced, never
- * opened; a directory there is -EISDIR and left alone. */
+ * pre-existing name of any type (symlink, FIFO, empty directory) is replaced,
+ * never opened; a non-empty directory there is -EISDIR and left alone. */
 int fsat_write_atomic(int dfd, const char *name, const void *data, size_t len, unsigned mode,
                       int gid);
 
@@ -80,8 +80,12 @@ int fsat_unmount(int dfd, const char *rel);
  * a symlink anywhere in rel is -ELOOP and nothing is done. */
 int fsat_unmount_rmdir(int dfd, const char *rel);
 
-/* Remove the listed names (files, sockets, symlinks: never followed, never
- * recursed into) from directory rel beneath dfd, then the directory itself.
+/* Remove name from dfd whatever it is (file, socket, FIFO, symlink, or an
+ * EMPTY directory), never following and never recursing.  Missing is 0. */
+int fsat_unlink(int dfd, const char *name);
+
+/* Remove the listed names (fsat_unlink: never followed, never recursed
+ * into) from directory rel beneath dfd, then the directory itself.
  * Missing entries are not errors; anything else left inside makes it
  * -ENOTEMPTY (the directory stays). */
 int fsat_remove_dir(int dfd, const char *rel, const char *const *names);

@@ -773,9 +773,11 @@ static int each_export_dir(const struct qsd_paths *p, const char *volume, bool r
 static int unlink_export_files(int dfd, bool ro, void *arg)
 {
     const char *const *names = arg;
-    for (; *names; names++)
-        if (unlinkat(dfd, *names, 0) < 0 && errno != ENOENT)
-            return -errno;
+    for (; *names; names++) {
+        int r = fsat_unlink(dfd, *names);
+        if (r < 0)
+            return r;
+    }
     return 0;
 }
 

@@ -52,13 +52,17 @@ class Console:
         self.thread.start()
 
     def follow(self):
-        pos = 0
+        pos, partial = 0, b""
         while not self.stop:
             try:
                 with open(self.path, "rb") as f:
                     f.seek(pos)
                     data = f.read()
                     pos += len(data)
+                # Only whole lines: the guest may be half-way through one.
+                data = partial + data
+                cut = data.rfind(b"\n") + 1
+                data, partial = data[:cut], data[cut:]
                 for raw in data.decode(errors="replace").replace("\r", "").splitlines():
                     if raw.startswith("DEMO "):
                         self.lines.append((time.monotonic(), raw[5:]))

@@ -73,7 +73,10 @@ static void test_write_atomic_replaces_hostile_names(void **state)
     assert_int_equal(write_file_atomic(decoy, "secret", 6, 0600), 0);
     assert_int_equal(mkfifo(fifo, 0600), 0);
     assert_int_equal(symlink(decoy, lnk), 0);
+    _cleanup_free_ char *edir = at("w/edir"), *inner = at("w/dir/x");
     assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(mkdir(inner, 0700), 0);
+    assert_int_equal(mkdir(edir, 0700), 0);
     /* a FIFO is replaced, not opened (opening it would block) */
     assert_int_equal(fsat_write_atomic(dfd, "fifo", "x", 1, 0640, 1234), 0);
     /* a symlink is replaced; its target is untouched */
@@ -89,7 +92,14 @@ static void test_write_atomic_replaces_hostile_names(void **state)
     _cleanup_free_ char *data = NULL;
     assert_int_equal(read_file(decoy, 64, &data, NULL), 0);
     assert_string_equal(data, "secret");
+    /* a non-empty directory is left alone; an empty one is replaced */
     assert_int_equal(fsat_write_atomic(dfd, "dir", "x", 1, 0640, -1), -EISDIR);
+    assert_int_equal(fsat_write_atomic(dfd, "edir", "x", 1, 0640, -1), 0);
+    assert_int_equal(lstat(edir, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(fsat_unlink(dfd, "edir"), 0);
+    assert_int_equal(fsat_unlink(dfd, "dir"), -ENOTEMPTY);
+    assert_int_equal(fsat_unlink(dfd, "missing"), 0);
     /* no temporary file is left behind */
     _cleanup_free_ char *cmd = xasprintf("test $(ls -A %s/w | wc -l) -eq 3", root);
     assert_int_equal(system(cmd), 0);
