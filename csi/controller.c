@@ -11,6 +11,7 @@
 #include "names.h"
 #include "params.h"
 #include "service.h"
+#include "thin.h"
 #include "util.h"
 
 #include <inttypes.h>
@@ -153,6 +154,56 @@ static bool vol_matches(const struct vol *v, int64_t req, int64_t lim, const cha
            streq_ptr(v->src_id, sid);
 }
 
+/* ------------------------------------------------ thin layers (worker) */
+
+/* Connect to the QSD of a staged volume (worker side). */
+static int connect_vol(struct csi *c, const struct vol *v, struct qmp_sync **ret, char **ret_msg)
+{
+    struct qmp_error e = {0};
+    struct qsd_paths p;
+    qsd_paths_init(c->cfg->run_dir, v->id, &p);
+    int r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, ret, &e);
+    qsd_paths_clear(&p);
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot reach the QSD of volume %s: %s", v->id,
+                             e.desc ? e.desc : strerror(-r));
+        qmp_error_clear(&e);
+        return -ECONNREFUSED;
+    }
+    return 0;
+}
+
+/* Freeze the top of qcow2 volume v into a new layer (linked as snapshot
+ * snap when not NULL), switching inside its QSD when live (thin.h); then,
+ * past LAYER_MERGE_AT, start a background merge in that QSD.  Worker side. */
+static int thin_freeze(struct csi *c, const struct vol *v, bool live, const char *snap,
+                       char layer[LAYER_NAME_LEN + 1], bool *ret_merging, char **ret_msg)
+{
+    struct qsd_opts o;
+    int r = vol_export_opts(c, v, &o, ret_msg);
+    if (r < 0)
+        return r;
+    struct qmp_sync *s = NULL;
+    if (live && !v->stage_ro && (r = connect_vol(c, v, &s, ret_msg)) < 0) {
+        qsd_opts_clear(&o);
+        return r;
+    }
+    r = thin_snapshot(&c->pool, v->id, s, &o, snap, COPY_TIMEOUT_MS, layer, ret_msg);
+    *ret_merging = false;
+    if (r == 0 && s) {
+        struct chain ch;
+        _cleanup_free_ char *m = NULL;
+        if (pool_chain(&c->pool, o.image, "qcow2", &ch, &m) == 0) {
+            if (layers_merge_count((unsigned)ch.n, LAYER_MERGE_AT, LAYER_MERGE_TO) > 0)
+                *ret_merging = thin_merge(&c->pool, v->id, s, LAYER_MERGE_TO, false, 0, &m) == 0;
+            chain_clear(&ch);
+        }
+    }
+    qmp_sync_close(s);
+    qsd_opts_clear(&o);
+    return r;
+}
+
 /* ------------------------------------------------------- CreateVolume */
 
 static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
@@ -161,9 +212,30 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
     struct csi *c = op->csi;
     struct vol *v = op->vol;
     int r;
-    if (v->src_type && streq(v->src_type, "volume")) {
-        /* Clone: a point-in-time copy of the source (live through its QSD when
-         * staged), then an independent volume from it. */
+    bool merging = false;
+    _cleanup_free_ char *src_fmt = NULL;
+    if (v->src_type && streq(v->src_type, "volume") &&
+        pool_find_volume(&c->pool, op->vol2->id, NULL, &src_fmt) == 0 &&
+        streq(src_fmt, "qcow2") && streq(v->format, "qcow2") && streq(v->preallocation, "off")) {
+        /* Thin clone: the source's top becomes a shared layer (the source
+         * goes on in a new overlay, inside its QSD when live) and the new
+         * volume is an empty overlay on it.  Constant time. */
+        char layer[LAYER_NAME_LEN + 1];
+        r = thin_freeze(c, op->vol2, op->flag, NULL, layer, &merging, ret_msg);
+        if (r == 0)
+            r = thin_create(&c->pool, v->id, layer, op->size, ret_msg);
+        if (r < 0 && r != -EOPNOTSUPP)
+            return r == -ENOENT ? -EIO : r;
+    } else {
+        r = -EOPNOTSUPP;
+    }
+    if (r == 0) {
+    } else if (v->src_type && streq(v->src_type, "volume")) {
+        free(*ret_msg);
+        *ret_msg = NULL;
+        /* Clone of or into raw, or preallocated: a point-in-time copy of the
+         * source (live through its QSD when staged), then an independent
+         * volume from it. */
         struct vol *src = op->vol2;
         _cleanup_free_ char *tmp = xasprintf(".clone-%s", v->id);
         _cleanup_free_ char *m = NULL;
@@ -197,6 +269,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
         _cleanup_free_ char *m2 = NULL;
         snapshot_delete(&c->pool, tmp, &m2);
     } else {
+        /* From a snapshot: thin for qcow2 without preallocation (image.h). */
         r = image_create(&c->pool, v->id, v->format, op->size, v->preallocation,
                          v->src_type ? v->src_id : NULL, ret_msg);
     }
@@ -207,7 +280,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
     if ((r = pool_find_volume(&c->pool, v->id, &path, &fmt)) < 0 ||
         (r = image_info(path, fmt, &size, NULL, ret_msg)) < 0)
         return r;
-    *ret_result = json_pack("{s:I}", "size", (json_int_t)size);
+    *ret_result = json_pack("{s:I, s:b}", "size", (json_int_t)size, "merging", merging);
     return 0;
 }
 
@@ -238,6 +311,7 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
     image_delete(&c->pool, v->id, &m);
     op->vol = NULL;
     store_remove_vol(c->store, v);
+    csi_gc(c);
     enum grpc_code code = status == -ENOENT ? GRPC_NOT_FOUND
                           : status == -ENOSPC ? GRPC_RESOURCE_EXHAUSTED
                           : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
@@ -423,6 +497,7 @@ static void delete_finish(struct csi *c, struct vol *v)
         log_warn("controller", "image not deleted", "volume=%s error=\"%s\"", v->id, msg);
     log_info("controller", "volume deleted", "volume=%s", v->id);
     store_remove_vol(c->store, v);
+    csi_gc(c); /* its layers, unless snapshots or other volumes use them */
 }
 
 static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
@@ -664,36 +739,57 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
     int r;
     _cleanup_free_ char *m = NULL;
     snapshot_delete(&c->pool, sn->id, &m); /* a leftover of an earlier failed attempt */
-    if (op->flag) {
-        struct qmp_sync *s;
-        struct qmp_error e = {0};
-        struct qsd_paths p;
-        qsd_paths_init(c->cfg->run_dir, src->id, &p);
-        r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, &s, &e);
-        qsd_paths_clear(&p);
-        if (r < 0) {
-            *ret_msg = xasprintf("cannot reach the QSD of volume %s: %s", src->id,
-                                 e.desc ? e.desc : strerror(-r));
-            qmp_error_clear(&e);
-            return -ECONNREFUSED;
+    _cleanup_free_ char *path = NULL, *fmt = NULL;
+    if ((r = pool_find_volume(&c->pool, src->id, &path, &fmt)) < 0) {
+        *ret_msg = xasprintf("the image of volume %s is missing", src->id);
+        return -EIO;
+    }
+    bool merging = false, copy = !streq(fmt, "qcow2");
+    if (!copy) {
+        /* Thin: the volume's top is frozen and becomes the snapshot. */
+        char layer[LAYER_NAME_LEN + 1];
+        r = thin_freeze(c, src, op->flag, sn->id, layer, &merging, ret_msg);
+        if (r == -EOPNOTSUPP) {
+            /* a QSD started with an iothread by an older plugin */
+            free(*ret_msg);
+            *ret_msg = NULL;
+            copy = true;
         }
+    }
+    if (!copy) {
+    } else if (op->flag) {
+        /* raw: a full copy (docs/thin-layers.md) */
+        struct qmp_sync *s;
+        if ((r = connect_vol(c, src, &s, ret_msg)) < 0)
+            return r;
         r = live_snapshot(s, &c->pool, sn->id, COPY_TIMEOUT_MS, ret_msg);
         qmp_sync_close(s);
     } else {
-        _cleanup_free_ char *path = NULL, *fmt = NULL;
-        if ((r = pool_find_volume(&c->pool, src->id, &path, &fmt)) < 0) {
-            *ret_msg = xasprintf("the image of volume %s is missing", src->id);
-            return -EIO;
-        }
         r = snapshot_create_offline(&c->pool, path, fmt, sn->id, ret_msg);
     }
     if (r < 0)
         return r == -EEXIST || r == -ENOENT ? -EIO : r;
     _cleanup_free_ char *spath = pool_snapshot_path(&c->pool, sn->id);
-    uint64_t size = 0;
-    if ((r = image_info(spath, "qcow2", &size, NULL, ret_msg)) < 0)
+    struct chain ch;
+    if ((r = pool_chain(&c->pool, spath, "qcow2", &ch, ret_msg)) < 0)
         return r;
-    *ret_result = json_pack("{s:I}", "size", (json_int_t)size);
+    json_t *layers = NULL;
+    if (ch.n > 0 && *ch.l[0].layer == '\0' && ch.l[0].nlink == 1 && ch.n == 1) {
+        /* a standalone copy: no layers */
+    } else {
+        /* the snapshot's own layer is the name sharing its inode (thin.c) */
+        char own[LAYER_NAME_LEN + 1];
+        _cleanup_free_ char *m2 = NULL;
+        if (thin_snapshot_layer(&c->pool, sn->id, own, &m2) == 0) {
+            layers = json_array();
+            json_array_append_new(layers, json_string(own));
+            for (size_t i = 1; i < ch.n; i++)
+                json_array_append_new(layers, json_string(ch.l[i].layer));
+        }
+    }
+    *ret_result = json_pack("{s:I, s:b, s:o*}", "size", (json_int_t)ch.l[0].size, "merging",
+                            merging, "layers", layers);
+    chain_clear(&ch);
     return 0;
 }
 
@@ -719,10 +815,15 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
     if (status == 0) {
         sn->phase = PHASE_READY;
         sn->size = (uint64_t)size;
+        json_decref(sn->layers);
+        sn->layers = json_incref(json_object_get(result, "layers"));
         int r = store_save_snap(c->store, sn);
         if (r == 0) {
-            log_info("controller", "snapshot created", "snapshot=%s volume=%s live=%s", sn->id,
-                     sn->source, op->flag ? "yes" : "no");
+            log_info("controller", "snapshot created",
+                     "snapshot=%s volume=%s live=%s thin=%s depth=%zu merging=%s", sn->id,
+                     sn->source, op->flag ? "yes" : "no", sn->layers ? "yes" : "no",
+                     json_array_size(sn->layers),
+                     json_is_true(json_object_get(result, "merging")) ? "yes" : "no");
             reply_snapshot(op->call, sn);
             op_end(op);
             return;
@@ -851,6 +952,7 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
     }
     log_info("controller", "snapshot deleted", "snapshot=%s", sn->id);
     store_remove_snap(c->store, sn);
+    csi_gc(c); /* its layer stays while a volume's chain uses it */
     grpc_call_reply_pb(call, &out.base);
 }
 

@@ -13,6 +13,7 @@
 #include "params.h"
 #include "paths.h"
 #include "service.h"
+#include "thin.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -647,9 +648,18 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     _cleanup_free_ char *image = NULL, *fmt = NULL;
     uint64_t used = 0;
     struct stat st;
-    if (pool_find_volume(&c->pool, v->id, &image, &fmt) == 0 && stat(image, &st) == 0)
-        used = (uint64_t)st.st_blocks * 512;
+    struct chain ch;
+    _cleanup_free_ char *cm = NULL;
+    /* The data the volume sees: its whole chain of layers, shared ones
+     * included (they are its data too), at most its capacity. */
+    if (pool_find_volume(&c->pool, v->id, &image, &fmt) == 0 &&
+        pool_chain(&c->pool, image, fmt, &ch, &cm) == 0) {
+        for (size_t k = 0; k < ch.n; k++)
+            used += ch.l[k].alloc;
+        chain_clear(&ch);
+    }
     uint64_t total = v->image_size;
+    used = MIN(used, total);
     Csi__V1__VolumeUsage u = CSI__V1__VOLUME_USAGE__INIT, *ul[1] = {&u};
     u.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
     u.total = (int64_t)total;
@@ -741,7 +751,7 @@ static void on_nodes(struct qmp *q, const struct qmp_reply *r, void *opaque)
     json_int_t cur = -1;
     json_array_foreach(r->ret, i, node)
     {
-        if (streq_ptr(json_string_value(json_object_get(node, "node-name")), QSD_NODE)) {
+        if (streq_ptr(json_string_value(json_object_get(node, "node-name")), op->node)) {
             json_t *vs = json_object_get(json_object_get(node, "image"), "virtual-size");
             if (json_is_integer(vs))
                 cur = json_integer_value(vs);
@@ -757,20 +767,40 @@ static void on_nodes(struct qmp *q, const struct qmp_reply *r, void *opaque)
         return;
     }
     int rr = qmp_send(q, "block_resize",
-                      json_pack("{s:s, s:I}", "node-name", QSD_NODE, "size", (json_int_t)op->size),
+                      json_pack("{s:s, s:I}", "node-name", op->node, "size", (json_int_t)op->size),
                       QMP_OP_TIMEOUT_MS, on_resized, op);
     if (rr < 0)
         expand_finish(op, rr, "cannot send block_resize");
+}
+
+/* The exported node: a thin snapshot moves the export to a new overlay
+ * (thin.h), so it is asked for, not assumed. */
+static void on_exports(struct qmp *q, const struct qmp_reply *r, void *opaque)
+{
+    struct op *op = opaque;
+    const char *node = r->status == 0 ? export_node_from_reply(r->ret) : NULL;
+    if (!node) {
+        _cleanup_free_ char *m = xasprintf("query-block-exports failed: %s",
+                                           r->err && r->err->desc ? r->err->desc
+                                           : r->status < 0 ? strerror(-r->status)
+                                                           : "no export");
+        expand_finish(op, r->status < 0 ? r->status : -EBADMSG, m);
+        return;
+    }
+    op->node = xstrdup(node);
+    int rr = qmp_send(q, "query-named-block-nodes", json_pack("{s:b}", "flat", 1),
+                      QMP_OP_TIMEOUT_MS, on_nodes, op);
+    if (rr < 0)
+        expand_finish(op, rr, "cannot send query-named-block-nodes");
 }
 
 static void on_qmp_state(struct qmp *q, int status, const struct qmp_error *err, void *opaque)
 {
     struct op *op = opaque;
     if (status == 0) {
-        int r = qmp_send(q, "query-named-block-nodes", json_pack("{s:b}", "flat", 1),
-                         QMP_OP_TIMEOUT_MS, on_nodes, op);
+        int r = qmp_send(q, "query-block-exports", NULL, QMP_OP_TIMEOUT_MS, on_exports, op);
         if (r < 0)
-            expand_finish(op, r, "cannot send query-named-block-nodes");
+            expand_finish(op, r, "cannot send query-block-exports");
         return;
     }
     /* Connection failed or closed: only an op still waiting cares. */

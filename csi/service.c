@@ -5,6 +5,7 @@
 #include "mounts.h"
 #include "names.h"
 #include "params.h"
+#include "thin.h"
 #include "pbcheck.h"
 #include "util.h"
 
@@ -39,6 +40,7 @@ void op_end(struct op *op)
     if (op->snap)
         op->snap->busy = false;
     qmp_close(op->qmp);
+    free(op->node);
     free(op);
 }
 
@@ -59,6 +61,51 @@ int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done
         op_end(op);
     }
     return r;
+}
+
+/* ---------------------------------------------------- layer removal */
+
+static int gc_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct csi *c = arg;
+    unsigned n = 0;
+    uint64_t freed = 0;
+    int r = pool_gc(&c->pool, &n, &freed, ret_msg);
+    if (r == 0)
+        *ret_result = json_pack("{s:I, s:I}", "removed", (json_int_t)n, "freed", (json_int_t)freed);
+    return r;
+}
+
+static void gc_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct csi *c = opaque;
+    c->gc = NULL;
+    json_int_t n = 0, freed = 0;
+    if (status < 0) {
+        _cleanup_free_ char *q = log_quote(msg ? msg : strerror(-status));
+        log_warn("plugin", "removal of unused layers failed", "error=%s", q);
+    } else if (json_unpack(result, "{s:I, s:I}", "removed", &n, "freed", &freed) == 0 && n > 0) {
+        log_info("plugin", "removed unused layers", "layers=%lld freed_bytes=%lld", (long long)n,
+                 (long long)freed);
+    }
+    if (c->gc_again) {
+        c->gc_again = false;
+        csi_gc(c);
+    }
+}
+
+void csi_gc(struct csi *c)
+{
+    if (c->gc) {
+        c->gc_again = true;
+        return;
+    }
+    int r = worker_start(c->loop, gc_fn, c, 2ull * 60 * 1000, gc_done, c, &c->gc);
+    if (r < 0) {
+        c->gc = NULL;
+        log_warn("plugin", "cannot start the removal of unused layers", "error=\"%s\"",
+                 strerror(-r));
+    }
 }
 
 ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMessageDescriptor *d,
@@ -192,6 +239,12 @@ int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
     vol_params_clear(&p);
     o.image = image;
     o.format = format;
+    /* No iothread: QEMU 10.0.2 hangs (or aborts) a QSD whose export runs in
+     * an iothread on any drain while the client does I/O: the graph changes
+     * of thin snapshots and merges, block_resize of online expansion
+     * (measured, thin.c).  In the main loop they work; one QSD serves one
+     * volume, so its main loop has nothing else to do. */
+    o.iothread = false;
     o.read_only = v->stage_ro;
     o.socket_gid = v->stage_gid;
     o.socket_mode = 0660;
@@ -334,6 +387,42 @@ static void remove_tmp_files(struct csi *c, const char *vol, const char *snap)
     }
 }
 
+/* A thin snapshot of v interrupted by the crash is finished or undone
+ * (thin.h), asking its QSD when one runs it read-write.  Start-up only: the
+ * loop does not run yet, and every wait here is bounded. */
+static void recover_layers(struct csi *c, struct vol *v, bool running)
+{
+    if (!streq(v->format, "qcow2"))
+        return;
+    struct qmp_sync *s = NULL;
+    _cleanup_free_ char *msg = NULL;
+    if (running && !v->stage_ro) {
+        struct qmp_error e = {0};
+        struct qsd_paths p;
+        qsd_paths_init(c->cfg->run_dir, v->id, &p);
+        int r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, &s, &e);
+        qsd_paths_clear(&p);
+        if (r < 0) {
+            /* Without its answer nothing can be decided: leave it for the
+             * next snapshot of the volume (thin_snapshot recovers first). */
+            _cleanup_free_ char *q = log_quote(e.desc ? e.desc : strerror(-r));
+            log_error("plugin", "cannot check the layers of a staged volume", "volume=%s error=%s",
+                      v->id, q);
+            qmp_error_clear(&e);
+            return;
+        }
+    }
+    const char *what = NULL;
+    int r = thin_recover(&c->pool, v->id, s, &what, &msg);
+    qmp_sync_close(s);
+    if (r < 0) {
+        _cleanup_free_ char *q = log_quote(msg ? msg : strerror(-r));
+        log_error("plugin", "cannot recover the layers of a volume", "volume=%s error=%s", v->id, q);
+    } else if (what) {
+        log_info("plugin", what, "volume=%s", v->id);
+    }
+}
+
 #define LOG_TRIM_MS 1000
 
 static void trim_logs(struct loop *l, void *opaque)
@@ -393,7 +482,7 @@ static void recover(struct csi *c)
         }
         i++;
         if (!v->staging_path)
-            continue;
+            continue; /* its layers: below, once no QSD runs it */
         _cleanup_free_ char *msg = NULL;
         struct qsd_opts o;
         if (vol_export_opts(c, v, &o, &msg) < 0) {
@@ -407,10 +496,12 @@ static void recover(struct csi *c)
         if (qsd_adopt(v->qsd) == 0) {
             log_info("plugin", "adopted the QSD of a staged volume", "volume=%s pid=%d", v->id,
                      (int)qsd_get_pid(v->qsd));
+            recover_layers(c, v, true);
             continue;
         }
         log_info("plugin", "QSD of a staged volume is not running, starting it", "volume=%s",
                  v->id);
+        recover_layers(c, v, false);
         free(msg);
         msg = NULL;
         if (vol_qsd_start(c, v, recovery_started, NULL, &msg) < 0) {
@@ -422,6 +513,9 @@ static void recover(struct csi *c)
     /* QSDs of the plugin's volumes that are not staged: left by a plugin
      * killed during NodeUnstageVolume (or NodeStageVolume's undo). */
     qsd_stop_orphans(&c->qcfg, keep_qsd, c);
+    for (size_t i = 0; i < s->n_vols; i++)
+        if (!s->vols[i]->staging_path)
+            recover_layers(c, s->vols[i], false);
 }
 
 int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret, char **ret_msg)
@@ -477,6 +571,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     }
     recover(c);
     bridges_recover(c);
+    csi_gc(c);
     c->log_timer = loop_timer_add(loop, LOG_TRIM_MS, trim_logs, c);
     *ret = c;
     return 0;
@@ -501,6 +596,8 @@ void csi_free(struct csi *c)
         free(v->start_ctx);
         v->start_ctx = NULL;
     }
+    worker_cancel(c->gc);
+    c->gc = NULL;
     loop_timer_cancel(c->log_timer);
     bridges_free(c->bridges);
     store_free(c->store);

@@ -30,6 +30,8 @@ struct csi {
     char *topo_key;        /* "<driver-name>/node" */
     struct op *ops;        /* in flight */
     struct bridges *bridges; /* hot-plug bridges and requests (bridge.h) */
+    struct worker *gc;     /* removal of unused layers in flight (csi_gc) */
+    bool gc_again;         /* another removal asked for meanwhile */
     int kubelet_fd;        /* O_PATH of the kubelet root (mounts.h) */
     struct tracked *tracked; /* mounts made since start (mounts.c) */
     size_t n_tracked;
@@ -48,6 +50,7 @@ struct op {
     /* per-operation data */
     uint64_t size;
     bool flag;             /* live (through the QSD) / connection failure seen */
+    char *node;            /* the QSD's exported node (NodeExpandVolume) */
     struct op *next;
 };
 
@@ -65,6 +68,10 @@ void op_end(struct op *op);
 #define CSI_MAX_WORKERS 16
 int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done);
 
+/* Remove the pool's layers nothing references any more (thin.h pool_gc),
+ * in a worker; runs again once if asked while running.  After every
+ * deletion and at start. */
+void csi_gc(struct csi *c);
 /* Remove a volume's export and control directories (qsd_remove_runtime),
  * logging a failure. */
 void csi_remove_runtime(struct csi *c, const char *id);

@@ -1,5 +1,6 @@
 /* state.c: see state.h. */
 #include "state.h"
+#include "layers.h"
 #include "log.h"
 #include "names.h"
 #include "util.h"
@@ -106,6 +107,7 @@ void snap_free(struct snap *sn)
         return;
     free(sn->id);
     free(sn->source);
+    json_decref(sn->layers);
     free(sn);
 }
 
@@ -224,10 +226,24 @@ int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
 
 json_t *snap_to_json(const struct snap *sn)
 {
-    return json_pack("{s:i, s:s, s:s, s:s, s:I, s:I, s:i}", "version", 1, "id", sn->id, "phase",
-                     PHASES[sn->phase], "source_volume", sn->source, "size",
-                     (json_int_t)sn->size, "created_sec", (json_int_t)sn->created_sec,
-                     "created_nsec", (int)sn->created_nsec);
+    json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:I, s:I, s:i}", "version", 1, "id", sn->id,
+                          "phase", PHASES[sn->phase], "source_volume", sn->source, "size",
+                          (json_int_t)sn->size, "created_sec", (json_int_t)sn->created_sec,
+                          "created_nsec", (int)sn->created_nsec);
+    if (sn->layers)
+        json_object_set(j, "layers", sn->layers);
+    return j;
+}
+
+/* An array of 1..LAYER_MAX_DEPTH valid layer names. */
+static bool layers_ok(json_t *a)
+{
+    size_t i, n = json_array_size(a);
+    json_t *v;
+    if (!json_is_array(a) || n == 0 || n > LAYER_MAX_DEPTH)
+        return false;
+    json_array_foreach(a, i, v) if (!layer_name_valid(json_string_value(v))) return false;
+    return true;
 }
 
 int snap_from_json(json_t *j, struct snap **ret, char **ret_msg)
@@ -248,9 +264,15 @@ int snap_from_json(json_t *j, struct snap **ret, char **ret_msg)
         *ret_msg = xstrdup("bad snapshot record: invalid id, source, phase, size or time");
         return -EBADMSG;
     }
+    json_t *layers = json_object_get(j, "layers");
+    if (layers && !layers_ok(layers)) {
+        *ret_msg = xstrdup("bad snapshot record: invalid layers");
+        return -EBADMSG;
+    }
     struct snap *sn = snap_new(id);
     sn->phase = ph;
     sn->source = xstrdup(src);
+    sn->layers = json_incref(layers);
     sn->size = (uint64_t)size;
     sn->created_sec = sec;
     sn->created_nsec = nsec;

@@ -57,6 +57,10 @@ struct snap {
     uint64_t size;
     int64_t created_sec;
     int32_t created_nsec;
+    json_t *layers;        /* thin snapshots: the layer names of its chain, its own
+                              first, base last (layers.h); NULL for a full copy.
+                              Frozen layers never change, so the chain recorded at
+                              creation stays true (docs/changed-blocks.md) */
     bool busy;
 };
 

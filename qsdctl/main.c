@@ -18,6 +18,7 @@
 #include "proc.h"
 #include "qmp.h"
 #include "qsd.h"
+#include "thin.h"
 #include "util.h"
 
 struct global_opts g_opts = {
@@ -141,6 +142,8 @@ static int connect_qmp(const char *vol, struct qmp_sync **ret)
     qsd_paths_clear(&p);
     return 0;
 }
+
+static int gc_report(struct pool *pool);
 
 static int open_pool(struct pool *p, bool create)
 {
@@ -292,9 +295,14 @@ static int cmd_delete(int argc, char **argv)
         return r;
     char *msg = NULL;
     r = image_delete(&pool, vol, &msg);
-    pool_close(&pool);
-    if (r < 0)
+    if (r < 0) {
+        pool_close(&pool);
         return fail_msg(r, msg);
+    }
+    r = gc_report(&pool);
+    pool_close(&pool);
+    if (r)
+        return r;
     _cleanup_free_ char *lockp = xasprintf("%s/locks/%s.lock", g_opts.run_dir, vol);
     unlink(lockp);
     if (!g_opts.json)
@@ -397,6 +405,12 @@ static int cmd_export(int argc, char **argv)
                                  "pid", (int)pid, "already_exported", 1));
         else
             printf("volume %s is already exported (pid %d): %s\n", vol, (int)pid, paths.socket);
+        goto out;
+    }
+    /* No QSD has it open: a snapshot interrupted by a crash is finished or
+     * undone before one does (thin.h). */
+    if (streq(opts.format, "qcow2") && (r = thin_recover(&pool, vol, NULL, NULL, &msg)) < 0) {
+        code = fail_msg(r, msg);
         goto out;
     }
     uint64_t size;
@@ -571,10 +585,32 @@ out:
 
 static const char HELP_SNAPSHOT[] =
     "Usage: qsdctl snapshot VOLUME SNAPSHOT [--timeout SECONDS]\n"
-    "Take a point-in-time snapshot of VOLUME into POOL/snapshots/SNAPSHOT.qcow2, a\n"
-    "standalone image that outlives the volume.  While the volume is exported, its QSD\n"
-    "copies it (blockdev-backup) and the guest keeps running; bound: --timeout (600).\n"
+    "Take a point-in-time snapshot of VOLUME as POOL/snapshots/SNAPSHOT.qcow2; it outlives\n"
+    "the volume.  qcow2: thin and instant whatever the size: the volume's top layer is\n"
+    "frozen (the snapshot is a second name of it) and the volume goes on in a new\n"
+    "overlay, switched inside its running QSD when exported (blockdev-snapshot; the\n"
+    "client is not disturbed).  A chain deeper than 8 is then merged in the background.\n"
+    "raw: a full copy (blockdev-backup while exported).  Bound: --timeout (600).\n"
     "Restore with: qsdctl create NEWVOLUME --from-snapshot SNAPSHOT\n";
+
+/* The QMP monitor of a volume's QSD when it serves the volume read-write
+ * (then a thin snapshot switches inside it), and its options. */
+static int writable_qsd(const char *vol, struct qmp_sync **ret_s, struct qsd_opts *ret_o)
+{
+    struct qsd_paths p;
+    qsd_paths_init(g_opts.run_dir, vol, &p);
+    int r = qsd_read_state(p.state, ret_o, NULL, NULL, NULL);
+    qsd_paths_clear(&p);
+    if (r < 0)
+        return fail(EXIT_FAILURE_GENERIC, "cannot read the state of volume %s's QSD", vol);
+    *ret_s = NULL;
+    if (ret_o->read_only)
+        return 0;
+    r = connect_qmp(vol, ret_s);
+    if (r < 0)
+        qsd_opts_clear(ret_o);
+    return r < 0 ? -r : 0;
+}
 
 static int cmd_snapshot(int argc, char **argv)
 {
@@ -601,7 +637,10 @@ static int cmd_snapshot(int argc, char **argv)
     _cleanup_free_ char *path = NULL, *format = NULL, *spath = NULL;
     char *msg = NULL;
     int code = EXIT_OK;
-    bool live = false;
+    bool live = false, merging = false;
+    char layer[LAYER_NAME_LEN + 1] = "";
+    struct qmp_sync *s = NULL;
+    struct qsd_opts o = {0};
     if ((code = lock_volume(vol, &lock)))
         goto out;
     if (pool_find_volume(&pool, vol, &path, &format) < 0) {
@@ -610,15 +649,30 @@ static int cmd_snapshot(int argc, char **argv)
     }
     live = volume_exported(vol, NULL);
     uint64_t t0 = now_ms();
-    if (live) {
-        struct qmp_sync *s = NULL;
-        r = connect_qmp(vol, &s);
-        if (r < 0) {
-            code = -r;
+    if (streq(format, "qcow2")) {
+        if (live && (code = writable_qsd(vol, &s, &o)))
             goto out;
+        r = thin_snapshot(&pool, vol, s, &o, snap, timeout_s * 1000, layer, &msg);
+        if (r == -EOPNOTSUPP && s) {
+            /* exported in an iothread: a full copy (thin.h) */
+            free(msg);
+            msg = NULL;
+            r = live_snapshot(s, &pool, snap, timeout_s * 1000, &msg);
+        } else if (r == 0 && s) {
+            /* Past the depth where merging starts: leave it to QSD. */
+            struct chain ch;
+            char *m = NULL;
+            if (pool_chain(&pool, path, format, &ch, &m) == 0) {
+                if (layers_merge_count((unsigned)ch.n, LAYER_MERGE_AT, LAYER_MERGE_TO) > 0)
+                    merging = thin_merge(&pool, vol, s, LAYER_MERGE_TO, false, 0, &m) == 0;
+                chain_clear(&ch);
+            }
+            free(m);
         }
+    } else if (live) {
+        if ((code = -connect_qmp(vol, &s)) > 0)
+            goto out;
         r = live_snapshot(s, &pool, snap, timeout_s * 1000, &msg);
-        qmp_sync_close(s);
     } else {
         r = snapshot_create_offline(&pool, path, format, snap, &msg);
     }
@@ -628,19 +682,136 @@ static int cmd_snapshot(int argc, char **argv)
     }
     spath = pool_snapshot_path(&pool, snap);
     if (g_opts.json)
-        print_json(json_pack("{s:s, s:s, s:s, s:b, s:I}", "volume", vol, "snapshot", snap, "path",
-                             spath, "live", live, "ms", (json_int_t)(now_ms() - t0)));
+        print_json(json_pack("{s:s, s:s, s:s, s:b, s:s?, s:b, s:I}", "volume", vol, "snapshot",
+                             snap, "path", spath, "live", live, "layer", *layer ? layer : NULL,
+                             "merging", merging, "ms", (json_int_t)(now_ms() - t0)));
     else
-        printf("snapshot %s of volume %s taken %s in %" PRIu64 " ms: %s\n", snap, vol,
-               live ? "live through its QSD" : "offline", now_ms() - t0, spath);
+        printf("snapshot %s of volume %s taken %s in %" PRIu64 " ms: %s%s%s%s\n", snap, vol,
+               live ? "live through its QSD" : "offline", now_ms() - t0, spath,
+               *layer ? " (layer " : "", layer, *layer ? (merging ? "; merging the chain)" : ")") : "");
 out:
+    qmp_sync_close(s);
+    qsd_opts_clear(&o);
     pool_close(&pool);
     return code;
 }
 
+/* ---------------------------------------------------------- merge, gc */
+
+static const char HELP_MERGE[] =
+    "Usage: qsdctl merge VOLUME [--depth N] [--no-wait] [--timeout SECONDS]\n"
+    "Shorten the volume's chain of layers to N files (default 1: flatten) by copying\n"
+    "the newest layers' data into its top: block-stream inside its QSD when exported\n"
+    "(the client keeps running), qemu-img rebase otherwise.  Snapshots keep their\n"
+    "layers.  --no-wait: start the live merge and return.  Bound: --timeout (3600).\n";
+
+static int cmd_merge(int argc, char **argv)
+{
+    static const struct option lo[] = {{"depth", required_argument, 0, 'd'},
+                                       {"no-wait", no_argument, 0, 'n'},
+                                       {"timeout", required_argument, 0, 't'},
+                                       {"help", no_argument, 0, 'h'}, {0}};
+    uint64_t depth = 1, timeout_s = 3600;
+    bool wait = true;
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if (c == 'd' && parse_uint(optarg, 1, LAYER_MAX_DEPTH, &depth) == 0)
+            continue;
+        if (c == 't' && parse_uint(optarg, 1, 86400, &timeout_s) == 0)
+            continue;
+        if (c == 'n') {
+            wait = false;
+            continue;
+        }
+        if (c == 'd' || c == 't')
+            return fail(EXIT_USAGE, "invalid --%s '%s'", c == 'd' ? "depth" : "timeout", optarg);
+        return help_or_usage(c, HELP_MERGE, "usage: qsdctl merge VOLUME");
+    }
+    if (optind + 1 != argc)
+        return USAGE_ERR("usage: qsdctl merge VOLUME");
+    const char *vol = argv[optind];
+    if ((r = check_name("volume", vol)))
+        return r;
+    struct pool pool;
+    if ((r = open_pool(&pool, false)))
+        return r;
+    _cleanup_close_ int lock = -1;
+    _cleanup_free_ char *path = NULL, *format = NULL;
+    char *msg = NULL;
+    struct qmp_sync *s = NULL;
+    struct qsd_opts o = {0};
+    int code = EXIT_OK;
+    uint64_t t0 = now_ms();
+    if ((code = lock_volume(vol, &lock)))
+        goto out;
+    if (pool_find_volume(&pool, vol, &path, &format) < 0 || !streq(format, "qcow2")) {
+        code = fail(EXIT_NOT_FOUND, "no qcow2 volume %s in pool %s", vol, g_opts.pool);
+        goto out;
+    }
+    if (volume_exported(vol, NULL) && (code = writable_qsd(vol, &s, &o)))
+        goto out;
+    r = thin_merge(&pool, vol, s, (unsigned)depth, wait, timeout_s * 1000, &msg);
+    if (r < 0) {
+        code = fail_msg(r, msg);
+        msg = NULL;
+        goto out;
+    }
+    struct chain ch = {0};
+    pool_chain(&pool, path, format, &ch, &msg);
+    if (g_opts.json)
+        print_json(json_pack("{s:s, s:b, s:I, s:I}", "volume", vol, "merged", r == 0, "depth",
+                             (json_int_t)ch.n, "ms", (json_int_t)(now_ms() - t0)));
+    else
+        printf("volume %s: %s; chain depth now %zu (%" PRIu64 " ms)\n", vol,
+               r == 1 ? "nothing to merge" : wait ? "merged" : "merge started", ch.n,
+               now_ms() - t0);
+    chain_clear(&ch);
+out:
+    free(msg);
+    qmp_sync_close(s);
+    qsd_opts_clear(&o);
+    pool_close(&pool);
+    return code;
+}
+
+static const char HELP_GC[] = "Usage: qsdctl gc\n"
+                              "Remove the pool's layers that no volume, snapshot or other layer uses\n"
+                              "any more (delete and snapshot-delete do it too).\n";
+
+static int gc_report(struct pool *pool)
+{
+    unsigned n = 0;
+    uint64_t freed = 0;
+    char *msg = NULL;
+    int r = pool_gc(pool, &n, &freed, &msg);
+    if (r < 0)
+        return fail_msg(r, msg);
+    if (n && !g_opts.json) {
+        char b[32];
+        printf("removed %u unused layer(s), %s\n", n, format_size(freed, b, sizeof(b)));
+    }
+    return EXIT_OK;
+}
+
+static int cmd_gc(int argc, char **argv)
+{
+    static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0}};
+    int c, r;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1)
+        return help_or_usage(c, HELP_GC, "usage: qsdctl gc");
+    if (optind != argc)
+        return USAGE_ERR("usage: qsdctl gc");
+    struct pool pool;
+    if ((r = open_pool(&pool, false)))
+        return r;
+    r = gc_report(&pool);
+    pool_close(&pool);
+    return r;
+}
+
 static const char HELP_SNAPSHOT_DELETE[] = "Usage: qsdctl snapshot-delete SNAPSHOT\n"
-                                           "Delete a snapshot.  Volumes restored from it are independent copies\n"
-                                           "and are not affected.\n";
+                                           "Delete a snapshot.  Volumes restored from it are not affected: the\n"
+                                           "layers they use stay until nothing uses them.\n";
 
 static int cmd_snapshot_delete(int argc, char **argv)
 {
@@ -653,9 +824,14 @@ static int cmd_snapshot_delete(int argc, char **argv)
         return r;
     char *msg = NULL;
     r = snapshot_delete(&pool, snap, &msg);
-    pool_close(&pool);
-    if (r < 0)
+    if (r < 0) {
+        pool_close(&pool);
         return fail_msg(r, msg);
+    }
+    r = gc_report(&pool);
+    pool_close(&pool);
+    if (r)
+        return r;
     if (g_opts.json)
         print_json(json_pack("{s:s, s:b}", "snapshot", snap, "deleted", 1));
     else
@@ -678,6 +854,13 @@ static json_t *volume_status(const struct pool *pool, const char *vol, char **re
         return NULL;
     json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I}", "volume", vol, "path", path, "format",
                           format, "size", (json_int_t)size, "allocated", (json_int_t)alloc);
+    struct chain ch;
+    char *cm = NULL;
+    if (pool_chain(pool, path, format, &ch, &cm) == 0) {
+        json_object_set_new(j, "chain", chain_to_json(&ch));
+        chain_clear(&ch);
+    }
+    free(cm);
     pid_t pid;
     bool exported = volume_exported(vol, &pid);
     json_object_set_new(j, "exported", json_boolean(exported));
@@ -741,6 +924,18 @@ static int cmd_status(int argc, char **argv)
            json_string_value(json_object_get(j, "format")),
            format_size((uint64_t)json_integer_value(json_object_get(j, "size")), b1, sizeof(b1)),
            format_size((uint64_t)json_integer_value(json_object_get(j, "allocated")), b2, sizeof(b2)));
+    json_t *chain = json_object_get(j, "chain");
+    printf("chain:      %zu file(s), top first\n", json_array_size(chain));
+    size_t ci;
+    json_t *cl;
+    json_array_foreach(chain, ci, cl)
+    {
+        const char *layer = json_string_value(json_object_get(cl, "layer"));
+        printf("  %-20s %12s allocated%s\n", layer ? layer : "(top)",
+               format_size((uint64_t)json_integer_value(json_object_get(cl, "allocated")), b1,
+                           sizeof(b1)),
+               json_is_true(json_object_get(cl, "shared")) ? ", also a snapshot" : "");
+    }
     if (json_is_true(json_object_get(j, "exported"))) {
         json_t *st = json_object_get(j, "stats");
         printf("exported:   yes, pid %d, socket %s (%s)\n",
@@ -819,9 +1014,14 @@ static int cmd_list(int argc, char **argv)
         free(msg);
         pid_t pid = 0;
         bool exp = volume_exported(name, &pid);
-        json_array_append_new(out_vols, json_pack("{s:s, s:s, s:I, s:I, s:b}", "volume", name,
+        struct chain ch = {0};
+        pool_chain(&pool, path, format, &ch, &msg);
+        free(msg);
+        json_array_append_new(out_vols, json_pack("{s:s, s:s, s:I, s:I, s:b, s:I}", "volume", name,
                                                   "format", format, "size", (json_int_t)size,
-                                                  "allocated", (json_int_t)alloc, "exported", exp));
+                                                  "allocated", (json_int_t)alloc, "exported", exp,
+                                                  "depth", (json_int_t)ch.n));
+        chain_clear(&ch);
     }
     json_array_foreach(snaps, i, v)
     {
@@ -830,9 +1030,16 @@ static int cmd_list(int argc, char **argv)
         char *msg = NULL;
         image_info(path, "qcow2", &size, &alloc, &msg);
         free(msg);
-        json_array_append_new(out_snaps, json_pack("{s:s, s:I, s:I}", "snapshot",
+        struct chain ch = {0};
+        msg = NULL;
+        pool_chain(&pool, path, "qcow2", &ch, &msg);
+        free(msg);
+        json_array_append_new(out_snaps, json_pack("{s:s, s:I, s:I, s:I, s:s?}", "snapshot",
                                                    json_string_value(v), "size", (json_int_t)size,
-                                                   "allocated", (json_int_t)alloc));
+                                                   "allocated", (json_int_t)alloc, "depth",
+                                                   (json_int_t)ch.n, "backing",
+                                                   ch.n > 1 ? ch.l[1].layer : NULL));
+        chain_clear(&ch);
     }
     json_decref(vols);
     json_decref(snaps);
@@ -841,23 +1048,26 @@ static int cmd_list(int argc, char **argv)
         print_json(json_pack("{s:o, s:o}", "volumes", out_vols, "snapshots", out_snaps));
         return EXIT_OK;
     }
-    printf("%-40s %-6s %12s %12s %s\n", "VOLUME", "FORMAT", "SIZE", "ALLOCATED", "EXPORTED");
+    printf("%-40s %-6s %12s %12s %5s %s\n", "VOLUME", "FORMAT", "SIZE", "ALLOCATED", "DEPTH",
+           "EXPORTED");
     json_array_foreach(out_vols, i, v)
     {
         char b1[32], b2[32];
-        printf("%-40s %-6s %12s %12s %s\n", json_string_value(json_object_get(v, "volume")),
+        printf("%-40s %-6s %12s %12s %5lld %s\n", json_string_value(json_object_get(v, "volume")),
                json_string_value(json_object_get(v, "format")),
                format_size((uint64_t)json_integer_value(json_object_get(v, "size")), b1, sizeof(b1)),
                format_size((uint64_t)json_integer_value(json_object_get(v, "allocated")), b2, sizeof(b2)),
+               (long long)json_integer_value(json_object_get(v, "depth")),
                json_is_true(json_object_get(v, "exported")) ? "yes" : "no");
     }
-    printf("\n%-40s %12s %12s\n", "SNAPSHOT", "SIZE", "ALLOCATED");
+    printf("\n%-40s %12s %12s %5s\n", "SNAPSHOT", "SIZE", "ALLOCATED", "DEPTH");
     json_array_foreach(out_snaps, i, v)
     {
         char b1[32], b2[32];
-        printf("%-40s %12s %12s\n", json_string_value(json_object_get(v, "snapshot")),
+        printf("%-40s %12s %12s %5lld\n", json_string_value(json_object_get(v, "snapshot")),
                format_size((uint64_t)json_integer_value(json_object_get(v, "size")), b1, sizeof(b1)),
-               format_size((uint64_t)json_integer_value(json_object_get(v, "allocated")), b2, sizeof(b2)));
+               format_size((uint64_t)json_integer_value(json_object_get(v, "allocated")), b2, sizeof(b2)),
+               (long long)json_integer_value(json_object_get(v, "depth")));
     }
     json_decref(out_vols);
     json_decref(out_snaps);
@@ -1084,6 +1294,8 @@ static const struct command commands[] = {
     {"resize", cmd_resize, "grow a volume (online when exported)"},
     {"snapshot", cmd_snapshot, "snapshot a volume (live when exported)"},
     {"snapshot-delete", cmd_snapshot_delete, "delete a snapshot"},
+    {"merge", cmd_merge, "shorten a volume's chain of layers (flatten)"},
+    {"gc", cmd_gc, "remove layers nothing uses"},
     {"list", cmd_list, "list volumes and snapshots"},
     {"status", cmd_status, "show a volume: image, QSD, I/O statistics"},
     {"qmp", cmd_qmp, "send a raw QMP command to a volume's QSD"},

@@ -489,6 +489,9 @@ static void verify_usage(void)
            "  --write   only write the pattern (and flush): a later --check with the same\n"
            "            seed, chunks and chunk size must find it\n"
            "  --check   only read and compare (works on read-only exports)\n"
+           "  --rounds N  with --write: N rounds on one connection, seeds SEED, SEED+1...;\n"
+           "            after each, a line 'round SEED START_US END_US' (CLOCK_MONOTONIC)\n"
+           "  --stop-file PATH  with --rounds: stop before a round once PATH exists\n"
            "  --size    expected capacity in bytes;  --serial  expected serial (get-id)\n"
            "Exit status: 0 ok, %d mismatch (data, capacity or serial: the message says\n"
            "where), 3 socket missing or refused, 5 timeout, 1 other failure.\n",
@@ -508,10 +511,14 @@ int cmd_verify(int argc, char **argv)
         {"queues", required_argument, NULL, 'q'},
         {"timeout-ms", required_argument, NULL, 't'},
         {"json", no_argument, NULL, 'j'},
+        {"rounds", required_argument, NULL, 'R'},
+        {"stop-file", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     bool do_write = false, do_check = false, json = g_opts.json;
+    uint64_t rounds = 1;
+    const char *stop_file = NULL;
     uint64_t seed = 1, want_size = 0, nchunks = 64, chunk = 64 * 1024, queues = 0;
     const char *want_serial = NULL;
     int timeout_ms = 30000;
@@ -529,6 +536,8 @@ int cmd_verify(int argc, char **argv)
         case 'c': r = parse_size(optarg, &chunk); break;
         case 'q': r = parse_uint(optarg, 1, 64, &queues); break;
         case 't': r = parse_timeout(argv[0], optarg, &timeout_ms); break;
+        case 'R': r = parse_uint(optarg, 1, 1000000, &rounds); break;
+        case 'F': stop_file = optarg; break;
         case 'h': verify_usage(); return EXIT_OK;
         default: return EXIT_USAGE;
         }
@@ -543,6 +552,10 @@ int cmd_verify(int argc, char **argv)
     }
     if (do_write && do_check) {
         fprintf(stderr, "qsdctl verify: --write and --check exclude each other\n");
+        return EXIT_USAGE;
+    }
+    if ((rounds > 1 || stop_file) && !do_write) {
+        fprintf(stderr, "qsdctl verify: --rounds and --stop-file need --write\n");
         return EXIT_USAGE;
     }
     if (chunk < 4096 || chunk % 4096 || chunk > (4u << 20) || nchunks * chunk > (256u << 20)) {
@@ -626,6 +639,23 @@ int cmd_verify(int argc, char **argv)
             return EXIT_MISMATCH;
         }
         ro_ok = true;
+    } else if (rounds > 1 || stop_file) {
+        /* A client that stays connected and keeps writing, as a VM does;
+         * each completed (flushed) round is reported with its times. */
+        for (uint64_t i = 0; i < rounds; i++) {
+            if (stop_file && access(stop_file, F_OK) == 0)
+                break;
+            v.seed = seed + i;
+            uint64_t t0 = now_us();
+            r = write_chunks(&v);
+            if (r == EXIT_OK && vublk_has_feature(d, VIRTIO_BLK_F_FLUSH))
+                r = expect_ok(&v, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, 0);
+            if (r != EXIT_OK)
+                return r;
+            printf("round %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", v.seed, t0, now_us());
+            fflush(stdout);
+        }
+        return EXIT_OK;
     } else {
         r = write_chunks(&v);
         if (r != EXIT_OK)

@@ -3,6 +3,7 @@
 #include "names.h"
 #include "proc.h"
 #include "qsd.h"
+#include "thin.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -19,9 +20,11 @@ int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg)
         .root = xstrdup(root),
         .volumes = xasprintf("%s/volumes", root),
         .snapshots = xasprintf("%s/snapshots", root),
+        .layers = xasprintf("%s/layers", root),
     };
     int r = 0;
-    if (create && ((r = mkdir_p(p.volumes, 0700)) < 0 || (r = mkdir_p(p.snapshots, 0700)) < 0)) {
+    if (create && ((r = mkdir_p(p.volumes, 0700)) < 0 || (r = mkdir_p(p.snapshots, 0700)) < 0 ||
+                   (r = mkdir_p(p.layers, 0700)) < 0)) {
         *ret_msg = xasprintf("cannot create pool directories under %s: %s", root, strerror(-r));
         pool_close(&p);
         return r;
@@ -35,6 +38,7 @@ void pool_close(struct pool *p)
     free(p->root);
     free(p->volumes);
     free(p->snapshots);
+    free(p->layers);
     memset(p, 0, sizeof(*p));
 }
 
@@ -92,7 +96,7 @@ int image_check_prealloc(const char *format, const char *prealloc, char **ret_ms
 }
 
 /* Run qemu-img; on failure its last stderr line becomes the message. */
-static int qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char **ret_msg)
+int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char **ret_msg)
 {
     struct proc_result res = {0};
     int r = proc_run(argv, timeout_ms, &res);
@@ -118,7 +122,7 @@ static int qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, cha
 }
 
 /* Move tmp to final without replacing an existing file. */
-static int publish(const char *tmp, const char *final, char **ret_msg)
+int image_publish(const char *tmp, const char *final, char **ret_msg)
 {
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) < 0) {
         int e = -errno;
@@ -142,7 +146,7 @@ int image_info(const char *path, const char *format, uint64_t *ret_size, uint64_
 {
     char *argv[] = {"qemu-img", "info", "-U", "--output=json", "-f", (char *)format, (char *)path, NULL};
     _cleanup_free_ char *out = NULL;
-    int r = qemu_img(argv, QEMU_IMG_QUICK_MS, &out, ret_msg);
+    int r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, &out, ret_msg);
     if (r < 0)
         return r;
     json_t *j = json_loads(out, 0, NULL);
@@ -175,7 +179,7 @@ int image_resize_offline(const char *path, const char *format, uint64_t size, ch
     char sz[32];
     snprintf(sz, sizeof(sz), "%" PRIu64, size);
     char *argv[] = {"qemu-img", "resize", "-q", "-f", (char *)format, (char *)path, sz, NULL};
-    return qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg);
+    return image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg);
 }
 
 int image_create(const struct pool *p, const char *name, const char *format, uint64_t size,
@@ -202,11 +206,19 @@ int image_create(const struct pool *p, const char *name, const char *format, uin
                                  size, from_snapshot, snap_size);
             return -EINVAL;
         }
+        if (streq(format, "qcow2") && streq(prealloc, "off")) {
+            /* Thin: an empty overlay on the snapshot's layer (thin.h). */
+            char layer[LAYER_NAME_LEN + 1];
+            if ((r = thin_snapshot_layer(p, from_snapshot, layer, ret_msg)) < 0)
+                return r;
+            return thin_create(p, name, layer, size ? size : snap_size, ret_msg);
+        }
+        /* raw, or space reserved up front: a full, independent copy */
         char *argv[] = {"qemu-img", "convert", "-q", "-f", "qcow2", "-O", (char *)format,
                         "-o", NULL, snap, tmp, NULL};
         _cleanup_free_ char *o = xasprintf("preallocation=%s", prealloc);
         argv[8] = o;
-        r = qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
+        r = image_qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
         if (r == 0 && size > snap_size)
             r = image_resize_offline(tmp, format, size, ret_msg);
     } else {
@@ -214,14 +226,14 @@ int image_create(const struct pool *p, const char *name, const char *format, uin
         snprintf(sz, sizeof(sz), "%" PRIu64, size);
         _cleanup_free_ char *o = xasprintf("preallocation=%s", prealloc);
         char *argv[] = {"qemu-img", "create", "-q", "-f", (char *)format, "-o", o, tmp, sz, NULL};
-        r = qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
+        r = image_qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
     }
     if (r < 0) {
         unlink(tmp);
         return r;
     }
     chmod(tmp, 0600);
-    return publish(tmp, final, ret_msg);
+    return image_publish(tmp, final, ret_msg);
 }
 
 int image_delete(const struct pool *p, const char *name, char **ret_msg)
@@ -250,13 +262,13 @@ int snapshot_create_offline(const struct pool *p, const char *src, const char *s
     _cleanup_free_ char *tmp = xasprintf("%s/.%s.tmp-%d", p->snapshots, snap, (int)getpid());
     char *argv[] = {"qemu-img", "convert", "-q", "-f", (char *)src_format, "-O", "qcow2",
                     (char *)src, tmp, NULL};
-    int r = qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
+    int r = image_qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
     if (r < 0) {
         unlink(tmp);
         return r;
     }
     chmod(tmp, 0400);
-    return publish(tmp, final, ret_msg);
+    return image_publish(tmp, final, ret_msg);
 }
 
 int snapshot_delete(const struct pool *p, const char *snap, char **ret_msg)
@@ -273,7 +285,7 @@ int snapshot_delete(const struct pool *p, const char *snap, char **ret_msg)
 
 /* ------------------------------------------------------------ online */
 
-static int qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg)
+int image_qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg)
 {
     *ret_msg = xasprintf("%s failed: %s (%s)", what, e->desc ? e->desc : strerror(-r),
                          e->klass ? e->klass : "error");
@@ -281,20 +293,54 @@ static int qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg)
     return r;
 }
 
-int live_size(struct qmp_sync *s, uint64_t *ret_size, char **ret_msg)
+const char *export_node_from_reply(json_t *exports)
+{
+    size_t i;
+    json_t *it;
+    json_array_foreach(exports, i, it)
+    {
+        if (streq_ptr(json_string_value(json_object_get(it, "id")), QSD_EXPORT_ID))
+            return json_string_value(json_object_get(it, "node-name"));
+    }
+    return NULL;
+}
+
+int live_export_node(struct qmp_sync *s, char **ret_node, char **ret_msg)
 {
     struct qmp_error e = {0};
     json_t *ret = NULL;
-    int r = qmp_sync_call(s, "query-named-block-nodes", json_pack("{s:b}", "flat", 1),
+    int r = qmp_sync_call(s, "query-block-exports", NULL, QMP_DEFAULT_TIMEOUT_MS, &ret, &e);
+    if (r < 0)
+        return image_qmp_msg(r, &e, "query-block-exports", ret_msg);
+    const char *n = export_node_from_reply(ret);
+    if (!n) {
+        json_decref(ret);
+        *ret_msg = xstrdup("QSD has no export " QSD_EXPORT_ID);
+        return -EBADMSG;
+    }
+    *ret_node = xstrdup(n);
+    json_decref(ret);
+    return 0;
+}
+
+int live_size(struct qmp_sync *s, uint64_t *ret_size, char **ret_msg)
+{
+    _cleanup_free_ char *exp = NULL;
+    int r = live_export_node(s, &exp, ret_msg);
+    if (r < 0)
+        return r;
+    struct qmp_error e = {0};
+    json_t *ret = NULL;
+    r = qmp_sync_call(s, "query-named-block-nodes", json_pack("{s:b}", "flat", 1),
                           QMP_DEFAULT_TIMEOUT_MS, &ret, &e);
     if (r < 0)
-        return qmp_msg(r, &e, "query-named-block-nodes", ret_msg);
+        return image_qmp_msg(r, &e, "query-named-block-nodes", ret_msg);
     size_t i;
     json_t *node;
     json_array_foreach(ret, i, node)
     {
         const char *nn = json_string_value(json_object_get(node, "node-name"));
-        if (nn && streq(nn, QSD_NODE)) {
+        if (nn && streq(nn, exp)) {
             json_t *vs = json_object_get(json_object_get(node, "image"), "virtual-size");
             if (json_is_integer(vs)) {
                 *ret_size = (uint64_t)json_integer_value(vs);
@@ -320,12 +366,15 @@ int live_resize(struct qmp_sync *s, uint64_t size, char **ret_msg)
     }
     if (size == cur)
         return 0;
+    _cleanup_free_ char *exp = NULL;
+    if ((r = live_export_node(s, &exp, ret_msg)) < 0)
+        return r;
     struct qmp_error e = {0};
     r = qmp_sync_call(s, "block_resize",
-                      json_pack("{s:s, s:I}", "node-name", QSD_NODE, "size", (json_int_t)size),
+                      json_pack("{s:s, s:I}", "node-name", exp, "size", (json_int_t)size),
                       QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
     if (r < 0)
-        return qmp_msg(r, &e, "block_resize", ret_msg);
+        return image_qmp_msg(r, &e, "block_resize", ret_msg);
     return 0;
 }
 
@@ -344,14 +393,15 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
         return -EEXIST;
     }
     uint64_t size;
+    _cleanup_free_ char *exp = NULL;
     int r = live_size(s, &size, ret_msg);
-    if (r < 0)
+    if (r < 0 || (r = live_export_node(s, &exp, ret_msg)) < 0)
         return r;
     _cleanup_free_ char *tmp = xasprintf("%s/.%s.tmp-%d", p->snapshots, snap, (int)getpid());
     char sz[32];
     snprintf(sz, sizeof(sz), "%" PRIu64, size);
     char *argv[] = {"qemu-img", "create", "-q", "-f", "qcow2", tmp, sz, NULL};
-    if ((r = qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0)
+    if ((r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0)
         return r;
 
     /* Work around a QEMU 10.0 abort (block.c bdrv_insert_node: AioContext
@@ -361,7 +411,7 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
      * Measured: without it the first live snapshot kills the QSD. */
     struct qmp_error eio = {0};
     qmp_sync_call(s, "block_resize",
-                  json_pack("{s:s, s:I}", "node-name", QSD_NODE, "size", (json_int_t)size),
+                  json_pack("{s:s, s:I}", "node-name", exp, "size", (json_int_t)size),
                   QMP_DEFAULT_TIMEOUT_MS, NULL, &eio);
     qmp_error_clear(&eio);
 
@@ -373,20 +423,20 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
     r = qmp_sync_call(s, "blockdev-add", add, QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
     if (r < 0) {
         unlink(tmp);
-        return qmp_msg(r, &e, "blockdev-add of the snapshot target", ret_msg);
+        return image_qmp_msg(r, &e, "blockdev-add of the snapshot target", ret_msg);
     }
     r = qmp_sync_call(s, "blockdev-backup",
-                      json_pack("{s:s, s:s, s:s, s:s}", "job-id", job, "device", QSD_NODE, "target",
+                      json_pack("{s:s, s:s, s:s, s:s}", "job-id", job, "device", exp, "target",
                                 node, "sync", "full"),
                       QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
     if (r < 0) {
-        qmp_msg(r, &e, "blockdev-backup", ret_msg);
+        image_qmp_msg(r, &e, "blockdev-backup", ret_msg);
         goto del;
     }
     json_t *data = NULL;
     r = qmp_sync_wait_event(s, "BLOCK_JOB_COMPLETED", job_match, job, timeout_ms, &data, &e);
     if (r < 0) {
-        qmp_msg(r, &e, "waiting for the snapshot copy", ret_msg);
+        image_qmp_msg(r, &e, "waiting for the snapshot copy", ret_msg);
         struct qmp_error e2 = {0};
         qmp_sync_call(s, "block-job-cancel", json_pack("{s:s, s:b}", "device", job, "force", 1),
                       QMP_DEFAULT_TIMEOUT_MS, NULL, &e2);
@@ -407,29 +457,33 @@ del:;
     int r2 = qmp_sync_call(s, "blockdev-del", json_pack("{s:s}", "node-name", node),
                            QMP_DEFAULT_TIMEOUT_MS, NULL, &e3);
     if (r2 < 0 && r == 0)
-        r = qmp_msg(r2, &e3, "blockdev-del of the snapshot target", ret_msg);
+        r = image_qmp_msg(r2, &e3, "blockdev-del of the snapshot target", ret_msg);
     qmp_error_clear(&e3);
     if (r < 0) {
         unlink(tmp);
         return r;
     }
     chmod(tmp, 0400);
-    return publish(tmp, final, ret_msg);
+    return image_publish(tmp, final, ret_msg);
 }
 
 int live_stats(struct qmp_sync *s, json_t **ret, char **ret_msg)
 {
+    _cleanup_free_ char *exp = NULL;
+    int r = live_export_node(s, &exp, ret_msg);
+    if (r < 0)
+        return r;
     struct qmp_error e = {0};
     json_t *all = NULL;
-    int r = qmp_sync_call(s, "query-blockstats", json_pack("{s:b}", "query-nodes", 1),
+    r = qmp_sync_call(s, "query-blockstats", json_pack("{s:b}", "query-nodes", 1),
                           QMP_DEFAULT_TIMEOUT_MS, &all, &e);
     if (r < 0)
-        return qmp_msg(r, &e, "query-blockstats", ret_msg);
+        return image_qmp_msg(r, &e, "query-blockstats", ret_msg);
     size_t i;
     json_t *it;
     json_array_foreach(all, i, it)
     {
-        if (streq_ptr(json_string_value(json_object_get(it, "node-name")), QSD_NODE)) {
+        if (streq_ptr(json_string_value(json_object_get(it, "node-name")), exp)) {
             *ret = json_incref(json_object_get(it, "stats"));
             json_decref(all);
             return 0;

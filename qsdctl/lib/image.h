@@ -18,7 +18,7 @@
 #define IMAGE_SIZE_ALIGN 512u
 
 struct pool {
-    char *root, *volumes, *snapshots;
+    char *root, *volumes, *snapshots, *layers; /* layers/: thin.h */
 };
 /* Create the pool directories (0700) if needed. */
 int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg);
@@ -32,8 +32,9 @@ int image_check_size(uint64_t size, unsigned align, char **ret_msg);
 int image_check_prealloc(const char *format, const char *prealloc, char **ret_msg);
 
 /* Create pool/volumes/<name>.<format> atomically (temp file + rename without
- * replace).  From a snapshot: a full, independent copy of its data, then
- * grown to size if larger. */
+ * replace).  From a snapshot: a qcow2 volume without preallocation is a thin
+ * overlay on the snapshot's layer (thin.h, constant time); otherwise a full,
+ * independent copy of its data, then grown to size if larger. */
 int image_create(const struct pool *p, const char *name, const char *format, uint64_t size,
                  const char *prealloc, const char *from_snapshot, char **ret_msg);
 int image_delete(const struct pool *p, const char *name, char **ret_msg);
@@ -49,7 +50,20 @@ int snapshot_create_offline(const struct pool *p, const char *src, const char *s
                             const char *snap, char **ret_msg);
 int snapshot_delete(const struct pool *p, const char *snap, char **ret_msg);
 
+/* Run qemu-img with a bound; on failure its last stderr line is the message. */
+int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char **ret_msg);
+/* Rename tmp to final without replacing, fsync the directory (tmp is
+ * removed on failure). */
+int image_publish(const char *tmp, const char *final, char **ret_msg);
+/* "<what> failed: <QEMU's desc> (<class>)"; clears e; returns r. */
+int image_qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg);
+
 /* ---- online (through the volume's QSD) ---- */
+/* The node the volume's export serves (query-block-exports): QSD_NODE when
+ * QSD starts, the newest overlay after a live thin snapshot (thin.h). */
+int live_export_node(struct qmp_sync *s, char **ret_node, char **ret_msg);
+/* The same from a query-block-exports reply (pure); NULL if absent. */
+const char *export_node_from_reply(json_t *exports);
 int live_size(struct qmp_sync *s, uint64_t *ret_size, char **ret_msg);
 int live_resize(struct qmp_sync *s, uint64_t size, char **ret_msg);
 /* Point-in-time copy of the live node into a standalone qcow2 snapshot

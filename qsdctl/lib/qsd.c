@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <dirent.h>
+#include <limits.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -299,10 +300,35 @@ static char *json_arg(json_t *j)
     return s;
 }
 
-char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p)
+/* The file node and the format node of an image, with the volume's cache,
+ * aio, discard and detect-zeroes options.  The file node is a node of its
+ * own (not an inline child): reopening the format node read-only, as
+ * blockdev-snapshot does with the old top, then leaves the file node and its
+ * descriptor alone instead of opening the file again by name (thin.c renames
+ * the names QSD opened). */
+json_t *qsd_file_node_json(const struct qsd_opts *o, const char *node, const char *filename)
 {
     bool direct = streq(o->cache, "none") || streq(o->cache, "directsync");
     bool no_flush = streq(o->cache, "unsafe");
+    return json_pack("{s:s, s:s, s:s, s:s, s:{s:b, s:b}, s:s, s:b}", "driver", "file",
+                     "node-name", node, "filename", filename, "aio", o->aio, "cache", "direct",
+                     direct, "no-flush", no_flush, "discard", o->discard, "read-only",
+                     o->read_only);
+}
+
+json_t *qsd_format_node_json(const struct qsd_opts *o, const char *node, const char *format,
+                             const char *file_node)
+{
+    bool direct = streq(o->cache, "none") || streq(o->cache, "directsync");
+    bool no_flush = streq(o->cache, "unsafe");
+    return json_pack("{s:s, s:s, s:s, s:{s:b, s:b}, s:s, s:s, s:b}", "driver", format,
+                     "node-name", node, "file", file_node, "cache", "direct", direct, "no-flush",
+                     no_flush, "discard", o->discard, "detect-zeroes", o->detect_zeroes,
+                     "read-only", o->read_only);
+}
+
+char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p)
+{
     /* QEMU 10.0's vhost-user-blk export tells the guest its cache is
      * write-through (config wce = 0), so the guest never sends a flush.  The
      * export must then really be write-through, or a QSD crash loses writes the
@@ -313,15 +339,9 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
     int i = 0;
     argv[i++] = xstrdup(binary);
     argv[i++] = xstrdup("--blockdev");
-    argv[i++] = json_arg(json_pack("{s:s, s:s, s:s, s:s, s:{s:b, s:b}, s:s, s:b}", "driver",
-                                   "file", "node-name", "file0", "filename", o->image, "aio",
-                                   o->aio, "cache", "direct", direct, "no-flush", no_flush,
-                                   "discard", o->discard, "read-only", o->read_only));
+    argv[i++] = json_arg(qsd_file_node_json(o, "file0", o->image));
     argv[i++] = xstrdup("--blockdev");
-    argv[i++] = json_arg(json_pack("{s:s, s:s, s:s, s:{s:b, s:b}, s:s, s:s, s:b}", "driver",
-                                   o->format, "node-name", QSD_NODE, "file", "file0", "cache",
-                                   "direct", direct, "no-flush", no_flush, "discard", o->discard,
-                                   "detect-zeroes", o->detect_zeroes, "read-only", o->read_only));
+    argv[i++] = json_arg(qsd_format_node_json(o, QSD_NODE, o->format, "file0"));
     if (o->iothread) {
         argv[i++] = xstrdup("--object");
         argv[i++] = json_arg(json_pack("{s:s, s:s}", "qom-type", "iothread", "id", "iot0"));
@@ -781,6 +801,32 @@ static int unlink_export_files(int dfd, bool ro, void *arg)
     return 0;
 }
 
+/* The names the QSD and the plugin use in an export directory must be free
+ * for them.  Whatever cannot be removed without recursing (a non-empty
+ * directory: nothing of ours) moves aside with its whole directory, under a
+ * name no volume can have, and a fresh directory takes its place. */
+static int clear_export_dir(int parent, const char *volume)
+{
+    static const char *const names[] = QSD_EXPORT_FILES;
+    _cleanup_close_ int fd = -1;
+    int r = fsat_open(parent, volume, O_PATH | O_DIRECTORY, &fd);
+    if (r < 0)
+        return r;
+    bool stuck = false;
+    for (size_t i = 0; names[i]; i++)
+        stuck |= fsat_unlink(fd, names[i]) < 0;
+    if (!stuck)
+        return 0;
+    char aside[NAME_MAX + 1];
+    snprintf(aside, sizeof(aside), ".quarantine-%llx-%.150s", (unsigned long long)now_us(),
+             volume);
+    if (renameat(parent, volume, parent, aside) < 0)
+        return -errno;
+    log_warn("qsd", "export directory held things that are not ours: moved aside",
+             "volume=%s moved_to=%s", volume, aside);
+    return fsat_mkdirs(parent, volume, 0750, NULL);
+}
+
 static int prepare_dirs(struct qsd *q)
 {
     int r = mkdir_p(q->cfg.run_dir, 0711); /* configuration: trusted */
@@ -796,6 +842,7 @@ static int prepare_dirs(struct qsd *q)
         _cleanup_close_ int parent = -1;
         if ((r = fsat_mkdirs(run, ro ? "exports-ro" : "exports", 0711, &parent)) < 0 ||
             (r = fsat_mkdirs(parent, q->volume, 0750, NULL)) < 0 ||
+            (r = clear_export_dir(parent, q->volume)) < 0 ||
             (r = fsat_chown_mode(parent, q->volume, q->opts.socket_gid, 0750)) < 0)
             return r;
     }

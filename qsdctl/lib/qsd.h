@@ -65,6 +65,10 @@ void qsd_paths_clear(struct qsd_paths *p);
 /* NULL-terminated argv for the QSD (free with qsd_argv_free). */
 char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p);
 void qsd_argv_free(char **argv);
+/* The image's two nodes as QSD is given them (--blockdev or blockdev-add). */
+json_t *qsd_file_node_json(const struct qsd_opts *o, const char *node, const char *filename);
+json_t *qsd_format_node_json(const struct qsd_opts *o, const char *node, const char *format,
+                             const char *file_node);
 
 /* Node names inside every QSD we start.  A read-write volume has two
  * vhost-user-blk exports of its node: QSD_EXPORT_ID (writable) and

@@ -281,9 +281,27 @@ static void test_state_roundtrip(void **state)
     assert_int_equal(snap_from_json(j, &sn2, &msg), 0);
     assert_string_equal(sn2->source, "pvc-1");
     assert_int_equal(sn2->created_nsec, 5);
+    assert_null(sn2->layers); /* a full copy (or a record from before layers) */
+    json_decref(j);
+    snap_free(sn2);
+
+    /* thin: the chain of layers, its own first; names are checked */
+    sn->layers = json_pack("[s,s]", "L00000000000000c3", "L00000000000000a1");
+    j = snap_to_json(sn);
+    assert_int_equal(snap_from_json(j, &sn2, &msg), 0);
+    assert_true(json_equal(sn2->layers, sn->layers));
+    snap_free(sn2);
+    json_object_set_new(j, "layers", json_pack("[s]", "../../etc/passwd"));
+    sn2 = NULL;
+    assert_int_equal(snap_from_json(j, &sn2, &msg), -EBADMSG);
+    assert_null(sn2);
+    free(msg);
+    json_object_set_new(j, "layers", json_array());
+    msg = NULL;
+    assert_int_equal(snap_from_json(j, &sn2, &msg), -EBADMSG);
+    free(msg);
     json_decref(j);
     snap_free(sn);
-    snap_free(sn2);
 }
 
 int main(void)
