@@ -631,6 +631,9 @@ class Checker:
         for k in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.get(k):
                 self.err(where, "%s in a VM pod" % k)
+        if not spec.get("shareProcessNamespace"):
+            self.err(where, "shareProcessNamespace: true is missing (the launcher as PID 1 does "
+                     "not reap libvirt's QEMU processes)")
         for v in spec.get("volumes") or []:
             if "hostPath" in v:
                 self.err(where, "hostPath volume %s in a VM pod" % v.get("name"))
