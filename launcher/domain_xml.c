@@ -83,9 +83,27 @@ static int node_to_string(xmlNodePtr node, char **ret)
     return 0;
 }
 
-static void add_disk(xmlNodePtr devices, const struct volume *v, const char *socket_path,
-                     const char *target, unsigned boot_order)
+static void add_addr(xmlNodePtr parent, const struct pci_addr *a)
 {
+    xmlNodePtr n = child(parent, "address");
+    prop(n, "type", "pci");
+    prop(n, "domain", "0x0000");
+    char b[16];
+    snprintf(b, sizeof(b), "0x%02x", a->bus);
+    prop(n, "bus", b);
+    snprintf(b, sizeof(b), "0x%02x", a->slot);
+    prop(n, "slot", b);
+    snprintf(b, sizeof(b), "0x%x", a->function);
+    prop(n, "function", b);
+    if (a->multifunction)
+        prop(n, "multifunction", "on");
+}
+
+static void add_disk(xmlNodePtr devices, const struct vm_spec *spec, const struct volume *v,
+                     const char *socket_path, unsigned slot, unsigned boot_order)
+{
+    char target[DISK_TARGET_MAX];
+    disk_target_name(slot - 1, target);
     xmlNodePtr disk = child(devices, "disk");
     prop(disk, "type", "vhostuser");
     prop(disk, "device", "disk");
@@ -120,15 +138,21 @@ static void add_disk(xmlNodePtr devices, const struct volume *v, const char *soc
         xmlNodePtr b = child(disk, "boot");
         prop_u(b, "order", boot_order);
     }
+    /* The guest address is fixed by the slot (layout.h), whether the disk
+     * is there at start or hot-plugged. */
+    struct pci_addr a;
+    char guest[GUEST_ADDR_MAX];
+    layout_disk_addr(spec, slot, &a, guest);
+    add_addr(disk, &a);
 }
 
-int domain_xml_disk(const struct volume *v, const char *socket_path, const char *target,
-                    unsigned boot_order, char **ret_xml)
+int domain_xml_disk(const struct vm_spec *spec, const struct volume *v, const char *socket_path,
+                    unsigned slot, unsigned boot_order, char **ret_xml)
 {
     _cleanup_(xml_doc_freep) xmlDocPtr doc = xmlNewDoc(X("1.0"));
     xmlNodePtr devices = xmlNewNode(NULL, X("devices"));
     xmlDocSetRootElement(doc, devices);
-    add_disk(devices, v, socket_path, target, boot_order);
+    add_disk(devices, spec, v, socket_path, slot, boot_order);
     return node_to_string(devices->children, ret_xml);
 }
 
@@ -145,8 +169,9 @@ static int vol_ptr_cmp(const void *a, const void *b)
     return strcmp((*(struct volume *const *)a)->dir, (*(struct volume *const *)b)->dir);
 }
 
-int domain_plan_disks(const struct vm_spec *spec, struct volume *const *vols, size_t n_vols,
-                      struct domain_disk **ret, size_t *ret_n, char **ret_error)
+int domain_plan_disks(const struct vm_spec *spec, struct slot_ledger *ledger,
+                      struct volume *const *vols, size_t n_vols, struct domain_disk **ret,
+                      size_t *ret_n, char **ret_error)
 {
     /* Discovery refuses a name found in two directories; never pick one. */
     for (size_t i = 0; i < n_vols; i++)
@@ -164,7 +189,7 @@ int domain_plan_disks(const struct vm_spec *spec, struct volume *const *vols, si
         return -ENOENT;
     }
     for (size_t i = 0; i < spec->n_disks; i++)
-        if (!find_vol(vols, n_vols, spec->disks[i].volume)) {
+        if (!spec->disks[i].hotplug && !find_vol(vols, n_vols, spec->disks[i].volume)) {
             if (ret_error)
                 *ret_error = xasprintf("disk \"%s\" is not in any volumes directory",
                                        spec->disks[i].volume);
@@ -176,10 +201,16 @@ int domain_plan_disks(const struct vm_spec *spec, struct volume *const *vols, si
         return -E2BIG;
     }
     _cleanup_free_ struct domain_disk *out = xcalloc(n_vols ? n_vols : 1, sizeof(*out));
+    _cleanup_free_ bool *in_use = xcalloc(vm_spec_disk_slots(spec) + 1, sizeof(*in_use));
     size_t n = 0;
     for (size_t i = 0; i < spec->n_disks; i++) {
-        out[n].vol = find_vol(vols, n_vols, spec->disks[i].volume);
+        const struct volume *v = find_vol(vols, n_vols, spec->disks[i].volume);
+        if (!v)
+            continue; /* a "hotplug" disk not there yet */
+        out[n].vol = v;
         out[n].boot_order = spec->disks[i].boot_order;
+        out[n].slot = spec->disks[i].slot;
+        in_use[out[n].slot] = true;
         n++;
     }
     _cleanup_free_ struct volume **rest = xcalloc(n_vols ? n_vols : 1, sizeof(*rest));
@@ -189,10 +220,16 @@ int domain_plan_disks(const struct vm_spec *spec, struct volume *const *vols, si
             rest[n_rest++] = vols[i];
     if (n_rest)
         qsort(rest, n_rest, sizeof(*rest), vol_ptr_cmp);
-    for (size_t i = 0; i < n_rest; i++)
+    for (size_t i = 0; i < n_rest; i++) {
+        unsigned slot = slot_ledger_pick(ledger, spec, rest[i]->dir, in_use);
+        if (!slot)
+            continue; /* no free slot: the hot-plug watcher will say so */
+        in_use[slot] = true;
+        out[n].slot = slot;
         out[n++].vol = rest[i];
+    }
     for (size_t i = 0; i < n; i++) {
-        disk_target_name((unsigned)i, out[i].target);
+        disk_target_name(out[i].slot - 1, out[i].target);
         if (spec->boot == VM_BOOT_VOLUME && streq(out[i].vol->dir, spec->boot_volume))
             out[i].boot_order = 1;
     }
@@ -201,7 +238,8 @@ int domain_plan_disks(const struct vm_spec *spec, struct volume *const *vols, si
     return 0;
 }
 
-int domain_xml_build(const struct vm_spec *spec, struct volume *const *vols, size_t n_vols,
+int domain_xml_build(const struct vm_spec *spec, const struct domain_host *host,
+                     struct slot_ledger *ledger, struct volume *const *vols, size_t n_vols,
                      char **ret_xml, char **ret_error)
 {
     for (size_t i = 0; i < n_vols; i++)
@@ -213,7 +251,7 @@ int domain_xml_build(const struct vm_spec *spec, struct volume *const *vols, siz
         }
     _cleanup_free_ struct domain_disk *disks = NULL;
     size_t n_disks;
-    int r = domain_plan_disks(spec, vols, n_vols, &disks, &n_disks, ret_error);
+    int r = domain_plan_disks(spec, ledger, vols, n_vols, &disks, &n_disks, ret_error);
     if (r < 0)
         return r;
 
@@ -234,9 +272,18 @@ int domain_xml_build(const struct vm_spec *spec, struct volume *const *vols, siz
     prop(child(mb, "access"), "mode", "shared");
 
     xmlNodePtr os = child(dom, "os");
+    if (spec->firmware == VM_FIRMWARE_UEFI)
+        prop(os, "firmware", "efi"); /* libvirt picks OVMF from QEMU's firmware descriptors */
     xmlNodePtr type = text_child(os, "type", "hvm");
     prop(type, "arch", "x86_64");
     prop(type, "machine", spec->machine);
+    if (spec->firmware == VM_FIRMWARE_UEFI) {
+        /* Secure boot needs SMM and signed guests: off unless asked for. */
+        xmlNodePtr fw = child(os, "firmware");
+        xmlNodePtr f = child(fw, "feature");
+        prop(f, "enabled", "no");
+        prop(f, "name", "secure-boot");
+    }
     if (spec->boot == VM_BOOT_KERNEL) {
         text_child(os, "kernel", spec->kernel);
         if (spec->initrd)
@@ -254,46 +301,102 @@ int domain_xml_build(const struct vm_spec *spec, struct volume *const *vols, siz
     text_child(dom, "on_crash", "destroy");
 
     xmlNodePtr devices = child(dom, "devices");
+    struct pci_addr a;
+    char guest[GUEST_ADDR_MAX];
     for (size_t i = 0; i < n_disks; i++) {
         _cleanup_free_ char *path = volume_socket_path(disks[i].vol);
-        add_disk(devices, disks[i].vol, path, disks[i].target, disks[i].boot_order);
+        add_disk(devices, spec, disks[i].vol, path, disks[i].slot, disks[i].boot_order);
     }
-    /* No USB controller and no balloon: they would take PCIe slots. */
+    if (host->cidata_image) {
+        /* NoCloud data: an image the launcher built in its own root (the
+         * tenant's text is in the image, never in this XML). */
+        xmlNodePtr disk = child(devices, "disk");
+        prop(disk, "type", "file");
+        prop(disk, "device", "disk");
+        xmlNodePtr drv = child(disk, "driver");
+        prop(drv, "name", "qemu");
+        prop(drv, "type", "raw");
+        prop(child(disk, "source"), "file", host->cidata_image);
+        char target[DISK_TARGET_MAX];
+        disk_target_name(vm_spec_disk_slots(spec), target);
+        xmlNodePtr tgt = child(disk, "target");
+        prop(tgt, "dev", target);
+        prop(tgt, "bus", "virtio");
+        child(disk, "readonly");
+        prop(child(disk, "alias"), "name", "ua-cidata");
+        layout_sys_addr(spec, LAYOUT_CIDATA, &a, guest);
+        add_addr(disk, &a);
+    }
+    /* No USB controller and no balloon: they would take PCI slots. */
     xmlNodePtr usb = child(devices, "controller");
     prop(usb, "type", "usb");
     prop(usb, "model", "none");
-    if (spec->family == VM_MACHINE_Q35) {
-        /* Each cold-plugged disk takes a root port; hot-plug needs empty
-         * ones, since PCIe has no hot-plug on the root complex itself. */
-        xmlNodePtr root = child(devices, "controller");
-        prop(root, "type", "pci");
-        prop(root, "index", "0");
-        prop(root, "model", "pcie-root");
-        for (unsigned i = 0; i < n_disks + spec->hotplug_slots; i++) {
-            xmlNodePtr c = child(devices, "controller");
-            prop(c, "type", "pci");
-            prop_u(c, "index", i + 1);
-            prop(c, "model", "pcie-root-port");
+    xmlNodePtr root = child(devices, "controller");
+    prop(root, "type", "pci");
+    prop(root, "index", "0");
+    prop(root, "model", spec->family == VM_MACHINE_Q35 ? "pcie-root" : "pci-root");
+    if (spec->pci_hole64_off) {
+        /* Legacy guests (Windows XP / 2003) do not boot with a 64-bit PCI
+         * hole: libvirt passes q35-pcihost / i440FX-pcihost
+         * pci-hole64-size=0. */
+        prop(text_child(root, "pcihole64", "0"), "unit", "KiB");
+    }
+    /* q35: every root port exists from the start, each at a fixed address,
+     * so the firmware gives port i bus i: a disk's guest address depends on
+     * its slot only (layout.h).  Empty ports take hot-plugged disks. */
+    for (unsigned i = 1; i <= layout_root_ports(spec); i++) {
+        xmlNodePtr c = child(devices, "controller");
+        prop(c, "type", "pci");
+        prop_u(c, "index", i);
+        prop(c, "model", "pcie-root-port");
+        layout_port_addr(i, &a);
+        add_addr(c, &a);
+    }
+    xmlNodePtr vs = child(devices, "controller");
+    prop(vs, "type", "virtio-serial");
+    prop(vs, "index", "0");
+    layout_sys_addr(spec, LAYOUT_SERIAL, &a, guest);
+    add_addr(vs, &a);
+    if (spec->net.enabled) {
+        /* User-mode networking through passt (libvirt starts it): the guest
+         * gets the pod's address by DHCP; port_forwards listen in the pod. */
+        xmlNodePtr nic = child(devices, "interface");
+        prop(nic, "type", "user");
+        prop(child(nic, "mac"), "address", spec->net.mac);
+        prop(child(nic, "model"), "type", "virtio");
+        prop(child(nic, "backend"), "type", "passt");
+        for (size_t i = 0; i < spec->net.n_forwards; i++) {
+            const struct vm_port_forward *f = &spec->net.forwards[i];
+            xmlNodePtr pf = child(nic, "portForward");
+            prop(pf, "proto", f->proto);
+            xmlNodePtr range = child(pf, "range");
+            prop_u(range, "start", f->port);
+            prop_u(range, "to", f->guest_port);
         }
+        prop(child(nic, "alias"), "name", "ua-net0");
+        layout_sys_addr(spec, LAYOUT_NET, &a, guest);
+        add_addr(nic, &a);
     }
-    if (spec->console_log) {
-        xmlNodePtr ser = child(devices, "serial");
-        prop(ser, "type", "file");
-        xmlNodePtr s = child(ser, "source");
-        prop(s, "path", spec->console_log);
-        prop(child(ser, "target"), "port", "0");
-        xmlNodePtr con = child(devices, "console");
-        prop(con, "type", "file");
-        s = child(con, "source");
-        prop(s, "path", spec->console_log);
-        xmlNodePtr t = child(con, "target");
-        prop(t, "type", "serial");
-        prop(t, "port", "0");
-    } else {
-        xmlNodePtr ser = child(devices, "serial");
-        prop(ser, "type", "pty");
-        prop(child(ser, "target"), "port", "0");
-    }
+    /* The serial console: QEMU connects to the launcher, which keeps the
+     * bounded log and serves `qsd-vm-launcher console` (console.h). */
+    xmlNodePtr ser = child(devices, "serial");
+    prop(ser, "type", "unix");
+    xmlNodePtr src = child(ser, "source");
+    prop(src, "mode", "connect");
+    prop(src, "path", host->console_socket);
+    xmlNodePtr rc = child(src, "reconnect");
+    prop(rc, "enabled", "yes");
+    prop(rc, "timeout", "1");
+    prop(child(ser, "target"), "port", "0");
+    /* The guest agent's channel (qemu-guest-agent in the guest). */
+    xmlNodePtr ch = child(devices, "channel");
+    prop(ch, "type", "unix");
+    src = child(ch, "source");
+    prop(src, "mode", "bind");
+    prop(src, "path", host->qga_socket);
+    xmlNodePtr t = child(ch, "target");
+    prop(t, "type", "virtio");
+    prop(t, "name", "org.qemu.guest_agent.0");
     xmlNodePtr bal = child(devices, "memballoon");
     prop(bal, "model", "none");
     return node_to_string(dom, ret_xml);

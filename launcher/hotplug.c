@@ -23,6 +23,8 @@ struct hp_vol {
     uint64_t since_ms;    /* first seen (pending) or detach requested */
     struct volume *vol;   /* attached / detaching / stuck */
     char target[DISK_TARGET_MAX];
+    unsigned slot;        /* attached / detaching / stuck */
+    bool at_start;
     char *socket_path;
     char *last_msg;       /* last reason it was not ready, to log once */
     int wd;               /* inotify watch inside the directory, or -1 */
@@ -37,6 +39,9 @@ struct hotplug {
     int *dir_wds;         /* inotify watch of each directory */
     size_t n_dirs;
     unsigned ready_timeout_ms, detach_timeout_ms;
+    struct slot_ledger *ledger;
+    char *report_path;
+    bool cidata;
     int ifd;
     struct loop_watch *watch;
     struct loop_timer *timer;
@@ -91,22 +96,42 @@ static void hp_remove(struct hotplug *h, struct hp_vol *v)
     hp_vol_free(v);
 }
 
-static bool target_in_use(struct hotplug *h, const char *t)
+/* Rewrite the report (layout.h) from the disks the domain has. */
+static void write_report(struct hotplug *h)
 {
+    if (!h->report_path)
+        return;
+    size_t n = 0;
     for (struct hp_vol *v = h->vols; v; v = v->next)
-        if ((v->st == HP_ATTACHED || v->st == HP_DETACHING || v->st == HP_STUCK) &&
-            streq(v->target, t))
-            return true;
-    return false;
+        n++;
+    _cleanup_free_ struct report_disk *d = xcalloc(n ? n : 1, sizeof(*d));
+    n = 0;
+    for (struct hp_vol *v = h->vols; v; v = v->next)
+        if (v->st == HP_ATTACHED || v->st == HP_DETACHING || v->st == HP_STUCK)
+            d[n++] = (struct report_disk){.volume = v->name, .id = v->vol->id, .dir = v->base,
+                                          .slot = v->slot, .at_start = v->at_start};
+    int r = layout_report_write(h->report_path, h->spec, d, n, h->cidata);
+    if (r < 0)
+        log_warn(COMP, "cannot write the disk report", "file=%s error=\"%s\"", h->report_path,
+                 strerror(-r));
 }
 
-static void pick_target(struct hotplug *h, char out[DISK_TARGET_MAX])
+/* The slot for v: a listed disk's own, else the ledger's pick; 0: none free. */
+static unsigned pick_slot(struct hotplug *h, struct hp_vol *v)
 {
-    for (unsigned i = 0;; i++) {
-        disk_target_name(i, out);
-        if (!target_in_use(h, out))
-            return;
-    }
+    unsigned max = vm_spec_disk_slots(h->spec);
+    _cleanup_free_ bool *in_use = xcalloc(max + 1, sizeof(*in_use));
+    for (struct hp_vol *o = h->vols; o; o = o->next)
+        if ((o->st == HP_ATTACHED || o->st == HP_DETACHING || o->st == HP_STUCK) && o->slot &&
+            o->slot <= max)
+            in_use[o->slot] = true;
+    const struct vm_disk *listed = vm_spec_find_disk(h->spec, v->name);
+    if (listed)
+        return in_use[listed->slot] ? 0 : listed->slot;
+    unsigned s = slot_ledger_pick(h->ledger, h->spec, v->name, in_use);
+    if (s && slot_ledger_save(h->ledger) < 0)
+        log_warn(COMP, "cannot save the slot ledger", "volume=%s", v->name);
+    return s;
 }
 
 static const char *virt_err(void)
@@ -158,9 +183,17 @@ static void try_attach(struct hotplug *h, struct hp_vol *v, const struct volume_
         }
         return;
     }
-    pick_target(h, v->target);
+    unsigned slot = pick_slot(h, v);
+    if (!slot) {
+        log_error(COMP, "attach failed", "volume=%s error=\"no free disk slot (%u slots: %u listed, "
+                  "hotplug_slots %u)\" dir=%s", v->name, vm_spec_disk_slots(h->spec),
+                  h->spec->listed_slots, h->spec->hotplug_slots, v->base);
+        v->st = HP_FAILED;
+        return;
+    }
+    disk_target_name(slot - 1, v->target);
     _cleanup_free_ char *xml = NULL;
-    r = domain_xml_disk(e->vol, path, v->target, 0, &xml);
+    r = domain_xml_disk(h->spec, e->vol, path, slot, 0, &xml);
     if (r < 0) {
         log_error(COMP, "attach failed", "volume=%s error=\"cannot build disk XML\"", v->name);
         v->st = HP_FAILED;
@@ -176,11 +209,16 @@ static void try_attach(struct hotplug *h, struct hp_vol *v, const struct volume_
     v->vol = volume_dup(e->vol);
     v->socket_path = TAKE_PTR(path);
     v->st = HP_ATTACHED;
+    v->slot = slot;
+    struct pci_addr a;
+    char guest[GUEST_ADDR_MAX];
+    layout_disk_addr(h->spec, slot, &a, guest);
     log_info(COMP, "disk attached", "volume=%s serial=%s target=%s size=%llu read_only=%d "
-             "queues=%u attach_ms=%llu since_seen_ms=%llu dir=%s",
+             "queues=%u slot=%u guest_address=%s attach_ms=%llu since_seen_ms=%llu dir=%s",
              v->name, v->vol->id, v->target, (unsigned long long)v->vol->size, v->vol->read_only,
-             v->vol->num_queues, (unsigned long long)(now_ms() - t0),
+             v->vol->num_queues, slot, guest, (unsigned long long)(now_ms() - t0),
              (unsigned long long)(now_ms() - v->since_ms), v->base);
+    write_report(h);
 }
 
 /* 1: the disk is gone from the live domain, 0: still there, <0: unknown. */
@@ -262,6 +300,7 @@ static void reconcile(struct hotplug *h)
                          v->target, (unsigned long long)(now - v->since_ms),
                          v->st == HP_STUCK ? " late=1" : "");
                 hp_remove(h, v);
+                write_report(h);
             } else if (v->st == HP_DETACHING && now - v->since_ms > h->detach_timeout_ms) {
                 log_warn(COMP, "guest did not release disk", "volume=%s target=%s waited_ms=%llu",
                          v->name, v->target, (unsigned long long)(now - v->since_ms));
@@ -361,6 +400,9 @@ int hotplug_new(struct loop *l, virDomainPtr dom, const struct vm_spec *spec,
     }
     h->ready_timeout_ms = cfg->ready_timeout_ms;
     h->detach_timeout_ms = cfg->detach_timeout_ms;
+    h->ledger = cfg->ledger;
+    h->report_path = cfg->report_path ? xstrdup(cfg->report_path) : NULL;
+    h->cidata = cfg->cidata;
     h->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (h->ifd < 0) {
         int e = errno;
@@ -382,7 +424,10 @@ int hotplug_new(struct loop *l, virDomainPtr dom, const struct vm_spec *spec,
         v->vol = volume_dup(initial[i].vol);
         v->socket_path = volume_socket_path(v->vol);
         snprintf(v->target, sizeof(v->target), "%s", initial[i].target);
+        v->slot = initial[i].slot;
+        v->at_start = true;
     }
+    write_report(h);
     h->watch = loop_watch_fd(l, h->ifd, POLLIN, on_inotify, h);
     /* Anything that changed between the scan at start and the watch. */
     reconcile(h);
@@ -410,5 +455,6 @@ void hotplug_free(struct hotplug *h)
         free(h->dirs[i]);
     free(h->dirs);
     free(h->dir_wds);
+    free(h->report_path);
     free(h);
 }

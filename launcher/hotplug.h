@@ -7,7 +7,9 @@
  * its socket accepts a connection (both checked again on a short timer, up to
  * ready_timeout_ms); one that disappears is detached and then polled in the
  * live XML until the guest released it (up to detach_timeout_ms, then a
- * warning).  The libvirt calls block, so each is made only when it cannot
+ * warning).  Each disk goes to its slot (layout.h: a listed disk's own, an
+ * unlisted one's from the ledger); the report file is rewritten after each
+ * change.  The libvirt calls block, so each is made only when it cannot
  * hang on the socket (probed just before). */
 #pragma once
 
@@ -20,6 +22,9 @@
 struct hotplug;
 
 struct hotplug_config {
+    struct slot_ledger *ledger;      /* slots of unlisted volumes (layout.h), saved on change */
+    const char *report_path;         /* volume -> guest address report, rewritten on change */
+    bool cidata;                     /* the domain has a cidata disk (for the report) */
     const char *const *volumes_dirs; /* canonical paths */
     size_t n_volumes_dirs;
     unsigned ready_timeout_ms;

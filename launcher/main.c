@@ -4,15 +4,22 @@
  * Also owns the command line, including the checks on the volumes
  * directories at start (each exists, none given twice or inside another).
  * Nothing is ever written into a volumes directory (they are read-only in a
- * VM pod).
+ * VM pod).  Also: the paths of everything the launcher creates in its root
+ * (console sockets and log, guest-agent socket, cidata image, slot ledger,
+ * disk report), the start-up order (console listening and cidata built
+ * before the domain starts), passt's directory (passt runs as nobody), and
+ * dispatching `qsd-vm-launcher console` to console_client.c.
  *
  * Threads: libvirt needs an event loop of its own (the embedded driver talks
  * to QEMU's monitor through it); it runs in one helper thread and forwards
  * domain events through a pipe to the main io_uring loop, where everything
  * else happens.  Exit status: see docs/launcher.md. */
+#include "cidata.h"
 #include "config.h"
+#include "console.h"
 #include "domain_xml.h"
 #include "hotplug.h"
+#include "layout.h"
 #include "log.h"
 #include "loop.h"
 #include "util.h"
@@ -21,6 +28,7 @@
 
 #include <fcntl.h>
 #include <getopt.h>
+#include <pwd.h>
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 #include <limits.h>
@@ -52,6 +60,9 @@ struct opts {
     unsigned wait_volumes_s;
     unsigned ready_timeout_s;
     unsigned detach_timeout_s;
+    const char *console_socket; /* NULL: ROOT/console.sock */
+    uint64_t console_log_max;
+    const char *cloud_init_dir;
     bool dry_run;
 };
 
@@ -66,6 +77,8 @@ struct launcher {
     struct loop_watch *ev_watch, *sig_watch;
     struct loop_timer *shutdown_timer;
     struct hotplug *hp;
+    struct console *console;
+    struct slot_ledger *ledger;
     bool stopping;
     int exit_status;
     pthread_t ev_thread;
@@ -211,7 +224,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: qsd-vm-launcher --spec FILE --volumes-dir DIR [--volumes-dir DIR...] [options]\n"
-            "Start a VM whose disks are the vhost-user-blk volumes found in the DIRs.\n\n"
+            "       qsd-vm-launcher console [--root DIR | --socket PATH]\n"
+            "Start a VM whose disks are the vhost-user-blk volumes found in the DIRs;\n"
+            "`console` attaches to a running VM's serial console (Ctrl-] detaches).\n\n"
             "  -s, --spec FILE            VM description (JSON, see docs/launcher.md)\n"
             "  -v, --volumes-dir DIR      a volumes directory (one subdirectory per volume);\n"
             "                             repeat for several (at most 16), all scanned and\n"
@@ -223,6 +238,11 @@ static void usage(FILE *f)
             "      --wait-volumes S       seconds to wait at start for listed volumes (30)\n"
             "      --ready-timeout S      seconds a new volume may take to become ready (60)\n"
             "      --detach-timeout S     seconds the guest gets to release a disk (60)\n"
+            "      --console-socket PATH  where `qsd-vm-launcher console` attaches\n"
+            "                             (default ROOT/console.sock)\n"
+            "      --console-log-max SIZE console log bound, rotated to .1 (default 1M)\n"
+            "      --cloud-init-dir DIR   NoCloud files (user-data, meta-data, network-config),\n"
+            "                             e.g. a mounted Secret; the guest gets a cidata disk\n"
             "  -n, --dry-run              print the domain XML and exit\n"
             "      --log-level LEVEL      debug, info, warn, error (info)\n"
             "      --log-format FMT       text or json (text)\n"
@@ -241,7 +261,8 @@ static int parse_seconds(const char *s, unsigned *ret)
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    enum { O_SHUT = 256, O_WAIT, O_READY, O_DETACH, O_LEVEL, O_FORMAT, O_VERSION };
+    enum { O_SHUT = 256, O_WAIT, O_READY, O_DETACH, O_LEVEL, O_FORMAT, O_VERSION, O_CSOCK,
+           O_CLOGMAX, O_CIDIR };
     static const struct option longopts[] = {
         {"spec", required_argument, NULL, 's'},
         {"volumes-dir", required_argument, NULL, 'v'},
@@ -253,6 +274,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"ready-timeout", required_argument, NULL, O_READY},
         {"detach-timeout", required_argument, NULL, O_DETACH},
         {"dry-run", no_argument, NULL, 'n'},
+        {"console-socket", required_argument, NULL, O_CSOCK},
+        {"console-log-max", required_argument, NULL, O_CLOGMAX},
+        {"cloud-init-dir", required_argument, NULL, O_CIDIR},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"help", no_argument, NULL, 'h'},
@@ -263,7 +287,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .shutdown_timeout_s = 30,
                        .wait_volumes_s = 30,
                        .ready_timeout_s = 60,
-                       .detach_timeout_s = 60};
+                       .detach_timeout_s = 60,
+                       .console_log_max = 1024 * 1024};
     int c;
     while ((c = getopt_long(argc, argv, "s:v:c:r:nh", longopts, NULL)) != -1) {
         unsigned *sec = NULL;
@@ -280,6 +305,15 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'c': o->connect_uri = optarg; break;
         case 'r': o->root = optarg; break;
         case 'n': o->dry_run = true; break;
+        case O_CSOCK: o->console_socket = optarg; break;
+        case O_CIDIR: o->cloud_init_dir = optarg; break;
+        case O_CLOGMAX:
+            if (parse_size(optarg, &o->console_log_max) < 0 ||
+                o->console_log_max < CONSOLE_LOG_MIN || o->console_log_max > (1ull << 40)) {
+                fprintf(stderr, "qsd-vm-launcher: bad --console-log-max (4K..1T)\n");
+                return -EINVAL;
+            }
+            break;
         case O_SHUT: sec = &o->shutdown_timeout_s; break;
         case O_WAIT: sec = &o->wait_volumes_s; break;
         case O_READY: sec = &o->ready_timeout_s; break;
@@ -330,7 +364,8 @@ static bool stop_pending(void)
 
 static bool wanted_at_start(const struct vm_spec *spec, const char *name)
 {
-    return vm_spec_find_disk(spec, name) ||
+    const struct vm_disk *d = vm_spec_find_disk(spec, name);
+    return (d && !d->hotplug) ||
            (spec->boot == VM_BOOT_VOLUME && streq(name, spec->boot_volume));
 }
 
@@ -397,7 +432,7 @@ static int collect_volumes(const struct opts *o, const struct vm_spec *spec,
             if (spec->boot == VM_BOOT_VOLUME && !volume_scan_find(&scan, spec->boot_volume))
                 missing = spec->boot_volume;
             for (size_t i = 0; i < spec->n_disks && !missing; i++)
-                if (!volume_scan_find(&scan, spec->disks[i].volume))
+                if (!spec->disks[i].hotplug && !volume_scan_find(&scan, spec->disks[i].volume))
                     missing = spec->disks[i].volume;
             if (missing)
                 why = xasprintf("volume \"%s\" is not in %s", missing, dir_list);
@@ -469,6 +504,40 @@ static int embed_root_prepare(const char *root)
     return write_file_atomic(conf, text, strlen(text), 0600);
 }
 
+/* libvirt starts passt as QEMU's user (root here); passt then drops to
+ * "nobody" before it writes its pid file into ROOT/run/qemu/passt, which
+ * libvirt made root's at connect time (seen with Debian 12's passt
+ * 2023-03-09: "PID file open: Permission denied", and the domain fails).
+ * Hand that one directory to nobody (libvirt, as root, still reads it) and
+ * let others search the launcher's own directories above it; a directory
+ * above ROOT that nobody cannot search is reported (it is not ours). */
+static void passt_dir_prepare(const char *root)
+{
+    if (geteuid() != 0)
+        return;
+    struct passwd *pw = getpwnam("nobody");
+    uid_t uid = pw ? pw->pw_uid : 65534;
+    gid_t gid = pw ? pw->pw_gid : 65534;
+    _cleanup_free_ char *dir = xasprintf("%s/run/qemu/passt", root);
+    if (mkdir_p(dir, 0755) < 0 || chown(dir, uid, gid) < 0)
+        log_warn(COMP, "cannot prepare passt's directory", "dir=%s error=\"%m\"", dir);
+    const char *ours[] = {"", "/run", "/run/qemu"};
+    for (size_t i = 0; i < ARRAY_SIZE(ours); i++) {
+        _cleanup_free_ char *p = xasprintf("%s%s", root, ours[i]);
+        struct stat st;
+        if (stat(p, &st) == 0 && !(st.st_mode & S_IXOTH))
+            chmod(p, (st.st_mode & 07777) | S_IXOTH);
+    }
+    _cleanup_free_ char *up = xstrdup(root);
+    for (char *slash = strrchr(up, '/'); slash && slash > up; slash = strrchr(up, '/')) {
+        *slash = 0;
+        struct stat st;
+        if (stat(up, &st) == 0 && !(st.st_mode & S_IXOTH) && st.st_uid != uid)
+            log_warn(COMP, "passt cannot reach its directory", "dir=%s blocked_by=%s "
+                     "hint=\"passt runs as nobody: make it searchable (o+x)\"", dir, up);
+    }
+}
+
 static int run(struct launcher *L, const struct vm_spec *spec, const char *const *dirs,
                size_t n_dirs)
 {
@@ -485,21 +554,48 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *const
     for (size_t i = 0; i < scan.n; i++)
         if (scan.entries[i].vol)
             vols[n_vols++] = scan.entries[i].vol;
+    /* Everything the launcher creates is in its root, never at a path the
+     * description names (except the legacy console_log). */
+    _cleanup_free_ char *console_qemu = xasprintf("%s/console/serial.sock", L->o.root);
+    _cleanup_free_ char *console_attach = L->o.console_socket
+                                              ? xstrdup(L->o.console_socket)
+                                              : xasprintf("%s/console.sock", L->o.root);
+    _cleanup_free_ char *console_log = spec->console_log ? xstrdup(spec->console_log)
+                                                          : xasprintf("%s/console.log", L->o.root);
+    _cleanup_free_ char *qga = xasprintf("%s/qga.sock", L->o.root);
+    _cleanup_free_ char *cidata_img = xasprintf("%s/cidata.img", L->o.root);
+    _cleanup_free_ char *ledger_path = xasprintf("%s/disk-slots.json", L->o.root);
+    _cleanup_free_ char *report_path = xasprintf("%s/guest-disks.json", L->o.root);
+    struct cidata *ci = NULL;
+    r = cidata_gather(spec, L->o.cloud_init_dir, &ci, &err);
+    if (r < 0) {
+        _cleanup_free_ char *q = log_quote(err ? err : strerror(-r));
+        log_error(COMP, "bad cloud-init data", "error=%s", q);
+        volume_scan_clear(&scan);
+        return EXIT_ERROR;
+    }
+    bool has_cidata = ci != NULL;
+    L->ledger = slot_ledger_load(L->o.dry_run ? NULL : ledger_path, spec);
+    struct domain_host host = {.console_socket = console_qemu,
+                               .qga_socket = qga,
+                               .cidata_image = ci ? cidata_img : NULL};
     _cleanup_free_ char *xml = NULL;
     _cleanup_free_ struct domain_disk *disks = NULL;
     size_t n_disks = 0;
-    r = domain_xml_build(spec, vols, n_vols, &xml, &err);
+    r = domain_xml_build(spec, &host, L->ledger, vols, n_vols, &xml, &err);
     if (r >= 0)
-        r = domain_plan_disks(spec, vols, n_vols, &disks, &n_disks, &err);
+        r = domain_plan_disks(spec, L->ledger, vols, n_vols, &disks, &n_disks, &err);
     if (r < 0) {
         _cleanup_free_ char *q = log_quote(err ? err : strerror(-r));
         log_error(COMP, "cannot build domain", "error=%s", q);
         volume_scan_clear(&scan);
+        cidata_free(ci);
         return EXIT_ERROR;
     }
     if (L->o.dry_run) {
         fputs(xml, stdout);
         volume_scan_clear(&scan);
+        cidata_free(ci);
         return 0;
     }
 
@@ -517,10 +613,44 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *const
             log_error(COMP, "cannot prepare embedded driver root", "root=%s error=\"%s\"",
                       L->o.root, strerror(-r));
             volume_scan_clear(&scan);
+            cidata_free(ci);
             return EXIT_ERROR;
         }
         uri = xasprintf("qemu:///embed?root=%s", L->o.root);
     }
+    _cleanup_free_ char *console_dir = xasprintf("%s/console", L->o.root);
+    r = mkdir_p(console_dir, 0700);
+    if (r >= 0) {
+        struct console_config cc = {.qemu_socket = console_qemu,
+                                    .attach_socket = console_attach,
+                                    .log_path = console_log,
+                                    .log_max = L->o.console_log_max};
+        r = console_new(L->loop, &cc, &L->console);
+    }
+    if (r < 0) {
+        volume_scan_clear(&scan);
+        cidata_free(ci);
+        return EXIT_ERROR;
+    }
+    if (ci) {
+        uint64_t tc = now_ms();
+        r = cidata_build(ci, cidata_img, &err);
+        if (r < 0) {
+            _cleanup_free_ char *q = log_quote(err ? err : strerror(-r));
+            log_error(COMP, "cannot build the cidata disk", "error=%s", q);
+            volume_scan_clear(&scan);
+            cidata_free(ci);
+            return EXIT_ERROR;
+        }
+        log_info(COMP, "cidata disk built", "image=%s user_data=%s meta_data=%s network_config=%s "
+                 "ms=%llu", cidata_img, ci->f[0].from ? ci->f[0].from : "-",
+                 ci->f[1].from ? ci->f[1].from : "-", ci->f[2].from ? ci->f[2].from : "-",
+                 (unsigned long long)(now_ms() - tc));
+        cidata_free(ci);
+        ci = NULL;
+    }
+    if (slot_ledger_save(L->ledger) < 0)
+        log_warn(COMP, "cannot save the slot ledger", "file=%s", ledger_path);
 
     /* libvirt logs to stderr by default, including errors it recovers from
      * itself.  Ours are logged once, in logfmt; libvirt's own warnings and
@@ -549,6 +679,8 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *const
         return EXIT_ERROR;
     }
     log_info(COMP, "connected", "uri=%s ms=%llu", uri, (unsigned long long)(now_ms() - t0));
+    if (!L->o.connect_uri && spec->net.enabled)
+        passt_dir_prepare(L->o.root);
     L->cb_lifecycle = virConnectDomainEventRegisterAny(
         L->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), L,
         NULL);
@@ -573,14 +705,32 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *const
     }
     log_info(COMP, "domain started", "name=%s disks=%zu hotplug_slots=%u ms=%llu", spec->name,
              n_disks, spec->hotplug_slots, (unsigned long long)(now_ms() - t0));
-    for (size_t i = 0; i < n_disks; i++)
+    for (size_t i = 0; i < n_disks; i++) {
+        struct pci_addr a;
+        char guest[GUEST_ADDR_MAX];
+        layout_disk_addr(spec, disks[i].slot, &a, guest);
         log_info(COMP, "disk attached", "volume=%s serial=%s target=%s size=%llu read_only=%d "
-                 "queues=%u at_start=1 dir=%s",
+                 "queues=%u slot=%u guest_address=%s at_start=1 dir=%s",
                  disks[i].vol->dir, disks[i].vol->id, disks[i].target,
                  (unsigned long long)disks[i].vol->size, disks[i].vol->read_only,
-                 disks[i].vol->num_queues, disks[i].vol->base);
+                 disks[i].vol->num_queues, disks[i].slot, guest, disks[i].vol->base);
+    }
+    {
+        struct pci_addr a;
+        char net[GUEST_ADDR_MAX], ser[GUEST_ADDR_MAX], cid[GUEST_ADDR_MAX];
+        layout_sys_addr(spec, LAYOUT_NET, &a, net);
+        layout_sys_addr(spec, LAYOUT_SERIAL, &a, ser);
+        layout_sys_addr(spec, LAYOUT_CIDATA, &a, cid);
+        log_info(COMP, "guest hardware", "mac=%s nic_address=%s guest_agent_address=%s "
+                 "cidata_address=%s console=%s report=%s",
+                 spec->net.enabled ? spec->net.mac : "-", spec->net.enabled ? net : "-", ser,
+                 has_cidata ? cid : "-", console_attach, report_path);
+    }
 
     struct hotplug_config hc = {
+        .ledger = L->ledger,
+        .report_path = report_path,
+        .cidata = has_cidata,
         .volumes_dirs = dirs,
         .n_volumes_dirs = n_dirs,
         .ready_timeout_ms = L->o.ready_timeout_s * 1000,
@@ -635,6 +785,10 @@ static void teardown(struct launcher *L)
         virEventAddTimeout(0, ev_wake, NULL, NULL);
         pthread_join(L->ev_thread, NULL);
     }
+    console_free(L->console);
+    L->console = NULL;
+    slot_ledger_free(L->ledger);
+    L->ledger = NULL;
 }
 
 static void free_dirs(char **dirs, size_t n)
@@ -684,6 +838,8 @@ static int resolve_volumes_dirs(const struct opts *o, char **dirs)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && streq(argv[1], "console"))
+        return console_client_main(argc - 1, argv + 1);
     struct launcher L = {.exit_status = -1, .cb_lifecycle = -1, .cb_removed = -1,
                          .evpipe = {-1, -1}, .sigfd = -1};
     if (parse_opts(argc, argv, &L.o) < 0)

@@ -3,6 +3,7 @@
 #include "names.h"
 #include "util.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdarg.h>
 
@@ -27,6 +28,10 @@ void vm_spec_free(struct vm_spec *s)
         vm_disk_clear(&s->disks[i]);
     free(s->disks);
     free(s->console_log);
+    free(s->net.forwards);
+    free(s->cloud_init.user_data);
+    free(s->cloud_init.meta_data);
+    free(s->cloud_init.network_config);
     free(s);
 }
 static void vm_spec_freep(struct vm_spec **s) { vm_spec_free(*s); }
@@ -256,7 +261,8 @@ static int parse_disks(struct vm_spec *s, json_t *disks, char **ret_error)
         snprintf(where, sizeof(where), "disks[%zu]", i);
         if (!json_is_object(d))
             return fail(ret_error, "%s: must be an object", where);
-        static const char *const keys[] = {"volume", "bus", "boot_order", NULL};
+        static const char *const keys[] = {"volume", "bus", "boot_order", "slot", "hotplug",
+                                           NULL};
         int r = check_keys(d, where, keys, ret_error);
         if (r < 0)
             return r;
@@ -277,12 +283,178 @@ static int parse_disks(struct vm_spec *s, json_t *disks, char **ret_error)
         if (r < 0)
             return r;
         disk->boot_order = (unsigned)bo;
+        uint64_t slot;
+        r = get_uint(d, where, "slot", 1, VM_MAX_SLOT, false, 0, &slot, ret_error);
+        if (r < 0)
+            return r;
+        disk->slot = (unsigned)slot;
+        json_t *hp = json_object_get(d, "hotplug");
+        if (hp && !json_is_boolean(hp))
+            return fail(ret_error, "%s: \"hotplug\" must be true or false", where);
+        disk->hotplug = hp && json_is_true(hp);
         for (size_t j = 0; j + 1 < s->n_disks; j++) {
+            if (slot && s->disks[j].slot == slot)
+                return fail(ret_error, "%s: slot %u is used twice", where, (unsigned)slot);
             if (streq(s->disks[j].volume, disk->volume))
                 return fail(ret_error, "%s: volume \"%s\" is listed twice", where, disk->volume);
             if (bo && s->disks[j].boot_order == bo)
                 return fail(ret_error, "%s: boot_order %u is used twice", where, (unsigned)bo);
         }
+    }
+    /* Disks without a "slot" take the lowest free ones, in list order: the
+     * layout depends on the description alone (docs/launcher.md). */
+    for (size_t i = 0; i < s->n_disks; i++) {
+        if (s->disks[i].slot)
+            continue;
+        for (unsigned c = 1;; c++) {
+            bool used = false;
+            for (size_t j = 0; j < s->n_disks; j++)
+                if (s->disks[j].slot == c)
+                    used = true;
+            if (!used) {
+                s->disks[i].slot = c;
+                break;
+            }
+        }
+    }
+    for (size_t i = 0; i < s->n_disks; i++)
+        if (s->disks[i].slot > s->listed_slots)
+            s->listed_slots = s->disks[i].slot;
+    return 0;
+}
+
+unsigned vm_spec_disk_slots(const struct vm_spec *s)
+{
+    return s->listed_slots + s->hotplug_slots;
+}
+
+/* "52:54:00:xx:xx:xx", the last three bytes from FNV-1a of the name: the
+ * same VM name gives the same MAC on every start, in every pod. */
+static void derive_mac(const char *name, char out[18])
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+        h ^= *c;
+        h *= 16777619u;
+    }
+    snprintf(out, 18, "52:54:00:%02x:%02x:%02x", (unsigned char)(h >> 16), (unsigned char)(h >> 8),
+             (unsigned char)h);
+}
+
+static bool mac_valid(const char *m, char out[18])
+{
+    if (strlen(m) != 17)
+        return false;
+    unsigned b[6];
+    for (int i = 0; i < 6; i++) {
+        const char *p = m + 3 * i;
+        if (!isxdigit((unsigned char)p[0]) || !isxdigit((unsigned char)p[1]) ||
+            (i < 5 && p[2] != ':'))
+            return false;
+        sscanf(p, "%2x", &b[i]);
+    }
+    /* Unicast, not all zero. */
+    if ((b[0] & 1) || !(b[0] | b[1] | b[2] | b[3] | b[4] | b[5]))
+        return false;
+    snprintf(out, 18, "%02x:%02x:%02x:%02x:%02x:%02x", (unsigned char)b[0], (unsigned char)b[1],
+             (unsigned char)b[2], (unsigned char)b[3], (unsigned char)b[4], (unsigned char)b[5]);
+    return true;
+}
+
+static int parse_network(struct vm_spec *s, json_t *net, char **ret_error)
+{
+    s->net.enabled = true;
+    derive_mac(s->name, s->net.mac);
+    if (!net)
+        return 0;
+    if (json_is_false(net)) {
+        s->net.enabled = false;
+        return 0;
+    }
+    if (!json_is_object(net))
+        return fail(ret_error, "network: must be an object or false");
+    static const char *const keys[] = {"mac", "port_forwards", NULL};
+    int r = check_keys(net, "network", keys, ret_error);
+    if (r < 0)
+        return r;
+    const char *mac;
+    r = get_string(net, "network", "mac", false, &mac, ret_error);
+    if (r < 0)
+        return r;
+    if (mac) {
+        if (!mac_valid(mac, s->net.mac))
+            return fail(ret_error, "network: \"mac\" must be a unicast MAC address "
+                                   "xx:xx:xx:xx:xx:xx (hex), not all zeroes");
+        s->net.mac_given = true;
+    }
+    json_t *fw = json_object_get(net, "port_forwards");
+    if (!fw)
+        return 0;
+    if (!json_is_array(fw))
+        return fail(ret_error, "network: \"port_forwards\" must be an array");
+    size_t n = json_array_size(fw);
+    if (n > VM_MAX_PORT_FORWARDS)
+        return fail(ret_error, "network: %zu port_forwards, at most %d allowed", n,
+                    VM_MAX_PORT_FORWARDS);
+    s->net.forwards = xcalloc(n ? n : 1, sizeof(*s->net.forwards));
+    for (size_t i = 0; i < n; i++) {
+        json_t *f = json_array_get(fw, i);
+        char where[48];
+        snprintf(where, sizeof(where), "network.port_forwards[%zu]", i);
+        if (!json_is_object(f))
+            return fail(ret_error, "%s: must be an object", where);
+        static const char *const fkeys[] = {"protocol", "port", "guest_port", NULL};
+        r = check_keys(f, where, fkeys, ret_error);
+        if (r < 0)
+            return r;
+        struct vm_port_forward *pf = &s->net.forwards[s->net.n_forwards++];
+        const char *proto;
+        r = get_string(f, where, "protocol", false, &proto, ret_error);
+        if (r < 0)
+            return r;
+        if (proto && !streq(proto, "tcp") && !streq(proto, "udp"))
+            return fail(ret_error, "%s: \"protocol\" must be \"tcp\" or \"udp\"", where);
+        snprintf(pf->proto, sizeof(pf->proto), "%s", proto ? proto : "tcp");
+        uint64_t v;
+        r = get_uint(f, where, "port", 1, 65535, true, 0, &v, ret_error);
+        if (r < 0)
+            return r;
+        pf->port = (unsigned)v;
+        r = get_uint(f, where, "guest_port", 1, 65535, false, pf->port, &v, ret_error);
+        if (r < 0)
+            return r;
+        pf->guest_port = (unsigned)v;
+        for (size_t j = 0; j + 1 < s->net.n_forwards; j++)
+            if (s->net.forwards[j].port == pf->port && streq(s->net.forwards[j].proto, pf->proto))
+                return fail(ret_error, "%s: %s port %u is forwarded twice", where, pf->proto,
+                            pf->port);
+    }
+    return 0;
+}
+
+/* Inline NoCloud files: any bytes but NUL (they go into the cidata image,
+ * never into the XML), each at most VM_CLOUD_INIT_MAX bytes. */
+static int parse_cloud_init(struct vm_spec *s, json_t *ci, char **ret_error)
+{
+    if (!json_is_object(ci))
+        return fail(ret_error, "cloud_init: must be an object");
+    static const char *const keys[] = {"user_data", "meta_data", "network_config", NULL};
+    int r = check_keys(ci, "cloud_init", keys, ret_error);
+    if (r < 0)
+        return r;
+    char **dst[] = {&s->cloud_init.user_data, &s->cloud_init.meta_data,
+                    &s->cloud_init.network_config};
+    for (size_t i = 0; i < 3; i++) {
+        const char *v;
+        r = get_string(ci, "cloud_init", keys[i], false, &v, ret_error);
+        if (r < 0)
+            return r;
+        if (!v)
+            continue;
+        if (strlen(v) > VM_CLOUD_INIT_MAX)
+            return fail(ret_error, "cloud_init: \"%s\" is %zu bytes, at most %d allowed", keys[i],
+                        strlen(v), VM_CLOUD_INIT_MAX);
+        *dst[i] = xstrdup(v);
     }
     return 0;
 }
@@ -308,8 +480,10 @@ int vm_spec_parse(const char *text, size_t len, struct vm_spec **ret, char **ret
         r = fail(ret_error, "the VM description must be a JSON object");
         goto out;
     }
-    static const char *const keys[] = {"name",  "vcpus", "memory_mib",  "machine",       "accel",
-                                       "boot",  "disks", "console_log", "hotplug_slots", NULL};
+    static const char *const keys[] = {"name",       "vcpus",     "memory_mib",  "machine",
+                                       "accel",      "boot",      "disks",       "console_log",
+                                       "hotplug_slots", "network", "cloud_init", "firmware",
+                                       "pci_hole64", NULL};
     r = check_keys(root, "description", keys, ret_error);
     if (r < 0)
         goto out;
@@ -369,6 +543,11 @@ int vm_spec_parse(const char *text, size_t len, struct vm_spec **ret, char **ret
                 r = fail(ret_error, "disks[%zu]: boot_order 1 is taken by the boot volume", i);
                 goto out;
             }
+        if (d && d->hotplug) {
+            r = fail(ret_error, "boot: volume \"%s\" boots the VM, its disk cannot be \"hotplug\"",
+                     s->boot_volume);
+            goto out;
+        }
     }
     r = get_path(root, "description", "console_log", false, &s->console_log, ret_error);
     if (r < 0)
@@ -378,6 +557,41 @@ int vm_spec_parse(const char *text, size_t len, struct vm_spec **ret, char **ret
     if (r < 0)
         goto out;
     s->hotplug_slots = (unsigned)v;
+    if (s->family == VM_MACHINE_PC && vm_spec_disk_slots(s) > VM_MAX_DISK_SLOTS_PC) {
+        r = fail(ret_error,
+                 "description: %u disk slots (highest listed slot %u + hotplug_slots %u): a pc "
+                 "machine has room for %d on its root bus",
+                 vm_spec_disk_slots(s), s->listed_slots, s->hotplug_slots, VM_MAX_DISK_SLOTS_PC);
+        goto out;
+    }
+    r = parse_network(s, json_object_get(root, "network"), ret_error);
+    if (r < 0)
+        goto out;
+    json_t *ci = json_object_get(root, "cloud_init");
+    if (ci) {
+        r = parse_cloud_init(s, ci, ret_error);
+        if (r < 0)
+            goto out;
+    }
+    r = get_string(root, "description", "firmware", false, &str, ret_error);
+    if (r < 0)
+        goto out;
+    if (!str || streq(str, "bios")) {
+        s->firmware = VM_FIRMWARE_BIOS;
+    } else if (streq(str, "uefi")) {
+        s->firmware = VM_FIRMWARE_UEFI;
+    } else {
+        r = fail(ret_error, "description: \"firmware\" must be \"bios\" or \"uefi\"");
+        goto out;
+    }
+    json_t *hole = json_object_get(root, "pci_hole64");
+    if (hole) {
+        if (!json_is_boolean(hole)) {
+            r = fail(ret_error, "description: \"pci_hole64\" must be true or false");
+            goto out;
+        }
+        s->pci_hole64_off = json_is_false(hole);
+    }
     *ret = TAKE_PTR(s);
     r = 0;
 out:

@@ -20,14 +20,40 @@
 #define VM_MAX_PATH 1024
 #define VM_MAX_CMDLINE 2048
 #define VM_SPEC_MAX_FILE (256 * 1024)
+#define VM_MAX_SLOT 64            /* a listed disk's "slot" */
+#define VM_MAX_DISK_SLOTS_PC 22   /* pc: disks on the root bus, slots 0x0a..0x1f */
+#define VM_MAX_PORT_FORWARDS 32
+#define VM_CLOUD_INIT_MAX (64 * 1024) /* each inline NoCloud file */
 
 enum vm_boot { VM_BOOT_KERNEL, VM_BOOT_VOLUME };
 enum vm_machine_family { VM_MACHINE_Q35, VM_MACHINE_PC };
+enum vm_firmware { VM_FIRMWARE_BIOS, VM_FIRMWARE_UEFI };
 
 struct vm_disk {
     char *volume;        /* directory name under the volumes directory */
     char *bus;           /* "virtio" (the only bus a vhost-user disk has) */
     unsigned boot_order; /* 0: none */
+    unsigned slot;       /* guest PCI slot (1..), explicit or by list order */
+    bool hotplug;        /* not needed at start: attached when it appears */
+};
+
+struct vm_port_forward {
+    char proto[4];       /* "tcp" or "udp" */
+    unsigned port;       /* in the pod (1..65535) */
+    unsigned guest_port; /* in the guest */
+};
+
+struct vm_network {
+    bool enabled;        /* default true: one virtio NIC on user-mode networking */
+    char mac[18];        /* given, or derived from the VM name */
+    bool mac_given;
+    struct vm_port_forward *forwards;
+    size_t n_forwards;
+};
+
+/* NoCloud files given inline in the description (NULL: not given). */
+struct vm_cloud_init {
+    char *user_data, *meta_data, *network_config;
 };
 
 struct vm_spec {
@@ -42,9 +68,18 @@ struct vm_spec {
     char *boot_volume;               /* VM_BOOT_VOLUME */
     struct vm_disk *disks;
     size_t n_disks;
-    char *console_log; /* NULL: console on a pty */
+    char *console_log; /* NULL: the launcher's default log file */
     unsigned hotplug_slots;
+    unsigned listed_slots; /* highest slot of a listed disk (0: none) */
+    struct vm_network net;
+    struct vm_cloud_init cloud_init;
+    enum vm_firmware firmware;
+    bool pci_hole64_off; /* "pci_hole64": false: <pcihole64>0</pcihole64> */
 };
+
+/* Disk slots of the layout: listed_slots + hotplug_slots (slots above
+ * listed_slots take unlisted and hot-plugged volumes). */
+unsigned vm_spec_disk_slots(const struct vm_spec *s);
 
 /* Parse and validate a description held in memory.  On failure returns a
  * negative errno and, when ret_error is not NULL, a malloc'd message. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the project needs on Debian 12 (bookworm), as root.
 # Non-interactive and idempotent: running it twice changes nothing the second time.
-# QEMU 10 and libvirt 11 come from bookworm-backports (see docs/ and ../shared/NOTES.md:
+# QEMU 10 and libvirt 11 come from bookworm-backports (see docs/:
 # QEMU 7.2's vhost-user-blk export does not propagate block_resize to clients).
 set -euo pipefail
 
@@ -25,7 +25,11 @@ BASE_PKGS=(
     libprotobuf-c-dev protobuf-c-compiler libcmocka-dev
     protobuf-compiler python3-grpcio python3-protobuf python3-yaml
     busybox-static cpio util-linux iproute2 procps psmisc kmod
+    podman runc debootstrap
     clang llvm libclang-rt-14-dev gnuplot-nox graphviz
+    # The launcher: passt (user-mode networking, started by libvirt),
+    # dosfstools + mtools (the cloud-init cidata image), ovmf (UEFI guests).
+    passt dosfstools mtools ovmf
 )
 # Virtualisation stack from bookworm-backports.
 BPO_PKGS=(
@@ -47,6 +51,35 @@ if ((${#need[@]})) || ! qsd_ok; then
     apt-get install "${APT_OPTS[@]}" "${BASE_PKGS[@]}"
     apt-get install "${APT_OPTS[@]}" -t bookworm-backports "${BPO_PKGS[@]}"
 fi
+
+# Container engine (scripts/build-images.sh, tests/container/): podman with runc.
+# On these machines (cgroup v1/v2 hybrid, root without CAP_SYS_RESOURCE, no
+# systemd): crun 1.8 refuses the hybrid layout (runc does not), podman's default
+# ulimits (nofile=1048576) cannot be set, and there is no systemd for cgroups or
+# journald events.  This file says so; an existing file of someone else's is
+# left alone (a note is printed), ours is rewritten only when it differs.
+CONTAINERS_CONF_FILE=/etc/containers/containers.conf
+CONTAINERS_CONF_BODY='# Written by qsd-csi scripts/setup.sh (rewritten when it differs; remove this
+# line to keep your own edits).
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"'
+mkdir -p /etc/containers
+if [[ ! -e $CONTAINERS_CONF_FILE ]] || head -1 "$CONTAINERS_CONF_FILE" | grep -q '^# Written by qsd-csi scripts/setup.sh'; then
+    if [[ "$(cat "$CONTAINERS_CONF_FILE" 2>/dev/null)" != "$CONTAINERS_CONF_BODY" ]]; then
+        printf '%s\n' "$CONTAINERS_CONF_BODY" >"$CONTAINERS_CONF_FILE.tmp"
+        mv "$CONTAINERS_CONF_FILE.tmp" "$CONTAINERS_CONF_FILE"
+        echo "setup.sh: wrote $CONTAINERS_CONF_FILE (runc, cgroupfs, ulimits, file events)"
+    fi
+else
+    echo "setup.sh: $CONTAINERS_CONF_FILE exists and is not ours: check it sets runtime = \"runc\"," \
+         "cgroup_manager = \"cgroupfs\", events_logger = \"file\" and default_ulimits (deploy/README.md)" >&2
+fi
+podman info >/dev/null 2>&1 || echo "setup.sh: warning: 'podman info' fails (container tests will skip)" >&2
 
 qsd_ok || { echo "setup.sh: qemu-storage-daemon >= 8 is required (have: $(qemu-storage-daemon --version | head -1))" >&2; exit 1; }
 echo "setup.sh: $(qemu-storage-daemon --version | head -1); libvirt $(pkg-config --modversion libvirt)"

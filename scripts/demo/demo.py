@@ -317,6 +317,9 @@ def main():
     build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
     env = csilib.Env(os.path.join(build, "csi", "qsd-csi-plugin"), os.path.join(SRC, "proto"),
                      prefix="qd-", driver=DRIVER)
+    # passt (the guest's network, started by libvirt) runs as nobody and
+    # must reach its directory inside the launcher's root (docs/launcher.md).
+    os.chmod(env.root, 0o755)
     env.demo_launcher = None
     ok = False
     try:

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Crash windows: kill -9 of the plugin at many points (2 ms apart) through
-NodeStageVolume and NodeUnstageVolume, restart, retry the call as kubelet
-would, then check: exactly one QSD for a staged volume, in the QSD cgroup
+NodeStageVolume, NodeUnstageVolume, a live CreateSnapshot and a live clone
+(CreateVolume from the staged volume), restart, retry the call as kubelet or
+the sidecars would, then check: exactly one QSD for a staged volume, in the QSD cgroup
 (--qsd-cgroup, a group of this test's own, removed at the end) and not the
 plugin's, and its socket accepts a connection through the published target;
 none for an unstaged one.  At the end, after unstage and DeleteVolume, the
@@ -149,8 +150,46 @@ def main():
               "volume, in its own cgroup, accepting through the target; none once unstaged" %
               (kills, ",".join(str(m) for m in POINTS_MS)))
 
+        # Live CreateSnapshot and a live clone of the staged volume (thin
+        # layers switched inside its QSD), killed at each point, retried.
+        retry(c.NodeStageVolume, stage, "stage for snapshots")
+        for ms in POINTS_MS:
+            snap = "snap-crash-%d" % ms
+            req = pb.CreateSnapshotRequest(source_volume_id=VOL, name=snap)
+            crash_during(c.CreateSnapshot, req, ms)
+            sid = retry(c.CreateSnapshot, req, "snapshot after a kill at %d ms" % ms).snapshot
+            assert sid.ready_to_use, sid
+            check(True, "kill at %d ms into a live CreateSnapshot" % ms)
+            retry(c.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id=sid.snapshot_id),
+                  "delete snapshot")
+            clone = "pvc-clone-%d" % ms
+            creq = pb.CreateVolumeRequest(
+                name=clone, capacity_range=pb.CapacityRange(required_bytes=64 * MiB),
+                volume_capabilities=[cap], volume_content_source=pb.VolumeContentSource(
+                    volume=pb.VolumeContentSource.VolumeSource(volume_id=VOL)))
+            crash_during(c.CreateVolume, creq, ms)
+            retry(c.CreateVolume, creq, "clone after a kill at %d ms" % ms)
+            check(True, "kill at %d ms into a live clone" % ms)
+            retry(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id=clone), "delete clone")
+            kills += 2
+        snaps = c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=30).entries
+        assert not snaps, "snapshots left: %s" % [e.snapshot.snapshot_id for e in snaps]
+        vols = [e.volume.volume_id for e in c.ListVolumes(pb.ListVolumesRequest(),
+                                                            timeout=30).entries]
+        assert vols == [VOL], "volumes: %s" % vols
+        print("ok %d kill points into a live CreateSnapshot and a live clone: one QSD, serving; "
+              "every retried call answered; nothing left after their deletion" %
+              (2 * len(POINTS_MS)))
+        retry(c.NodeUnstageVolume, unstage, "unstage")
+
         retry(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id=VOL), "delete")
-        left = [os.path.join(dp, f) for dp, _, fs in os.walk(env.pool) for f in fs]
+        # Unused layers go in a worker after a deletion: give it a moment.
+        deadline = time.monotonic() + 20
+        while True:
+            left = [os.path.join(dp, f) for dp, _, fs in os.walk(env.pool) for f in fs]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert not left, "pool not empty after delete: %s" % left
         assert not env.running_qsds(), "QSDs left: %s" % env.running_qsds()
         print("ok pool empty and no QSD left after unstage and delete")

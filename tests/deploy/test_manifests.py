@@ -78,6 +78,8 @@ KINDS = {
     "Namespace": ("v1", False),
     "ServiceAccount": ("v1", True),
     "ConfigMap": ("v1", True),
+    "Secret": ("v1", True),
+    "Service": ("v1", True),
     "PersistentVolumeClaim": ("v1", True),
     "Pod": ("v1", True),
     "DaemonSet": ("apps/v1", True),
@@ -629,6 +631,9 @@ class Checker:
         for k in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.get(k):
                 self.err(where, "%s in a VM pod" % k)
+        if not spec.get("shareProcessNamespace"):
+            self.err(where, "shareProcessNamespace: true is missing (the launcher as PID 1 does "
+                     "not reap libvirt's QEMU processes)")
         for v in spec.get("volumes") or []:
             if "hostPath" in v:
                 self.err(where, "hostPath volume %s in a VM pod" % v.get("name"))
@@ -727,7 +732,8 @@ class Checker:
         except ValueError as e:
             self.err("ConfigMap %s" % cm_name, "%s is not JSON: %s" % (key, e))
             return
-        wanted = [d.get("volume") for d in desc.get("disks") or []]
+        # "hotplug": true disks come later, through the bridge (attachment pods).
+        wanted = [d.get("volume") for d in desc.get("disks") or [] if d.get("hotplug") is not True]
         if (desc.get("boot") or {}).get("volume"):
             wanted.append(desc["boot"]["volume"])
         for w in wanted:

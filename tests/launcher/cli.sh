@@ -125,6 +125,55 @@ grep -c '<disk type="vhostuser"' "$T/out" | grep -qx 1 || fail "duplicate: want 
 (($(grep -c 'msg="volume skipped" volume=good reason="also in ' "$T/out") == 2)) ||
     fail "duplicate: want good skipped in both directories"
 
+# cloud-init (--cloud-init-dir, e.g. a mounted Secret: symlinks into
+# ..data are fine): the data never reaches the XML, only the image path;
+# a symlink out of the directory, a file over 1 MiB, a file given both in
+# the description and the directory are refused before anything starts.
+DIRS=(--volumes-dir "$T/vols")
+mkdir -p "$T/ci/..data" "$T/ci-out" "$T/ci-big"
+printf '#cloud-config\n# </disk><evil/>\n' >"$T/ci/..data/user-data"
+ln -s ..data/user-data "$T/ci/user-data"
+spec '[{"volume":"good"}]'
+expect 0 '<domain type="qemu">' 2 --dry-run --cloud-init-dir "$T/ci"
+grep -q "<source file=\"$T/root/cidata.img\"/>" "$T/out" || fail "cidata disk not in the XML"
+! grep -q 'evil' "$T/out" || fail "cloud-init text reached the XML"
+ln -s /etc/passwd "$T/ci-out/user-data"
+expect 1 'bad cloud-init data.*user-data: leads out of the directory' 2 --dry-run --cloud-init-dir "$T/ci-out"
+head -c $((1024 * 1024 + 1)) /dev/zero >"$T/ci-big/meta-data"
+expect 1 'bad cloud-init data.*meta-data: larger than 1 MiB' 2 --dry-run --cloud-init-dir "$T/ci-big"
+spec '[{"volume":"good"}]' ',"cloud_init":{"user_data":"#cloud-config\n"}'
+expect 1 'user-data is given both in the description and in' 2 --dry-run --cloud-init-dir "$T/ci"
+
+# The console client without a running VM: a clear error, exit 1.
+rc=0
+"$L" console --root "$T/no-such-root" >"$T/out" 2>&1 </dev/null || rc=$?
+((rc == 1)) && grep -q 'cannot connect to .*/no-such-root/console.sock' "$T/out" ||
+    fail "console without a VM: exit $rc"
+
+# The console client against a stand-in console: input goes through until
+# Ctrl-] (0x1d), which detaches at once (exit 0); nothing after it is sent.
+"$PY" -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); s.settimeout(20)
+c,_=s.accept(); c.sendall(b"guest says hi\r\n"); c.settimeout(5)
+got=b""
+try:
+    while True:
+        d=c.recv(100)
+        if not d: break
+        got+=d
+except OSError: pass
+open(sys.argv[2],"wb").write(got)' "$T/fake-console.sock" "$T/fake-console.got" &
+fake=$!
+for _ in $(seq 100); do [[ -S $T/fake-console.sock ]] && break; sleep 0.05; done
+rc=0
+{ sleep 0.5; printf 'typed\x1dnot-sent'; sleep 10; } |
+    timeout 8 "$L" console --socket "$T/fake-console.sock" >"$T/out" 2>&1 || rc=$?
+wait $fake || true
+((rc == 0)) || fail "console detach: exit $rc"
+[[ $(cat "$T/fake-console.got") == typed ]] || fail "console detach: the console got '$(cat "$T/fake-console.got")'"
+grep -q 'guest says hi' "$T/out" || fail "console: the guest's output not shown"
+echo "console client: detaches on Ctrl-]"
+
 # Volumes directories refused at start: missing, given twice, nested.
 spec '[{"volume":"good"}]'
 DIRS=(--volumes-dir "$T/vols" --volumes-dir "$T/missing")

@@ -67,6 +67,9 @@ class E2E:
                 csilib.skip("%s not installed (scripts/setup.sh)" % t)
         self.env = csilib.Env(plugin, proto, prefix="qsd-e2e-bridge-")
         self.work = self.env.root
+        # passt (the guest's network, started by libvirt) runs as nobody and
+        # must reach its directory inside the launcher's root (docs/launcher.md).
+        os.chmod(self.work, 0o755)
         self.vroot = os.path.join(self.work, "lroot")
         self.bridge = os.path.join(self.work, "b")    # the VM container's view of the bridge
         self.vols = os.path.join(self.work, "v")      # ... and of its PVCs' directory

@@ -16,6 +16,9 @@ done
 PY=$(command -v /usr/bin/python3 || command -v python3)
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/qsd-e2e.XXXXXX")
+# passt (the guest's network, started by libvirt) drops to "nobody": it must
+# be able to reach its directory inside ROOT (docs/launcher.md).
+chmod 755 "$WORK"
 # The VM pod's layout: VOLS holds the pod's own PVCs (/run/qsd-vm/volumes/<disk>
 # in a pod), BRIDGE the volumes hot-plugged later (/run/qsd-vm/bridge).  The
 # launcher gets both, read-only (start_launcher).

@@ -3,7 +3,10 @@
  * directory name -> volume.json (all in one volumes directory, /run/vm/volumes)
  * or "volume_dirs": volumes directory -> {directory name -> volume.json} (the
  * launcher given several --volumes-dir), optionally "hotplug": {"volume",
- * "target"} to render one hot-plug disk instead of the domain.  The expected output is
+ * "slot"} to render one hot-plug disk instead of the domain, "ledger":
+ * {disk name -> slot} (the slots recorded for unlisted volumes by an
+ * earlier run, layout.h).  A description with "cloud_init" gets the cidata
+ * disk at the launcher's image path.  The expected output is
  * <case>.xml, or <case>.err for input that must be refused (the error text).
  * QSD_GOLDEN_REGENERATE=1 rewrites the expected files: review them by eye. */
 #include "domain_xml.h"
@@ -80,17 +83,43 @@ static int run_case(const char *json_text, size_t len, char **ret_out, bool *ret
     json_t *hp = json_object_get(root, "hotplug");
     if (hp) {
         const char *vname = json_string_value(json_object_get(hp, "volume"));
-        const char *target = json_string_value(json_object_get(hp, "target"));
+        json_int_t slot = json_integer_value(json_object_get(hp, "slot"));
         struct volume *v = NULL;
         for (size_t i = 0; i < n; i++)
             if (streq(vols[i]->dir, vname))
                 v = vols[i];
-        assert(v && target);
+        assert(v && slot > 0);
         char *path = volume_socket_path(v);
-        r = domain_xml_disk(v, path, target, 0, &out);
+        r = domain_xml_disk(spec, v, path, (unsigned)slot, 0, &out);
         free(path);
     } else {
-        r = domain_xml_build(spec, vols, n, &out, &err);
+        char ledger_path[] = "/tmp/golden-ledger.XXXXXX";
+        json_t *lj = json_object_get(root, "ledger");
+        bool have_ledger = false;
+        if (lj) {
+            int fd = mkstemp(ledger_path);
+            if (fd < 0)
+                abort();
+            json_t *doc = json_pack("{s:i, s:O}", "version", 1, "slots", lj);
+            char *t = json_dumps(doc, JSON_COMPACT);
+            if (write(fd, t, strlen(t)) != (ssize_t)strlen(t))
+                abort();
+            close(fd);
+            free(t);
+            json_decref(doc);
+            have_ledger = true;
+        }
+        struct slot_ledger *ledger = slot_ledger_load(have_ledger ? ledger_path : NULL, spec);
+        bool ci = spec->cloud_init.user_data || spec->cloud_init.meta_data ||
+                  spec->cloud_init.network_config;
+        struct domain_host host = {
+            .console_socket = "/var/lib/qsd-vm-launcher/console/serial.sock",
+            .qga_socket = "/var/lib/qsd-vm-launcher/qga.sock",
+            .cidata_image = ci ? "/var/lib/qsd-vm-launcher/cidata.img" : NULL};
+        r = domain_xml_build(spec, &host, ledger, vols, n, &out, &err);
+        slot_ledger_free(ledger);
+        if (have_ledger)
+            unlink(ledger_path);
     }
 done:
     if (r < 0) {

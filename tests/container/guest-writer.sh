@@ -1,0 +1,56 @@
+#!/bin/sh
+# Guest side of the container tests (runs as /test.sh in the test guest, busybox).
+# Writes patterned blocks to /dev/vda, each with fsync (dd conv=fsync), in a
+# loop for writer.secs seconds over a ring of writer.blocks blocks of
+# writer.bs bytes (kernel command line), times every write,
+# then reads every block back and checks its pattern.  Console lines:
+#   DISK size=SECTORS                  the disk is there
+#   W i                                every 10th write done (progress)
+#   STALL i=I ms=MS                    a write that took >= 200 ms
+#   WRITE-ERROR i=I                    dd failed
+#   MISMATCH block=B                   read-back differs from the last write
+#   SUMMARY writes=N write_errors=E mismatches=M ioerr=X max_stall_ms=S max_stall_i=I bs=BS blocks=NB
+# Times come from /proc/uptime (10 ms resolution).
+arg() { sed -n "s/.*$1=\([0-9]*\).*/\1/p" /proc/cmdline; }
+secs=$(arg writer.secs); secs=${secs:-20}
+bs=$(arg writer.bs); bs=${bs:-65536}
+maxb=$(arg writer.blocks); maxb=${maxb:-64}   # blocks written in a ring (read-back time)
+wait_dev() { i=0; while [ ! -b /dev/$1 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; [ -b /dev/$1 ]; }
+wait_dev vda || { echo "FAIL no vda"; exit 1; }
+size=$(cat /sys/block/vda/size)
+echo "DISK size=$size"
+nb=$((size * 512 / bs))
+[ $nb -gt $maxb ] && nb=$maxb
+[ $nb -gt 0 ] || { echo "FAIL disk smaller than one block"; exit 1; }
+cs() { read u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }   # centiseconds since boot
+# Block content of write I: a header naming I, then one byte repeated.
+blk() {
+    { printf 'QSD-CTR-BLOCK %010d\n' $1
+      head -c $((bs - 25)) /dev/zero | tr '\000' "\\$(printf %03o $(($1 % 251 + 1)))"; } > /tmp/b
+}
+errors=0 n=0 max=0 maxi=-1
+start=$(cs); end=$((start + secs * 100))
+echo "WRITE-START blocks=$nb bs=$bs secs=$secs"
+while [ $(cs) -lt $end ]; do
+    blk $n
+    t0=$(cs)
+    dd if=/tmp/b of=/dev/vda bs=$bs seek=$((n % nb)) count=1 conv=fsync 2>/dev/null ||
+        { errors=$((errors + 1)); echo "WRITE-ERROR i=$n"; }
+    d=$((($(cs) - t0) * 10))
+    [ $d -gt $max ] && { max=$d; maxi=$n; }
+    [ $d -ge 200 ] && echo "STALL i=$n ms=$d"
+    n=$((n + 1))
+    [ $((n % 10)) -eq 0 ] && echo "W $n"
+done
+echo 3 > /proc/sys/vm/drop_caches
+bad=0 b=0
+while [ $b -lt $nb ] && [ $b -lt $n ]; do
+    # The last write to block b: the largest i < n with i % nb == b.
+    last=$(((n - 1 - b) / nb * nb + b))
+    blk $last
+    dd if=/dev/vda of=/tmp/r bs=$bs skip=$b count=1 2>/dev/null
+    cmp -s /tmp/b /tmp/r || { bad=$((bad + 1)); echo "MISMATCH block=$b write=$last"; }
+    b=$((b + 1))
+done
+ioerr=$(dmesg | grep -c 'I/O error')
+echo "SUMMARY writes=$n write_errors=$errors mismatches=$bad ioerr=$ioerr max_stall_ms=$max max_stall_i=$maxi bs=$bs blocks=$nb"
