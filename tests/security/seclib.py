@@ -34,6 +34,24 @@ from csilib import mount_cap  # noqa: E402,F401
 
 import grpc  # noqa: E402
 
+# A racer, run as its own process: renames a to b and back as fast as it can
+# for `limit` seconds (python3 -c MOVER a b limit).
+MOVER = r"""
+import os, sys, time
+a, b, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
+end = time.monotonic() + limit
+n = 0
+while time.monotonic() < end:
+    for x, y in ((a, b), (b, a)):
+        try:
+            os.rename(x, y)
+        except OSError:
+            pass
+    n += 1
+    if n % 64 == 0:
+        time.sleep(0.0005)
+"""
+
 MiB = 1 << 20
 SC = grpc.StatusCode
 # Bound for one RPC under attack: a call that takes longer is "hung".  The

@@ -65,21 +65,6 @@ while time.monotonic() < end:
 """
 
 
-MOVER = r"""
-import os, sys, time
-a, b, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
-end = time.monotonic() + limit
-n = 0
-while time.monotonic() < end:
-    for x, y in ((a, b), (b, a)):
-        try:
-            os.rename(x, y)
-        except OSError:
-            pass
-    n += 1
-    if n % 64 == 0:
-        time.sleep(0.0005)
-"""
 
 
 def pod_ctx(uid, name, ephemeral):
@@ -293,7 +278,7 @@ def run(s):
                     os.symlink(os.path.join(s.decoy, "dir-bridge-restart"), alt)
                 racer = seclib.Flipper(s, bparent, alt, 20)
             else:  # the target itself: a bind made on it outside cannot come back
-                racer = subprocess.Popen([sys.executable, "-c", MOVER, btgt,
+                racer = subprocess.Popen([sys.executable, "-c", seclib.MOVER, btgt,
                                           os.path.join(outside, "b"), "20"])
                 s.helpers.append(racer)
             try:

@@ -45,21 +45,6 @@ TRIES = 300
 RACE_SECONDS = 20
 
 
-MOVER = r"""
-import os, sys, time
-a, b, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
-end = time.monotonic() + limit
-n = 0
-while time.monotonic() < end:
-    for x, y in ((a, b), (b, a)):
-        try:
-            os.rename(x, y)
-        except OSError:
-            pass
-    n += 1
-    if n % 64 == 0:
-        time.sleep(0.0005)
-"""
 
 
 def rename_race(s, base, moved, label):
@@ -81,7 +66,7 @@ def rename_race(s, base, moved, label):
     tgt = os.path.join(base, "mount") if moved == "mount" else os.path.join(base, moved, "mount")
     src = os.path.join(base, moved)
     os.makedirs(src, exist_ok=True)
-    mover = subprocess.Popen([sys.executable, "-c", MOVER, src, os.path.join(outside, "m"),
+    mover = subprocess.Popen([sys.executable, "-c", seclib.MOVER, src, os.path.join(outside, "m"),
                               str(RACE_SECONDS)])
     s.helpers.append(mover)
     counts, first_bad, n = {}, None, 0
