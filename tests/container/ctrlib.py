@@ -430,7 +430,10 @@ class Stack:
                        "boot": {"kernel": "/guest/vmlinuz", "initrd": "/guest/initrd.img",
                                 "cmdline": "console=ttyS0 panic=-1 quiet writer.secs=%d" % secs},
                        "disks": [{"volume": "root"}],
-                       "console_log": "/console/console.log", "hotplug_slots": 1}, f)
+                       "console_log": "/console/console.log", "hotplug_slots": 1,
+                       # the VM pod here has no network (podman --network none):
+                       # passt would find no interface to use
+                       "network": False}, f)
 
     def embed_cache(self):
         iid = podman("image", "inspect", "-f", "{{.Id}}", self.images["LAUNCHER_IMAGE"]).stdout
