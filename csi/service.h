@@ -3,8 +3,10 @@
  * Owns: struct csi (configuration, loop, state store, pool, the QSD of every
  * staged volume), the in-flight operations (struct op: one per asynchronous
  * RPC, holding the call and the busy flags of the records it works on), the
- * volume-capability rules, and start-up recovery (finish or undo half-done
- * records, adopt or restart the QSDs of staged volumes). */
+ * decoding of every request (CSI_HANDLER: NUL and size checks first), the
+ * volume-capability rules, start-up recovery (finish or undo half-done
+ * records, adopt or restart the QSDs of staged volumes, stop the QSDs of
+ * unstaged ones), and the periodic bound on the QSDs' logs. */
 #pragma once
 
 #include "csi.pb-c.h"

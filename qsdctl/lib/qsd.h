@@ -4,12 +4,16 @@
  *   qsd_opts    the export's tunables, validated by qsd_opts_validate()
  *   qsd_paths   the per-volume runtime layout (docs/runtime-layout.md)
  *   qsd_argv    the QSD command line (pure; unit-tested)
- *   struct qsd  a live QSD on a loop: start (bounded wait until the export
- *               socket accepts), pidfd watch, restart on death on the same
- *               socket path (with backoff), stop (QMP quit, SIGKILL after a
- *               bound), adopt a QSD left running by an earlier controller.
+ *   struct qsd  a live QSD on a loop: start (bounded wait until every export
+ *               socket accepts; spawned in its own session and, when
+ *               configured, its own cgroup), pidfd watch, restart on death
+ *               on the same socket path (with backoff, then a crash-loop
+ *               state), stop (QMP quit, SIGKILL after a bound, and a bound
+ *               on that too), adopt a QSD left running by an earlier
+ *               controller (recorded, or found by its monitor socket).
  * The state file ctl/<volume>/qsd.json records the options, the pid and its
- * start time (so a recycled pid is never adopted) and the desired state. */
+ * start time (so a recycled pid is never adopted) and the desired state.  The
+ * export directories are handled through directory fds (fsat.h). */
 #pragma once
 
 #include <jansson.h>
