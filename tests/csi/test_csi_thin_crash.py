@@ -82,18 +82,7 @@ def run(env, qsdctl):
                 if ino(os.path.join(pool, "layers", f)) == inode]
 
     c = env.start()
-    c.CreateVolume(pb.CreateVolumeRequest(
-        name=V, capacity_range=pb.CapacityRange(required_bytes=SIZE),
-        volume_capabilities=[cap]), timeout=T)
-    stg = os.path.join(env.kubelet, "staging", V)
-    tgt = os.path.join(env.kubelet, "pods", V, "mount")
-    os.makedirs(stg)
-    os.makedirs(os.path.dirname(tgt))
-    c.NodeStageVolume(pb.NodeStageVolumeRequest(volume_id=V, staging_target_path=stg,
-                                                volume_capability=cap), timeout=T)
-    c.NodePublishVolume(pb.NodePublishVolumeRequest(volume_id=V, staging_target_path=stg,
-                                                    target_path=tgt, volume_capability=cap),
-                        timeout=T)
+    stg, tgt = thinlib.create_published(env, c, V, SIZE, cap, T)
     c.CreateSnapshot(pb.CreateSnapshotRequest(name="snap-0", source_volume_id=V), timeout=T)
     seed = [100]
 

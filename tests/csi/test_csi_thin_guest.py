@@ -26,6 +26,7 @@ if os.environ.get("QSD_E2E", "1") == "0":
     sys.exit(77)
 import csilib  # noqa: E402
 from csilib import mount_cap  # noqa: E402
+import thinlib  # noqa: E402
 
 MiB = 1 << 20
 SIZE = 96 * MiB
@@ -109,18 +110,7 @@ def run(env, qsdctl, cache, vm):
     pb = env.pb
     T = csilib.CALL_TIMEOUT
     cap = mount_cap(pb)
-    c.CreateVolume(pb.CreateVolumeRequest(
-        name=V, capacity_range=pb.CapacityRange(required_bytes=SIZE),
-        volume_capabilities=[cap]), timeout=T)
-    stg = os.path.join(env.kubelet, "staging", V)
-    tgt = os.path.join(env.kubelet, "pods", V, "mount")
-    os.makedirs(stg)
-    os.makedirs(os.path.dirname(tgt))
-    c.NodeStageVolume(pb.NodeStageVolumeRequest(volume_id=V, staging_target_path=stg,
-                                                volume_capability=cap), timeout=T)
-    c.NodePublishVolume(pb.NodePublishVolumeRequest(volume_id=V, staging_target_path=stg,
-                                                    target_path=tgt, volume_capability=cap),
-                        timeout=T)
+    _, tgt = thinlib.create_published(env, c, V, SIZE, cap, T)
 
     initrd = os.path.join(env.root, "initramfs-thin.img")
     r = subprocess.run(["bash", os.path.join(HERE, "..", "guest", "build-guest.sh"),

@@ -14,6 +14,25 @@ M64 = (1 << 64) - 1
 SECTOR = 512
 
 
+def create_published(env, c, vid, size, cap, timeout):
+    """CreateVolume, NodeStageVolume and NodePublishVolume of vid, as kubelet
+    would; returns (staging path, target path)."""
+    pb = env.pb
+    c.CreateVolume(pb.CreateVolumeRequest(
+        name=vid, capacity_range=pb.CapacityRange(required_bytes=size),
+        volume_capabilities=[cap]), timeout=timeout)
+    stg = os.path.join(env.kubelet, "staging", vid)
+    tgt = os.path.join(env.kubelet, "pods", vid, "mount")
+    os.makedirs(stg)
+    os.makedirs(os.path.dirname(tgt))
+    c.NodeStageVolume(pb.NodeStageVolumeRequest(volume_id=vid, staging_target_path=stg,
+                                                volume_capability=cap), timeout=timeout)
+    c.NodePublishVolume(pb.NodePublishVolumeRequest(volume_id=vid, staging_target_path=stg,
+                                                    target_path=tgt, volume_capability=cap),
+                        timeout=timeout)
+    return stg, tgt
+
+
 def chunk_offsets(size, nchunks, chunk):
     """Where qsdctl verify puts its chunks (vhost_cmds.c)."""
     last = size - chunk
