@@ -1,12 +1,12 @@
 /* bridge.c: see bridge.h. */
 #include "bridge.h"
-#include "fsat.h"
-#include "log.h"
+#include "qsd/base/fsat.h"
+#include "qsd/base/log.h"
 #include "mounts.h"
-#include "names.h"
+#include "qsd/base/names.h"
 #include "paths.h"
-#include "proc.h"
-#include "util.h"
+#include "qsd/base/proc.h"
+#include "qsd/base/util.h"
 
 #include <dirent.h>
 #include <fcntl.h>

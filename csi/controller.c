@@ -7,12 +7,12 @@
  * copies, offline resize, snapshots) runs in a worker process (worker.h) so
  * the loop never blocks; records are written with phase "creating" before
  * and "ready" after, so a crash leaves nothing half-created (service.c). */
-#include "log.h"
-#include "names.h"
+#include "qsd/base/log.h"
+#include "qsd/base/names.h"
 #include "params.h"
 #include "service.h"
-#include "thin.h"
-#include "util.h"
+#include "qsd/qemu/thin.h"
+#include "qsd/base/util.h"
 
 #include <inttypes.h>
 #include <sys/statvfs.h>

@@ -6,7 +6,7 @@
  * freed in on_stream_close.  All nghttp2 callbacks are registered in
  * session_callbacks().  No I/O here: the transport moves bytes. */
 #include "grpc.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <nghttp2/nghttp2.h>
 #include <stdarg.h>

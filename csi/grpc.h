@@ -21,7 +21,7 @@
  * discarded.  grpc_call_on_cancel() lets a handler hear about that early. */
 #pragma once
 
-#include "log.h"
+#include "qsd/base/log.h"
 
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>

@@ -9,8 +9,8 @@
  * half-closes (shutdown(SHUT_WR)) still gets its answers.  Non-blocking
  * sockets only: nothing here waits. */
 #include "grpc.h"
-#include "loop.h"
-#include "util.h"
+#include "qsd/base/loop.h"
+#include "qsd/base/util.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>

@@ -2,10 +2,10 @@
  * Probe).  Synchronous handlers: nothing here waits on anything. */
 #include "config.h"
 #include "csi.pb-c.h"
-#include "log.h"
+#include "qsd/base/log.h"
 #include "service.h"
 #include "plugin.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <ctype.h>
 #include <sys/stat.h>

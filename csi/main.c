@@ -5,12 +5,12 @@
  * GOAWAY, calls in flight finish within a bounded grace period, exit 0. */
 #include "config.h"
 #include "grpc.h"
-#include "log.h"
-#include "loop.h"
+#include "qsd/base/log.h"
+#include "qsd/base/loop.h"
 #include "plugin.h"
 #include "paths.h"
 #include "service.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <getopt.h>
 #include <libgen.h>

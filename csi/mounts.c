@@ -1,9 +1,9 @@
 /* mounts.c: see mounts.h. */
 #include "mounts.h"
-#include "fsat.h"
+#include "qsd/base/fsat.h"
 #include "grpc.h"
 #include "service.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <fcntl.h>
 

@@ -7,14 +7,14 @@
  * socket) onto the target path.  Staging and publications are recorded in
  * the volume's record before acting, so a restarted plugin knows them. */
 #include "bridge.h"
-#include "log.h"
+#include "qsd/base/log.h"
 #include "mounts.h"
-#include "names.h"
+#include "qsd/base/names.h"
 #include "params.h"
 #include "paths.h"
 #include "service.h"
-#include "thin.h"
-#include "util.h"
+#include "qsd/qemu/thin.h"
+#include "qsd/base/util.h"
 
 #include <fcntl.h>
 #include <inttypes.h>

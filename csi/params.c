@@ -1,7 +1,7 @@
 /* params.c: see params.h. */
 #include "params.h"
-#include "image.h"
-#include "util.h"
+#include "qsd/qemu/image.h"
+#include "qsd/base/util.h"
 
 #include <inttypes.h>
 

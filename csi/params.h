@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "qsd.h"
+#include "qsd/qemu/qsd.h"
 
 #define VOLUME_DEFAULT_SIZE (1ull << 30) /* when capacity_range says nothing */
 

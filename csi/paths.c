@@ -1,6 +1,6 @@
 /* paths.c: see paths.h. */
 #include "paths.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 
 int path_check_lexical(const char *root, const char *path, const char **ret_reason)

@@ -1,6 +1,6 @@
 /* pbcheck.c: see pbcheck.h. */
 #include "pbcheck.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 static int varint(const uint8_t **p, const uint8_t *end, uint64_t *ret)
 {

@@ -1,13 +1,13 @@
 /* service.c: see service.h. */
 #include "service.h"
 #include "bridge.h"
-#include "log.h"
+#include "qsd/base/log.h"
 #include "mounts.h"
-#include "names.h"
+#include "qsd/base/names.h"
 #include "params.h"
-#include "thin.h"
+#include "qsd/qemu/thin.h"
 #include "pbcheck.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <dirent.h>
 #include <inttypes.h>

@@ -11,12 +11,12 @@
 
 #include "csi.pb-c.h"
 #include "grpc.h"
-#include "cgroup.h"
-#include "image.h"
+#include "qsd/base/cgroup.h"
+#include "qsd/qemu/image.h"
 #include "plugin.h"
-#include "qsd.h"
+#include "qsd/qemu/qsd.h"
 #include "state.h"
-#include "worker.h"
+#include "qsd/base/worker.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,9 +1,9 @@
 /* state.c: see state.h. */
 #include "state.h"
-#include "layers.h"
-#include "log.h"
-#include "names.h"
-#include "util.h"
+#include "qsd/qemu/layers.h"
+#include "qsd/base/log.h"
+#include "qsd/base/names.h"
+#include "qsd/base/util.h"
 
 #include <dirent.h>
 #include <sys/types.h>

@@ -1,6 +1,6 @@
 /* cidata.c: see cidata.h. */
 #include "cidata.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>

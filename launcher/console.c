@@ -1,7 +1,7 @@
 /* console.c: see console.h (the launcher's side; the client is console_client.c). */
 #include "console.h"
-#include "log.h"
-#include "util.h"
+#include "qsd/base/log.h"
+#include "qsd/base/util.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>

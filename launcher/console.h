@@ -10,7 +10,7 @@
  * guest never waits for it. */
 #pragma once
 
-#include "loop.h"
+#include "qsd/base/loop.h"
 
 #include <stdint.h>
 

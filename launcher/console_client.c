@@ -6,7 +6,7 @@
  * stdin -> console, console -> stdout.  Ctrl-] on stdin detaches (the VM
  * keeps running); end of stdin detaches too, so scripts can pipe commands. */
 #include "console.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <getopt.h>
 #include <poll.h>

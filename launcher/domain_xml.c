@@ -1,6 +1,6 @@
 /* domain_xml.c: see domain_xml.h. */
 #include "domain_xml.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <libxml/tree.h>
 #include <libxml/xmlsave.h>

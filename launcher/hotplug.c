@@ -1,8 +1,8 @@
 /* hotplug.c: see hotplug.h. */
 #include "hotplug.h"
-#include "log.h"
-#include "names.h"
-#include "util.h"
+#include "qsd/base/log.h"
+#include "qsd/base/names.h"
+#include "qsd/base/util.h"
 
 #include <libvirt/virterror.h>
 #include <sys/inotify.h>

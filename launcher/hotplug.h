@@ -14,7 +14,7 @@
 #pragma once
 
 #include "domain_xml.h"
-#include "loop.h"
+#include "qsd/base/loop.h"
 #include "vmspec.h"
 
 #include <libvirt/libvirt.h>

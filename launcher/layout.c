@@ -1,8 +1,8 @@
 /* layout.c: see layout.h. */
 #include "layout.h"
-#include "log.h"
-#include "names.h"
-#include "util.h"
+#include "qsd/base/log.h"
+#include "qsd/base/names.h"
+#include "qsd/base/util.h"
 
 #include <jansson.h>
 

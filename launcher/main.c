@@ -20,9 +20,9 @@
 #include "domain_xml.h"
 #include "hotplug.h"
 #include "layout.h"
-#include "log.h"
-#include "loop.h"
-#include "util.h"
+#include "qsd/base/log.h"
+#include "qsd/base/loop.h"
+#include "qsd/base/util.h"
 #include "vmspec.h"
 #include "volumes.h"
 

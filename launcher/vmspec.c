@@ -1,7 +1,7 @@
 /* vmspec.c: see vmspec.h. */
 #include "vmspec.h"
-#include "names.h"
-#include "util.h"
+#include "qsd/base/names.h"
+#include "qsd/base/util.h"
 
 #include <ctype.h>
 #include <jansson.h>

@@ -1,7 +1,7 @@
 /* volumes.c: see volumes.h. */
 #include "volumes.h"
-#include "names.h"
-#include "util.h"
+#include "qsd/base/names.h"
+#include "qsd/base/util.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -12,14 +12,14 @@
 
 #include "commands.h"
 #include "config.h"
-#include "image.h"
-#include "log.h"
-#include "names.h"
-#include "proc.h"
-#include "qmp.h"
-#include "qsd.h"
-#include "thin.h"
-#include "util.h"
+#include "qsd/qemu/image.h"
+#include "qsd/base/log.h"
+#include "qsd/base/names.h"
+#include "qsd/base/proc.h"
+#include "qsd/qemu/qmp.h"
+#include "qsd/qemu/qsd.h"
+#include "qsd/qemu/thin.h"
+#include "qsd/base/util.h"
 
 struct global_opts g_opts = {
     .run_dir = "/run/qsd-csi",

@@ -15,8 +15,8 @@
 #include <time.h>
 
 #include "commands.h"
-#include "util.h"
-#include "vublk.h"
+#include "qsd/base/util.h"
+#include "qsd/vhost/vublk.h"
 
 static int exit_for_errno(int r)
 {

@@ -6,7 +6,7 @@
  * csi/ handlers on every request, so this is the attack surface we expose
  * through protobuf-c. */
 #include "csi.pb-c.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <stdlib.h>
 

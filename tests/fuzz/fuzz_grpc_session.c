@@ -7,7 +7,7 @@
  * asynchronous calls are completed, deadlines are expired, and everything is
  * freed: leaks and UB are findings. */
 #include "grpc.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 

@@ -10,7 +10,7 @@
  * <case>.xml, or <case>.err for input that must be refused (the error text).
  * QSD_GOLDEN_REGENERATE=1 rewrites the expected files: review them by eye. */
 #include "domain_xml.h"
-#include "util.h"
+#include "qsd/base/util.h"
 #include "vmspec.h"
 #include "volumes.h"
 

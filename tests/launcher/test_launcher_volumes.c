@@ -3,7 +3,7 @@
  * level, wrong file types, bad names); several volumes directories scanned
  * together (each volume keeps its directory, a name in two of them is refused
  * in both, a missing directory fails the scan naming it). */
-#include "util.h"
+#include "qsd/base/util.h"
 #include "volumes.h"
 
 #include <limits.h>

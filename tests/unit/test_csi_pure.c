@@ -11,7 +11,7 @@
 #include "pbcheck.h"
 #include "paths.h"
 #include "state.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 static int parse(const char *const *kv, size_t n, struct vol_params *p, char **msg)
 {

@@ -3,8 +3,8 @@
  * the name being written, escapes with "..", and read-only binds that are
  * read-only at once.  Mount cases run in a private mount namespace (root
  * only; skipped otherwise, with the reason). */
-#include "fsat.h"
-#include "util.h"
+#include "qsd/base/fsat.h"
+#include "qsd/base/util.h"
 
 #include <fcntl.h>
 #include <sched.h>

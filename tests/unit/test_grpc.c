@@ -4,7 +4,7 @@
  * bytes both ways until neither side has anything to say.  No sockets, no
  * loop: deadlines are driven with grpc_server_expire(). */
 #include "grpc.h"
-#include "util.h"
+#include "qsd/base/util.h"
 
 #include <nghttp2/nghttp2.h>
 #include <setjmp.h>

@@ -7,8 +7,8 @@
  * graceful shutdown with a call in flight (finished, or cut by the grace
  * period). */
 #include "grpc.h"
-#include "loop.h"
-#include "util.h"
+#include "qsd/base/loop.h"
+#include "qsd/base/util.h"
 
 #include <nghttp2/nghttp2.h>
 #include <setjmp.h>

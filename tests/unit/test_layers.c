@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "layers.h"
-#include "util.h"
+#include "qsd/qemu/layers.h"
+#include "qsd/base/util.h"
 
 static void put32(uint8_t *p, uint32_t v)
 {

@@ -7,9 +7,9 @@
 
 #include <sys/socket.h>
 
-#include "loop.h"
-#include "util.h"
-#include "worker.h"
+#include "qsd/base/loop.h"
+#include "qsd/base/util.h"
+#include "qsd/base/worker.h"
 
 struct tctx {
     char order[16];

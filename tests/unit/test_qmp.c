@@ -10,8 +10,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "qmp.h"
-#include "util.h"
+#include "qsd/qemu/qmp.h"
+#include "qsd/base/util.h"
 
 #ifndef QMP_TRANSCRIPT_DIR
 #error "QMP_TRANSCRIPT_DIR must be defined"

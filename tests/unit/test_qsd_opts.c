@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "qsd.h"
-#include "util.h"
+#include "qsd/qemu/qsd.h"
+#include "qsd/base/util.h"
 
 static void test_defaults_argv(void **state)
 {

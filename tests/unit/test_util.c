@@ -7,8 +7,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "names.h"
-#include "util.h"
+#include "qsd/base/names.h"
+#include "qsd/base/util.h"
 
 static void test_parse_size(void **state)
 {

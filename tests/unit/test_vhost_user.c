@@ -9,8 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "vhost_user.h"
-#include "vublk.h"
+#include "qsd/vhost/vhost_user.h"
+#include "qsd/vhost/vublk.h"
 
 static void test_encode_header(void **state)
 {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "virtqueue.h"
+#include "qsd/vhost/virtqueue.h"
 
 struct ring {
     struct virtqueue vq;

@@ -1,0 +1,260 @@
+/* qsd/base/proc.c: see proc.h. */
+#include "qsd/base/proc.h"
+#include "qsd/base/util.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#define PROC_MAX_OUTPUT (1u << 20)
+
+void proc_result_clear(struct proc_result *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+int pidfd_open_pid(pid_t pid)
+{
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    return fd < 0 ? -errno : fd;
+}
+
+int pidfd_signal(int pidfd, int sig)
+{
+    return syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0 ? -errno : 0;
+}
+
+struct capture {
+    int fd;
+    char *buf;
+    size_t len;
+};
+
+static void capture_read(struct capture *c)
+{
+    char tmp[8192];
+    ssize_t n = read(c->fd, tmp, sizeof(tmp));
+    if (n <= 0) {
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            close(c->fd);
+            c->fd = -1;
+        }
+        return;
+    }
+    size_t keep = MIN((size_t)n, PROC_MAX_OUTPUT - c->len);
+    if (keep) {
+        c->buf = xrealloc(c->buf, c->len + keep + 1);
+        memcpy(c->buf + c->len, tmp, keep);
+        c->len += keep;
+        c->buf[c->len] = '\0';
+    }
+}
+
+int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *ret_exec_fd)
+{
+    int execp[2] = {-1, -1};
+    if (s->argv && pipe2(execp, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = -errno;
+        if (execp[0] >= 0)
+            close(execp[0]), close(execp[1]);
+        return e;
+    }
+    if (pid == 0) {
+        /* The child: async-signal-safe calls only until exec or fn. */
+        if (s->die_with_parent) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent)
+                _exit(127);
+        }
+        for (size_t i = 0; i < s->n_join; i++) {
+            if (write(s->join_fds[i], "0\n", 2) < 0) {
+                int e = errno;
+                (void)!write(execp[1], &e, sizeof(e));
+                _exit(126);
+            }
+        }
+        if (s->new_session)
+            setsid();
+        if (s->umask >= 0)
+            umask((mode_t)s->umask);
+        int devnull = open("/dev/null", O_RDWR);
+        int fds[3] = {s->stdin_fd, s->stdout_fd, s->stderr_fd};
+        for (int i = 0; i < 3; i++)
+            dup2(fds[i] >= 0 ? fds[i] : devnull, i);
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        for (int sig = 1; sig < NSIG; sig++)
+            sigaction(sig, &dfl, NULL); /* EINVAL for SIGKILL, SIGSTOP, internal ones */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (s->fn)
+            _exit(s->fn(s->arg)); /* no atexit handlers, no leak check of the parent's heap */
+        execvp(s->argv[0], s->argv);
+        int e = errno;
+        (void)!write(execp[1], &e, sizeof(e));
+        _exit(127);
+    }
+    if (execp[1] >= 0)
+        close(execp[1]);
+    int pidfd = pidfd_open_pid(pid);
+    if (pidfd < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0); /* SIGKILL of our own fresh child: prompt */
+        if (execp[0] >= 0)
+            close(execp[0]);
+        return pidfd;
+    }
+    *ret_pid = pid;
+    *ret_pidfd = pidfd;
+    if (ret_exec_fd)
+        *ret_exec_fd = execp[0];
+    else if (execp[0] >= 0)
+        close(execp[0]);
+    return 0;
+}
+
+int proc_exec_error(int exec_fd)
+{
+    int e = 0;
+    if (exec_fd < 0)
+        return 0;
+    int fl = fcntl(exec_fd, F_GETFL);
+    if (fl >= 0 && !(fl & O_NONBLOCK))
+        fcntl(exec_fd, F_SETFL, fl | O_NONBLOCK);
+    return read(exec_fd, &e, sizeof(e)) == (ssize_t)sizeof(e) ? e : 0;
+}
+
+int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
+{
+    int outp[2], errp[2];
+    if (pipe2(outp, O_CLOEXEC) < 0)
+        return -errno;
+    if (pipe2(errp, O_CLOEXEC) < 0) {
+        int e = -errno;
+        close(outp[0]), close(outp[1]);
+        return e;
+    }
+    /* A helper (qemu-img) does not outlive its caller: a killed caller must
+     * not leave it writing into the pool. */
+    struct proc_spawn sp = PROC_SPAWN_INIT;
+    sp.argv = argv;
+    sp.stdout_fd = outp[1];
+    sp.stderr_fd = errp[1];
+    sp.die_with_parent = true;
+    pid_t pid;
+    int pidfd, execfd;
+    int r = proc_spawn(&sp, &pid, &pidfd, &execfd);
+    close(outp[1]);
+    close(errp[1]);
+    if (r < 0) {
+        close(outp[0]), close(errp[0]);
+        return r;
+    }
+    struct capture out = {.fd = outp[0]}, err = {.fd = errp[0]};
+    fcntl(out.fd, F_SETFL, O_NONBLOCK);
+    fcntl(err.fd, F_SETFL, O_NONBLOCK);
+    uint64_t deadline = now_ms() + timeout_ms;
+    bool exited = false, killed = false;
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    while (!exited || out.fd >= 0 || err.fd >= 0) {
+        struct pollfd fds[3];
+        int nfds = 0;
+        if (out.fd >= 0)
+            fds[nfds++] = (struct pollfd){.fd = out.fd, .events = POLLIN};
+        if (err.fd >= 0)
+            fds[nfds++] = (struct pollfd){.fd = err.fd, .events = POLLIN};
+        if (!exited)
+            fds[nfds++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
+        uint64_t now = now_ms();
+        int wait = now >= deadline ? 0 : (int)MIN(deadline - now, 1000u);
+        int pr = poll(fds, (nfds_t)nfds, wait);
+        if (pr < 0 && errno != EINTR)
+            break;
+        if (out.fd >= 0)
+            capture_read(&out);
+        if (err.fd >= 0)
+            capture_read(&err);
+        if (!exited && waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) == 0 && si.si_pid)
+            exited = true;
+        if (!exited && now_ms() >= deadline && !killed) {
+            pidfd_signal(pidfd, SIGKILL);
+            killed = true;
+            deadline = now_ms() + 5000; /* bound the wait for the reap too */
+        } else if (now_ms() >= deadline && killed) {
+            break;
+        }
+    }
+    if (out.fd >= 0)
+        close(out.fd);
+    if (err.fd >= 0)
+        close(err.fd);
+    int exec_errno = exited ? proc_exec_error(execfd) : 0;
+    close(execfd);
+    close(pidfd);
+    if (exec_errno) {
+        free(out.buf);
+        free(err.buf);
+        return -exec_errno;
+    }
+    ret->out = out.buf ? out.buf : xstrdup("");
+    ret->err = err.buf ? err.buf : xstrdup("");
+    ret->exit_code = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
+    if (killed || !exited) {
+        proc_result_clear(ret);
+        return -ETIMEDOUT;
+    }
+    return 0;
+}
+
+const char *proc_last_line(const char *text, char *buf, size_t len)
+{
+    const char *end = text + strlen(text);
+    while (end > text && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' '))
+        end--;
+    const char *start = end;
+    while (start > text && start[-1] != '\n')
+        start--;
+    snprintf(buf, len, "%.*s", (int)(end - start), start);
+    return buf;
+}
+
+int proc_starttime(pid_t pid, uint64_t *ret)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    _cleanup_free_ char *data = NULL;
+    int r = read_file(path, 65536, &data, NULL);
+    if (r < 0)
+        return r;
+    /* comm may contain spaces and parentheses: skip to the last ')'. */
+    char *p = strrchr(data, ')');
+    if (!p)
+        return -EINVAL;
+    p++;
+    /* Fields after comm start at field 3 (state); starttime is field 22. */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p + 1, ' ');
+        if (!p)
+            return -EINVAL;
+    }
+    *ret = strtoull(p + 1, NULL, 10);
+    return 0;
+}
+
+int proc_cmdline(pid_t pid, char **ret, size_t *ret_len)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    return read_file(path, 1 << 20, ret, ret_len);
+}

@@ -1,0 +1,61 @@
+/* qsd/base/proc.h: starting child processes, running helper programs (qemu-img) with
+ * a bound, and process facts.
+ *
+ * proc_spawn() is the one way the project starts a child (QSDs, workers,
+ * helpers): the child always starts from the same state (empty signal mask,
+ * default signal actions, chosen stdio, optional session, umask, parent-death
+ * signal and cgroups), then execs or runs a function.  It never waits for
+ * the child: an exec failure is left in a pipe, read once the child exited.
+ *
+ * proc_run() spawns, captures stdout and stderr (each bounded to 1 MiB) and
+ * waits at most timeout_ms, then SIGKILLs the child.  It is for command-line
+ * code paths and worker processes; it waits with poll(2). */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct proc_spawn {
+    char *const *argv;        /* exec this (PATH searched)... */
+    int (*fn)(void *arg);     /* ...or run this in the child, exit with its value */
+    void *arg;
+    int stdin_fd, stdout_fd, stderr_fd; /* -1: /dev/null */
+    bool die_with_parent;     /* PR_SET_PDEATHSIG(SIGKILL): helpers, workers */
+    bool new_session;         /* setsid(): daemons that outlive their starter */
+    int umask;                /* -1: inherit */
+    const int *join_fds;      /* cgroup.procs files the child joins before exec
+                                 (argv only; a failure is its exec error) */
+    size_t n_join;
+};
+#define PROC_SPAWN_INIT {.stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1, .umask = -1}
+
+/* Start a child.  *ret_pidfd: a pidfd of it (close-on-exec).  ret_exec_fd
+ * (argv only, optional): read end of a close-on-exec pipe holding the exec
+ * errno if exec failed; read it with proc_exec_error() after the child
+ * exited (it never blocks).  A child whose exec failed exits 127. */
+int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *ret_exec_fd);
+/* The errno of a failed exec (0: exec succeeded or nothing to read). */
+int proc_exec_error(int exec_fd);
+
+struct proc_result {
+    int exit_code;   /* exit status, or 128+signal */
+    char *out;       /* captured stdout, NUL-terminated */
+    char *err;       /* captured stderr, NUL-terminated */
+};
+void proc_result_clear(struct proc_result *r);
+
+/* 0 when the program ran to completion (whatever its exit code); -ETIMEDOUT
+ * when it was killed at the bound; -ENOENT when it could not be executed. */
+int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret);
+
+/* Last non-empty line of a program's stderr, trimmed (for error messages). */
+const char *proc_last_line(const char *text, char *buf, size_t len);
+
+int pidfd_open_pid(pid_t pid);
+int pidfd_signal(int pidfd, int sig);
+/* Process start time (clock ticks since boot, field 22 of /proc/PID/stat). */
+int proc_starttime(pid_t pid, uint64_t *ret);
+/* Read /proc/PID/cmdline with NULs replaced by spaces... kept as NUL-separated
+ * with total length in *ret_len. */
+int proc_cmdline(pid_t pid, char **ret, size_t *ret_len);

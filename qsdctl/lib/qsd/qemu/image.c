@@ -1,0 +1,495 @@
+/* qsd/qemu/image.c: pool layout, qemu-img operations, online operations over QMP. */
+#include "qsd/qemu/image.h"
+#include "qsd/base/names.h"
+#include "qsd/base/proc.h"
+#include "qsd/qemu/qsd.h"
+#include "qsd/qemu/thin.h"
+#include "qsd/base/util.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#define QEMU_IMG_TIMEOUT_MS (30u * 60u * 1000u) /* copies of big images take time */
+#define QEMU_IMG_QUICK_MS 30000u
+
+int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg)
+{
+    struct pool p = {
+        .root = xstrdup(root),
+        .volumes = xasprintf("%s/volumes", root),
+        .snapshots = xasprintf("%s/snapshots", root),
+        .layers = xasprintf("%s/layers", root),
+    };
+    int r = 0;
+    if (create && ((r = mkdir_p(p.volumes, 0700)) < 0 || (r = mkdir_p(p.snapshots, 0700)) < 0 ||
+                   (r = mkdir_p(p.layers, 0700)) < 0)) {
+        *ret_msg = xasprintf("cannot create pool directories under %s: %s", root, strerror(-r));
+        pool_close(&p);
+        return r;
+    }
+    *ret = p;
+    return 0;
+}
+
+void pool_close(struct pool *p)
+{
+    free(p->root);
+    free(p->volumes);
+    free(p->snapshots);
+    free(p->layers);
+    memset(p, 0, sizeof(*p));
+}
+
+int pool_find_volume(const struct pool *p, const char *name, char **ret_path, char **ret_format)
+{
+    static const char *const fmts[] = {"qcow2", "raw"};
+    for (unsigned i = 0; i < ARRAY_SIZE(fmts); i++) {
+        _cleanup_free_ char *path = xasprintf("%s/%s.%s", p->volumes, name, fmts[i]);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (ret_path)
+                *ret_path = TAKE_PTR(path);
+            if (ret_format)
+                *ret_format = xstrdup(fmts[i]);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+char *pool_snapshot_path(const struct pool *p, const char *name)
+{
+    return xasprintf("%s/%s.qcow2", p->snapshots, name);
+}
+
+int image_check_size(uint64_t size, unsigned align, char **ret_msg)
+{
+    if (size == 0) {
+        *ret_msg = xstrdup("invalid size 0: a volume needs at least one block");
+        return -EINVAL;
+    }
+    if (size % align) {
+        *ret_msg = xasprintf("invalid size %" PRIu64 ": not a multiple of the logical block size %u",
+                             size, align);
+        return -EINVAL;
+    }
+    if (size > IMAGE_MAX_SIZE) {
+        *ret_msg = xasprintf("invalid size %" PRIu64 ": larger than the maximum of 1 PiB", size);
+        return -ERANGE;
+    }
+    return 0;
+}
+
+int image_check_prealloc(const char *format, const char *prealloc, char **ret_msg)
+{
+    static const char *const raw[] = {"off", "falloc", "full", NULL};
+    static const char *const qcow2[] = {"off", "metadata", "falloc", "full", NULL};
+    const char *const *ok = streq(format, "raw") ? raw : qcow2;
+    for (; *ok; ok++)
+        if (streq(*ok, prealloc))
+            return 0;
+    *ret_msg = xasprintf("invalid preallocation '%s' for %s: expected %s", prealloc, format,
+                         streq(format, "raw") ? "off, falloc or full" : "off, metadata, falloc or full");
+    return -EINVAL;
+}
+
+/* Run qemu-img; on failure its last stderr line becomes the message. */
+int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char **ret_msg)
+{
+    struct proc_result res = {0};
+    int r = proc_run(argv, timeout_ms, &res);
+    if (r == -ETIMEDOUT) {
+        *ret_msg = xasprintf("qemu-img %s did not finish within %llu s", argv[1],
+                             (unsigned long long)(timeout_ms / 1000));
+        return r;
+    }
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot run qemu-img: %s", strerror(-r));
+        return r;
+    }
+    if (res.exit_code != 0) {
+        char line[512];
+        *ret_msg = xasprintf("qemu-img %s failed: %s", argv[1], proc_last_line(res.err, line, sizeof(line)));
+        proc_result_clear(&res);
+        return -EIO;
+    }
+    if (ret_out)
+        *ret_out = TAKE_PTR(res.out);
+    proc_result_clear(&res);
+    return 0;
+}
+
+/* Move tmp to final without replacing an existing file. */
+int image_publish(const char *tmp, const char *final, char **ret_msg)
+{
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) < 0) {
+        int e = -errno;
+        unlink(tmp);
+        *ret_msg = e == -EEXIST ? xasprintf("%s already exists", final)
+                                : xasprintf("cannot rename %s: %s", tmp, strerror(-e));
+        return e;
+    }
+    _cleanup_free_ char *dir = xstrdup(final);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0)
+        fsync(dfd);
+    return 0;
+}
+
+int image_info(const char *path, const char *format, uint64_t *ret_size, uint64_t *ret_alloc,
+               char **ret_msg)
+{
+    char *argv[] = {"qemu-img", "info", "-U", "--output=json", "-f", (char *)format, (char *)path, NULL};
+    _cleanup_free_ char *out = NULL;
+    int r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, &out, ret_msg);
+    if (r < 0)
+        return r;
+    json_t *j = json_loads(out, 0, NULL);
+    json_int_t vs = 0, as = 0;
+    if (!j || json_unpack(j, "{s:I, s?I}", "virtual-size", &vs, "actual-size", &as) < 0) {
+        json_decref(j);
+        *ret_msg = xstrdup("qemu-img info returned unexpected output");
+        return -EBADMSG;
+    }
+    json_decref(j);
+    if (ret_size)
+        *ret_size = (uint64_t)vs;
+    if (ret_alloc)
+        *ret_alloc = (uint64_t)as;
+    return 0;
+}
+
+int image_resize_offline(const char *path, const char *format, uint64_t size, char **ret_msg)
+{
+    uint64_t cur;
+    int r = image_info(path, format, &cur, NULL, ret_msg);
+    if (r < 0)
+        return r;
+    if (size < cur) {
+        *ret_msg = xasprintf("refusing to shrink from %" PRIu64 " to %" PRIu64 " bytes", cur, size);
+        return -EINVAL;
+    }
+    if (size == cur)
+        return 0;
+    char sz[32];
+    snprintf(sz, sizeof(sz), "%" PRIu64, size);
+    char *argv[] = {"qemu-img", "resize", "-q", "-f", (char *)format, (char *)path, sz, NULL};
+    return image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg);
+}
+
+int image_create(const struct pool *p, const char *name, const char *format, uint64_t size,
+                 const char *prealloc, const char *from_snapshot, char **ret_msg)
+{
+    if (pool_find_volume(p, name, NULL, NULL) == 0) {
+        *ret_msg = xasprintf("volume %s already exists", name);
+        return -EEXIST;
+    }
+    _cleanup_free_ char *final = xasprintf("%s/%s.%s", p->volumes, name, format);
+    _cleanup_free_ char *tmp = xasprintf("%s/.%s.%s.tmp-%d", p->volumes, name, format, (int)getpid());
+    int r;
+    if (from_snapshot) {
+        _cleanup_free_ char *snap = pool_snapshot_path(p, from_snapshot);
+        if (access(snap, F_OK) < 0) {
+            *ret_msg = xasprintf("snapshot %s does not exist", from_snapshot);
+            return -ENOENT;
+        }
+        uint64_t snap_size;
+        if ((r = image_info(snap, "qcow2", &snap_size, NULL, ret_msg)) < 0)
+            return r;
+        if (size && size < snap_size) {
+            *ret_msg = xasprintf("requested size %" PRIu64 " is smaller than snapshot %s (%" PRIu64 " bytes)",
+                                 size, from_snapshot, snap_size);
+            return -EINVAL;
+        }
+        if (streq(format, "qcow2") && streq(prealloc, "off")) {
+            /* Thin: an empty overlay on the snapshot's layer (thin.h). */
+            char layer[LAYER_NAME_LEN + 1];
+            if ((r = thin_snapshot_layer(p, from_snapshot, layer, ret_msg)) < 0)
+                return r;
+            return thin_create(p, name, layer, size ? size : snap_size, ret_msg);
+        }
+        /* raw, or space reserved up front: a full, independent copy */
+        char *argv[] = {"qemu-img", "convert", "-q", "-f", "qcow2", "-O", (char *)format,
+                        "-o", NULL, snap, tmp, NULL};
+        _cleanup_free_ char *o = xasprintf("preallocation=%s", prealloc);
+        argv[8] = o;
+        r = image_qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
+        if (r == 0 && size > snap_size)
+            r = image_resize_offline(tmp, format, size, ret_msg);
+    } else {
+        char sz[32];
+        snprintf(sz, sizeof(sz), "%" PRIu64, size);
+        _cleanup_free_ char *o = xasprintf("preallocation=%s", prealloc);
+        char *argv[] = {"qemu-img", "create", "-q", "-f", (char *)format, "-o", o, tmp, sz, NULL};
+        r = image_qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
+    }
+    if (r < 0) {
+        unlink(tmp);
+        return r;
+    }
+    chmod(tmp, 0600);
+    return image_publish(tmp, final, ret_msg);
+}
+
+int image_delete(const struct pool *p, const char *name, char **ret_msg)
+{
+    _cleanup_free_ char *path = NULL;
+    if (pool_find_volume(p, name, &path, NULL) < 0) {
+        *ret_msg = xasprintf("volume %s does not exist", name);
+        return -ENOENT;
+    }
+    if (unlink(path) < 0) {
+        int e = -errno;
+        *ret_msg = xasprintf("cannot delete %s: %s", path, strerror(-e));
+        return e;
+    }
+    return 0;
+}
+
+int snapshot_create_offline(const struct pool *p, const char *src, const char *src_format,
+                            const char *snap, char **ret_msg)
+{
+    _cleanup_free_ char *final = pool_snapshot_path(p, snap);
+    if (access(final, F_OK) == 0) {
+        *ret_msg = xasprintf("snapshot %s already exists", snap);
+        return -EEXIST;
+    }
+    _cleanup_free_ char *tmp = xasprintf("%s/.%s.tmp-%d", p->snapshots, snap, (int)getpid());
+    char *argv[] = {"qemu-img", "convert", "-q", "-f", (char *)src_format, "-O", "qcow2",
+                    (char *)src, tmp, NULL};
+    int r = image_qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
+    if (r < 0) {
+        unlink(tmp);
+        return r;
+    }
+    chmod(tmp, 0400);
+    return image_publish(tmp, final, ret_msg);
+}
+
+int snapshot_delete(const struct pool *p, const char *snap, char **ret_msg)
+{
+    _cleanup_free_ char *path = pool_snapshot_path(p, snap);
+    if (unlink(path) < 0) {
+        int e = -errno;
+        *ret_msg = e == -ENOENT ? xasprintf("snapshot %s does not exist", snap)
+                                : xasprintf("cannot delete snapshot %s: %s", snap, strerror(-e));
+        return e;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ online */
+
+int image_qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg)
+{
+    *ret_msg = xasprintf("%s failed: %s (%s)", what, e->desc ? e->desc : strerror(-r),
+                         e->klass ? e->klass : "error");
+    qmp_error_clear(e);
+    return r;
+}
+
+const char *export_node_from_reply(json_t *exports)
+{
+    size_t i;
+    json_t *it;
+    json_array_foreach(exports, i, it)
+    {
+        if (streq_ptr(json_string_value(json_object_get(it, "id")), QSD_EXPORT_ID))
+            return json_string_value(json_object_get(it, "node-name"));
+    }
+    return NULL;
+}
+
+int live_export_node(struct qmp_sync *s, char **ret_node, char **ret_msg)
+{
+    struct qmp_error e = {0};
+    json_t *ret = NULL;
+    int r = qmp_sync_call(s, "query-block-exports", NULL, QMP_DEFAULT_TIMEOUT_MS, &ret, &e);
+    if (r < 0)
+        return image_qmp_msg(r, &e, "query-block-exports", ret_msg);
+    const char *n = export_node_from_reply(ret);
+    if (!n) {
+        json_decref(ret);
+        *ret_msg = xstrdup("QSD has no export " QSD_EXPORT_ID);
+        return -EBADMSG;
+    }
+    *ret_node = xstrdup(n);
+    json_decref(ret);
+    return 0;
+}
+
+int live_size(struct qmp_sync *s, uint64_t *ret_size, char **ret_msg)
+{
+    _cleanup_free_ char *exp = NULL;
+    int r = live_export_node(s, &exp, ret_msg);
+    if (r < 0)
+        return r;
+    struct qmp_error e = {0};
+    json_t *ret = NULL;
+    r = qmp_sync_call(s, "query-named-block-nodes", json_pack("{s:b}", "flat", 1),
+                          QMP_DEFAULT_TIMEOUT_MS, &ret, &e);
+    if (r < 0)
+        return image_qmp_msg(r, &e, "query-named-block-nodes", ret_msg);
+    size_t i;
+    json_t *node;
+    json_array_foreach(ret, i, node)
+    {
+        const char *nn = json_string_value(json_object_get(node, "node-name"));
+        if (nn && streq(nn, exp)) {
+            json_t *vs = json_object_get(json_object_get(node, "image"), "virtual-size");
+            if (json_is_integer(vs)) {
+                *ret_size = (uint64_t)json_integer_value(vs);
+                json_decref(ret);
+                return 0;
+            }
+        }
+    }
+    json_decref(ret);
+    *ret_msg = xstrdup("QSD does not report the exported node's size");
+    return -EBADMSG;
+}
+
+int live_resize(struct qmp_sync *s, uint64_t size, char **ret_msg)
+{
+    uint64_t cur;
+    int r = live_size(s, &cur, ret_msg);
+    if (r < 0)
+        return r;
+    if (size < cur) {
+        *ret_msg = xasprintf("refusing to shrink from %" PRIu64 " to %" PRIu64 " bytes", cur, size);
+        return -EINVAL;
+    }
+    if (size == cur)
+        return 0;
+    _cleanup_free_ char *exp = NULL;
+    if ((r = live_export_node(s, &exp, ret_msg)) < 0)
+        return r;
+    struct qmp_error e = {0};
+    r = qmp_sync_call(s, "block_resize",
+                      json_pack("{s:s, s:I}", "node-name", exp, "size", (json_int_t)size),
+                      QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
+    if (r < 0)
+        return image_qmp_msg(r, &e, "block_resize", ret_msg);
+    return 0;
+}
+
+static bool job_match(json_t *data, void *opaque)
+{
+    return streq_ptr(json_string_value(json_object_get(data, "device")), opaque) ||
+           streq_ptr(json_string_value(json_object_get(data, "id")), opaque);
+}
+
+int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, uint64_t timeout_ms,
+                  char **ret_msg)
+{
+    _cleanup_free_ char *final = pool_snapshot_path(p, snap);
+    if (access(final, F_OK) == 0) {
+        *ret_msg = xasprintf("snapshot %s already exists", snap);
+        return -EEXIST;
+    }
+    uint64_t size;
+    _cleanup_free_ char *exp = NULL;
+    int r = live_size(s, &size, ret_msg);
+    if (r < 0 || (r = live_export_node(s, &exp, ret_msg)) < 0)
+        return r;
+    _cleanup_free_ char *tmp = xasprintf("%s/.%s.tmp-%d", p->snapshots, snap, (int)getpid());
+    char sz[32];
+    snprintf(sz, sizeof(sz), "%" PRIu64, size);
+    char *argv[] = {"qemu-img", "create", "-q", "-f", "qcow2", tmp, sz, NULL};
+    if ((r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0)
+        return r;
+
+    /* Work around a QEMU 10.0 abort (block.c bdrv_insert_node: AioContext
+     * assertion) when blockdev-backup inserts its filter above a node that
+     * lives in an iothread and was never drained since QSD started: a
+     * same-size block_resize (a drained section, no change) settles it.
+     * Measured: without it the first live snapshot kills the QSD. */
+    struct qmp_error eio = {0};
+    qmp_sync_call(s, "block_resize",
+                  json_pack("{s:s, s:I}", "node-name", exp, "size", (json_int_t)size),
+                  QMP_DEFAULT_TIMEOUT_MS, NULL, &eio);
+    qmp_error_clear(&eio);
+
+    _cleanup_free_ char *node = xasprintf("snap-%d", (int)getpid());
+    _cleanup_free_ char *job = xasprintf("backup-%d", (int)getpid());
+    struct qmp_error e = {0};
+    json_t *add = json_pack("{s:s, s:s, s:{s:s, s:s}}", "driver", "qcow2", "node-name", node,
+                            "file", "driver", "file", "filename", tmp);
+    r = qmp_sync_call(s, "blockdev-add", add, QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
+    if (r < 0) {
+        unlink(tmp);
+        return image_qmp_msg(r, &e, "blockdev-add of the snapshot target", ret_msg);
+    }
+    r = qmp_sync_call(s, "blockdev-backup",
+                      json_pack("{s:s, s:s, s:s, s:s}", "job-id", job, "device", exp, "target",
+                                node, "sync", "full"),
+                      QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
+    if (r < 0) {
+        image_qmp_msg(r, &e, "blockdev-backup", ret_msg);
+        goto del;
+    }
+    json_t *data = NULL;
+    r = qmp_sync_wait_event(s, "BLOCK_JOB_COMPLETED", job_match, job, timeout_ms, &data, &e);
+    if (r < 0) {
+        image_qmp_msg(r, &e, "waiting for the snapshot copy", ret_msg);
+        struct qmp_error e2 = {0};
+        qmp_sync_call(s, "block-job-cancel", json_pack("{s:s, s:b}", "device", job, "force", 1),
+                      QMP_DEFAULT_TIMEOUT_MS, NULL, &e2);
+        qmp_error_clear(&e2);
+        /* Give the cancellation a bounded moment to settle before blockdev-del. */
+        qmp_sync_wait_event(s, "BLOCK_JOB_CANCELLED", job_match, job, 5000, NULL, &e2);
+        qmp_error_clear(&e2);
+        goto del;
+    }
+    const char *err = json_string_value(json_object_get(data, "error"));
+    if (err) {
+        *ret_msg = xasprintf("snapshot copy failed: %s", err);
+        r = -EIO;
+    }
+    json_decref(data);
+del:;
+    struct qmp_error e3 = {0};
+    int r2 = qmp_sync_call(s, "blockdev-del", json_pack("{s:s}", "node-name", node),
+                           QMP_DEFAULT_TIMEOUT_MS, NULL, &e3);
+    if (r2 < 0 && r == 0)
+        r = image_qmp_msg(r2, &e3, "blockdev-del of the snapshot target", ret_msg);
+    qmp_error_clear(&e3);
+    if (r < 0) {
+        unlink(tmp);
+        return r;
+    }
+    chmod(tmp, 0400);
+    return image_publish(tmp, final, ret_msg);
+}
+
+int live_stats(struct qmp_sync *s, json_t **ret, char **ret_msg)
+{
+    _cleanup_free_ char *exp = NULL;
+    int r = live_export_node(s, &exp, ret_msg);
+    if (r < 0)
+        return r;
+    struct qmp_error e = {0};
+    json_t *all = NULL;
+    r = qmp_sync_call(s, "query-blockstats", json_pack("{s:b}", "query-nodes", 1),
+                          QMP_DEFAULT_TIMEOUT_MS, &all, &e);
+    if (r < 0)
+        return image_qmp_msg(r, &e, "query-blockstats", ret_msg);
+    size_t i;
+    json_t *it;
+    json_array_foreach(all, i, it)
+    {
+        if (streq_ptr(json_string_value(json_object_get(it, "node-name")), exp)) {
+            *ret = json_incref(json_object_get(it, "stats"));
+            json_decref(all);
+            return 0;
+        }
+    }
+    json_decref(all);
+    *ret_msg = xstrdup("QSD reports no statistics for the exported node");
+    return -EBADMSG;
+}

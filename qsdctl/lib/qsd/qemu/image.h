@@ -1,0 +1,74 @@
+/* qsd/qemu/image.h: the volume pool and image operations.
+ *
+ * Offline operations run qemu-img with a bound; online ones go through the
+ * volume's QSD over QMP (qmp_sync).  Formats are recorded by the file
+ * extension and always passed explicitly: an image's format is never probed
+ * (a raw image a guest wrote a qcow2 header into must stay raw).
+ * Every function returns 0 or a negative errno and, on failure, a message a
+ * person understands in *ret_msg (malloc'd). */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qsd/qemu/qmp.h"
+
+#define IMAGE_MAX_SIZE (1ull << 50)     /* 1 PiB */
+#define IMAGE_SIZE_ALIGN 512u
+
+struct pool {
+    char *root, *volumes, *snapshots, *layers; /* layers/: thin.h */
+};
+/* Create the pool directories (0700) if needed. */
+int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg);
+void pool_close(struct pool *p);
+/* Find a volume's image.  -ENOENT if it does not exist. */
+int pool_find_volume(const struct pool *p, const char *name, char **ret_path, char **ret_format);
+char *pool_snapshot_path(const struct pool *p, const char *name);
+
+/* Check a requested size: non-zero, aligned to align, not above the maximum. */
+int image_check_size(uint64_t size, unsigned align, char **ret_msg);
+int image_check_prealloc(const char *format, const char *prealloc, char **ret_msg);
+
+/* Create pool/volumes/<name>.<format> atomically (temp file + rename without
+ * replace).  From a snapshot: a qcow2 volume without preallocation is a thin
+ * overlay on the snapshot's layer (thin.h, constant time); otherwise a full,
+ * independent copy of its data, then grown to size if larger. */
+int image_create(const struct pool *p, const char *name, const char *format, uint64_t size,
+                 const char *prealloc, const char *from_snapshot, char **ret_msg);
+int image_delete(const struct pool *p, const char *name, char **ret_msg);
+/* Grow an image that no QSD has open.  Shrinking is refused. */
+int image_resize_offline(const char *path, const char *format, uint64_t size, char **ret_msg);
+/* Virtual size and host allocation (qemu-img info, shared lock so it also
+ * works while a QSD has the image open). */
+int image_info(const char *path, const char *format, uint64_t *ret_size, uint64_t *ret_alloc,
+               char **ret_msg);
+
+/* Snapshot of an image no QSD has open: standalone qcow2 in the pool. */
+int snapshot_create_offline(const struct pool *p, const char *src, const char *src_format,
+                            const char *snap, char **ret_msg);
+int snapshot_delete(const struct pool *p, const char *snap, char **ret_msg);
+
+/* Run qemu-img with a bound; on failure its last stderr line is the message. */
+int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char **ret_msg);
+/* Rename tmp to final without replacing, fsync the directory (tmp is
+ * removed on failure). */
+int image_publish(const char *tmp, const char *final, char **ret_msg);
+/* "<what> failed: <QEMU's desc> (<class>)"; clears e; returns r. */
+int image_qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg);
+
+/* ---- online (through the volume's QSD) ---- */
+/* The node the volume's export serves (query-block-exports): QSD_NODE when
+ * QSD starts, the newest overlay after a live thin snapshot (thin.h). */
+int live_export_node(struct qmp_sync *s, char **ret_node, char **ret_msg);
+/* The same from a query-block-exports reply (pure); NULL if absent. */
+const char *export_node_from_reply(json_t *exports);
+int live_size(struct qmp_sync *s, uint64_t *ret_size, char **ret_msg);
+int live_resize(struct qmp_sync *s, uint64_t size, char **ret_msg);
+/* Point-in-time copy of the live node into a standalone qcow2 snapshot
+ * (blockdev-backup sync=full; the guest keeps running).  Bounded by timeout_ms. */
+int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap,
+                  uint64_t timeout_ms, char **ret_msg);
+/* I/O statistics of the exported node (query-blockstats), as JSON. */
+int live_stats(struct qmp_sync *s, json_t **ret, char **ret_msg);
