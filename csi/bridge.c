@@ -1,6 +1,7 @@
 /* bridge.c: see bridge.h. */
 #include "bridge.h"
 #include "qsd/base/fsat.h"
+#include "records.h"
 #include "qsd/base/log.h"
 #include "mounts.h"
 #include "qsd/base/names.h"
@@ -20,7 +21,6 @@
 #include <time.h>
 
 #define COMP "bridge"
-#define RECORD_MAX (1u << 20)
 #define CTX_PREFIX "csi.storage.k8s.io/"
 #define CTX_EPHEMERAL CTX_PREFIX "ephemeral"
 #define CTX_POD_NAME CTX_PREFIX "pod.name"
@@ -176,72 +176,60 @@ static int req_from_json(json_t *j, struct hp_request **ret)
     return 0;
 }
 
-static int save_rec(const char *dir, const char *name, json_t *j)
+static int save_rec(struct bridges *bs, const char *dir, const char *name, json_t *j)
 {
-    _cleanup_free_ char *path = xasprintf("%s/%s.json", dir, name);
-    _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(j);
-    if (!s)
-        return -ENOMEM;
-    return write_file_atomic(path, s, strlen(s), 0600);
+    return records_save(bs->rec, dir, name, j);
 }
 
-static void remove_rec(const char *dir, const char *name)
+static void remove_rec(struct bridges *bs, const char *dir, const char *name)
 {
-    _cleanup_free_ char *path = xasprintf("%s/%s.json", dir, name);
-    if (unlink(path) < 0 && errno != ENOENT)
-        log_warn(COMP, "cannot remove record", "path=%s error=\"%s\"", path, strerror(errno));
+    int r = records_remove(bs->rec, dir, name);
+    if (r < 0)
+        log_warn(COMP, "cannot remove record", "dir=%s name=%s error=\"%s\"", dir, name,
+                 strerror(-r));
 }
 
 static int save_bridge(struct bridges *bs, const struct bridge *b)
 {
-    int r = save_rec(bs->bridge_rec_dir, b->pod_uid, bridge_to_json(b));
+    int r = save_rec(bs, bs->bridge_rec_dir, b->pod_uid, bridge_to_json(b));
     if (r < 0)
         log_error(COMP, "cannot write bridge record", "pod_uid=%s error=\"%s\"", b->pod_uid,
                   strerror(-r));
     return r;
 }
 
-static void load_recs(struct bridges *bs, bool bridges)
+static int load_bridge(const char *id, json_t *j, void *opaque, char **msg)
 {
-    const char *dir = bridges ? bs->bridge_rec_dir : bs->req_rec_dir;
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t n = strlen(de->d_name);
-        if (de->d_name[0] == '.' || n <= 5 || !streq(de->d_name + n - 5, ".json"))
-            continue;
-        _cleanup_free_ char *path = xasprintf("%s/%s", dir, de->d_name);
-        _cleanup_free_ char *data = NULL;
-        json_t *j = NULL;
-        int r = read_file(path, RECORD_MAX, &data, NULL);
-        if (r == 0 && !(j = json_loads(data, 0, NULL)))
-            r = -EBADMSG;
-        if (r == 0 && bridges) {
-            struct bridge *b;
-            if ((r = bridge_from_json(j, &b)) == 0) {
-                bs->b = xrealloc(bs->b, (bs->n_b + 1) * sizeof(*bs->b));
-                bs->b[bs->n_b++] = b;
-            }
-        } else if (r == 0) {
-            struct hp_request *q;
-            if ((r = req_from_json(j, &q)) == 0) {
-                bs->r = xrealloc(bs->r, (bs->n_r + 1) * sizeof(*bs->r));
-                bs->r[bs->n_r++] = q;
-            }
-        }
-        json_decref(j);
-        if (r < 0)
-            log_warn("state", "record skipped", "path=%s reason=\"%s\"", path, strerror(-r));
+    (void)id;
+    (void)msg;
+    struct bridges *bs = opaque;
+    struct bridge *b;
+    int r = bridge_from_json(j, &b);
+    if (r == 0) {
+        bs->b = xrealloc(bs->b, (bs->n_b + 1) * sizeof(*bs->b));
+        bs->b[bs->n_b++] = b;
     }
-    closedir(d);
+    return r;
+}
+
+static int load_req(const char *id, json_t *j, void *opaque, char **msg)
+{
+    (void)id;
+    (void)msg;
+    struct bridges *bs = opaque;
+    struct hp_request *q;
+    int r = req_from_json(j, &q);
+    if (r == 0) {
+        bs->r = xrealloc(bs->r, (bs->n_r + 1) * sizeof(*bs->r));
+        bs->r[bs->n_r++] = q;
+    }
+    return r;
 }
 
 int bridges_open(struct csi *c, char **ret_msg)
 {
     struct bridges *bs = xcalloc(1, sizeof(*bs));
+    bs->rec = c->store->rec;
     bs->bridge_rec_dir = xasprintf("%s/bridges", c->cfg->state_dir);
     bs->req_rec_dir = xasprintf("%s/hotplug", c->cfg->state_dir);
     bs->run_dir = xasprintf("%s/bridges", c->cfg->run_dir);
@@ -260,8 +248,8 @@ int bridges_open(struct csi *c, char **ret_msg)
         bridges_free(bs);
         return r;
     }
-    load_recs(bs, true);
-    load_recs(bs, false);
+    records_load(bs->bridge_rec_dir, load_bridge, bs);
+    records_load(bs->req_rec_dir, load_req, bs);
     c->bridges = bs;
     return 0;
 }
@@ -285,7 +273,7 @@ void bridges_free(struct bridges *bs)
 
 static void del_bridge(struct bridges *bs, struct bridge *b)
 {
-    remove_rec(bs->bridge_rec_dir, b->pod_uid);
+    remove_rec(bs, bs->bridge_rec_dir, b->pod_uid);
     for (size_t i = 0; i < bs->n_b; i++)
         if (bs->b[i] == b) {
             memmove(&bs->b[i], &bs->b[i + 1], (bs->n_b - i - 1) * sizeof(*bs->b));
@@ -297,7 +285,7 @@ static void del_bridge(struct bridges *bs, struct bridge *b)
 
 static void del_req(struct bridges *bs, struct hp_request *q)
 {
-    remove_rec(bs->req_rec_dir, q->volume_id);
+    remove_rec(bs, bs->req_rec_dir, q->volume_id);
     for (size_t i = 0; i < bs->n_r; i++)
         if (bs->r[i] == q) {
             memmove(&bs->r[i], &bs->r[i + 1], (bs->n_r - i - 1) * sizeof(*bs->r));
@@ -735,7 +723,7 @@ static void publish_request(struct csi *c, struct grpc_call *call,
                                  .ns = xstrdup(pi->ns), .pod = xstrdup(pi->name),
                                  .into = xstrdup(into), .disk = disk ? xstrdup(disk) : NULL,
                                  .bridge_uid = xstrdup(b->pod_uid), .gid = gid};
-        int r = save_rec(bs->req_rec_dir, q->volume_id, req_to_json(q));
+        int r = save_rec(bs, bs->req_rec_dir, q->volume_id, req_to_json(q));
         if (r < 0) {
             req_free(q);
             grpc_call_fail(call, GRPC_INTERNAL, "cannot write the request record: %s",

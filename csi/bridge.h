@@ -45,6 +45,7 @@ struct hp_request {
 };
 
 struct bridges {
+    struct records *rec;   /* the record store (records.h), the volumes' one */
     char *bridge_rec_dir, *req_rec_dir, *run_dir;
     int run_fd;            /* O_PATH of run_dir (RUN/bridges) */
     struct bridge **b;

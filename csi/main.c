@@ -347,6 +347,7 @@ int main(int argc, char **argv)
             log_error("plugin", "cannot open the state or the pool", "error=%s", q);
             goto out;
         }
+        csi_hold_answers(pl.csi, pl.srv);
         m = controller_methods(pl.csi, &n);
         if ((r = grpc_server_add_methods(pl.srv, m, n)) == 0) {
             m = node_methods(pl.csi, &n);

@@ -26,6 +26,7 @@ struct bridges;
 struct csi {
     const struct plugin_config *cfg;
     struct loop *loop;
+    struct records *records; /* the record store's writer (records.h) */
     struct store *store;
     struct pool pool;
     struct qsd_config qcfg;
@@ -46,6 +47,7 @@ struct op {
     struct csi *csi;
     struct grpc_call *call;
     struct worker *worker;
+    worker_fn fn;          /* what the worker runs, after records_flush_pending */
     struct qmp *qmp;
     struct vol *vol, *vol2;
     struct snap *snap;
@@ -57,6 +59,9 @@ struct op {
 };
 
 int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret, char **ret_msg);
+/* srv answers no RPC before the record changes made until then are durable
+ * (grpc_server_set_barrier on the record store). */
+void csi_hold_answers(struct csi *c, struct grpc_server *srv);
 /* Fails every call in flight with UNAVAILABLE, cancels workers, forgets the
  * QSDs (their processes keep running, to be adopted by the next start). */
 void csi_free(struct csi *c);
@@ -64,7 +69,9 @@ void csi_free(struct csi *c);
 struct op *op_begin(struct csi *c, struct grpc_call *call);
 /* Release busy flags, unlink and free.  The call must have been completed. */
 void op_end(struct op *op);
-/* Run fn in a worker; done runs on the loop.  At most CSI_MAX_WORKERS at a
+/* Run fn in a worker; done runs on the loop.  The child first makes every
+ * record change made so far durable (records_flush_pending), so a record is
+ * on disk before the image it describes is touched.  At most CSI_MAX_WORKERS at a
  * time (RESOURCE_EXHAUSTED beyond).  On failure, the call is failed and the
  * op ended (returns < 0). */
 #define CSI_MAX_WORKERS 16

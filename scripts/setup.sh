@@ -24,7 +24,7 @@ BASE_PKGS=(
     libxml2-dev libxml2-utils libjansson-dev libnghttp2-dev liburing-dev
     libprotobuf-c-dev protobuf-c-compiler libcmocka-dev
     protobuf-compiler python3-grpcio python3-protobuf python3-yaml
-    busybox-static cpio util-linux iproute2 procps psmisc kmod
+    busybox-static cpio util-linux iproute2 procps psmisc kmod strace
     podman runc debootstrap
     clang llvm libclang-rt-14-dev gnuplot-nox graphviz
     # The launcher: passt (user-mode networking, started by libvirt),
