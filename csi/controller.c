@@ -475,6 +475,10 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
         op->vol2 = src;
         op->flag = vol_live(src);
     }
+    if (ssrc) {
+        ssrc->readers++;
+        op->snap_read = ssrc;
+    }
     if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
         /* op_worker failed the call and released the busy flags. */
         store_remove_vol(c->store, v);
@@ -931,7 +935,7 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
         grpc_call_reply_pb(call, &out.base);
         return;
     }
-    if (sn->busy) {
+    if (sn->busy || sn->readers) {
         grpc_call_fail(call, GRPC_ABORTED, "an operation on snapshot %s is in progress", sn->id);
         return;
     }

@@ -40,6 +40,8 @@ void op_end(struct op *op)
         op->vol2->busy = false;
     if (op->snap)
         op->snap->busy = false;
+    if (op->snap_read)
+        op->snap_read->readers--;
     qmp_close(op->qmp);
     free(op->node);
     free(op);

@@ -42,7 +42,8 @@ struct csi {
     struct loop_timer *log_timer; /* bounds the QSDs' logs (qsd_log_trim) */
 };
 
-/* One asynchronous RPC.  Records named here are busy until op_end(). */
+/* One asynchronous RPC.  Records named here are busy (snap_read: read) until
+ * op_end(). */
 struct op {
     struct csi *csi;
     struct grpc_call *call;
@@ -51,6 +52,7 @@ struct op {
     struct qmp *qmp;
     struct vol *vol, *vol2;
     struct snap *snap;
+    struct snap *snap_read; /* read by the operation: its readers count */
     /* per-operation data */
     uint64_t size;
     bool flag;             /* live (through the QSD) / connection failure seen */

@@ -63,6 +63,7 @@ struct snap {
                               Frozen layers never change, so the chain recorded at
                               creation stays true (docs/changed-blocks.md) */
     bool busy;
+    unsigned readers;      /* volumes being restored from it now (not deleted meanwhile) */
 };
 
 struct records;
