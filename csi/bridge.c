@@ -198,31 +198,35 @@ static int save_bridge(struct bridges *bs, const struct bridge *b)
     return r;
 }
 
-static int load_bridge(const char *id, json_t *j, void *opaque, char **msg)
+static void add_bridge(struct bridges *bs, struct bridge *b)
 {
-    (void)id;
+    bs->b = xrealloc(bs->b, (bs->n_b + 1) * sizeof(*bs->b));
+    bs->b[bs->n_b++] = b;
+}
+
+static void add_req(struct bridges *bs, struct hp_request *q)
+{
+    bs->r = xrealloc(bs->r, (bs->n_r + 1) * sizeof(*bs->r));
+    bs->r[bs->n_r++] = q;
+}
+
+static int load_bridge(json_t *j, void *opaque, char **msg)
+{
     (void)msg;
-    struct bridges *bs = opaque;
     struct bridge *b;
     int r = bridge_from_json(j, &b);
-    if (r == 0) {
-        bs->b = xrealloc(bs->b, (bs->n_b + 1) * sizeof(*bs->b));
-        bs->b[bs->n_b++] = b;
-    }
+    if (r == 0)
+        add_bridge(opaque, b);
     return r;
 }
 
-static int load_req(const char *id, json_t *j, void *opaque, char **msg)
+static int load_req(json_t *j, void *opaque, char **msg)
 {
-    (void)id;
     (void)msg;
-    struct bridges *bs = opaque;
     struct hp_request *q;
     int r = req_from_json(j, &q);
-    if (r == 0) {
-        bs->r = xrealloc(bs->r, (bs->n_r + 1) * sizeof(*bs->r));
-        bs->r[bs->n_r++] = q;
-    }
+    if (r == 0)
+        add_req(opaque, q);
     return r;
 }
 
@@ -248,8 +252,8 @@ int bridges_open(struct csi *c, char **ret_msg)
         bridges_free(bs);
         return r;
     }
-    records_load(bs->bridge_rec_dir, load_bridge, bs);
-    records_load(bs->req_rec_dir, load_req, bs);
+    records_load(bs->bridge_rec_dir, NULL, load_bridge, bs);
+    records_load(bs->req_rec_dir, NULL, load_req, bs);
     c->bridges = bs;
     return 0;
 }
@@ -596,8 +600,7 @@ static void publish_bridge(struct csi *c, struct grpc_call *call,
                            strerror(-r));
             return;
         }
-        bs->b = xrealloc(bs->b, (bs->n_b + 1) * sizeof(*bs->b));
-        bs->b[bs->n_b++] = b;
+        add_bridge(bs, b);
     }
     _cleanup_free_ char *msg = NULL;
     int r = bridge_dir_make(bs, b, -1, &msg), code = GRPC_INTERNAL;
@@ -730,8 +733,7 @@ static void publish_request(struct csi *c, struct grpc_call *call,
                            strerror(-r));
             return;
         }
-        bs->r = xrealloc(bs->r, (bs->n_r + 1) * sizeof(*bs->r));
-        bs->r[bs->n_r++] = q;
+        add_req(bs, q);
     }
     _cleanup_free_ char *msg = NULL;
     int r = mounts_mkdir(c, in->target_path, &msg);

@@ -288,7 +288,7 @@ int records_remove(struct records *r, const char *dir, const char *id)
 
 /* ------------------------------------------------------------ loading */
 
-void records_load(const char *dir, records_load_fn fn, void *opaque)
+void records_load(const char *dir, const char *id_key, records_load_fn fn, void *opaque)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -306,7 +306,10 @@ void records_load(const char *dir, records_load_fn fn, void *opaque)
             continue;
         }
         json_t *j = json_loads(data, 0, NULL);
-        int r = j ? fn(id, j, opaque, &msg) : -EBADMSG;
+        int r = -EBADMSG;
+        if (json_is_object(j) &&
+            (!id_key || streq(json_string_value(json_object_get(j, id_key)) ?: "", id)))
+            r = fn(j, opaque, &msg);
         json_decref(j);
         if (r < 0) {
             _cleanup_free_ char *q = log_quote(msg                ? msg

@@ -46,8 +46,9 @@ void records_on_durable(struct records *r, records_durable_fn cb, void *opaque);
  * confirmed yet (blocking).  Returns 0 or the first error. */
 int records_flush_pending(const struct records *r);
 
-/* Call fn for every DIR/<id>.json whose id is a valid name (names.h) and
- * whose content is JSON (j borrowed); a record fn refuses (returns < 0, may
- * set *msg) or that cannot be read is skipped with a warning naming it. */
-typedef int (*records_load_fn)(const char *id, json_t *j, void *opaque, char **msg);
-void records_load(const char *dir, records_load_fn fn, void *opaque);
+/* Call fn for every DIR/<id>.json whose id is a valid name (names.h), whose
+ * content is a JSON object (j borrowed) and, when id_key is not NULL, whose
+ * member id_key is the string id.  A record fn refuses (returns < 0, may set
+ * *msg) or that cannot be read is skipped with a warning naming it. */
+typedef int (*records_load_fn)(json_t *j, void *opaque, char **msg);
+void records_load(const char *dir, const char *id_key, records_load_fn fn, void *opaque);

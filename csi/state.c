@@ -362,34 +362,22 @@ void store_sort(struct store *s)
         qsort(s->snaps, s->n_snaps, sizeof(*s->snaps), cmp_snap);
 }
 
-static int load_vol(const char *id, json_t *j, void *opaque, char **msg)
+static int load_vol(json_t *j, void *opaque, char **msg)
 {
-    struct store *s = opaque;
     struct vol *v;
     int r = vol_from_json(j, &v, msg);
-    if (r < 0)
-        return r;
-    if (!streq(v->id, id)) {
-        vol_free(v);
-        return -EBADMSG;
-    }
-    store_add_vol(s, v);
-    return 0;
+    if (r == 0)
+        store_add_vol(opaque, v);
+    return r;
 }
 
-static int load_snap(const char *id, json_t *j, void *opaque, char **msg)
+static int load_snap(json_t *j, void *opaque, char **msg)
 {
-    struct store *s = opaque;
     struct snap *sn;
     int r = snap_from_json(j, &sn, msg);
-    if (r < 0)
-        return r;
-    if (!streq(sn->id, id)) {
-        snap_free(sn);
-        return -EBADMSG;
-    }
-    store_add_snap(s, sn);
-    return 0;
+    if (r == 0)
+        store_add_snap(opaque, sn);
+    return r;
 }
 
 int store_open(const char *dir, struct records *rec, struct store **ret, char **ret_msg)
@@ -405,8 +393,8 @@ int store_open(const char *dir, struct records *rec, struct store **ret, char **
         store_free(s);
         return r;
     }
-    records_load(s->vol_dir, load_vol, s);
-    records_load(s->snap_dir, load_snap, s);
+    records_load(s->vol_dir, "id", load_vol, s);
+    records_load(s->snap_dir, "id", load_snap, s);
     store_sort(s);
     *ret = s;
     return 0;
