@@ -173,6 +173,28 @@ static int connect_vol(struct csi *c, const struct vol *v, struct qmp_sync **ret
     return 0;
 }
 
+/* A point-in-time copy of volume v into the snapshot file name: through its
+ * QSD when live (a backup job), with qemu-img when not (worker side). */
+static int copy_volume(struct csi *c, const struct vol *v, bool live, const char *name,
+                       char **ret_msg)
+{
+    int r;
+    if (live) {
+        struct qmp_sync *s;
+        if ((r = connect_vol(c, v, &s, ret_msg)) < 0)
+            return r;
+        r = live_snapshot(s, &c->pool, name, COPY_TIMEOUT_MS, ret_msg);
+        qmp_sync_close(s);
+        return r;
+    }
+    _cleanup_free_ char *path = NULL, *fmt = NULL;
+    if ((r = pool_find_volume(&c->pool, v->id, &path, &fmt)) < 0) {
+        *ret_msg = xasprintf("the image of volume %s is missing", v->id);
+        return r;
+    }
+    return snapshot_create_offline(&c->pool, path, fmt, name, ret_msg);
+}
+
 /* Freeze the top of qcow2 volume v into a new layer (linked as snapshot
  * snap when not NULL), switching inside its QSD when live (thin.h); then,
  * past LAYER_MERGE_AT, start a background merge in that QSD.  Worker side. */
@@ -240,29 +262,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
         _cleanup_free_ char *tmp = xasprintf(".clone-%s", v->id);
         _cleanup_free_ char *m = NULL;
         snapshot_delete(&c->pool, tmp, &m);
-        if (op->flag) {
-            struct qmp_sync *s;
-            struct qmp_error e = {0};
-            struct qsd_paths p;
-            qsd_paths_init(c->cfg->run_dir, src->id, &p);
-            r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, &s, &e);
-            qsd_paths_clear(&p);
-            if (r < 0) {
-                *ret_msg = xasprintf("cannot reach the QSD of source volume %s: %s", src->id,
-                                     e.desc ? e.desc : strerror(-r));
-                qmp_error_clear(&e);
-                return r == -ENOENT ? -ECONNREFUSED : r;
-            }
-            r = live_snapshot(s, &c->pool, tmp, COPY_TIMEOUT_MS, ret_msg);
-            qmp_sync_close(s);
-        } else {
-            _cleanup_free_ char *path = NULL, *fmt = NULL;
-            if ((r = pool_find_volume(&c->pool, src->id, &path, &fmt)) < 0) {
-                *ret_msg = xasprintf("the image of source volume %s is missing", src->id);
-                return r;
-            }
-            r = snapshot_create_offline(&c->pool, path, fmt, tmp, ret_msg);
-        }
+        r = copy_volume(c, src, op->flag, tmp, ret_msg);
         if (r < 0)
             return r == -ENOENT ? -EIO : r;
         r = image_create(&c->pool, v->id, v->format, op->size, v->preallocation, tmp, ret_msg);
@@ -760,17 +760,8 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
             copy = true;
         }
     }
-    if (!copy) {
-    } else if (op->flag) {
-        /* raw: a full copy (docs/thin-layers.md) */
-        struct qmp_sync *s;
-        if ((r = connect_vol(c, src, &s, ret_msg)) < 0)
-            return r;
-        r = live_snapshot(s, &c->pool, sn->id, COPY_TIMEOUT_MS, ret_msg);
-        qmp_sync_close(s);
-    } else {
-        r = snapshot_create_offline(&c->pool, path, fmt, sn->id, ret_msg);
-    }
+    if (copy) /* raw: a full copy (docs/thin-layers.md) */
+        r = copy_volume(c, src, op->flag, sn->id, ret_msg);
     if (r < 0)
         return r == -EEXIST || r == -ENOENT ? -EIO : r;
     _cleanup_free_ char *spath = pool_snapshot_path(&c->pool, sn->id);
