@@ -1,8 +1,10 @@
 /* service.h: what the Controller and Node services share.
  *
- * Owns: struct csi (configuration, loop, state store, pool, the QSD of every
- * staged volume), the in-flight operations (struct op: one per asynchronous
- * RPC, holding the call and the busy flags of the records it works on), the
+ * Owns: struct csi (configuration, loop, record store and state, pool, the
+ * QSD of every staged volume), the in-flight operations (struct op: one per
+ * asynchronous RPC, holding the call and the busy flags of the records it
+ * works on; its worker fsyncs pending records first), holding every answer
+ * until the records are durable (csi_hold_answers), the
  * decoding of every request (CSI_HANDLER: NUL and size checks first), the
  * volume-capability rules, start-up recovery (finish or undo half-done
  * records, adopt or restart the QSDs of staged volumes, stop the QSDs of

@@ -7,8 +7,9 @@ thread (the thread whose id is the plugin's pid), the trace must hold
   - no disk sync (fsync, fdatasync, sync, syncfs, sync_file_range, msync):
     records are made durable off the loop, and an RPC is answered once they are;
   - no blocking wait for a child (wait4/waitid without WNOHANG);
-  - no blocking wait of another kind (poll, select, sleep, a connect on a
-    socket that is not non-blocking): the loop waits only in io_uring_enter.
+  - no blocking wait of another kind (poll or select with a timeout, sleep,
+    a connect on a socket that is not non-blocking): the loop waits only in
+    io_uring_enter.
 
 Forked workers and the QSDs are traced too (-f) but not counted: blocking is
 their job.  The trace also has to show the loop at work (io_uring_enter on
@@ -79,6 +80,16 @@ def fd_of(arg):
     return int(re.match(r"-?\d+", arg).group(0))
 
 
+def zero_timeout(name, rest):
+    """A poll that only looks (timeout 0) does not wait."""
+    args = rest.rsplit(") = ", 1)[0]
+    if name == "poll":
+        return args.endswith(", 0")
+    if name == "ppoll":
+        return "{tv_sec=0, tv_nsec=0}" in args
+    return False
+
+
 def analyse(trace, pid):
     """(offending lines on thread pid, its io_uring_enter count, fsyncs of
     the state directory's files on other threads)."""
@@ -97,7 +108,7 @@ def analyse(trace, pid):
             ret = line.rsplit("= ", 1)[-1].split()[0] if "= " in line else ""
             if name == "io_uring_enter":
                 enters += 1
-            elif name in SYNCS or name in SLEEPS:
+            elif name in SYNCS or (name in SLEEPS and not zero_timeout(name, rest)):
                 bad.append(line.strip())
             elif name in WAITS and "WNOHANG" not in rest:
                 bad.append(line.strip())
