@@ -1,6 +1,8 @@
 /* Unit tests for the CSI plugin's pure parts: StorageClass parameters
  * (every key, unknown keys, bad values, combinations), capacity ranges, the
- * lexical path rules, and the state records' JSON round trip. */
+ * lexical path rules, the state records' JSON round trip, and the record
+ * store (records.h: a change is visible at once, durable once the flusher
+ * says so, loaded back with its id checked). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,8 +12,12 @@
 #include "params.h"
 #include "pbcheck.h"
 #include "paths.h"
+#include "records.h"
 #include "state.h"
+#include "qsd/base/loop.h"
 #include "qsd/base/util.h"
+
+#include <stdlib.h>
 
 static int parse(const char *const *kv, size_t n, struct vol_params *p, char **msg)
 {
@@ -304,6 +310,66 @@ static void test_state_roundtrip(void **state)
     snap_free(sn);
 }
 
+static uint64_t durable_seq;
+static int durable_err = 1;
+static void on_durable(uint64_t seq, int err, void *opaque)
+{
+    (void)opaque;
+    durable_seq = seq;
+    durable_err = err;
+}
+
+static int load_one(json_t *j, void *opaque, char **msg)
+{
+    (void)msg;
+    int *n = opaque;
+    assert_int_equal(json_integer_value(json_object_get(j, "v")), 2);
+    (*n)++;
+    return 0;
+}
+
+static void test_records(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test-records-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    struct loop *l;
+    struct records *r;
+    assert_int_equal(loop_new(&l), 0);
+    assert_int_equal(records_new(l, &r), 0);
+    records_on_durable(r, on_durable, NULL);
+    assert_int_equal(records_queued(r), 0);
+    assert_int_equal(records_save(r, dir, "a", json_pack("{s:s, s:i}", "id", "a", "v", 1)), 0);
+    assert_int_equal(records_save(r, dir, "a", json_pack("{s:s, s:i}", "id", "a", "v", 2)), 0);
+    assert_int_equal(records_save(r, dir, "b", json_pack("{s:s, s:i}", "id", "x", "v", 2)), 0);
+    assert_int_equal(records_save(r, dir, "c", json_pack("{s:s, s:i}", "id", "c", "v", 2)), 0);
+    assert_int_equal(records_remove(r, dir, "c"), 0);
+    assert_int_equal(records_remove(r, dir, "never"), 0);
+    assert_int_equal(records_queued(r), 5);
+    /* in a worker child this is what runs before the operation */
+    assert_int_equal(records_flush_pending(r), 0);
+    for (int i = 0; i < 500 && durable_seq < 5; i++)
+        assert_true(loop_run_once(l, 20) >= 0);
+    assert_int_equal(durable_seq, 5);
+    assert_int_equal(durable_err, 0);
+    /* "b" names another id: skipped; "c" is gone */
+    int n = 0;
+    records_load(dir, "id", load_one, &n);
+    assert_int_equal(n, 1);
+    n = 0;
+    records_load(dir, NULL, load_one, &n);
+    assert_int_equal(n, 2);
+    records_free(r);
+    loop_free(l);
+    /* without a flusher: synchronous */
+    assert_int_equal(records_save(NULL, dir, "d", json_pack("{s:s, s:i}", "id", "d", "v", 2)), 0);
+    assert_int_equal(records_remove(NULL, dir, "d"), 0);
+    const char *names[] = {"a", "b"};
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(records_remove(NULL, dir, names[i]), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_pbcheck),
         cmocka_unit_test(test_state_roundtrip),
+        cmocka_unit_test(test_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
