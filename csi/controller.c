@@ -15,7 +15,7 @@
 #include "qsd/base/util.h"
 
 #include <inttypes.h>
-#include <sys/statvfs.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define COPY_TIMEOUT_MS (60ull * 60 * 1000)  /* creation (preallocation), copies, live snapshots */
@@ -313,9 +313,8 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
     store_remove_vol(c->store, v);
     csi_gc(c);
     enum grpc_code code = status == -ENOENT ? GRPC_NOT_FOUND
-                          : status == -ENOSPC ? GRPC_RESOURCE_EXHAUSTED
                           : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
-                                                     : GRPC_INTERNAL;
+                                                     : capacity_errno_code(status, GRPC_INTERNAL);
     grpc_call_fail(op->call, code, "%s", msg ? msg : strerror(-status));
     op_end(op);
 }
@@ -437,15 +436,13 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
                        in->name);
         goto out;
     }
-    if (!streq(p.preallocation, "off") && !streq(p.preallocation, "metadata")) {
-        struct statvfs sv;
-        if (statvfs(c->pool.volumes, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < size) {
-            grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
-                           "the pool has less free space than the %" PRIu64
-                           " bytes preallocation=%s needs", size, p.preallocation);
-            goto out;
-        }
-    }
+    bool prealloc = !streq(p.preallocation, "off") && !streq(p.preallocation, "metadata");
+    char *what = xasprintf("volume %s of %" PRIu64 " bytes (preallocation=%s)", in->name, size,
+                           p.preallocation);
+    bool admitted = capacity_admit(c, call, what, size, prealloc ? size : 0);
+    free(what);
+    if (!admitted)
+        goto out;
     v = vol_new(in->name);
     v->phase = PHASE_CREATING;
     free(v->format);
@@ -464,7 +461,7 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
     store_add_vol(c->store, v);
     if ((r = store_save_vol(c->store, v)) < 0) {
         store_remove_vol(c->store, v);
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
         goto out;
     }
     struct op *op = op_begin(c, call);
@@ -531,7 +528,7 @@ static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__Delete
     int r = store_save_vol(c->store, v);
     if (r < 0) {
         v->phase = PHASE_READY;
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
         return;
     }
     delete_finish(c, v);
@@ -659,8 +656,9 @@ static void get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapa
         return;
     }
     unsigned align = p.opts.logical_block_size;
+    bool prealloc = !streq(p.preallocation, "off") && !streq(p.preallocation, "metadata");
     vol_params_clear(&p);
-    uint64_t avail = 0;
+    uint64_t avail = 0, max = 0;
     bool usable = true;
     for (size_t i = 0; i < in->n_volume_capabilities; i++)
         if (cap_problem(in->volume_capabilities[i]))
@@ -673,18 +671,20 @@ static void get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapa
                 match = true;
         usable = usable && match;
     }
-    struct statvfs sv;
     if (usable) {
-        if (statvfs(c->pool.volumes, &sv) < 0) {
-            grpc_call_fail(call, GRPC_INTERNAL, "statvfs %s: %s", c->pool.volumes,
-                           strerror(errno));
+        /* The policy's view (capacity.h): free space less the reserve, or
+         * what the overcommit limit leaves; CreateVolume admits exactly
+         * the sizes up to maximum_volume_size. */
+        struct pool_figures f;
+        if ((r = capacity_figures(c, &f, &msg)) < 0) {
+            grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
             return;
         }
-        avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+        capacity_available(&f, prealloc, align, IMAGE_MAX_SIZE, &avail, &max);
     }
     Google__Protobuf__Int64Value maxv = GOOGLE__PROTOBUF__INT64_VALUE__INIT,
                                  minv = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
-    maxv.value = (int64_t)IMAGE_MAX_SIZE;
+    maxv.value = (int64_t)max;
     minv.value = (int64_t)align;
     Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
     out.available_capacity = (int64_t)MIN(avail, (uint64_t)INT64_MAX);
@@ -835,8 +835,10 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
     snapshot_delete(&c->pool, sn->id, &m);
     op->snap = NULL;
     store_remove_snap(c->store, sn);
-    grpc_call_fail(op->call, status == -ECONNREFUSED ? GRPC_UNAVAILABLE : GRPC_INTERNAL, "%s",
-                   msg ? msg : strerror(-status));
+    grpc_call_fail(op->call,
+                   status == -ECONNREFUSED ? GRPC_UNAVAILABLE
+                                           : capacity_errno_code(status, GRPC_INTERNAL),
+                   "%s", msg ? msg : strerror(-status));
     op_end(op);
 }
 
@@ -889,6 +891,17 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
                        "volume %s is staged but its QSD is not running (restarting)", v->id);
         return;
     }
+    /* A snapshot of a qcow2 volume is thin (its data stays where it is);
+     * of a raw one, a copy of what the volume has allocated. */
+    uint64_t need = 0;
+    _cleanup_free_ char *vpath = NULL;
+    struct stat vst;
+    if (streq(v->format, "raw") && pool_find_volume(&c->pool, v->id, &vpath, NULL) == 0 &&
+        stat(vpath, &vst) == 0)
+        need = (uint64_t)vst.st_blocks * 512;
+    _cleanup_free_ char *what = xasprintf("snapshot %s of volume %s", in->name, v->id);
+    if (!capacity_admit(c, call, what, 0, need))
+        return;
     _cleanup_free_ char *spath = pool_snapshot_path(&c->pool, in->name);
     if (access(spath, F_OK) == 0) {
         grpc_call_fail(call, GRPC_ALREADY_EXISTS,
@@ -908,7 +921,7 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
     int r = store_save_snap(c->store, sn);
     if (r < 0) {
         store_remove_snap(c->store, sn);
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the snapshot record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the snapshot record: %s", strerror(-r));
         return;
     }
     struct op *op = op_begin(c, call);
@@ -939,7 +952,7 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
     int r = store_save_snap(c->store, sn);
     if (r < 0) {
         sn->phase = PHASE_READY;
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the snapshot record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the snapshot record: %s", strerror(-r));
         return;
     }
     _cleanup_free_ char *msg = NULL;
@@ -1033,7 +1046,7 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
         v->size = v->image_size = op->size;
         int r = store_save_vol(op->csi->store, v);
         if (r < 0) {
-            grpc_call_fail(op->call, GRPC_INTERNAL, "cannot write the volume record: %s",
+            grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s",
                            strerror(-r));
         } else {
             log_info("controller", "volume expanded offline", "volume=%s size=%" PRIu64, v->id,
@@ -1041,7 +1054,8 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
             reply_expand(op->call, v->size, false);
         }
     } else {
-        grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg ? msg : strerror(-status));
+        grpc_call_fail(op->call, capacity_errno_code(status, GRPC_INTERNAL), "%s",
+                       msg ? msg : strerror(-status));
     }
     op_end(op);
 }
@@ -1095,6 +1109,10 @@ static void expand_volume(struct csi *c, struct grpc_call *call,
         reply_expand(call, v->size, v->staging_path && v->image_size < v->size);
         return;
     }
+    _cleanup_free_ char *what = xasprintf("expansion of volume %s from %" PRIu64 " to %" PRIu64
+                                          " bytes", v->id, v->size, size);
+    if (!capacity_admit(c, call, what, size - v->size, 0))
+        return;
     if (v->staging_path) {
         /* In use: the node grows it through the live QSD (NodeExpandVolume), or
          * NodeStageVolume does it offline before the next start. */
@@ -1102,7 +1120,7 @@ static void expand_volume(struct csi *c, struct grpc_call *call,
         v->size = size;
         if ((r = store_save_vol(c->store, v)) < 0) {
             v->size = old;
-            grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
             return;
         }
         log_info("controller", "volume expansion recorded, node expansion required",
