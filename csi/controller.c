@@ -47,6 +47,28 @@ static json_t *params_json(size_t n, Csi__V1__CreateVolumeRequest__ParametersEnt
     return params_json_k(n, p, false);
 }
 
+/* A restore or clone is made where its source lives: one of another node
+ * fails at once, naming the node to schedule on.  RESOURCE_EXHAUSTED is the
+ * specification's "unable to provision in accessible_topology" (the
+ * external-provisioner then lets the scheduler pick a node again).  Then
+ * the id is validated and made the local name (csi_id_ok). */
+static bool source_here(struct csi *c, struct grpc_call *call, const char *type, char *id)
+{
+    bool snap = streq(type, "snapshot");
+    const char *field = snap ? "volume_content_source.snapshot.snapshot_id"
+                             : "volume_content_source.volume.volume_id";
+    const char *node = csi_id_node(c, id);
+    if (node && name_validate(node, NULL) == 0) {
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
+                       "source %s %.*s lives on node %s and volumes are node-local: schedule the "
+                       "pod that uses this claim on node %s (nodeSelector %s: %s), this is node %s",
+                       type, (int)(node - 1 - id), id, node, node, c->topo_key, node,
+                       c->cfg->node_id);
+        return false;
+    }
+    return csi_id_ok(c, call, field, id);
+}
+
 static bool topology_ok(struct csi *c, const Csi__V1__TopologyRequirement *req)
 {
     if (!req || req->n_requisite == 0)
@@ -73,6 +95,7 @@ struct volmsg {
     Csi__V1__VolumeContentSource__VolumeSource vsrc;
     Csi__V1__Volume__VolumeContextEntry ctx[8];
     Csi__V1__Volume__VolumeContextEntry *ctxp[8];
+    char id[CSI_ID_MAX + 1], src_id[CSI_ID_MAX + 1];
 };
 
 static void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
@@ -92,7 +115,7 @@ static void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
     m->topo.segments = m->segs;
     m->topos[0] = &m->topo;
     m->vol.capacity_bytes = (int64_t)v->size;
-    m->vol.volume_id = v->id;
+    m->vol.volume_id = (char *)csi_id_out(c, v->id, m->id);
     m->vol.n_accessible_topology = 1;
     m->vol.accessible_topology = m->topos;
     const char *k;
@@ -111,12 +134,12 @@ static void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
     m->vol.n_volume_context = n;
     m->vol.volume_context = m->ctxp;
     if (v->src_type && streq(v->src_type, "snapshot")) {
-        m->ssrc.snapshot_id = v->src_id;
+        m->ssrc.snapshot_id = (char *)csi_id_out(c, v->src_id, m->src_id);
         m->src.type_case = CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT;
         m->src.snapshot = &m->ssrc;
         m->vol.content_source = &m->src;
     } else if (v->src_type) {
-        m->vsrc.volume_id = v->src_id;
+        m->vsrc.volume_id = (char *)csi_id_out(c, v->src_id, m->src_id);
         m->src.type_case = CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME;
         m->src.volume = &m->vsrc;
         m->vol.content_source = &m->src;
@@ -132,15 +155,16 @@ static void reply_volume(struct csi *c, struct grpc_call *call, const struct vol
     grpc_call_reply_pb(call, &out.base);
 }
 
-static void snapmsg_fill(const struct snap *sn, Csi__V1__Snapshot *s, Google__Protobuf__Timestamp *ts)
+static void snapmsg_fill(struct csi *c, const struct snap *sn, Csi__V1__Snapshot *s,
+                         Google__Protobuf__Timestamp *ts, char ids[2][CSI_ID_MAX + 1])
 {
     *ts = (Google__Protobuf__Timestamp)GOOGLE__PROTOBUF__TIMESTAMP__INIT;
     ts->seconds = sn->created_sec;
     ts->nanos = sn->created_nsec;
     *s = (Csi__V1__Snapshot)CSI__V1__SNAPSHOT__INIT;
     s->size_bytes = (int64_t)sn->size;
-    s->snapshot_id = sn->id;
-    s->source_volume_id = sn->source;
+    s->snapshot_id = (char *)csi_id_out(c, sn->id, ids[0]);
+    s->source_volume_id = (char *)csi_id_out(c, sn->source, ids[1]);
     s->creation_time = ts;
     s->ready_to_use = true;
 }
@@ -354,7 +378,8 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
     int64_t req = in->capacity_range ? in->capacity_range->required_bytes : 0;
     int64_t lim = in->capacity_range ? in->capacity_range->limit_bytes : 0;
     uint64_t size;
-    const char *st = NULL, *sid = NULL;
+    const char *st = NULL;
+    char *sid = NULL;
     struct vol *v = NULL, *src = NULL;
     struct snap *ssrc = NULL;
     /* Malformed ranges first (the source's size is not known yet). */
@@ -369,17 +394,15 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
         if (cs->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT && cs->snapshot) {
             st = "snapshot";
             sid = cs->snapshot->snapshot_id;
-            if (!id_ok(call, "volume_content_source.snapshot.snapshot_id", sid))
-                goto out;
         } else if (cs->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME && cs->volume) {
             st = "volume";
             sid = cs->volume->volume_id;
-            if (!id_ok(call, "volume_content_source.volume.volume_id", sid))
-                goto out;
         } else {
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_content_source has no type");
             goto out;
         }
+        if (!source_here(c, call, st, sid))
+            goto out;
     }
     if (!topology_ok(c, in->accessibility_requirements)) {
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
@@ -500,7 +523,7 @@ static void delete_finish(struct csi *c, struct vol *v)
 static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
 {
     Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     struct vol *v = store_find_vol(c->store, in->volume_id);
     if (!v) {
@@ -540,7 +563,7 @@ static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__Delete
 static void validate_caps(struct csi *c, struct grpc_call *call,
                           Csi__V1__ValidateVolumeCapabilitiesRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (in->n_volume_capabilities == 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
@@ -599,6 +622,21 @@ static int parse_token(const char *tok, const char *prefix, const char **ret)
     return 0;
 }
 
+/* A ListSnapshots filter: NULL for none, the record name for an id of
+ * this node (suffix cut in place), NOTHING for another node's id. */
+static const char NOTHING[] = "";
+static const char *list_filter(struct csi *c, char *id)
+{
+    if (!id || !*id)
+        return NULL;
+    if (csi_id_node(c, id))
+        return NOTHING;
+    char *at = strchr(id, '@');
+    if (at)
+        *at = '\0';
+    return id;
+}
+
 static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVolumesRequest *in)
 {
     const char *after;
@@ -616,15 +654,17 @@ static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVol
     Csi__V1__ListVolumesResponse__Entry *ents = xcalloc(cap + 1, sizeof(*ents));
     Csi__V1__ListVolumesResponse__Entry **list = xcalloc(cap + 1, sizeof(*list));
     _cleanup_free_ char *next = NULL;
+    const char *last = NULL;
     for (size_t i = 0; i < cap; i++) {
         struct vol *v = c->store->vols[i];
         if (v->phase != PHASE_READY || (after && strcmp(v->id, after) <= 0))
             continue;
         if (in->max_entries > 0 && n == (size_t)in->max_entries) {
-            next = xasprintf("%s%s", LIST_TOKEN_VOL, list[n - 1]->volume->volume_id);
+            next = xasprintf("%s%s", LIST_TOKEN_VOL, last);
             break;
         }
         volmsg_fill(c, v, &msgs[n]);
+        last = v->id;
         ents[n] = (Csi__V1__ListVolumesResponse__Entry)CSI__V1__LIST_VOLUMES_RESPONSE__ENTRY__INIT;
         ents[n].volume = &msgs[n].vol;
         list[n] = &ents[n];
@@ -793,11 +833,12 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
     return 0;
 }
 
-static void reply_snapshot(struct grpc_call *call, const struct snap *sn)
+static void reply_snapshot(struct csi *c, struct grpc_call *call, const struct snap *sn)
 {
     Csi__V1__Snapshot s;
     Google__Protobuf__Timestamp ts;
-    snapmsg_fill(sn, &s, &ts);
+    char ids[2][CSI_ID_MAX + 1];
+    snapmsg_fill(c, sn, &s, &ts, ids);
     Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
     out.snapshot = &s;
     grpc_call_reply_pb(call, &out.base);
@@ -824,7 +865,7 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
                      sn->source, op->flag ? "yes" : "no", sn->layers ? "yes" : "no",
                      json_array_size(sn->layers),
                      json_is_true(json_object_get(result, "merging")) ? "yes" : "no");
-            reply_snapshot(op->call, sn);
+            reply_snapshot(c, op->call, sn);
             op_end(op);
             return;
         }
@@ -856,7 +897,7 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
                        why);
         return;
     }
-    if (!id_ok(call, "source_volume_id", in->source_volume_id))
+    if (!csi_id_ok(c, call, "source_volume_id", in->source_volume_id))
         return;
     for (size_t i = 0; i < in->n_parameters; i++)
         if (!startswith(in->parameters[i]->key, K8S_PREFIX)) {
@@ -870,7 +911,7 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
         if (sn->busy || sn->phase != PHASE_READY)
             grpc_call_fail(call, GRPC_ABORTED, "an operation on snapshot %s is in progress", sn->id);
         else if (streq(sn->source, in->source_volume_id))
-            reply_snapshot(call, sn);
+            reply_snapshot(c, call, sn);
         else
             grpc_call_fail(call, GRPC_ALREADY_EXISTS,
                            "snapshot %s exists with a different source volume (%s)", sn->id,
@@ -937,7 +978,7 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in)
 {
     Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
-    if (!id_ok(call, "snapshot_id", in->snapshot_id))
+    if (!csi_id_ok(c, call, "snapshot_id", in->snapshot_id))
         return;
     struct snap *sn = store_find_snap(c->store, in->snapshot_id);
     if (!sn) {
@@ -980,25 +1021,27 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
         grpc_call_fail(call, GRPC_ABORTED, "starting_token is not a token this plugin issued");
         return;
     }
-    const char *only = in->snapshot_id && *in->snapshot_id ? in->snapshot_id : NULL;
-    const char *from = in->source_volume_id && *in->source_volume_id ? in->source_volume_id : NULL;
+    const char *only = list_filter(c, in->snapshot_id), *from = list_filter(c, in->source_volume_id);
     store_sort(c->store);
-    size_t cap = c->store->n_snaps, n = 0;
+    size_t cap = only == NOTHING || from == NOTHING ? 0 : c->store->n_snaps, n = 0;
     Csi__V1__Snapshot *snaps = xcalloc(cap + 1, sizeof(*snaps));
+    char (*ids)[2][CSI_ID_MAX + 1] = xcalloc(cap + 1, sizeof(*ids));
     Google__Protobuf__Timestamp *ts = xcalloc(cap + 1, sizeof(*ts));
     Csi__V1__ListSnapshotsResponse__Entry *ents = xcalloc(cap + 1, sizeof(*ents));
     Csi__V1__ListSnapshotsResponse__Entry **list = xcalloc(cap + 1, sizeof(*list));
     _cleanup_free_ char *next = NULL;
+    const char *last = NULL;
     for (size_t i = 0; i < cap; i++) {
         struct snap *sn = c->store->snaps[i];
         if (sn->phase != PHASE_READY || (after && strcmp(sn->id, after) <= 0) ||
             (only && !streq(sn->id, only)) || (from && !streq(sn->source, from)))
             continue;
         if (in->max_entries > 0 && n == (size_t)in->max_entries) {
-            next = xasprintf("%s%s", LIST_TOKEN_SNAP, snaps[n - 1].snapshot_id);
+            next = xasprintf("%s%s", LIST_TOKEN_SNAP, last);
             break;
         }
-        snapmsg_fill(sn, &snaps[n], &ts[n]);
+        snapmsg_fill(c, sn, &snaps[n], &ts[n], ids[n]);
+        last = sn->id;
         ents[n] = (Csi__V1__ListSnapshotsResponse__Entry)CSI__V1__LIST_SNAPSHOTS_RESPONSE__ENTRY__INIT;
         ents[n].snapshot = &snaps[n];
         list[n] = &ents[n];
@@ -1012,6 +1055,7 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
     free(list);
     free(ents);
     free(ts);
+    free(ids);
     free(snaps);
 }
 
@@ -1063,7 +1107,7 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
 static void expand_volume(struct csi *c, struct grpc_call *call,
                           Csi__V1__ControllerExpandVolumeRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->capacity_range) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "capacity_range is missing");

@@ -237,7 +237,7 @@ static size_t staged_count(struct csi *c)
 static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in)
 {
     const char *why;
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->staging_target_path || !*in->staging_target_path) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "staging_target_path is missing");
@@ -355,7 +355,7 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
 
 static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageVolumeRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id) ||
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id) ||
         !path_ok(c, call, "staging_target_path", in->staging_target_path, false))
         return;
     struct vol *v = find_or_fail(c, call, in->volume_id);
@@ -460,7 +460,7 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
         bridge_publish_ephemeral(c, call, in);
         return;
     }
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->target_path || !*in->target_path) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "target_path is missing");
@@ -589,7 +589,7 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
 
 static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpublishVolumeRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id) ||
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id) ||
         !path_ok(c, call, "target_path", in->target_path, false))
         return;
     if (bridge_unpublish_ephemeral(c, call, in->volume_id, in->target_path))
@@ -630,7 +630,7 @@ static bool path_is_vol(const struct vol *v, const char *path)
 
 static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeStatsRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->volume_path || !*in->volume_path) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
@@ -819,7 +819,7 @@ static void on_qmp_state(struct qmp *q, int status, const struct qmp_error *err,
 static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVolumeRequest *in)
 {
     const char *why;
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->volume_path || !*in->volume_path) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
