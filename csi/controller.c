@@ -3,7 +3,8 @@
  * Volumes are qcow2/raw images in the node's pool, snapshots standalone qcow2
  * files (image.h).  Every handler validates first (INVALID_ARGUMENT), then
  * looks records up (NOT_FOUND), then takes the records' busy flags (a second
- * operation on a busy id is ABORTED), then acts.  Long work (image creation,
+ * operation on a busy id is ABORTED), then checks the capacity policy
+ * (capacity.h: RESOURCE_EXHAUSTED), then acts.  Long work (image creation,
  * copies, offline resize, snapshots) runs in a worker process (worker.h) so
  * the loop never blocks; records are written with phase "creating" before
  * and "ready" after, so a crash leaves nothing half-created (service.c). */
@@ -484,7 +485,8 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
     store_add_vol(c->store, v);
     if ((r = store_save_vol(c->store, v)) < 0) {
         store_remove_vol(c->store, v);
-        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
         goto out;
     }
     struct op *op = op_begin(c, call);
@@ -551,7 +553,8 @@ static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__Delete
     int r = store_save_vol(c->store, v);
     if (r < 0) {
         v->phase = PHASE_READY;
-        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
         return;
     }
     delete_finish(c, v);
@@ -962,7 +965,8 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
     int r = store_save_snap(c->store, sn);
     if (r < 0) {
         store_remove_snap(c->store, sn);
-        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the snapshot record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the snapshot record: %s", strerror(-r));
         return;
     }
     struct op *op = op_begin(c, call);
@@ -993,7 +997,8 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
     int r = store_save_snap(c->store, sn);
     if (r < 0) {
         sn->phase = PHASE_READY;
-        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the snapshot record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the snapshot record: %s", strerror(-r));
         return;
     }
     _cleanup_free_ char *msg = NULL;
@@ -1090,8 +1095,8 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
         v->size = v->image_size = op->size;
         int r = store_save_vol(op->csi->store, v);
         if (r < 0) {
-            grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s",
-                           strerror(-r));
+            grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the volume record: %s", strerror(-r));
         } else {
             log_info("controller", "volume expanded offline", "volume=%s size=%" PRIu64, v->id,
                      v->size);
@@ -1164,7 +1169,8 @@ static void expand_volume(struct csi *c, struct grpc_call *call,
         v->size = size;
         if ((r = store_save_vol(c->store, v)) < 0) {
             v->size = old;
-            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the volume record: %s", strerror(-r));
             return;
         }
         log_info("controller", "volume expansion recorded, node expansion required",

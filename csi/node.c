@@ -312,7 +312,8 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     int r = store_save_vol(c->store, v);
     if (r < 0) {
         vol_clear_staging(v);
-        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
         return;
     }
     struct op *op = op_begin(c, call);
@@ -345,7 +346,8 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     vol_clear_staging(v);
     int r = store_save_vol(c->store, v);
     if (r < 0)
-        grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
     else {
         log_info("node", "volume unstaged", "volume=%s", v->id);
         reply_empty(op->call);
@@ -557,7 +559,8 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
         int r = store_save_vol(c->store, v);
         if (r < 0) {
             vol_del_pub(v, v->n_pubs - 1);
-            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the volume record: %s", strerror(-r));
             return;
         }
     }
@@ -614,7 +617,8 @@ static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpubl
     vol_del_pub(v, (size_t)i);
     v->released_ms = realtime_ms();
     if ((r = store_save_vol(c->store, v)) < 0) {
-        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
         return;
     }
     log_info("node", "volume unpublished", "volume=%s target=%s", v->id, in->target_path);
@@ -710,8 +714,8 @@ static void expand_finish(struct op *op, int status, const char *msg)
                            "volume %s grew to %" PRIu64 " bytes, but its volume.json could not "
                            "be rewritten: %s", v->id, op->size, strerror(-rm));
         } else if (r < 0) {
-            grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL), "cannot write the volume record: %s",
-                           strerror(-r));
+            grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the volume record: %s", strerror(-r));
         } else {
             log_info("node", "volume expanded online", "volume=%s size=%" PRIu64, v->id, op->size);
             Csi__V1__NodeExpandVolumeResponse out = CSI__V1__NODE_EXPAND_VOLUME_RESPONSE__INIT;

@@ -4,7 +4,7 @@
  * staged volume), the in-flight operations (struct op: one per asynchronous
  * RPC, holding the call and the busy flags of the records it works on), the
  * decoding of every request (CSI_HANDLER: NUL and size checks first), the
- * volume-capability rules, start-up recovery (finish or undo half-done
+ * ids the CO sees (csi_id_*: "<name>@<node>"), the volume-capability rules, start-up recovery (finish or undo half-done
  * records, adopt or restart the QSDs of staged volumes, stop the QSDs of
  * unstaged ones), and the periodic bound on the QSDs' logs. */
 #pragma once
