@@ -69,8 +69,8 @@ static void publish_bridge(struct csi *c, struct grpc_call *call,
         int r = save_bridge(bs, b);
         if (r < 0) {
             bridge_free(b);
-            grpc_call_fail(call, GRPC_INTERNAL, "cannot write the bridge record: %s",
-                           strerror(-r));
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the bridge record: %s", strerror(-r));
             return;
         }
         add_bridge(bs, b);
@@ -202,8 +202,8 @@ static void publish_request(struct csi *c, struct grpc_call *call,
         int r = save_rec(bs, bs->req_rec_dir, q->volume_id, req_to_json(q));
         if (r < 0) {
             req_free(q);
-            grpc_call_fail(call, GRPC_INTERNAL, "cannot write the request record: %s",
-                           strerror(-r));
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the request record: %s", strerror(-r));
             return;
         }
         add_req(bs, q);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The plugin's event loop never blocks: the real plugin runs under
 `strace -f` through a whole volume lifecycle (create, stage, publish,
-expand, snapshot, restore, unpublish, unstage, delete) and, on its loop
+expand, snapshot, restore, a hot-plug bridge published and unpublished,
+unpublish, unstage, delete) and, on its loop
 thread (the thread whose id is the plugin's pid), the trace must hold
 
   - no disk sync (fsync, fdatasync, sync, syncfs, sync_file_range, msync):
@@ -156,7 +157,20 @@ def lifecycle(env, c):
     rv = c.CreateVolume(pb.CreateVolumeRequest(
         name="pvc-restored", capacity_range=pb.CapacityRange(required_bytes=128 * MiB),
         volume_capabilities=[cap], volume_content_source=src), timeout=T).volume
-    assert rv.content_source.snapshot.snapshot_id == "snap-loop", rv
+    assert csilib.local_id(rv.content_source.snapshot.snapshot_id) == "snap-loop", rv
+    # A hot-plug bridge of a VM pod: its record goes through the same store.
+    uid = "5f0c2d1e-0000-4000-8000-00000000l00p".replace("l", "1")
+    btgt = os.path.join(env.kubelet, "pods", uid, "volumes", "kubernetes.io~csi", "bridge",
+                        "mount")
+    os.makedirs(os.path.dirname(btgt))
+    ctx = {"bridge": "true", "csi.storage.k8s.io/pod.uid": uid,
+           "csi.storage.k8s.io/pod.namespace": "default", "csi.storage.k8s.io/pod.name": "vm",
+           "csi.storage.k8s.io/ephemeral": "true"}
+    c.NodePublishVolume(pb.NodePublishVolumeRequest(
+        volume_id="csi-bridge-loop", target_path=btgt, volume_capability=cap,
+        volume_context=ctx), timeout=T)
+    c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id="csi-bridge-loop",
+                                                        target_path=btgt), timeout=T)
     c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id="pvc-loop", target_path=tgt),
                           timeout=T)
     c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id="pvc-loop",

@@ -93,8 +93,9 @@ def main():
         print("ok sources of a running restore and clone are busy (ABORTED)")
 
         os.unlink(gate)
-        assert restore.result().volume.content_source.snapshot.snapshot_id == "snap-src"
-        assert clone.result().volume.content_source.volume.volume_id == "pvc-src2"
+        local = csilib.local_id
+        assert local(restore.result().volume.content_source.snapshot.snapshot_id) == "snap-src"
+        assert local(clone.result().volume.content_source.volume.volume_id) == "pvc-src2"
         c.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id="snap-src"), timeout=T)
         c.DeleteVolume(pb.DeleteVolumeRequest(volume_id="pvc-src2"), timeout=T)
         for v in ("pvc-restore", "pvc-clone", "pvc-src"):
