@@ -189,6 +189,7 @@ def main():
     # check leaks, this one syscalls.
     opts = os.environ.get("ASAN_OPTIONS", "")
     os.environ["ASAN_OPTIONS"] = (opts + ":" if opts else "") + "detect_leaks=0"
+    pid = None
     try:
         trace = os.path.join(env.root, "strace.out")
         c = env.start(wrapper=[strace, "-f", "-qq", "-o", trace, "-e",
@@ -210,6 +211,14 @@ def main():
         assert durable > 0, "the records were never fsync'ed (off the loop either)"
         print("ok no sync or blocking wait on the loop thread")
     finally:
+        # env.proc is strace: killing it would leave the plugin running
+        # (detached), restarting the QSDs cleanup stops.  The plugin first.
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                if env.root.encode() in f.read():  # still our plugin, not a reused pid
+                    os.kill(pid, signal.SIGKILL)
+        except (OSError, TypeError):
+            pass
         env.cleanup()
 
 
