@@ -67,8 +67,16 @@ struct report_disk {
     unsigned slot;
     bool at_start;
 };
+/* A volume found in a volumes directory that is not a disk (yet). */
+struct report_volume {
+    const char *volume; /* disk name */
+    const char *dir;    /* volumes directory */
+    const char *state;  /* "pending", "attaching", "failed", "attach-timed-out" */
+    const char *reason; /* why (NULL: none known) */
+};
 /* Write path atomically: JSON with the VM name, each disk's volume, slot,
  * guest PCI address and /dev/disk/by-path name, the NIC's MAC and address,
- * the cidata disk's address (when there is one). */
+ * the cidata disk's address (when there is one), and every volume that is
+ * not a disk with its state and reason ("not_attached"). */
 int layout_report_write(const char *path, const struct vm_spec *spec, const struct report_disk *d,
-                        size_t n, bool cidata);
+                        size_t n, const struct report_volume *w, size_t nw, bool cidata);

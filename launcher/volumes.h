@@ -47,6 +47,11 @@ int volume_load(int dirfd, const char *name, struct volume **ret, char **ret_err
 /* Full socket path of a volume: base/dir/socket (malloc'd).  v->base must be
  * set: socket paths only ever come from a directory that was scanned. */
 char *volume_socket_path(const struct volume *v);
+/* Is v's socket usable now: its full path short enough for QEMU
+ * (-ENAMETOOLONG) and the socket accepting a connection (the readiness
+ * probe, qsd/base/probe.h, beneath v->base: nothing below it is followed)?
+ * *ret_why (malloc'd) says why not. */
+int volume_socket_probe(const struct volume *v, char **ret_why);
 
 struct volume_entry {
     char *base;          /* the volumes directory it is in */

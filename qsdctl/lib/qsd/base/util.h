@@ -89,9 +89,6 @@ const char *format_size(uint64_t v, char *buf, size_t len);
 /* Parse a decimal unsigned integer in [min, max]. */
 int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 
-/* Test whether a unix socket at path accepts a connection now (non-blocking).
- * Returns 0 when it does, negative errno otherwise. */
-int unix_socket_probe(const char *path);
 /* Is a unix stream socket listening at path in this network namespace?  Reads
  * /proc/net/unix: unlike a probe connection it never touches the server (a
  * vhost-user back-end serves one client at a time: a status query must not
