@@ -126,12 +126,8 @@ static void on_finished(struct loop *l, int fd, uint32_t revents, void *opaque)
         if (c->timer)
             loop_timer_cancel(c->timer);
         c->timer = NULL;
-        if (t->stuck == c) {
+        if (t->stuck == c)
             t->stuck = NULL;
-            _cleanup_free_ char *q = log_quote(c->error ? c->error : "none");
-            log_warn(COMP, "stuck call returned", "call=\"%s\" ms=%llu status=%d error=%s", c->what,
-                     (unsigned long long)c->ms, c->status, q);
-        }
         deliver(c);
         vcall_free(c);
     }
@@ -161,16 +157,12 @@ static void on_deadline(struct loop *l, void *opaque)
         return; /* its reply is on the way: delivered as an ordinary one */
     struct virt_reply r = {.status = -ETIMEDOUT, .started = st == C_RUNNING, .ms = running_ms};
     if (st == C_QUEUED) {
-        log_warn(COMP, "call dropped: not started in time", "call=\"%s\"", c->what);
         c->done(&r, c->opaque);
         vcall_free(c);
         return;
     }
     c->overdue = true;
     t->stuck = c;
-    log_error(COMP, "call did not return in time", "call=\"%s\" running_ms=%llu "
-              "note=\"cannot be cancelled; no other libvirt call is made until it returns\"",
-              c->what, (unsigned long long)running_ms);
     c->done(&r, c->opaque);
 }
 

@@ -16,6 +16,8 @@
  *     caller's opaque must live until then).  Until it returns the call is
  *     "stuck" (virt_thread_stuck): callers do not submit more (it would only
  *     queue behind it) and say why.
+ * Nothing here logs what it reports through done (the caller logs once),
+ * only a call still inside libvirt when the launcher exits.
  * Used only on the loop's thread, except for what the thread itself touches
  * (queue and finished list, under a mutex). */
 #pragma once

@@ -33,6 +33,7 @@ stop_pid() { # PID [signal] [timeout_s]: stop one process we started, bounded
     local pid=$1 sig=${2:-TERM} t=${3:-10}
     kill -0 "$pid" 2>/dev/null || return 0
     kill -"$sig" "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true # one a test stopped (SIGSTOP) handles it too
     for ((i = 0; i < t * 10; i++)); do
         kill -0 "$pid" 2>/dev/null || return 0
         sleep 0.1
@@ -80,7 +81,8 @@ if [[ -d $BUILD_CACHE/embed-cache/qemu ]]; then
 fi
 
 # start_qsd NAME SIZE DIR [RO QUEUES LBS]: image $WORK/NAME.qcow2, socket
-# DIR/vhost.sock, QMP $WORK/ctl/NAME/qmp.sock, volume.json written atomically.
+# DIR/vhost.sock, QMP $WORK/ctl/NAME/qmp.sock, volume.json written atomically
+# with volume id pvc-e2e-NAME (or $VOLUME_ID when set).
 # Sets QSD_PID[NAME].  RO: true/false, QUEUES: num-queues, LBS: logical block size.
 declare -A QSD_PID
 start_qsd() {
@@ -101,8 +103,8 @@ start_qsd() {
     "$PY" "$SRC/qmp.py" wait-socket "$dir/vhost.sock" 10 || e2e_fail "QSD $name did not come up"
     local bytes
     bytes=$(qemu-img info -U --output=json "$img" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["virtual-size"])')
-    printf '{"version":1,"volume":"pvc-e2e-%s","size":%s,"read_only":%s,"num_queues":%s,"logical_block_size":%s,"socket":"vhost.sock"}\n' \
-        "$name" "$bytes" "$ro" "$queues" "$lbs" >"$dir/.volume.json.tmp"
+    printf '{"version":1,"volume":"%s","size":%s,"read_only":%s,"num_queues":%s,"logical_block_size":%s,"socket":"vhost.sock"}\n' \
+        "${VOLUME_ID:-pvc-e2e-$name}" "$bytes" "$ro" "$queues" "$lbs" >"$dir/.volume.json.tmp"
     mv "$dir/.volume.json.tmp" "$dir/volume.json"
 }
 
