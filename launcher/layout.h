@@ -5,7 +5,8 @@
  * sees for each (what /dev/disk/by-path names), the ledger that keeps the
  * slots of volumes the description does not list across hot-unplug and VM
  * restarts (a small JSON file in the launcher's root), and the report file
- * mapping volume -> guest address.  The rule (docs/launcher.md):
+ * mapping volume -> guest address (plus the volumes that are not disks,
+ * with state and reason).  The rule (docs/launcher.md):
  *
  *   - disk slots 1..listed_slots belong to the description's disks (their
  *     "slot", or the lowest free one in list order); slots above, up to

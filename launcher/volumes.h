@@ -2,8 +2,9 @@
  *
  * Owns: reading one volume directory (<name>/ holding volume.json and the
  * vhost-user socket, per docs/runtime-layout.md), scanning one or more
- * volumes directories into one list, and the rule that a disk name found in
- * more than one of them is refused (in every one: never a silent pick).
+ * volumes directories into one list, the rule that a disk name found in
+ * more than one of them is refused (in every one: never a silent pick), and
+ * the check that a volume's socket is usable now (volume_socket_probe).
  * Everything read is validated: names are plain identifiers, numbers are in
  * range, the socket is a socket in that directory.  Symlinks are refused at
  * every level (the volume directory, volume.json, the socket), so nothing can
