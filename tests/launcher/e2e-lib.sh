@@ -195,5 +195,30 @@ wait_launcher_exit() {
     LAUNCHER_PID=
 }
 
+# stop_destroyed NAME SHUTDOWN_S [LOG_LINE...]: SIGTERM the launcher of VM NAME
+# whose guest will not power off: it must exit 3 after SHUTDOWN_S (bounded:
+# at most 27 s more, which covers libvirt's SIGTERM-then-SIGKILL of a QEMU
+# that ignores SIGTERM), log the given lines and the destroy's, and leave no
+# QEMU.  Sets ELAPSED_MS.
+stop_destroyed() {
+    local name=$1 t=$2 qemu_pid t0 l i
+    shift 2
+    qemu_pid=$(cat "$ROOT/run/qemu/$name.pid")
+    kill -0 "$qemu_pid" || e2e_fail "no QEMU pid"
+    t0=$(now_ms)
+    kill -TERM "$LAUNCHER_PID"
+    wait_launcher_exit $((t + 30))
+    ELAPSED_MS=$(($(now_ms) - t0))
+    ((EXIT_RC == 3)) || e2e_fail "exit status $EXIT_RC, want 3 (destroyed after timeout)"
+    ((ELAPSED_MS >= t * 1000 && ELAPSED_MS < (t + 27) * 1000)) ||
+        e2e_fail "stopped after $ELAPSED_MS ms, bound $t s"
+    for l in "$@" 'msg="guest did not shut down in time, destroying"' \
+             'msg="vm ended" how=destroyed-after-timeout exit_status=3' 'msg=exit status=3'; do
+        grep -qF "$l" "$WORK/launcher.log" || e2e_fail "log line missing: $l"
+    done
+    for ((i = 0; i < 50; i++)); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
+    ! kill -0 "$qemu_pid" 2>/dev/null || e2e_fail "QEMU $qemu_pid still running"
+}
+
 median() { sort -n | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print int((a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
