@@ -373,6 +373,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             return -EINVAL;
         }
     }
+    if (!o->libvirt_timeout_s) {
+        fprintf(stderr, "qsd-vm-launcher: --libvirt-timeout must be at least 1 second\n");
+        return -EINVAL;
+    }
     if (optind != argc || !o->spec_path || !o->n_volumes_dirs) {
         usage(stderr);
         return -EINVAL;
