@@ -208,7 +208,8 @@ static void on_shutdown_sent(const struct virt_reply *r, void *opaque)
 {
     if (r->status == 0)
         return;
-    _cleanup_free_ char *q = log_quote(r->status == -EIO ? r->error : "libvirt did not return in time");
+    _cleanup_free_ char *q =
+        log_quote(r->status == -EIO ? r->error : "libvirt did not return in time");
     log_warn(COMP, "shutdown request failed", "error=%s%s", q, r->late ? " late=1" : "");
 }
 
