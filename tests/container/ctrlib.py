@@ -513,6 +513,11 @@ class Stack:
             if m:
                 return m
             if self.plugin_state(self.vm_ctr) in ("exited", "stopped"):
+                # the console may have got the line between the search and
+                # the exit: look once more before calling it a failure
+                m = rx.search(self.console())
+                if m:
+                    return m
                 raise Failure("VM pod exited before '%s'" % regex)
             if time.monotonic() > deadline:
                 raise Failure("console: no '%s' within %d s" % (regex, timeout))
