@@ -85,6 +85,12 @@ void grpc_server_free(struct grpc_server *srv);
 /* Register a table (not copied: it must outlive the server).  Paths must be
  * unique across tables. */
 int grpc_server_add_methods(struct grpc_server *srv, const struct grpc_method *m, size_t n);
+/* Called once per RPC when its final status is decided (where it is
+ * logged): the registered method (NULL for an unknown path), its code and
+ * how long it took.  For metrics; must not call back into the server. */
+typedef void (*grpc_observer_fn)(const struct grpc_method *m, enum grpc_code code,
+                                 uint64_t duration_us, void *opaque);
+void grpc_server_set_observer(struct grpc_server *srv, grpc_observer_fn fn, void *opaque);
 /* Start a graceful shutdown: GOAWAY on every session, refuse new sessions and
  * new streams, let calls in flight finish. */
 void grpc_server_shutdown(struct grpc_server *srv);
