@@ -177,7 +177,7 @@ static void conn_request(struct conn *c)
     }
     *sp1 = *sp2 = '\0';
     const char *version = sp2 + 1;
-    if (!startswith(version, "HTTP/1.")) {
+    if (!startswith(version, "HTTP/")) {
         conn_error(c, 400);
         return;
     }
@@ -278,6 +278,7 @@ static void on_accept(struct loop *l, int fd, uint32_t revents, void *opaque)
             _cleanup_free_ char *r = format_response(503, "text/plain; charset=utf-8",
                                                      "503 too many connections\n", 25, &len);
             (void)!send(cfd, r, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            shutdown(cfd, SHUT_WR);
             close(cfd);
             continue;
         }
