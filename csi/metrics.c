@@ -22,8 +22,8 @@ static void put_value(FILE *f, double v)
         fputs("NaN", f);
     else if (isinf(v))
         fputs(v > 0 ? "+Inf" : "-Inf", f);
-    else if (v == floor(v) && fabs(v) < 9007199254740992.0)
-        fprintf(f, "%.0f", v);
+    else if (v > -9007199254740992.0 && v < 9007199254740992.0 && v == (double)(long long)v)
+        fprintf(f, "%lld", (long long)v);
     else
         fprintf(f, "%.17g", v);
 }

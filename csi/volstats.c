@@ -90,14 +90,15 @@ static void entry_free(struct entry *e)
 
 /* ------------------------------------------------------------ QMP probe */
 
-static void set_hung(struct entry *e, const char *why)
+static void set_hung(struct entry *e, const char *what)
 {
+    free(e->hung_reason);
+    e->hung_reason = xasprintf("its QMP monitor %s within %u ms", what,
+                               VOLSTATS_PROBE_TIMEOUT_MS);
     if (!e->hung)
         log_warn("qsd", "QSD does not answer on its monitor (hung)", "volume=%s reason=\"%s\"",
-                 e->id, why);
+                 e->id, e->hung_reason);
     e->hung = true;
-    free(e->hung_reason);
-    e->hung_reason = xstrdup(why);
 }
 
 static void probe_end(struct entry *e)
@@ -131,8 +132,7 @@ static void on_probe_reply(struct qmp *q, const struct qmp_reply *r, void *opaqu
     struct entry *e = opaque;
     if (r->status == -ETIMEDOUT) {
         e->st.probes_failed++;
-        set_hung(e, "its QMP monitor did not answer query-blockstats within "
-                    "3 s");
+        set_hung(e, "did not answer query-blockstats");
     } else if (r->status == 0) {
         histogram_observe(&e->st.probe, (double)(now_us() - e->probe_start_us) / 1e6);
         take_blockstats(e, r->ret);
@@ -159,7 +159,7 @@ static void on_probe_state(struct qmp *q, int status, const struct qmp_error *er
     }
     e->st.probes_failed++;
     if (status == -ETIMEDOUT)
-        set_hung(e, "its QMP monitor did not greet within 3 s");
+        set_hung(e, "did not greet");
     /* Otherwise the connection broke: the QSD is dying or restarting, which
      * its supervision reports. */
     probe_end(e);
@@ -178,7 +178,7 @@ static void probe(struct entry *e, struct vol *v)
         /* A full backlog: the monitor stopped accepting (our earlier probe
          * still waits in it). */
         if (r == -EAGAIN)
-            set_hung(e, "its QMP monitor does not accept connections");
+            set_hung(e, "accepted no connection");
     }
 }
 
