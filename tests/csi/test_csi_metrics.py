@@ -195,6 +195,7 @@ def full_pool(env, qsdctl, stopped):
     print("full pool: " + cond.message)
     os.unlink(filler)
     wait_for("condition normal again", lambda: not stats(env, c, tgt).abnormal)
+    assert env.stop() == 0, "the plugin did not exit cleanly (a sanitizer report?)"
 
 
 def stats(env, c, tgt):
@@ -276,6 +277,7 @@ def run(env, qsdctl, stopped):
     hostile(port)
     status, _, _ = get(port, "/metrics")
     assert status == 200
+    assert env.stop() == 0, "the plugin did not exit cleanly (a sanitizer report?)"
 
 
 def hostile(port):
