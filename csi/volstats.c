@@ -9,6 +9,7 @@
  * previous probe is in flight: the work per round is bounded. */
 #include "volstats.h"
 #include "qsd/base/log.h"
+#include "qsd/base/proc.h"
 #include "qsd/base/util.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/qemu/qmp.h"
@@ -184,40 +185,6 @@ static void probe(struct entry *e, struct vol *v)
 
 /* ------------------------------------------------------------ worker */
 
-static int read_proc_io(pid_t pid, json_t *o)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/io", (int)pid);
-    _cleanup_free_ char *data = NULL;
-    int r = read_file(path, 4096, &data, NULL);
-    if (r < 0)
-        return r;
-    static const char *const keys[] = {"read_bytes", "write_bytes", "syscr", "syscw"};
-    for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
-        _cleanup_free_ char *k = xasprintf("%s: ", keys[i]);
-        const char *p = strstr(data, k);
-        if (!p || (p != data && p[-1] != '\n'))
-            return -EBADMSG;
-        json_object_set_new(o, keys[i], json_integer(strtoll(p + strlen(k), NULL, 10)));
-    }
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    free(data);
-    data = NULL;
-    if ((r = read_file(path, 4096, &data, NULL)) < 0)
-        return r;
-    /* Fields after the command name (which may hold anything): state is
-     * field 3; utime and stime are fields 14 and 15. */
-    const char *p = strrchr(data, ')');
-    if (!p)
-        return -EBADMSG;
-    unsigned long long ut, stt;
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stt) != 2)
-        return -EBADMSG;
-    long hz = sysconf(_SC_CLK_TCK);
-    json_object_set_new(o, "cpu", json_real((double)(ut + stt) / (double)(hz > 0 ? hz : 100)));
-    return 0;
-}
-
 int vol_allocated(struct csi *c, const char *id, uint64_t *ret)
 {
     _cleanup_free_ char *image = NULL, *fmt = NULL, *msg = NULL;
@@ -249,13 +216,14 @@ static int collect_fn(void *arg, char **ret_msg, json_t **ret_result)
         uint64_t alloc;
         if (vol_allocated(c, v->id, &alloc) == 0)
             json_object_set_new(o, "allocated", json_integer((json_int_t)alloc));
-        if (vol_live(v)) {
-            json_t *io = json_object();
-            if (read_proc_io(qsd_get_pid(v->qsd), io) == 0)
-                json_object_set_new(o, "io", io);
-            else
-                json_decref(io);
-        }
+        struct proc_io io;
+        if (vol_live(v) && proc_io(qsd_get_pid(v->qsd), &io) == 0)
+            json_object_set_new(o, "io",
+                                json_pack("{s:I, s:I, s:I, s:I, s:f}", "read_bytes",
+                                          (json_int_t)io.read_bytes, "write_bytes",
+                                          (json_int_t)io.write_bytes, "syscr",
+                                          (json_int_t)io.syscr, "syscw", (json_int_t)io.syscw,
+                                          "cpu", io.cpu_seconds));
         json_object_set_new(vols, v->id, o);
     }
     struct statvfs sv;
