@@ -116,6 +116,7 @@ static const double rpc_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 struct rpc_series {
     const struct grpc_method *method;
     enum grpc_code code;
+    char *labels;          /* method="...",code="..." */
     struct histogram h;
     struct rpc_series *next;
 };
@@ -141,6 +142,7 @@ void metrics_free(struct metrics *m)
         struct rpc_series *r = m->rpcs;
         m->rpcs = r->next;
         histogram_clear(&r->h);
+        free(r->labels);
         free(r);
     }
     free(m);
@@ -157,6 +159,8 @@ void metrics_rpc_observe(const struct grpc_method *method, enum grpc_code code,
         r = xcalloc(1, sizeof(*r));
         r->method = method;
         r->code = code;
+        r->labels = metrics_labels("method", method ? method->path : "unknown", "code",
+                                   grpc_code_name(code), NULL);
         histogram_init(&r->h, rpc_bounds, ARRAY_SIZE(rpc_bounds));
         r->next = m->rpcs;
         m->rpcs = r;
@@ -170,20 +174,12 @@ static void render_rpcs(FILE *f, struct metrics *m)
 {
     metrics_family(f, "qsd_csi_rpc_total", "counter",
                    "CSI calls answered, by method and gRPC status code.");
-    for (struct rpc_series *r = m->rpcs; r; r = r->next) {
-        _cleanup_free_ char *l = metrics_labels(
-            "method", r->method ? r->method->path : "unknown", "code", grpc_code_name(r->code),
-            NULL);
-        metrics_sample(f, "qsd_csi_rpc_total", l, (double)r->h.count);
-    }
+    for (struct rpc_series *r = m->rpcs; r; r = r->next)
+        metrics_sample(f, "qsd_csi_rpc_total", r->labels, (double)r->h.count);
     metrics_family(f, "qsd_csi_rpc_duration_seconds", "histogram",
                    "Time from a CSI call's headers to its answer, by method and gRPC code.");
-    for (struct rpc_series *r = m->rpcs; r; r = r->next) {
-        _cleanup_free_ char *l = metrics_labels(
-            "method", r->method ? r->method->path : "unknown", "code", grpc_code_name(r->code),
-            NULL);
-        metrics_histogram(f, "qsd_csi_rpc_duration_seconds", l, &r->h);
-    }
+    for (struct rpc_series *r = m->rpcs; r; r = r->next)
+        metrics_histogram(f, "qsd_csi_rpc_duration_seconds", r->labels, &r->h);
 }
 
 static void render_pool(FILE *f, struct csi *c)

@@ -229,12 +229,18 @@ const char *proc_last_line(const char *text, char *buf, size_t len)
     return buf;
 }
 
-int proc_stat_fields(pid_t pid, int first, int n, uint64_t *ret)
+/* /proc/PID/NAME, at most max bytes. */
+static int read_proc(pid_t pid, const char *name, size_t max, char **ret, size_t *ret_len)
 {
     char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+    return read_file(path, max, ret, ret_len);
+}
+
+int proc_stat_fields(pid_t pid, int first, int n, uint64_t *ret)
+{
     _cleanup_free_ char *data = NULL;
-    int r = read_file(path, 65536, &data, NULL);
+    int r = read_proc(pid, "stat", 65536, &data, NULL);
     if (r < 0)
         return r;
     /* comm may contain spaces and parentheses: skip to the last ')'. */
@@ -258,10 +264,8 @@ int proc_starttime(pid_t pid, uint64_t *ret) { return proc_stat_fields(pid, 22, 
 
 int proc_io(pid_t pid, struct proc_io *ret)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/io", (int)pid);
     _cleanup_free_ char *data = NULL;
-    int r = read_file(path, 4096, &data, NULL);
+    int r = read_proc(pid, "io", 4096, &data, NULL);
     if (r < 0)
         return r;
     static const char *const keys[] = {"read_bytes: ", "write_bytes: ", "syscr: ", "syscw: "};
@@ -282,7 +286,5 @@ int proc_io(pid_t pid, struct proc_io *ret)
 
 int proc_cmdline(pid_t pid, char **ret, size_t *ret_len)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-    return read_file(path, 1 << 20, ret, ret_len);
+    return read_proc(pid, "cmdline", 1 << 20, ret, ret_len);
 }
