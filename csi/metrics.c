@@ -7,6 +7,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdarg.h>
 
 /* ------------------------------------------------------------ exposition */
@@ -24,8 +25,14 @@ static void put_value(FILE *f, double v)
         fputs(v > 0 ? "+Inf" : "-Inf", f);
     else if (v > -9007199254740992.0 && v < 9007199254740992.0 && v == (double)(long long)v)
         fprintf(f, "%lld", (long long)v);
-    else
-        fprintf(f, "%.17g", v);
+    else {
+        /* The shortest of 15 or 17 digits that reads back as v. */
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%.15g", v);
+        if (strtod(buf, NULL) != v)
+            snprintf(buf, sizeof(buf), "%.17g", v);
+        fputs(buf, f);
+    }
 }
 
 void metrics_sample(FILE *f, const char *name, const char *labels, double value)

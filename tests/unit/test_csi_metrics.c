@@ -36,13 +36,15 @@ static void samples(FILE *f, void *arg)
     metrics_sample(f, "qsd_csi_x", NULL, 3);
     metrics_sample(f, "qsd_csi_x", "a=\"b\"", 0.5);
     metrics_sample(f, "qsd_csi_x", "", 1e20);
+    metrics_sample(f, "qsd_csi_x", NULL, 0.1 + 0.2); /* needs 17 digits */
 }
 
 static void test_samples(void **state)
 {
     _cleanup_free_ char *s = render(samples, NULL);
     assert_string_equal(s, "# HELP qsd_csi_x An x.\n# TYPE qsd_csi_x gauge\n"
-                           "qsd_csi_x 3\nqsd_csi_x{a=\"b\"} 0.5\nqsd_csi_x 1e+20\n");
+                           "qsd_csi_x 3\nqsd_csi_x{a=\"b\"} 0.5\nqsd_csi_x 1e+20\n"
+                           "qsd_csi_x 0.30000000000000004\n");
 }
 
 static void histo(FILE *f, void *arg) { metrics_histogram(f, "qsd_csi_h", "m=\"x\"", arg); }
@@ -60,7 +62,7 @@ static void test_histogram(void **state)
     assert_string_equal(s, "qsd_csi_h_bucket{m=\"x\",le=\"0.1\"} 2\n"
                            "qsd_csi_h_bucket{m=\"x\",le=\"1\"} 3\n"
                            "qsd_csi_h_bucket{m=\"x\",le=\"+Inf\"} 4\n"
-                           "qsd_csi_h_sum{m=\"x\"} 7.6500000000000004\n"
+                           "qsd_csi_h_sum{m=\"x\"} 7.65\n"
                            "qsd_csi_h_count{m=\"x\"} 4\n");
     histogram_clear(&h);
 }
