@@ -73,6 +73,12 @@ static void usage(FILE *f)
             "                        :PORT for every IPv4 address; default: none)\n"
             "  --metrics-interval S  seconds between statistics rounds and QSD monitor\n"
             "                        probes, 1-3600 (default 10)\n"
+            "  --capacity-reserve SIZE|PCT%%  space kept free on the pool's filesystem:\n"
+            "                        nothing is created, grown or snapshotted into it\n"
+            "                        (default 10%% of the filesystem's size)\n"
+            "  --overcommit-ratio R  the volumes' virtual sizes add up to at most R times\n"
+            "                        the filesystem's size less the reserve (0.01-1000,\n"
+            "                        e.g. 1.5; default: no limit)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
@@ -124,7 +130,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
-           O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL };
+           O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -142,6 +148,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"qsd-memory-max", required_argument, NULL, O_MEMMAX},
         {"http-endpoint", required_argument, NULL, O_HTTP},
         {"metrics-interval", required_argument, NULL, O_MINTERVAL},
+        {"capacity-reserve", required_argument, NULL, O_RESERVE},
+        {"overcommit-ratio", required_argument, NULL, O_OVERCOMMIT},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -159,6 +167,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .max_volumes = 128,
         .unplug_timeout_ms = 600 * 1000,
         .metrics_interval_ms = 10 * 1000,
+        .capacity = {.reserve_pct = CAPACITY_DEFAULT_RESERVE_PCT},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -232,6 +241,20 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
             cfg->metrics_interval_ms = v * 1000;
             break;
         }
+        case O_RESERVE:
+            if (capacity_parse_reserve(optarg, &cfg->capacity) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --capacity-reserve '%s' (a size such "
+                                "as 20G, or a percentage 0%%-99%%)\n", optarg);
+                return 2;
+            }
+            break;
+        case O_OVERCOMMIT:
+            if (capacity_parse_ratio(optarg, &cfg->capacity) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --overcommit-ratio '%s' (0.01-1000, "
+                                "at most two decimals)\n", optarg);
+                return 2;
+            }
+            break;
         case O_MAXVOL: {
             uint64_t v;
             if (parse_uint(optarg, 1, 100000, &v) < 0) {

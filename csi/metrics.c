@@ -1,6 +1,7 @@
 /* metrics.c: the metrics registry and its Prometheus text rendering.
  * See metrics.h; the series are listed in docs/observability.md. */
 #include "metrics.h"
+#include "capacity.h"
 #include "qsd/base/util.h"
 #include "service.h"
 #include "volstats.h"
@@ -189,12 +190,15 @@ static void render_rpcs(FILE *f, struct metrics *m)
         metrics_histogram(f, "qsd_csi_rpc_duration_seconds", r->labels, &r->h);
 }
 
+/* The pool's figures from the collector's cache (statvfs in its worker)
+ * and the records, with the capacity policy applied (capacity.h). */
 static void render_pool(FILE *f, struct csi *c)
 {
     struct pool_stat p = volstats_pool(c->vstats);
-    uint64_t provisioned = 0;
+    struct pool_figures fig = {.total = p.capacity, .free = p.free};
     for (size_t i = 0; i < c->store->n_vols; i++)
-        provisioned += c->store->vols[i]->size;
+        fig.committed += c->store->vols[i]->size;
+    capacity_apply(&c->cfg->capacity, &fig);
     if (p.valid) {
         metrics_family(f, "qsd_csi_pool_capacity_bytes", "gauge",
                        "Size of the filesystem holding the pool.");
@@ -202,19 +206,25 @@ static void render_pool(FILE *f, struct csi *c)
         metrics_family(f, "qsd_csi_pool_free_bytes", "gauge",
                        "Free space of the pool's filesystem (available to the plugin).");
         metrics_sample(f, "qsd_csi_pool_free_bytes", NULL, (double)p.free);
+        metrics_family(f, "qsd_csi_pool_reserved_bytes", "gauge",
+                       "Space kept free on the pool's filesystem (--capacity-reserve): nothing "
+                       "is created, grown or snapshotted into it.");
+        metrics_sample(f, "qsd_csi_pool_reserved_bytes", NULL, (double)fig.reserve);
     }
-    metrics_family(f, "qsd_csi_pool_reserved_bytes", "gauge",
-                   "Space kept free on the pool's filesystem, never given to volumes.");
-    metrics_sample(f, "qsd_csi_pool_reserved_bytes", NULL, 0);
     metrics_family(f, "qsd_csi_pool_provisioned_bytes", "gauge",
-                   "Sum of the capacities of the volumes of this node.");
-    metrics_sample(f, "qsd_csi_pool_provisioned_bytes", NULL, (double)provisioned);
-    if (p.valid && p.capacity) {
-        metrics_family(f, "qsd_csi_pool_overcommit_ratio", "gauge",
-                       "Provisioned capacity over the pool's capacity (above 1: thin volumes "
-                       "could fill the pool).");
-        metrics_sample(f, "qsd_csi_pool_overcommit_ratio", NULL,
-                       (double)provisioned / (double)p.capacity);
+                   "Sum of the capacities (virtual sizes) of the volumes of this node.");
+    metrics_sample(f, "qsd_csi_pool_provisioned_bytes", NULL, (double)fig.committed);
+    if (!c->cfg->capacity.overcommit_x100)
+        return;
+    metrics_family(f, "qsd_csi_pool_overcommit_ratio", "gauge",
+                   "The configured limit (--overcommit-ratio): provisioned bytes at most this "
+                   "times the filesystem's size less the reserve.");
+    metrics_sample(f, "qsd_csi_pool_overcommit_ratio", NULL, capacity_overcommit_ratio(c));
+    if (p.valid) {
+        metrics_family(f, "qsd_csi_pool_provisioned_limit_bytes", "gauge",
+                       "The most the volumes' capacities may add up to under the overcommit "
+                       "limit.");
+        metrics_sample(f, "qsd_csi_pool_provisioned_limit_bytes", NULL, (double)fig.limit);
     }
 }
 

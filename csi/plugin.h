@@ -4,6 +4,7 @@
  * entry points each service file exports: a method table for grpc.h. */
 #pragma once
 
+#include "capacity.h"
 #include "grpc.h"
 
 #include <stdbool.h>
@@ -29,6 +30,7 @@ struct plugin_config {
     uint64_t qsd_memory_max;  /* 0: leave */
     const char *http_endpoint; /* HOST:PORT of /metrics and /healthz, NULL: none */
     uint64_t metrics_interval_ms; /* statistics and QSD probes (volstats.h) */
+    struct capacity_policy capacity; /* --capacity-reserve, --overcommit-ratio */
 };
 
 struct identity;

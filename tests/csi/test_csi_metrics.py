@@ -162,12 +162,12 @@ def main():
             env.cleanup()
 
 
-def start(env):
+def start(env, extra=()):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    c = env.start(["--http-endpoint", "127.0.0.1:%d" % port, "--metrics-interval", "1"])
+    c = env.start(["--http-endpoint", "127.0.0.1:%d" % port, "--metrics-interval", "1", *extra])
     _, tgt = thinlib.create_published(env, c, VOL, 64 * MiB, mount_cap(env.pb), 60)
     return c, port, tgt
 
@@ -178,13 +178,16 @@ def full_pool(env, qsdctl, stopped):
     freed."""
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % POOL_SIZE, "tmpfs", env.pool],
                    check=True)
-    c, port, tgt = start(env)
+    c, port, tgt = start(env, ["--overcommit-ratio", "1.5", "--capacity-reserve", "16M"])
     smp = wait_for("pool figures with the volume's image in the pool", lambda: (
         lambda m: m if 0 < (value(m, "qsd_csi_pool_free_bytes") or POOL_SIZE) < POOL_SIZE
         else None)(scrape(port)[0]))
     assert value(smp, "qsd_csi_pool_capacity_bytes") == POOL_SIZE
     assert 0 < value(smp, "qsd_csi_pool_free_bytes") < POOL_SIZE
-    assert value(smp, "qsd_csi_pool_overcommit_ratio") == 64 * MiB / POOL_SIZE
+    assert value(smp, "qsd_csi_pool_reserved_bytes") == 16 * MiB
+    assert value(smp, "qsd_csi_pool_provisioned_bytes") == 64 * MiB
+    assert value(smp, "qsd_csi_pool_overcommit_ratio") == 1.5
+    assert value(smp, "qsd_csi_pool_provisioned_limit_bytes") == (POOL_SIZE - 16 * MiB) * 3 // 2
     assert not stats(env, c, tgt).abnormal
     filler = os.path.join(env.pool, "filler")
     with open(filler, "wb") as f:
@@ -251,6 +254,9 @@ def run(env, qsdctl, stopped):
     assert value(smp, "qsd_csi_volume_allocated_bytes", volume_id=VOL) >= 32 * MiB
     assert value(smp, "qsd_csi_volume_capacity_bytes", volume_id=VOL) == 64 * MiB
     assert value(smp, "qsd_csi_pool_capacity_bytes") > 0
+    assert value(smp, "qsd_csi_pool_reserved_bytes") == \
+        value(smp, "qsd_csi_pool_capacity_bytes") // 10  # the default reserve, 10%
+    assert value(smp, "qsd_csi_pool_overcommit_ratio") is None  # no limit by default
     assert value(smp, "qsd_csi_volume_qmp_probe_seconds_count", volume_id=VOL) >= 1
     cond = stats(env, c, tgt)
     assert not cond.abnormal, cond.message
