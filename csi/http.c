@@ -217,6 +217,16 @@ static void conn_request(struct conn *c)
     conn_answer(c, status, type, body, len);
 }
 
+/* Read and drop what the peer sent that we did not read (bounded, never
+ * waits): closing with unread input would reset the connection, and the
+ * peer could lose the answer. */
+static void conn_drain(int fd)
+{
+    char buf[4096];
+    for (int i = 0; i < 16 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; i++)
+        ;
+}
+
 static void on_conn(struct loop *l, int fd, uint32_t revents, void *opaque)
 {
     struct conn *c = opaque;
@@ -232,6 +242,7 @@ static void on_conn(struct loop *l, int fd, uint32_t revents, void *opaque)
             c->out_off += (size_t)n;
         }
         shutdown(fd, SHUT_WR);
+        conn_drain(fd);
         conn_close(c);
         return;
     }
@@ -279,6 +290,7 @@ static void on_accept(struct loop *l, int fd, uint32_t revents, void *opaque)
                                                      "503 too many connections\n", 25, &len);
             (void)!send(cfd, r, len, MSG_NOSIGNAL | MSG_DONTWAIT);
             shutdown(cfd, SHUT_WR);
+            conn_drain(cfd);
             close(cfd);
             continue;
         }

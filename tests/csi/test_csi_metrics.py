@@ -324,11 +324,15 @@ def hostile(port):
     s.sendall(b"GET /metrics HTTP/1.1\r\n")
     out = b""
     while True:
+        if not out:
+            try:
+                s.sendall(b"X")
+            except OSError:
+                pass
         try:
-            s.sendall(b"X")
-        except OSError:
-            pass
-        b = s.recv(65536) if select_readable(s, 0.5) else None
+            b = s.recv(65536) if select_readable(s, 0.5) else None
+        except ConnectionResetError:
+            break
         if b == b"":
             break
         if b:
