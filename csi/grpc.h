@@ -5,7 +5,8 @@
  * Layers:
  *  - struct grpc_server: the method table, the limits, and every session.  It
  *    decides each RPC's final status and logs each RPC exactly once (method,
- *    code, duration) at the point where that status is decided.
+ *    code, duration) at the point where that status is decided, where it
+ *    also tells its observer (metrics.h).
  *  - struct grpc_session: one HTTP/2 connection.  Pure: no I/O.  Feed received
  *    bytes with grpc_session_recv(), collect bytes to send with
  *    grpc_session_output()/grpc_session_consume().  Cleartext HTTP/2 with prior
