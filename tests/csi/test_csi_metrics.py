@@ -8,7 +8,7 @@ buckets ending in +Inf == _count, the qsd_csi_ prefix); the volume's I/O
 counters moved with the I/O; the RPC counters and histograms count the
 calls made (a failing one under its code); a SIGSTOPped QSD becomes "hung"
 and NodeGetVolumeStats abnormal, SIGCONT makes it running and normal again,
-and /metrics keeps answering meanwhile; a pool filled to below what the
+and /metrics keeps answering meanwhile; a killed QSD's restart is counted; a pool filled to below what the
 volume may still allocate makes the condition abnormal; hostile HTTP (bad
 method, oversized head, slowloris, a request body, NUL bytes, too many
 connections) is answered and bounded.
@@ -279,6 +279,13 @@ def run(env, qsdctl, stopped):
                                                   volume_id=VOL, state="running") == 1)
     cond = stats(env, c, tgt)
     assert not cond.abnormal, cond.message
+
+    # A QSD that dies is restarted and counted.
+    os.kill(pid, signal.SIGKILL)
+    wait_for("one restart counted", lambda: value(
+        scrape(port)[0], "qsd_csi_volume_qsd_restarts_total", volume_id=VOL) == 1)
+    wait_for("state running after the restart", lambda: value(
+        scrape(port)[0], "qsd_csi_volume_qsd_state", volume_id=VOL, state="running") == 1)
 
     hostile(port)
     status, _, _ = get(port, "/metrics")
