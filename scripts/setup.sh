@@ -23,7 +23,7 @@ BASE_PKGS=(
     build-essential cmake pkg-config git ca-certificates
     libxml2-dev libxml2-utils libjansson-dev libnghttp2-dev liburing-dev
     libprotobuf-c-dev protobuf-c-compiler libcmocka-dev
-    protobuf-compiler python3-grpcio python3-protobuf python3-yaml
+    protobuf-compiler python3-grpcio python3-protobuf python3-yaml python3-prometheus-client
     busybox-static cpio util-linux iproute2 procps psmisc kmod
     podman runc debootstrap
     clang llvm libclang-rt-14-dev gnuplot-nox graphviz
