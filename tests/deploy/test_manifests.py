@@ -49,6 +49,7 @@ Exit 0: all good; 1: problems (listed); 77: cannot run (no PyYAML, or
 no kubectl: no reachable registry ships it, the machine images have it).
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -1332,7 +1333,8 @@ def self_check(root, make_checker, with_launcher):
                       _edit_args("qsd-vm-launcher", lambda a: [
                           "--shutdown-timeout=forever" if x.startswith("--shutdown-timeout")
                           else x for x in a])))
-    for label, expect, rel, mutate in cases:
+    def run_case(case):
+        label, expect, rel, mutate = case
         tmp = tempfile.mkdtemp(prefix="qsd-deploy-selfcheck-")
         try:
             shutil.copytree(os.path.join(root, "deploy"), os.path.join(tmp, "deploy"))
@@ -1351,14 +1353,19 @@ def self_check(root, make_checker, with_launcher):
                     yaml.safe_dump_all(docs, fh)
             ch = make_checker(tmp)
             if ch.run() or not any(expect in e for e in ch.errors):
-                print("FAIL self-check (%s): not rejected as expected; errors: %s" %
-                      (label, ch.errors))
-                ok = False
-            else:
-                print("ok   self-check: %s rejected (%s)" %
-                      (label, next(e for e in ch.errors if expect in e)))
+                return False, "FAIL self-check (%s): not rejected as expected; errors: %s" % (
+                    label, ch.errors)
+            return True, "ok   self-check: %s rejected (%s)" % (
+                label, next(e for e in ch.errors if expect in e))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    # The cases are independent and wait on subprocesses (kubectl, our
+    # binaries): a few at a time.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for good, line in pool.map(run_case, cases):
+            print(line)
+            ok = ok and good
     return ok
 
 
