@@ -9,6 +9,7 @@
  * and "ready" after, so a crash leaves nothing half-created (service.c). */
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
+#include "imageclass.h"
 #include "params.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
@@ -284,6 +285,22 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
     return 0;
 }
 
+/* The gRPC code of a failed creation (worker status). */
+static enum grpc_code create_code(int status)
+{
+    switch (status) {
+    case -ENOENT: return GRPC_NOT_FOUND;
+    case -ENOSPC: return GRPC_RESOURCE_EXHAUSTED;
+    case -ECONNREFUSED: return GRPC_UNAVAILABLE;
+    case -ERANGE: return GRPC_OUT_OF_RANGE;
+    case -EBUSY: return GRPC_ABORTED;
+    /* an image class's image is refused (imageclass.h) */
+    case -EBADMSG: case -EMEDIUMTYPE: case -EACCES: case -EFBIG: case -EINVAL:
+        return GRPC_FAILED_PRECONDITION;
+    default: return GRPC_INTERNAL;
+    }
+}
+
 static void create_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
@@ -312,11 +329,7 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
     op->vol = NULL;
     store_remove_vol(c->store, v);
     csi_gc(c);
-    enum grpc_code code = status == -ENOENT ? GRPC_NOT_FOUND
-                          : status == -ENOSPC ? GRPC_RESOURCE_EXHAUSTED
-                          : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
-                                                     : GRPC_INTERNAL;
-    grpc_call_fail(op->call, code, "%s", msg ? msg : strerror(-status));
+    grpc_call_fail(op->call, create_code(status), "%s", msg ? msg : strerror(-status));
     op_end(op);
 }
 
@@ -381,6 +394,11 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_content_source has no type");
             goto out;
         }
+    }
+    if (p.image && st) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "parameter image: a volume of an image class has no volume_content_source");
+        goto out;
     }
     if (!topology_ok(c, in->accessibility_requirements)) {
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
@@ -475,7 +493,9 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
         op->vol2 = src;
         op->flag = vol_live(src);
     }
-    if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
+    if (p.image)
+        imageclass_create(op, p.image_sha256, create_done);
+    else if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
         /* op_worker failed the call and released the busy flags. */
         store_remove_vol(c->store, v);
     }

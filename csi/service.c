@@ -41,6 +41,7 @@ void op_end(struct op *op)
         op->snap->busy = false;
     qmp_close(op->qmp);
     free(op->node);
+    free(op->image);
     free(op);
 }
 
