@@ -11,8 +11,10 @@ requests.  Through CSI, real plugin, real qemu-img:
   behind (no volume, record, layer, image name or temporary): malformed
   parameters, wrong checksum, 404, unreachable server, a qcow2 with a backing
   file (a path and a json: one) or an external data file, another format,
+  a corrupt qcow2,
   an image larger than the requested size; a server failing once is retried;
-- kill -9 of the plugin in the middle of a download leaves no process and,
+- a download logs its progress; kill -9 of the plugin in the middle of it
+  leaves no process and,
   after the restart, no temporary; the next attempt succeeds;
 - an unused base stays while recently used, and goes once it is not.
 
@@ -165,6 +167,9 @@ def run(env, srv):
     df[72 + 7] |= 1 << 2  # incompatible feature "external data file"
     evil["/evil-datafile.qcow2"] = bytes(df)
     evil["/disk.vmdk"] = b"KDMV" + raw[4:MiB]
+    bad = bytearray(srv.files["/disk.qcow2"])
+    bad[40:48] = b"\x7f" + b"\xff" * 7  # L1 table offset far beyond the file
+    evil["/corrupt.qcow2"] = bytes(bad)
     srv.files.update(evil)
 
     c = env.start()
@@ -290,6 +295,7 @@ def run(env, srv):
     fails(FP, ["image", "backing file"], "evil-json", "/evil-json.qcow2")
     fails(FP, ["image", "external data file"], "evil-df", "/evil-datafile.qcow2")
     fails(FP, ["image", "vmdk"], "vmdk", "/disk.vmdk")
+    fails(FP, ["image", "cannot be converted"], "corrupt", "/corrupt.qcow2")
     for p in evil:
         assert srv.count(p) == 1, (p, srv.count(p))
     # the base is found by its sha256: a class naming the same image at a
@@ -316,6 +322,9 @@ def run(env, srv):
     while not (os.path.exists(part) and os.path.getsize(part) > 0):
         assert time.monotonic() < deadline, "the download did not start"
         time.sleep(0.05)
+    while "msg=\"download progress\" url=%s" % srv.url("/slow.raw") not in env.log_tail(50):
+        assert time.monotonic() < deadline, "no progress logged: " + env.log_tail(8)
+        time.sleep(0.1)
     url = srv.url("/slow.raw").encode()
     curls = [p for p in os.listdir("/proc") if p.isdigit() and url in _cmdline(p)]
     assert curls, "no curl process downloads %s" % url

@@ -17,7 +17,8 @@
 #define CONNECT_TIMEOUT_S "15"
 #define STALL_BYTES_S "1024"   /* a transfer slower than this... */
 #define STALL_S "60"           /* ...for this long is a failure (retried) */
-#define PROGRESS_EVERY_MS 10000u
+#define PROGRESS_FIRST_MS 2000u  /* first progress line, then... */
+#define PROGRESS_EVERY_MS 10000u  /* ...one every 10 s */
 #define SHA_TIMEOUT_MS (10u * 60u * 1000u)
 #define CONVERT_TIMEOUT_MS (30u * 60u * 1000u)
 
@@ -203,7 +204,7 @@ static int download(const struct imagebase_fetch *f, int fd, const char *part, c
     uint64_t deadline = now_ms() + f->timeout_ms;
     struct progress pg = {.fd = fd, .max = f->max_bytes ? f->max_bytes : IMAGEBASE_MAX_BYTES,
                           .url = f->url, .start = now_ms()};
-    pg.next_log = pg.start + PROGRESS_EVERY_MS;
+    pg.next_log = pg.start + PROGRESS_FIRST_MS;
     unsigned attempts = f->attempts ? f->attempts : 1;
     int r = 1;
     for (unsigned i = 0; i < attempts && r > 0; i++) {
@@ -341,7 +342,15 @@ static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, i
     free(js);
     _cleanup_free_ char *conv_path = xasprintf("%s/%s", p->images, conv);
     char *argv[] = {"qemu-img", "convert", "-q", "-O", "qcow2", spec, conv_path, NULL};
-    if ((r = image_qemu_img(argv, CONVERT_TIMEOUT_MS, NULL, ret_msg)) < 0)
+    if ((r = image_qemu_img(argv, CONVERT_TIMEOUT_MS, NULL, ret_msg)) == -EIO) {
+        /* qemu-img refused the content (or the pool is full) */
+        char *m = *ret_msg;
+        bool full = strstr(m, "No space left") != NULL;
+        *ret_msg = xasprintf("the image at %s cannot be converted: %s", f->url, m);
+        free(m);
+        return full ? -ENOSPC : -EMEDIUMTYPE;
+    }
+    if (r < 0)
         return r;
     if ((r = fsync_fd_path(dfd, conv)) < 0) {
         *ret_msg = xasprintf("cannot write %s: %s", conv_path, strerror(-r));
