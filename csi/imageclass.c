@@ -5,10 +5,9 @@
 #include "qsd/qemu/imagebase.h"
 #include "qsd/qemu/thin.h"
 
-#define FETCH_TIMEOUT_MS (60ull * 60 * 1000)   /* the download, retries included */
 #define FETCH_ATTEMPTS 3u
-/* the download, sha256sum, conversion and overlay */
-#define IMAGE_WORKER_TIMEOUT_MS (FETCH_TIMEOUT_MS + 45ull * 60 * 1000)
+/* after the download (--image-timeout): sha256sum, conversion and overlay */
+#define AFTER_FETCH_MS (45ull * 60 * 1000)
 
 static worker_done g_done; /* the controller's completion */
 
@@ -35,7 +34,8 @@ static int image_fn(void *arg, char **ret_msg, json_t **ret_result)
         struct imagebase_fetch f = {
             .url = json_string_value(json_object_get(op->vol->parameters, "image")),
             .sha256 = op->image,
-            .timeout_ms = FETCH_TIMEOUT_MS,
+            .max_bytes = c->cfg->image_max_bytes,
+            .timeout_ms = c->cfg->image_timeout_ms,
             .attempts = FETCH_ATTEMPTS,
         };
         if ((r = imagebase_fetch(&c->pool, &f, ret_msg)) < 0) {
@@ -70,7 +70,7 @@ static void start(struct op *op)
 {
     struct csi *c = op->csi;
     struct vol *v = op->vol;
-    if (op_worker(op, image_fn, IMAGE_WORKER_TIMEOUT_MS, image_done) < 0)
+    if (op_worker(op, image_fn, c->cfg->image_timeout_ms + AFTER_FETCH_MS, image_done) < 0)
         store_remove_vol(c->store, v); /* op_worker failed the call and ended op */
 }
 

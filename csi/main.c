@@ -62,6 +62,9 @@ static void usage(FILE *f)
             "                        (default: none, QSDs stay in the plugin's cgroup)\n"
             "  --qsd-cpu-weight N    CPU weight of that cgroup, 1-10000 (cgroup v2 scale)\n"
             "  --qsd-memory-max SIZE memory limit of that cgroup (e.g. 4G)\n"
+            "  --image-max-size SIZE largest image an image class may download (default 64G)\n"
+            "  --image-timeout S     bound of one image download, retries included, 1-86400\n"
+            "                        (default 3600)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
@@ -113,7 +116,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
-           O_CPUW, O_MEMMAX };
+           O_CPUW, O_MEMMAX, O_IMGMAX, O_IMGTIME };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -129,6 +132,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"qsd-cgroup", required_argument, NULL, O_CGROUP},
         {"qsd-cpu-weight", required_argument, NULL, O_CPUW},
         {"qsd-memory-max", required_argument, NULL, O_MEMMAX},
+        {"image-max-size", required_argument, NULL, O_IMGMAX},
+        {"image-timeout", required_argument, NULL, O_IMGTIME},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -145,6 +150,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .qsd_binary = QSD_BINARY_DEFAULT,
         .max_volumes = 128,
         .unplug_timeout_ms = 600 * 1000,
+        .image_max_bytes = 64ull << 30,
+        .image_timeout_ms = 3600 * 1000,
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -185,6 +192,25 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
                 return 2;
             }
             cfg->qsd_cpu_weight = (unsigned)v;
+            break;
+        }
+        case O_IMGMAX: {
+            uint64_t v;
+            if (parse_size(optarg, &v) < 0 || v < 1) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --image-max-size '%s'\n", optarg);
+                return 2;
+            }
+            cfg->image_max_bytes = v;
+            break;
+        }
+        case O_IMGTIME: {
+            uint64_t v;
+            if (parse_uint(optarg, 1, 86400, &v) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --image-timeout '%s' (1-86400 s)\n",
+                        optarg);
+                return 2;
+            }
+            cfg->image_timeout_ms = v * 1000;
             break;
         }
         case O_MEMMAX: {

@@ -11,7 +11,8 @@ requests.  Through CSI, real plugin, real qemu-img:
   behind (no volume, record, layer, image name or temporary): malformed
   parameters, wrong checksum, 404, unreachable server, a qcow2 with a backing
   file (a path and a json: one) or an external data file, another format,
-  a corrupt qcow2,
+  a corrupt qcow2, an image above --image-max-size (with and without
+  Content-Length), a server that stalls (--image-timeout),
   an image larger than the requested size; a server failing once is retried;
 - a download logs its progress; kill -9 of the plugin in the middle of it
   leaves no process and,
@@ -45,12 +46,14 @@ TIMEOUT = 60
 class Server:
     """HTTP/1.1 on 127.0.0.1: GET of the files in self.files, GETs counted
     per path; /flaky fails once with 503; paths in self.slow send their
-    first 64 KiB, then wait for self.release; paths in self.delay answer
-    after half a second."""
+    first 64 KiB, then wait for self.release (self.hold for self.stall);
+    paths in self.delay answer after half a second; self.chunked ones are
+    sent without Content-Length, 1 MiB every 0.3 s."""
 
     def __init__(self):
         self.files, self.gets, self.slow, self.delay = {}, {}, set(), set()
-        self.release = threading.Event()
+        self.release, self.hold = threading.Event(), threading.Event()
+        self.stall, self.chunked = set(), set()
         self.lock = threading.Lock()
         srv = self
 
@@ -72,8 +75,23 @@ class Server:
                     self.end_headers()
                     return
                 self.send_response(200)
+                if self.path in srv.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for i in range(0, len(data), MiB):
+                        part = data[i:i + MiB]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                        self.wfile.flush()
+                        time.sleep(0.3)
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                if self.path in srv.stall:
+                    self.wfile.write(data[:64 * 1024])
+                    self.wfile.flush()
+                    srv.hold.wait(30)
+                    return
                 if self.path in srv.slow:
                     self.wfile.write(data[:64 * 1024])
                     self.wfile.flush()
@@ -81,7 +99,11 @@ class Server:
                     return
                 self.wfile.write(data)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Quiet(http.server.ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                pass  # a client that hangs up (curl stopped at a bound)
+
+        self.httpd = Quiet(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -96,6 +118,7 @@ class Server:
 
     def stop(self):
         self.release.set()
+        self.hold.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -336,7 +359,7 @@ def run(env, srv):
         time.sleep(0.05)
     srv.release.set()
     srv.slow.clear()
-    c = env.start()
+    c = env.start(["--image-max-size", "7M", "--image-timeout", "4"])
     deadline = time.monotonic() + 10
     while os.path.exists(part):  # the garbage collection at start
         assert time.monotonic() < deadline, "%s left after the restart" % part
@@ -345,6 +368,20 @@ def run(env, srv):
     create("slow", "/slow.raw")
     print("kill -9 during a download (%s): curl gone, temporaries removed at restart, "
           "the next CreateVolume succeeded" % done.get("r"))
+
+    # -- the bounds (--image-max-size 7M, --image-timeout 4)
+    big = raw * 2
+    srv.files["/big.raw"] = big
+    srv.files["/chunked.raw"] = big[::-1]
+    srv.chunked.add("/chunked.raw")
+    srv.files["/stall.raw"] = raw2[:3 * MiB]
+    srv.stall.add("/stall.raw")
+    fails(FP, ["image", "larger than 7340032 bytes"], "big", "/big.raw")
+    fails(FP, ["image", "larger than 7340032 bytes"], "chunked", "/chunked.raw")
+    t0 = time.monotonic()
+    fails(grpc.StatusCode.UNAVAILABLE, ["image", "stall.raw"], "stall", "/stall.raw")
+    assert time.monotonic() - t0 < 15, "a stalled download was not stopped at its bound"
+    srv.hold.set()
 
     # -- garbage collection of bases
     def delete(n):

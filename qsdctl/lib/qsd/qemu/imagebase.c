@@ -228,6 +228,12 @@ static int download(const struct imagebase_fetch *f, int fd, const char *part, c
             *ret_msg = xasprintf("downloading %s did not finish in time", f->url);
         return -ECONNREFUSED;
     }
+    struct stat st;
+    if (r == 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size > pg.max) {
+        /* no Content-Length, done between two ticks */
+        *ret_msg = xasprintf("%s is larger than %" PRIu64 " bytes", f->url, pg.max);
+        return -EFBIG;
+    }
     return r;
 }
 
