@@ -5,7 +5,9 @@ requests.  Through CSI, real plugin, real qemu-img:
 
 - the first CreateVolume of an image downloads it (one GET), the next ones
   do not and are thin overlays on the same base layer; the volumes' content
-  is the image's (qemu-img compare, raw and qcow2 images);
+  is the image's (qemu-img compare, raw and qcow2 images), and a guest's
+  view of one, staged and published, is too (qsdctl verify --check through
+  its vhost-user socket of an image qsdctl verify --write made);
 - concurrent CreateVolumes of one image download it once;
 - refusals with the right code, naming the parameter, leaving nothing
   behind (no volume, record, layer, image name or temporary): malformed
@@ -19,7 +21,7 @@ requests.  Through CSI, real plugin, real qemu-img:
   after the restart, no temporary; the next attempt succeeds;
 - an unused base stays while recently used, and goes once it is not.
 
-usage: test_csi_imageclass.py PLUGIN_BINARY PROTO_DIR [QSDCTL]
+usage: test_csi_imageclass.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
 import hashlib
 import http.server
@@ -35,6 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csilib  # noqa: E402
+import thinlib  # noqa: E402
 from csilib import mount_cap  # noqa: E402
 
 import grpc  # noqa: E402
@@ -148,6 +151,24 @@ def with_backing(tmp, name, backing):
         return f.read()
 
 
+def pattern_image(qsdctl, tmp, size, seed):
+    """A raw image holding qsdctl verify's pattern (written through a QSD
+    export of a scratch pool), as bytes."""
+    g = ["--pool", os.path.join(tmp, "pool"), "--run-dir", os.path.join(tmp, "run")]
+    subprocess.run([qsdctl, *g, "create", "pat", "--size", str(size), "--format", "raw"],
+                   check=True, capture_output=True)
+    subprocess.run([qsdctl, *g, "export", "pat", "--no-iothread"], check=True,
+                   capture_output=True)
+    sock = os.path.join(tmp, "run", "exports", "pat", "vhost.sock")
+    try:
+        subprocess.run([qsdctl, "verify", "--write", "--seed", str(seed), "--size", str(size),
+                        "--timeout-ms", "20000", sock], check=True, capture_output=True)
+    finally:
+        subprocess.run([qsdctl, *g, "unexport", "pat"], check=True, capture_output=True)
+    with open(os.path.join(tmp, "pool", "volumes", "pat.raw"), "rb") as f:
+        return f.read()
+
+
 def pool_state(env):
     """What the pool and the state hold: (volumes, layers, images/ entries,
     volume records)."""
@@ -160,7 +181,7 @@ def main():
     env = csilib.Env(sys.argv[1], sys.argv[2], prefix="qsd-imgcls-")
     srv = Server()
     try:
-        run(env, srv)
+        run(env, srv, os.path.abspath(sys.argv[3]))
     finally:
         if sys.exc_info()[0] is not None:
             print("---- plugin log (tail)\n" + env.log_tail(80))
@@ -168,7 +189,7 @@ def main():
         env.cleanup()
 
 
-def run(env, srv):
+def run(env, srv, qsdctl):
     pb = env.pb
     tmp = os.path.join(env.root, "files")
     os.mkdir(tmp)
@@ -262,6 +283,22 @@ def run(env, srv):
     # idempotent retry: same answer, no download
     create("q-1", "/disk.qcow2")
     assert srv.count("/disk.qcow2") == 1
+
+    # -- what a guest reads: the pattern through the published socket
+    srv.files["/pattern.raw"] = pattern_image(qsdctl, tmp, 4 * MiB, 77)
+    stg, tgt = thinlib.create_published(env, c, "guest", 4 * MiB, cap, TIMEOUT, params={
+        "image": srv.url("/pattern.raw"), "imageSha256": sha(srv.files["/pattern.raw"])})
+    r = subprocess.run([qsdctl, "verify", "--check", "--seed", "77", "--size", str(4 * MiB),
+                        "--timeout-ms", "20000", "./vhost.sock"],
+                       cwd=tgt, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, "qsdctl verify --check: %s%s" % (r.stdout, r.stderr)
+    c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id="guest", target_path=tgt),
+                          timeout=TIMEOUT)
+    c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id="guest", staging_target_path=stg),
+                        timeout=TIMEOUT)
+    c.DeleteVolume(pb.DeleteVolumeRequest(volume_id="guest"), timeout=TIMEOUT)
+    print("a staged and published volume of an image: the guest reads the image "
+          "(qsdctl verify --check through vhost-user)")
 
     # -- concurrent CreateVolumes of one image: one download
     srv.delay.add("/disk2.raw")  # the others arrive while the first downloads
