@@ -62,6 +62,12 @@ static void usage(FILE *f)
             "                        (default: none, QSDs stay in the plugin's cgroup)\n"
             "  --qsd-cpu-weight N    CPU weight of that cgroup, 1-10000 (cgroup v2 scale)\n"
             "  --qsd-memory-max SIZE memory limit of that cgroup (e.g. 4G)\n"
+            "  --capacity-reserve SIZE|PCT%%  space kept free on the pool's filesystem:\n"
+            "                        nothing is created, grown or snapshotted into it\n"
+            "                        (default 10%% of the filesystem's size)\n"
+            "  --overcommit-ratio R  the volumes' virtual sizes add up to at most R times\n"
+            "                        the filesystem's size less the reserve (0.01-1000,\n"
+            "                        e.g. 1.5; default: no limit)\n"
             "  --image-max-size SIZE largest image an image class may download (default 64G)\n"
             "  --image-timeout S     bound of one image download, retries included, 1-86400\n"
             "                        (default 3600)\n"
@@ -116,7 +122,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
-           O_CPUW, O_MEMMAX, O_IMGMAX, O_IMGTIME };
+           O_CPUW, O_MEMMAX, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -132,6 +138,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"qsd-cgroup", required_argument, NULL, O_CGROUP},
         {"qsd-cpu-weight", required_argument, NULL, O_CPUW},
         {"qsd-memory-max", required_argument, NULL, O_MEMMAX},
+        {"capacity-reserve", required_argument, NULL, O_RESERVE},
+        {"overcommit-ratio", required_argument, NULL, O_OVERCOMMIT},
         {"image-max-size", required_argument, NULL, O_IMGMAX},
         {"image-timeout", required_argument, NULL, O_IMGTIME},
         {"log-level", required_argument, NULL, O_LEVEL},
@@ -150,6 +158,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .qsd_binary = QSD_BINARY_DEFAULT,
         .max_volumes = 128,
         .unplug_timeout_ms = 600 * 1000,
+        .capacity = {.reserve_pct = CAPACITY_DEFAULT_RESERVE_PCT},
         .image_max_bytes = 64ull << 30,
         .image_timeout_ms = 3600 * 1000,
     };
@@ -223,6 +232,20 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
             cfg->qsd_memory_max = v;
             break;
         }
+        case O_RESERVE:
+            if (capacity_parse_reserve(optarg, &cfg->capacity) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --capacity-reserve '%s' (a size such "
+                                "as 20G, or a percentage 0%%-99%%)\n", optarg);
+                return 2;
+            }
+            break;
+        case O_OVERCOMMIT:
+            if (capacity_parse_ratio(optarg, &cfg->capacity) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --overcommit-ratio '%s' (0.01-1000, "
+                                "at most two decimals)\n", optarg);
+                return 2;
+            }
+            break;
         case O_MAXVOL: {
             uint64_t v;
             if (parse_uint(optarg, 1, 100000, &v) < 0) {

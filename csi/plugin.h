@@ -4,6 +4,7 @@
  * entry points each service file exports: a method table for grpc.h. */
 #pragma once
 
+#include "capacity.h"
 #include "grpc.h"
 
 #include <stdbool.h>
@@ -27,6 +28,7 @@ struct plugin_config {
     const char *qsd_cgroup;   /* cgroup of the QSDs ("/qsd-csi"), NULL: the plugin's own */
     unsigned qsd_cpu_weight;  /* 0: leave */
     uint64_t qsd_memory_max;  /* 0: leave */
+    struct capacity_policy capacity; /* --capacity-reserve, --overcommit-ratio */
     uint64_t image_max_bytes; /* image classes: largest download (imageclass.h) */
     uint64_t image_timeout_ms; /* ...and the bound of one download, retries included */
 };

@@ -232,6 +232,15 @@ int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
     return 0;
 }
 
+int errno_from_text(int r, const char *text)
+{
+    if (text && strstr(text, strerror(ENOSPC)))
+        return -ENOSPC;
+    if (text && strstr(text, strerror(EDQUOT)))
+        return -EDQUOT;
+    return r;
+}
+
 int parse_size(const char *s, uint64_t *ret)
 {
     if (!s || !*s || !(*s >= '0' && *s <= '9'))

@@ -86,6 +86,11 @@ int parse_size(const char *s, uint64_t *ret);
 /* Human-readable size into buf (e.g. "1.5 GiB"). */
 const char *format_size(uint64_t v, char *buf, size_t len);
 
+/* -ENOSPC or -EDQUOT when text (a tool's or QEMU's error message) says the
+ * disk is full or the quota exceeded (strerror's words), else r: out of
+ * space keeps its meaning across qemu-img and QMP. */
+int errno_from_text(int r, const char *text);
+
 /* Parse a decimal unsigned integer in [min, max]. */
 int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 

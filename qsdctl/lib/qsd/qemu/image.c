@@ -115,7 +115,7 @@ int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char
         char line[512];
         *ret_msg = xasprintf("qemu-img %s failed: %s", argv[1], proc_last_line(res.err, line, sizeof(line)));
         proc_result_clear(&res);
-        return -EIO;
+        return errno_from_text(-EIO, *ret_msg);
     }
     if (ret_out)
         *ret_out = TAKE_PTR(res.out);
@@ -292,7 +292,7 @@ int image_qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg)
     *ret_msg = xasprintf("%s failed: %s (%s)", what, e->desc ? e->desc : strerror(-r),
                          e->klass ? e->klass : "error");
     qmp_error_clear(e);
-    return r;
+    return errno_from_text(r, *ret_msg);
 }
 
 const char *export_node_from_reply(json_t *exports)
@@ -451,7 +451,7 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
     const char *err = json_string_value(json_object_get(data, "error"));
     if (err) {
         *ret_msg = xasprintf("snapshot copy failed: %s", err);
-        r = -EIO;
+        r = errno_from_text(-EIO, err);
     }
     json_decref(data);
 del:;
