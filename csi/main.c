@@ -13,6 +13,7 @@
 #include "qsd/base/util.h"
 
 #include <getopt.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -118,6 +119,16 @@ static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
     }
 }
 
+/* An integer flag in [min, max]; on failure says so on stderr. */
+static int uint_flag(const char *flag, const char *arg, uint64_t min, uint64_t max, uint64_t *ret)
+{
+    if (parse_uint(arg, min, max, ret) == 0)
+        return 0;
+    fprintf(stderr, "qsd-csi-plugin: invalid --%s '%s' (%" PRIu64 "-%" PRIu64 ")\n", flag, arg, min,
+            max);
+    return -EINVAL;
+}
+
 static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **hostname)
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
@@ -176,11 +187,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_CEXP: cfg->controller_expansion = true; break;
         case O_UNPLUG: {
             uint64_t v;
-            if (parse_uint(optarg, 1, 86400, &v) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --unplug-timeout '%s' (1-86400 s)\n",
-                        optarg);
+            if (uint_flag("unplug-timeout", optarg, 1, 86400, &v) < 0)
                 return 2;
-            }
             cfg->unplug_timeout_ms = (int64_t)v * 1000;
             break;
         }
@@ -195,11 +203,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         }
         case O_CPUW: {
             uint64_t v;
-            if (parse_uint(optarg, 1, 10000, &v) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --qsd-cpu-weight '%s' (1-10000)\n",
-                        optarg);
+            if (uint_flag("qsd-cpu-weight", optarg, 1, 10000, &v) < 0)
                 return 2;
-            }
             cfg->qsd_cpu_weight = (unsigned)v;
             break;
         }
@@ -214,11 +219,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         }
         case O_IMGTIME: {
             uint64_t v;
-            if (parse_uint(optarg, 1, 86400, &v) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --image-timeout '%s' (1-86400 s)\n",
-                        optarg);
+            if (uint_flag("image-timeout", optarg, 1, 86400, &v) < 0)
                 return 2;
-            }
             cfg->image_timeout_ms = v * 1000;
             break;
         }
@@ -248,10 +250,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
             break;
         case O_MAXVOL: {
             uint64_t v;
-            if (parse_uint(optarg, 1, 100000, &v) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --max-volumes '%s' (1-100000)\n", optarg);
+            if (uint_flag("max-volumes", optarg, 1, 100000, &v) < 0)
                 return 2;
-            }
             cfg->max_volumes = (int64_t)v;
             break;
         }
