@@ -1,5 +1,6 @@
 /* imageclass.c: CreateVolume of an image class.  See imageclass.h. */
 #include "imageclass.h"
+#include "capacity.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
 #include "qsd/qemu/imagebase.h"
@@ -37,6 +38,7 @@ static int image_fn(void *arg, char **ret_msg, json_t **ret_result)
             .max_bytes = c->cfg->image_max_bytes,
             .timeout_ms = c->cfg->image_timeout_ms,
             .attempts = FETCH_ATTEMPTS,
+            .keep_free = capacity_reserved_bytes(c), /* --capacity-reserve */
         };
         if ((r = imagebase_fetch(&c->pool, &f, ret_msg)) < 0) {
             char *m = *ret_msg;

@@ -330,9 +330,12 @@ static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, i
     }
     uint64_t vsize = streq(pr.format, "raw") ? (uint64_t)st.st_size : pr.size;
     struct statvfs sv;
-    if (statvfs(p->images, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < vsize) {
-        *ret_msg = xasprintf("the pool has less free space than the image's virtual size "
-                             "(%" PRIu64 " bytes)", vsize);
+    if (statvfs(p->images, &sv) == 0 &&
+        (uint64_t)sv.f_bavail * sv.f_frsize < vsize + f->keep_free) {
+        *ret_msg = xasprintf("the pool has %" PRIu64 " bytes free: not room for the image's "
+                             "virtual size (%" PRIu64 " bytes) above the %" PRIu64
+                             " bytes kept free", (uint64_t)sv.f_bavail * sv.f_frsize, vsize,
+                             f->keep_free);
         return -ENOSPC;
     }
     /* The format is ours, and a qcow2's backing is null: QEMU opens no

@@ -43,6 +43,7 @@ struct imagebase_fetch {
     uint64_t max_bytes;    /* 0: IMAGEBASE_MAX_BYTES */
     uint64_t timeout_ms;   /* the whole fetch, retries included */
     unsigned attempts;     /* downloads tried on transient failures (>= 1) */
+    uint64_t keep_free;    /* bytes of the pool's filesystem the base must leave free */
 };
 
 /* Download, verify, probe, convert and publish the base of f->sha256.
@@ -51,7 +52,7 @@ struct imagebase_fetch {
  * failing after every attempt (connection, DNS, 5xx, timeouts, stalls);
  * -EINVAL a URL curl refuses; -EFBIG larger than max_bytes; -EBADMSG the
  * checksum differs; -EMEDIUMTYPE content that is not accepted (image_probe);
- * -ENOSPC no room in the pool for its virtual size; -EBUSY another fetch of
+ * -ENOSPC no room in the pool for its virtual size (plus keep_free); -EBUSY another fetch of
  * the same image runs.  Nothing is left behind on failure. */
 int imagebase_fetch(const struct pool *p, const struct imagebase_fetch *f, char **ret_msg);
 
