@@ -305,16 +305,6 @@ int unix_connect(const char *path, bool nonblock, int *ret_fd)
     return 0;
 }
 
-int unix_socket_probe(const char *path)
-{
-    int fd;
-    int r = unix_connect(path, true, &fd);
-    if (r < 0)
-        return r;
-    close(fd);
-    return 0;
-}
-
 int unix_socket_listening(const char *path)
 {
     _cleanup_fclose_ FILE *f = fopen("/proc/net/unix", "re");
