@@ -311,18 +311,15 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
 }
 
 /* The gRPC code of a failed creation (worker status). */
-static enum grpc_code create_code(int status)
+static enum grpc_code create_code(const struct op *op, int status)
 {
-    switch (status) {
-    case -ENOENT: return GRPC_NOT_FOUND;
-    case -ECONNREFUSED: return GRPC_UNAVAILABLE;
-    case -ERANGE: return GRPC_OUT_OF_RANGE;
-    case -EBUSY: return GRPC_ABORTED;
-    /* an image class's image is refused (imageclass.h) */
-    case -EBADMSG: case -EMEDIUMTYPE: case -EACCES: case -EFBIG: case -EINVAL:
-        return GRPC_FAILED_PRECONDITION;
-    default: return capacity_errno_code(status, GRPC_INTERNAL); /* out of space */
-    }
+    enum grpc_code code;
+    if (op->image && imageclass_code(status, &code))
+        return code;
+    return status == -ENOENT ? GRPC_NOT_FOUND
+           : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
+           : status == -ERANGE ? GRPC_OUT_OF_RANGE
+                               : capacity_errno_code(status, GRPC_INTERNAL); /* out of space */
 }
 
 static void create_done(int status, const char *msg, json_t *result, void *opaque)
@@ -353,7 +350,7 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
     op->vol = NULL;
     store_remove_vol(c->store, v);
     csi_gc(c);
-    grpc_call_fail(op->call, create_code(status), "%s", msg ? msg : strerror(-status));
+    grpc_call_fail(op->call, create_code(op, status), "%s", msg ? msg : strerror(-status));
     op_end(op);
 }
 

@@ -125,3 +125,21 @@ static void image_done(int status, const char *msg, json_t *result, void *opaque
     }
     g_done(status, msg, result, op);
 }
+
+bool imageclass_code(int status, enum grpc_code *ret)
+{
+    switch (status) {
+    case -EBADMSG:     /* checksum */
+    case -EMEDIUMTYPE: /* content refused, or qemu-img cannot convert it */
+    case -EACCES:      /* the server refuses (4xx), TLS verification */
+    case -EFBIG:       /* above --image-max-size */
+    case -EINVAL:      /* a URL curl refuses */
+        *ret = GRPC_FAILED_PRECONDITION;
+        return true;
+    case -EBUSY:       /* another download of the image runs */
+        *ret = GRPC_ABORTED;
+        return true;
+    default:
+        return false;
+    }
+}

@@ -16,3 +16,9 @@
  * image with this sha256; done(status, msg, result {"size"}, op) finishes it
  * (the controller's CreateVolume completion). */
 void imageclass_create(struct op *op, const char *sha256, worker_done done);
+
+/* The gRPC code of an image volume's failure status, when it is one of
+ * the image's (refused content, checksum, size, another download running):
+ * true and *ret set; false for the codes every creation shares (NOT_FOUND
+ * for a 404, UNAVAILABLE, OUT_OF_RANGE, RESOURCE_EXHAUSTED). */
+bool imageclass_code(int status, enum grpc_code *ret);
