@@ -15,6 +15,7 @@
 #include "service.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
+#include "volstats.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -650,19 +651,11 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
                        in->volume_path);
         return;
     }
-    _cleanup_free_ char *image = NULL, *fmt = NULL;
     uint64_t used = 0;
     struct stat st;
-    struct chain ch;
-    _cleanup_free_ char *cm = NULL;
     /* The data the volume sees: its whole chain of layers, shared ones
      * included (they are its data too), at most its capacity. */
-    if (pool_find_volume(&c->pool, v->id, &image, &fmt) == 0 &&
-        pool_chain(&c->pool, image, fmt, &ch, &cm) == 0) {
-        for (size_t k = 0; k < ch.n; k++)
-            used += ch.l[k].alloc;
-        chain_clear(&ch);
-    }
+    (void)vol_allocated(c, v->id, &used);
     uint64_t total = v->image_size;
     used = MIN(used, total);
     Csi__V1__VolumeUsage u = CSI__V1__VOLUME_USAGE__INIT, *ul[1] = {&u};
@@ -674,8 +667,13 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     struct qsd_paths p;
     qsd_paths_init(c->cfg->run_dir, v->id, &p);
     _cleanup_free_ char *m = NULL;
+    const char *hung = volstats_hung_reason(c->vstats, v);
     if (!v->staging_path) {
         m = xstrdup("not staged");
+    } else if (vol_live(v) && hung) {
+        cond.abnormal = true;
+        m = xasprintf("qemu-storage-daemon of volume %s (pid %d) is hung: %s", v->id,
+                      (int)qsd_get_pid(v->qsd), hung);
     } else if (v->qsd && qsd_crash_looping(v->qsd)) {
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s keeps dying at start (crash loop, retried "
@@ -686,6 +684,8 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     } else if (stat(p.socket, &st) < 0 || !S_ISSOCK(st.st_mode)) {
         cond.abnormal = true;
         m = xasprintf("vhost-user socket %s is missing", p.socket);
+    } else if ((m = volstats_pool_problem(c->vstats, v, used))) {
+        cond.abnormal = true;
     } else {
         m = xasprintf("served by qemu-storage-daemon pid %d (restarts: %u)",
                       (int)qsd_get_pid(v->qsd), qsd_restart_count(v->qsd));

@@ -39,6 +39,7 @@ struct csi {
     size_t n_tracked;
     struct qsd_cgroup cgroup; /* where QSDs run (--qsd-cgroup), joined at spawn */
     struct loop_timer *log_timer; /* bounds the QSDs' logs (qsd_log_trim) */
+    struct volstats *vstats; /* health and I/O figures, cached (volstats.h; set by main) */
 };
 
 /* One asynchronous RPC.  Records named here are busy until op_end(). */

@@ -468,30 +468,3 @@ del:;
     chmod(tmp, 0400);
     return image_publish(tmp, final, ret_msg);
 }
-
-int live_stats(struct qmp_sync *s, json_t **ret, char **ret_msg)
-{
-    _cleanup_free_ char *exp = NULL;
-    int r = live_export_node(s, &exp, ret_msg);
-    if (r < 0)
-        return r;
-    struct qmp_error e = {0};
-    json_t *all = NULL;
-    r = qmp_sync_call(s, "query-blockstats", json_pack("{s:b}", "query-nodes", 1),
-                          QMP_DEFAULT_TIMEOUT_MS, &all, &e);
-    if (r < 0)
-        return image_qmp_msg(r, &e, "query-blockstats", ret_msg);
-    size_t i;
-    json_t *it;
-    json_array_foreach(all, i, it)
-    {
-        if (streq_ptr(json_string_value(json_object_get(it, "node-name")), exp)) {
-            *ret = json_incref(json_object_get(it, "stats"));
-            json_decref(all);
-            return 0;
-        }
-    }
-    json_decref(all);
-    *ret_msg = xstrdup("QSD reports no statistics for the exported node");
-    return -EBADMSG;
-}
