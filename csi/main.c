@@ -140,6 +140,20 @@ static int uint_flag(const char *flag, const char *arg, uint64_t min, uint64_t m
     return -EINVAL;
 }
 
+/* A size flag (bytes or with a K/M/G/T suffix) of at least min. */
+static int size_flag(const char *flag, const char *arg, uint64_t min, uint64_t *ret)
+{
+    uint64_t v;
+    if (parse_size(arg, &v) == 0 && v >= min) {
+        *ret = v;
+        return 0;
+    }
+    char b[32];
+    fprintf(stderr, "qsd-csi-plugin: invalid --%s '%s' (a size of at least %s)\n", flag, arg,
+            format_size(min, b, sizeof(b)));
+    return -EINVAL;
+}
+
 static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **hostname)
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
@@ -222,15 +236,10 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
             cfg->qsd_cpu_weight = (unsigned)v;
             break;
         }
-        case O_IMGMAX: {
-            uint64_t v;
-            if (parse_size(optarg, &v) < 0 || v < 1) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --image-max-size '%s'\n", optarg);
+        case O_IMGMAX:
+            if (size_flag("image-max-size", optarg, 1, &cfg->image_max_bytes) < 0)
                 return 2;
-            }
-            cfg->image_max_bytes = v;
             break;
-        }
         case O_IMGTIME: {
             uint64_t v;
             if (uint_flag("image-timeout", optarg, 1, 86400, &v) < 0)
@@ -238,16 +247,10 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
             cfg->image_timeout_ms = v * 1000;
             break;
         }
-        case O_MEMMAX: {
-            uint64_t v;
-            if (parse_size(optarg, &v) < 0 || v < (16u << 20)) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --qsd-memory-max '%s' (>= 16M)\n",
-                        optarg);
+        case O_MEMMAX:
+            if (size_flag("qsd-memory-max", optarg, 16u << 20, &cfg->qsd_memory_max) < 0)
                 return 2;
-            }
-            cfg->qsd_memory_max = v;
             break;
-        }
         case O_HTTP: {
             struct sockaddr_storage ss;
             unsigned sl;
