@@ -10,6 +10,7 @@
  * and "ready" after, so a crash leaves nothing half-created (service.c). */
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
+#include "imageclass.h"
 #include "params.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
@@ -309,6 +310,18 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
     return 0;
 }
 
+/* The gRPC code of a failed creation (worker status). */
+static enum grpc_code create_code(const struct op *op, int status)
+{
+    enum grpc_code code;
+    if (op->image && imageclass_code(status, &code))
+        return code;
+    return status == -ENOENT ? GRPC_NOT_FOUND
+           : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
+           : status == -ERANGE ? GRPC_OUT_OF_RANGE
+                               : capacity_errno_code(status, GRPC_INTERNAL); /* out of space */
+}
+
 static void create_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
@@ -337,10 +350,7 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
     op->vol = NULL;
     store_remove_vol(c->store, v);
     csi_gc(c);
-    enum grpc_code code = status == -ENOENT ? GRPC_NOT_FOUND
-                          : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
-                                                     : capacity_errno_code(status, GRPC_INTERNAL);
-    grpc_call_fail(op->call, code, "%s", msg ? msg : strerror(-status));
+    grpc_call_fail(op->call, create_code(op, status), "%s", msg ? msg : strerror(-status));
     op_end(op);
 }
 
@@ -404,6 +414,11 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
         }
         if (!source_here(c, call, st, sid))
             goto out;
+    }
+    if (p.image && st) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "parameter image: a volume of an image class has no volume_content_source");
+        goto out;
     }
     if (!topology_ok(c, in->accessibility_requirements)) {
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
@@ -501,7 +516,9 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
         ssrc->readers++;
         op->snap_read = ssrc;
     }
-    if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
+    if (p.image)
+        imageclass_create(op, p.image_sha256, create_done);
+    else if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
         /* op_worker failed the call and released the busy flags. */
         store_remove_vol(c->store, v);
     }

@@ -44,6 +44,7 @@ void op_end(struct op *op)
         op->snap_read->readers--;
     qmp_close(op->qmp);
     free(op->node);
+    free(op->image);
     free(op);
 }
 

@@ -60,6 +60,8 @@ struct op {
     uint64_t size;
     bool flag;             /* live (through the QSD) / connection failure seen */
     char *node;            /* the QSD's exported node (NodeExpandVolume) */
+    char *image;           /* image class: sha256 of the base it needs (imageclass.h) */
+    bool image_lead;       /* its worker may download the base; others wait for it */
     struct op *next;
 };
 

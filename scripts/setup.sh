@@ -30,6 +30,8 @@ BASE_PKGS=(
     # The launcher: passt (user-mode networking, started by libvirt),
     # dosfstools + mtools (the cloud-init cidata image), ovmf (UEFI guests).
     passt dosfstools mtools ovmf
+    # The plugin downloads the images of image classes with curl.
+    curl ca-certificates
 )
 # Virtualisation stack from bookworm-backports.
 BPO_PKGS=(

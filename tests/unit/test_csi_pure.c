@@ -118,6 +118,55 @@ static void test_params_combinations(void **state)
     vol_params_clear(&p);
 }
 
+static void test_params_image(void **state)
+{
+    static const char sha[] = "d9298a10d1b0735837dc4bd85dac641b0f3cef27a47e5d53a54f2f3f5b2fcffa";
+    static const char *const ok[] = {"image", "https://example.org/img.qcow2", "imageSha256", sha};
+    struct vol_params p;
+    char *msg = NULL;
+    assert_int_equal(parse(ok, 2, &p, &msg), 0);
+    assert_string_equal(p.image, "https://example.org/img.qcow2");
+    assert_string_equal(p.image_sha256, sha);
+    vol_params_clear(&p);
+    static const struct {
+        const char *kv[6];
+        size_t n;
+        const char *needle;
+    } bad[] = {
+        {{"image", "https://example.org/x"}, 1, "needs imageSha256"},
+        {{"imageSha256", sha}, 1, "needs image"},
+        {{"image", "file:///etc/shadow", "imageSha256", sha}, 2, "parameter image: is not an http"},
+        {{"image", "ftp://h/x", "imageSha256", sha}, 2, "image"},
+        {{"image", "http://", "imageSha256", sha}, 2, "no host"},
+        {{"image", "http:///x", "imageSha256", sha}, 2, "no host"},
+        {{"image", "http://h/a b", "imageSha256", sha}, 2, "space"},
+        {{"image", "http://h/a\x7f", "imageSha256", sha}, 2, "control"},
+        {{"image", "", "imageSha256", sha}, 2, "empty"},
+        {{"image", "http://h/x", "imageSha256", "abc"}, 2, "imageSha256: is not 64"},
+        {{"image", "http://h/x", "imageSha256", "D9298A10D1B0735837DC4BD85DAC641B0F3CEF27A47E5D53A54F2F3F5B2FCFFA"},
+         2, "lowercase"},
+        {{"image", "http://h/x", "imageSha256", sha, "format", "raw"}, 3, "format qcow2"},
+        {{"image", "http://h/x", "imageSha256", sha, "preallocation", "full"}, 3, "preallocation off"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        msg = NULL;
+        assert_int_equal(parse(bad[i].kv, bad[i].n, &p, &msg), -EINVAL);
+        if (!strstr(msg, bad[i].needle))
+            fail_msg("case %zu: message '%s' lacks '%s'", i, msg, bad[i].needle);
+        free(msg);
+    }
+    char *longurl = xmalloc(2100);
+    memset(longurl, 'a', 2099);
+    memcpy(longurl, "http://", 7);
+    longurl[2099] = '\0';
+    const char *kv[] = {"image", longurl, "imageSha256", sha};
+    msg = NULL;
+    assert_int_equal(parse(kv, 2, &p, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "2048"));
+    free(msg);
+    free(longurl);
+}
+
 static void test_capacity(void **state)
 {
     uint64_t s;
@@ -442,6 +491,7 @@ int main(void)
         cmocka_unit_test(test_params_every_key),
         cmocka_unit_test(test_params_bad),
         cmocka_unit_test(test_params_combinations),
+        cmocka_unit_test(test_params_image),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_capacity_policy),
         cmocka_unit_test(test_paths),
