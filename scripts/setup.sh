@@ -32,7 +32,12 @@ BASE_PKGS=(
     passt dosfstools mtools ovmf
     # The plugin downloads the images of image classes with curl.
     curl ca-certificates
+    # The plugin's RBD backend links librbd/librados (docs/rbd.md).
+    librbd-dev
 )
+# A throwaway single-node Ceph for the RBD tests (tests/ceph/cephlib.py);
+# without recommends (no mgr dashboards, no systemd units pulled in).
+CEPH_PKGS=(ceph-mon ceph-osd ceph-common)
 # Virtualisation stack from bookworm-backports.
 BPO_PKGS=(
     qemu-system-x86 qemu-system-common qemu-utils qemu-block-extra
@@ -40,7 +45,7 @@ BPO_PKGS=(
 )
 
 need=()
-for p in "${BASE_PKGS[@]}" "${BPO_PKGS[@]}"; do
+for p in "${BASE_PKGS[@]}" "${BPO_PKGS[@]}" "${CEPH_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 qsd_ok() {
@@ -52,6 +57,7 @@ if ((${#need[@]})) || ! qsd_ok; then
     apt-get update -q || echo "setup.sh: apt-get update reported errors (continuing)" >&2
     apt-get install "${APT_OPTS[@]}" "${BASE_PKGS[@]}"
     apt-get install "${APT_OPTS[@]}" -t bookworm-backports "${BPO_PKGS[@]}"
+    apt-get install "${APT_OPTS[@]}" --no-install-recommends "${CEPH_PKGS[@]}"
 fi
 
 # Container engine (scripts/build-images.sh, tests/container/): podman with runc.
