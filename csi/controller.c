@@ -7,11 +7,14 @@
  * (capacity.h: RESOURCE_EXHAUSTED), then acts.  Long work (image creation,
  * copies, offline resize, snapshots) runs in a worker process (worker.h) so
  * the loop never blocks; records are written with phase "creating" before
- * and "ready" after, so a crash leaves nothing half-created (service.c). */
+ * and "ready" after, so a crash leaves nothing half-created (service.c).
+ * Volumes of backend rbd (StorageClass parameter, or an "rbd:" id) are
+ * handed to rbd.c. */
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
 #include "imageclass.h"
 #include "params.h"
+#include "rbd.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
@@ -357,6 +360,10 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
 static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
 {
     const char *why;
+    if (rbd_selected(in->n_parameters, in->parameters)) {
+        rbd_create_volume(c, call, in);
+        return;
+    }
     if (!in->name || !*in->name) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "name is missing");
         return;
@@ -546,6 +553,10 @@ static void delete_finish(struct csi *c, struct vol *v)
 static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
 {
     Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+    if (rbd_is_id(in->volume_id)) {
+        rbd_delete_volume(c, call, in);
+        return;
+    }
     if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     struct vol *v = store_find_vol(c->store, in->volume_id);

@@ -83,6 +83,8 @@ static void usage(FILE *f)
             "  --image-max-size SIZE largest image an image class may download (default 64G)\n"
             "  --image-timeout S     bound of one image download, retries included, 1-86400\n"
             "                        (default 3600)\n"
+            "  --rbd-clusters FILE   RBD backend: JSON list of {clusterID, monitors:\n"
+            "                        [\"host:port\", ...]} (docs/rbd.md; read per request)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
@@ -158,7 +160,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
-           O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME };
+           O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
+           O_RBDCLUSTERS };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -180,6 +183,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"overcommit-ratio", required_argument, NULL, O_OVERCOMMIT},
         {"image-max-size", required_argument, NULL, O_IMGMAX},
         {"image-timeout", required_argument, NULL, O_IMGTIME},
+        {"rbd-clusters", required_argument, NULL, O_RBDCLUSTERS},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -208,6 +212,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_NODEID: cfg->node_id = optarg; break;
         case O_DRIVER: cfg->driver_name = optarg; break;
         case O_STATE: cfg->state_dir = optarg; break;
+        case O_RBDCLUSTERS: cfg->rbd_clusters = optarg; break;
         case O_POOL: cfg->pool_dir = optarg; break;
         case O_RUN: cfg->run_dir = optarg; break;
         case O_KUBELET: cfg->kubelet_root = optarg; break;

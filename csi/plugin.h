@@ -33,6 +33,7 @@ struct plugin_config {
     struct capacity_policy capacity; /* --capacity-reserve, --overcommit-ratio */
     uint64_t image_max_bytes; /* image classes: largest download (imageclass.h) */
     uint64_t image_timeout_ms; /* ...and the bound of one download, retries included */
+    const char *rbd_clusters; /* RBD backend: cluster id -> monitors file (rbd.h), or NULL */
 };
 
 struct identity;

@@ -5,6 +5,7 @@
 #include "mounts.h"
 #include "qsd/base/names.h"
 #include "params.h"
+#include "rbd.h"
 #include "records.h"
 #include "qsd/qemu/thin.h"
 #include "pbcheck.h"
@@ -45,6 +46,7 @@ void op_end(struct op *op)
     qmp_close(op->qmp);
     free(op->node);
     free(op->image);
+    rbd_req_free(op->rbd);
     free(op);
 }
 

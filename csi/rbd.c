@@ -1,0 +1,661 @@
+/* rbd.c: see rbd.h.
+ *
+ * Every RPC validates on the loop (INVALID_ARGUMENT, naming the field or
+ * the parameter, never a secret's value), then runs one worker process
+ * that reads the cluster file, connects with librados (cephx, the
+ * secrets' user and key set in memory, no configuration file, no log, no
+ * admin socket; connection and operations bounded by RBD_CONNECT_S and
+ * RBD_OP_S, the worker by RBD_WORKER_MS) and does the operation with
+ * librbd.  The worker's errno becomes the gRPC code (rbd_code). */
+#include "rbd.h"
+#include "params.h"
+#include "service.h"
+#include "qsd/base/log.h"
+#include "qsd/base/names.h"
+#include "qsd/base/util.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <unistd.h>
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+
+#define RBD_CONNECT_S "10"            /* client_mount_timeout, rados_mon_op_timeout */
+#define RBD_OP_S "30"                 /* rados_osd_op_timeout */
+#define RBD_WORKER_MS (60ull * 1000)  /* the whole operation */
+#define RBD_CLUSTERS_MAX (64 * 1024)  /* the cluster file */
+#define RBD_META_KEY "qsd-csi.volume" /* image metadata: the volume name (ours) */
+#define RBD_FEATURES (RBD_FEATURE_LAYERING | RBD_FEATURE_EXCLUSIVE_LOCK | RBD_FEATURE_OBJECT_MAP | \
+                      RBD_FEATURE_FAST_DIFF | RBD_FEATURE_DEEP_FLATTEN)
+#define K8S_PREFIX "csi.storage.k8s.io/"
+
+struct rbd_req {
+    struct rbd_loc loc;
+    struct rbd_cred cred;
+    const char *clusters; /* the cluster file (plugin configuration) */
+    int64_t required, limit;
+};
+
+/* ------------------------------------------------------------ pure parts */
+
+void rbd_loc_clear(struct rbd_loc *l)
+{
+    free(l->cluster);
+    free(l->pool);
+    free(l->ns);
+    free(l->image);
+    memset(l, 0, sizeof(*l));
+}
+
+bool rbd_is_id(const char *id)
+{
+    return id && startswith(id, RBD_ID_PREFIX);
+}
+
+char *rbd_id_format(const struct rbd_loc *l)
+{
+    char *id = xasprintf(RBD_ID_PREFIX "%s:%s:%s:%s", l->cluster, l->pool, l->ns, l->image);
+    if (strlen(id) > CSI_ID_MAX) {
+        free(id);
+        return NULL;
+    }
+    return id;
+}
+
+/* A part of an id or a parameter: a name per names.h (or "" when empty_ok). */
+static int part_ok(const char *v, size_t len, bool empty_ok, const char *what, char **ret_msg)
+{
+    const char *why;
+    if (len == 0 && empty_ok)
+        return 0;
+    if (name_validate_n(v, len, &why) < 0) {
+        *ret_msg = xasprintf("%s %s", what, why);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int rbd_id_parse(const char *id, const char *field, struct rbd_loc *ret, char **ret_msg)
+{
+    static const char *what[] = {"cluster id", "pool", "namespace", "image"};
+    char *parts[4] = {0};
+    const char *p = id && startswith(id, RBD_ID_PREFIX) ? id + strlen(RBD_ID_PREFIX) : NULL;
+    int r = 0;
+    if (!p || strlen(id) > CSI_ID_MAX) {
+        *ret_msg = xasprintf("%s is not an RBD volume id (rbd:CLUSTER:POOL:NAMESPACE:IMAGE, at "
+                             "most %d bytes)", field, CSI_ID_MAX);
+        return -EINVAL;
+    }
+    for (int i = 0; i < 4 && r == 0; i++) {
+        const char *end = i < 3 ? strchr(p, ':') : p + strlen(p);
+        _cleanup_free_ char *m = NULL;
+        if (!end) {
+            *ret_msg = xasprintf("%s: an RBD volume id has 4 parts after rbd: (no %s)", field,
+                                 what[i]);
+            r = -EINVAL;
+        } else if (part_ok(p, (size_t)(end - p), i == 2, what[i], &m) < 0) {
+            *ret_msg = xasprintf("%s: %s", field, m);
+            r = -EINVAL;
+        } else {
+            parts[i] = xstrndup(p, (size_t)(end - p));
+            p = *end ? end + 1 : end;
+        }
+    }
+    if (r < 0) {
+        for (int i = 0; i < 4; i++)
+            free(parts[i]);
+        return r;
+    }
+    *ret = (struct rbd_loc){parts[0], parts[1], parts[2], parts[3]};
+    return 0;
+}
+
+bool rbd_selected(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p)
+{
+    for (size_t i = 0; i < n; i++)
+        if (streq(p[i]->key, "backend"))
+            return streq(p[i]->value, "rbd");
+    return false;
+}
+
+int rbd_params_parse(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p,
+                     const char *name, struct rbd_loc *ret, char **ret_msg)
+{
+    struct rbd_loc l = {0};
+    int r = 0;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        const char *k = p[i]->key, *v = p[i]->value;
+        char **dst = streq(k, "clusterID") ? &l.cluster : streq(k, "pool") ? &l.pool
+                   : streq(k, "radosNamespace") ? &l.ns : NULL;
+        _cleanup_free_ char *m = NULL;
+        if (startswith(k, K8S_PREFIX) || streq(k, "backend"))
+            continue;
+        if (!dst) {
+            *ret_msg = xasprintf("unknown parameter '%s' for backend rbd (known: backend, "
+                                 "clusterID, pool, radosNamespace)", k);
+            r = -EINVAL;
+        } else if (part_ok(v, strlen(v), dst == &l.ns, "is", &m) < 0) {
+            *ret_msg = xasprintf("invalid parameter %s: the value %s", k, m);
+            r = -EINVAL;
+        } else {
+            free(*dst);
+            *dst = xstrdup(v);
+        }
+    }
+    if (r == 0 && (!l.cluster || !l.pool)) {
+        *ret_msg = xasprintf("parameter %s is missing (backend rbd needs clusterID and pool)",
+                             l.cluster ? "pool" : "clusterID");
+        r = -EINVAL;
+    }
+    if (r == 0) {
+        if (!l.ns)
+            l.ns = xstrdup("");
+        l.image = xstrdup(name);
+        _cleanup_free_ char *id = rbd_id_format(&l);
+        if (!id) {
+            *ret_msg = xasprintf("name: the volume id rbd:%s:%s:%s:%s would pass %d bytes; use "
+                                 "shorter names", l.cluster, l.pool, l.ns, name, CSI_ID_MAX);
+            r = -EINVAL;
+        }
+    }
+    if (r < 0) {
+        rbd_loc_clear(&l);
+        return r;
+    }
+    *ret = l;
+    return 0;
+}
+
+/* [v1:|v2:]host:port, host a DNS name, an IPv4 address or [IPv6]. */
+static bool monitor_ok(const char *m)
+{
+    if (startswith(m, "v1:") || startswith(m, "v2:"))
+        m += 3;
+    const char *colon = strrchr(m, ':');
+    if (!colon || colon == m || !colon[1] || strlen(colon + 1) > 5 ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1))
+        return false;
+    size_t hl = (size_t)(colon - m);
+    if (m[0] == '[')
+        return m[hl - 1] == ']' && strspn(m + 1, "0123456789abcdefABCDEF:.") == hl - 2;
+    return strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == hl;
+}
+
+int rbd_cluster_monitors(const char *file, const char *cluster, char **ret, char **ret_msg)
+{
+    if (!file) {
+        *ret_msg = xasprintf("parameter clusterID: cluster %s is unknown (the plugin has no "
+                             "cluster file, --rbd-clusters)", cluster);
+        return -ENOENT;
+    }
+    _cleanup_free_ char *data = NULL;
+    size_t len;
+    int r = read_file(file, RBD_CLUSTERS_MAX, &data, &len);
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot read the cluster file %s: %s", file, strerror(-r));
+        return -EIO;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(data, len, 0, &je);
+    if (!json_is_array(j)) {
+        *ret_msg = xasprintf("the cluster file %s is not a JSON array of {clusterID, monitors}",
+                             file);
+        json_decref(j);
+        return -EIO;
+    }
+    size_t i;
+    json_t *e;
+    r = -ENOENT;
+    json_array_foreach(j, i, e)
+    {
+        json_t *mons = json_object_get(e, "monitors");
+        if (!streq_ptr(json_string_value(json_object_get(e, "clusterID")), cluster))
+            continue;
+        size_t k;
+        json_t *m;
+        char *s = NULL;
+        r = json_array_size(mons) ? 0 : -EIO;
+        json_array_foreach(mons, k, m)
+        {
+            if (!json_is_string(m) || !monitor_ok(json_string_value(m))) {
+                r = -EIO;
+                break;
+            }
+            char *t = xasprintf("%s%s%s", s ? s : "", s ? "," : "", json_string_value(m));
+            free(s);
+            s = t;
+        }
+        if (r == 0)
+            *ret = s;
+        else {
+            free(s);
+            *ret_msg = xasprintf("the cluster file %s: cluster %s needs monitors, a list of "
+                                 "\"host:port\"", file, cluster);
+        }
+        break;
+    }
+    json_decref(j);
+    if (r == -ENOENT)
+        *ret_msg = xasprintf("parameter clusterID: cluster %s is not in the cluster file %s",
+                             cluster, file);
+    return r;
+}
+
+int rbd_cred_parse(size_t n, Csi__V1__CreateVolumeRequest__SecretsEntry **s, const char *which,
+                   struct rbd_cred *ret, char **ret_msg)
+{
+    const char *user = NULL, *key = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (streq(s[i]->key, RBD_USER_KEY))
+            user = s[i]->value;
+        else if (streq(s[i]->key, RBD_KEY_KEY))
+            key = s[i]->value;
+    }
+    const char *why;
+    if (!user || !key) {
+        *ret_msg = xasprintf("secrets: %s is missing (the %s secret of the StorageClass, with "
+                             "keys " RBD_USER_KEY " and " RBD_KEY_KEY ")",
+                             user ? RBD_KEY_KEY : RBD_USER_KEY, which);
+        return -EINVAL;
+    }
+    if (name_validate(user, &why) < 0) {
+        *ret_msg = xasprintf("secrets: " RBD_USER_KEY " %s", why);
+        return -EINVAL;
+    }
+    size_t kl = strlen(key);
+    if (kl == 0 || kl > 128 ||
+        strspn(key, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") != kl) {
+        *ret_msg = xstrdup("secrets: " RBD_KEY_KEY " is not a cephx key (base64, at most 128 "
+                           "bytes)");
+        return -EINVAL;
+    }
+    *ret = (struct rbd_cred){xstrdup(user), xstrdup(key)};
+    return 0;
+}
+
+void rbd_cred_clear(struct rbd_cred *c)
+{
+    if (c->key)
+        explicit_bzero(c->key, strlen(c->key));
+    free(c->key);
+    free(c->user);
+    memset(c, 0, sizeof(*c));
+}
+
+void rbd_req_free(struct rbd_req *q)
+{
+    if (!q)
+        return;
+    rbd_loc_clear(&q->loc);
+    rbd_cred_clear(&q->cred);
+    free(q);
+}
+
+/* --------------------------------------------------------- worker side */
+
+/* errno of the worker -> gRPC code.  EKEYREJECTED: cephx refused the user
+ * or key; EACCES/EPERM: the user may not do this. */
+static enum grpc_code rbd_code(int status)
+{
+    switch (-status) {
+    case EINVAL: return GRPC_INVALID_ARGUMENT;
+    case EKEYREJECTED: return GRPC_UNAUTHENTICATED;
+    case EACCES:
+    case EPERM: return GRPC_PERMISSION_DENIED;
+    case ETIMEDOUT:
+    case ECONNREFUSED:
+    case EHOSTUNREACH:
+    case ENETUNREACH: return GRPC_UNAVAILABLE;
+    case EEXIST: return GRPC_ALREADY_EXISTS;
+    case EBUSY:
+    case ENOTEMPTY: return GRPC_FAILED_PRECONDITION;
+    case ERANGE: return GRPC_OUT_OF_RANGE;
+    case ENOSPC: return GRPC_RESOURCE_EXHAUSTED;
+    default: return GRPC_INTERNAL;
+    }
+}
+
+struct conn {
+    rados_t cluster;
+    rados_ioctx_t io;
+    int saved_stderr; /* librados prints some errors to stderr whatever its
+                         settings: the plugin's log is logfmt, so they go to
+                         /dev/null while connected (-1: not redirected) */
+};
+
+static void conn_close(struct conn *k)
+{
+    if (k->io)
+        rados_ioctx_destroy(k->io);
+    if (k->cluster)
+        rados_shutdown(k->cluster);
+    if (k->saved_stderr >= 0) {
+        dup2(k->saved_stderr, STDERR_FILENO);
+        close(k->saved_stderr);
+    }
+    memset(k, 0, sizeof(*k));
+    k->saved_stderr = -1;
+}
+
+static void quiet_stderr(struct conn *k)
+{
+    _cleanup_close_ int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    k->saved_stderr = null < 0 ? -1 : fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (k->saved_stderr >= 0)
+        dup2(null, STDERR_FILENO);
+}
+
+/* "[v1:|v2:]host:port,..." -> librados' mon_host, v2 (msgr2) unless said. */
+static char *mon_host(const char *mons)
+{
+    char *out = NULL;
+    _cleanup_free_ char *copy = xstrdup(mons);
+    char *save = NULL;
+    for (char *m = strtok_r(copy, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+        bool typed = startswith(m, "v1:") || startswith(m, "v2:");
+        char *t = xasprintf("%s%s%s%s", out ? out : "", out ? "," : "", typed ? "" : "v2:", m);
+        free(out);
+        out = t;
+    }
+    return out;
+}
+
+/* Connect as the request's user and open its pool and namespace.  A pool
+ * that does not exist is -ENOENT (the caller words it). */
+static int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
+{
+    _cleanup_free_ char *mons = NULL, *host = NULL;
+    k->saved_stderr = -1;
+    int r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg);
+    if (r < 0)
+        return r == -ENOENT ? -EINVAL : r;
+    host = mon_host(mons);
+    quiet_stderr(k);
+    if ((r = rados_create(&k->cluster, q->cred.user)) < 0) {
+        *ret_msg = xasprintf("librados: cannot create a cluster handle: %s", strerror(-r));
+        k->cluster = NULL;
+        return r;
+    }
+    const char *conf[][2] = {
+        {"mon_host", host},
+        {"key", q->cred.key},
+        {"auth_client_required", "cephx"},
+        {"client_mount_timeout", RBD_CONNECT_S},
+        {"rados_mon_op_timeout", RBD_CONNECT_S},
+        {"rados_osd_op_timeout", RBD_OP_S},
+        {"log_to_stderr", "false"},
+        {"err_to_stderr", "false"},
+        {"log_file", ""},
+        {"admin_socket", ""},
+        {"keyring", ""},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(conf); i++)
+        if ((r = rados_conf_set(k->cluster, conf[i][0], conf[i][1])) < 0) {
+            *ret_msg = xasprintf("librados: cannot set %s: %s", conf[i][0], strerror(-r));
+            conn_close(k);
+            return -EIO;
+        }
+    if ((r = rados_connect(k->cluster)) < 0) {
+        bool auth = r == -EACCES || r == -EPERM || r == -EKEYREJECTED;
+        *ret_msg = auth ? xasprintf("cluster %s refused user %s: wrong " RBD_USER_KEY " or "
+                                    RBD_KEY_KEY " in the secret", q->loc.cluster, q->cred.user)
+                        : xasprintf("cannot reach cluster %s (monitors %s) within %s s: %s",
+                                    q->loc.cluster, mons, RBD_CONNECT_S, strerror(-r));
+        conn_close(k);
+        return auth ? -EKEYREJECTED : r == -ETIMEDOUT ? r : -ECONNREFUSED;
+    }
+    if ((r = rados_ioctx_create(k->cluster, q->loc.pool, &k->io)) < 0) {
+        k->io = NULL;
+        *ret_msg = xasprintf("parameter pool: cannot open pool %s of cluster %s: %s", q->loc.pool,
+                             q->loc.cluster, r == -ENOENT ? "no such pool" : strerror(-r));
+        conn_close(k);
+        return r;
+    }
+    rados_ioctx_set_namespace(k->io, q->loc.ns);
+    return 0;
+}
+
+/* Whether image holds our mark; its size. */
+static int image_ours(rbd_image_t img, const char *name, uint64_t *ret_size)
+{
+    char val[NAME_MAX_LEN + 1];
+    size_t vl = sizeof(val);
+    int r = rbd_metadata_get(img, RBD_META_KEY, val, &vl);
+    if (r < 0)
+        return r == -ENOENT ? 0 : r;
+    if (!streq(val, name))
+        return 0;
+    rbd_image_info_t info;
+    if ((r = rbd_stat(img, &info, sizeof(info))) < 0)
+        return r;
+    *ret_size = info.size;
+    return 1;
+}
+
+static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    const struct rbd_req *q = op->rbd;
+    const char *name = q->loc.image;
+    struct conn k = {0};
+    int r = conn_open(q, &k, ret_msg);
+    if (r < 0)
+        return r == -ENOENT ? -EINVAL : r;
+    int order = 0;
+    r = rbd_create2(k.io, name, op->size, RBD_FEATURES, &order);
+    bool existed = r == -EEXIST;
+    if (r == -EPERM || r == -EACCES) {
+        *ret_msg = xasprintf("user %s may not create images in pool %s%s%s (parameters pool, "
+                             "radosNamespace: the namespace does not exist or the user's caps do "
+                             "not cover it)", q->cred.user, q->loc.pool,
+                             *q->loc.ns ? " namespace " : "", q->loc.ns);
+        conn_close(&k);
+        return r;
+    }
+    if (r < 0 && !existed) {
+        *ret_msg = xasprintf("cannot create image %s in pool %s%s%s: %s", name, q->loc.pool,
+                             *q->loc.ns ? " namespace " : "", q->loc.ns,
+                             r == -ENOENT ? "no such namespace (parameter radosNamespace)"
+                                          : strerror(-r));
+        conn_close(&k);
+        return r == -ENOENT ? -EINVAL : r;
+    }
+    rbd_image_t img;
+    if ((r = rbd_open(k.io, name, &img, NULL)) < 0) {
+        *ret_msg = xasprintf("cannot open image %s: %s", name, strerror(-r));
+        conn_close(&k);
+        return r == -ENOENT ? -EIO : r;
+    }
+    uint64_t size = op->size;
+    if (existed) {
+        /* A retry: ours, and of a size in the range. */
+        r = image_ours(img, name, &size);
+        if (r == 0)
+            *ret_msg = xasprintf("an image named %s exists in pool %s but is not a volume of "
+                                 "this plugin", name, q->loc.pool);
+        else if (r > 0 && (size < (uint64_t)q->required || (q->limit && size > (uint64_t)q->limit)))
+            *ret_msg = xasprintf("volume %s exists with a different capacity (%" PRIu64 " bytes)",
+                                 name, size);
+        else if (r < 0)
+            *ret_msg = xasprintf("cannot read image %s: %s", name, strerror(-r));
+        r = r < 0 ? r : *ret_msg ? -EEXIST : 0;
+    } else if ((r = rbd_metadata_set(img, RBD_META_KEY, name)) < 0) {
+        *ret_msg = xasprintf("cannot mark image %s as a volume: %s", name, strerror(-r));
+    }
+    rbd_close(img);
+    if (r < 0 && !existed)
+        rbd_remove(k.io, name);
+    conn_close(&k);
+    if (r == 0)
+        *ret_result = json_pack("{s:I}", "size", (json_int_t)size);
+    return r;
+}
+
+static int delete_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    const struct rbd_req *q = op->rbd;
+    const char *name = q->loc.image;
+    (void)ret_result;
+    struct conn k = {0};
+    int r = conn_open(q, &k, ret_msg);
+    if (r == -ENOENT) { /* no such pool: no such volume */
+        free(*ret_msg);
+        *ret_msg = NULL;
+        return 0;
+    }
+    if (r < 0)
+        return r;
+    rbd_image_t img;
+    if ((r = rbd_open(k.io, name, &img, NULL)) == -ENOENT) {
+        conn_close(&k);
+        return 0;
+    }
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot open image %s: %s", name, strerror(-r));
+        conn_close(&k);
+        return r;
+    }
+    uint64_t size;
+    rbd_image_watcher_t w[8];
+    size_t nw = ARRAY_SIZE(w);
+    if ((r = image_ours(img, name, &size)) == 0) {
+        *ret_msg = xasprintf("image %s in pool %s is not a volume of this plugin: not deleted",
+                             name, q->loc.pool);
+        r = -EBUSY;
+    } else if (r > 0) {
+        /* Our own open registers a watch too. */
+        r = rbd_watchers_list(img, w, &nw);
+        if (r == 0) {
+            if (nw > 1) {
+                *ret_msg = xasprintf("volume %s is in use: image %s has %zu other client(s): "
+                                     "unstage it first", name, name, nw - 1);
+                r = -EBUSY;
+            }
+            rbd_watchers_list_cleanup(w, nw);
+        } else if (r == -ERANGE) {
+            *ret_msg = xasprintf("volume %s is in use by %zu clients: unstage it first", name,
+                                 nw - 1);
+            r = -EBUSY;
+        }
+    }
+    rbd_close(img);
+    if (r == 0 && (r = rbd_remove(k.io, name)) < 0 && r != -ENOENT)
+        *ret_msg = xasprintf("cannot remove image %s: %s%s", name, strerror(-r),
+                             r == -ENOTEMPTY ? " (it has snapshots)"
+                             : r == -EBUSY   ? " (a client opened it meanwhile)"
+                                             : "");
+    conn_close(&k);
+    return r == -ENOENT ? 0 : r;
+}
+
+/* ------------------------------------------------------------ loop side */
+
+static void create_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    op->worker = NULL;
+    json_int_t size = 0;
+    if (status == 0 && json_unpack(result, "{s:I}", "size", &size) < 0)
+        status = -EBADMSG, msg = "worker returned no size";
+    if (status < 0) {
+        grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
+        op_end(op);
+        return;
+    }
+    _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+    log_info("rbd", "volume created", "volume=%s size=%" PRId64, id, (int64_t)size);
+    Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
+    vol.volume_id = id;
+    vol.capacity_bytes = size;
+    Csi__V1__CreateVolumeResponse out = CSI__V1__CREATE_VOLUME_RESPONSE__INIT;
+    out.volume = &vol;
+    grpc_call_reply_pb(op->call, &out.base);
+    op_end(op);
+}
+
+static void start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_t size,
+                  worker_fn fn, worker_done done)
+{
+    q->clusters = c->cfg->rbd_clusters;
+    struct op *op = op_begin(c, call);
+    op->rbd = q;
+    op->size = size;
+    op_worker(op, fn, RBD_WORKER_MS, done);
+}
+
+void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
+{
+    const char *why;
+    if (!in->name || !*in->name || name_validate(in->name, &why) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "name %s (the name becomes the RBD image's: 1-128 bytes of [A-Za-z0-9._-])",
+                       in->name && *in->name ? why : "is missing");
+        return;
+    }
+    if (in->n_volume_capabilities == 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
+        return;
+    }
+    for (size_t i = 0; i < in->n_volume_capabilities; i++)
+        if ((why = cap_problem(in->volume_capabilities[i]))) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities[%zu]: %s", i, why);
+            return;
+        }
+    if (in->volume_content_source) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "volume_content_source: backend rbd does not restore or clone yet");
+        return;
+    }
+    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    _cleanup_free_ char *msg = NULL;
+    uint64_t size;
+    q->required = in->capacity_range ? in->capacity_range->required_bytes : 0;
+    q->limit = in->capacity_range ? in->capacity_range->limit_bytes : 0;
+    int r = rbd_params_parse(in->n_parameters, in->parameters, in->name, &q->loc, &msg);
+    if (r == 0)
+        r = rbd_cred_parse(in->n_secrets, in->secrets, "provisioner", &q->cred, &msg);
+    if (r == 0 && (r = capacity_pick(q->required, q->limit, 0, 0, &size, &msg)) == -ERANGE) {
+        grpc_call_fail(call, GRPC_OUT_OF_RANGE, "%s", msg);
+        rbd_req_free(q);
+        return;
+    }
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
+        rbd_req_free(q);
+        return;
+    }
+    start(c, call, q, size, create_fn, create_done);
+}
+
+static void delete_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    (void)result;
+    op->worker = NULL;
+    if (status < 0) {
+        grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
+    } else {
+        _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+        log_info("rbd", "volume deleted", "volume=%s", id);
+        Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+        grpc_call_reply_pb(op->call, &out.base);
+    }
+    op_end(op);
+}
+
+void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
+{
+    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    _cleanup_free_ char *msg = NULL;
+    int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
+    if (r == 0)
+        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
+                           "provisioner", &q->cred, &msg);
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
+        rbd_req_free(q);
+        return;
+    }
+    start(c, call, q, 0, delete_fn, delete_done);
+}

@@ -1,0 +1,64 @@
+/* rbd.h: the RBD backend, controller side (docs/rbd.md).
+ *
+ * Owns: the StorageClass parameters of an RBD volume (backend: rbd,
+ * clusterID, pool, radosNamespace), the RBD volume id
+ * ("rbd:<clusterID>:<pool>:<namespace>:<image>": the id alone locates the
+ * image, the plugin keeps no record of it), the cluster file mapping
+ * cluster ids to monitors (--rbd-clusters), the credentials taken from an
+ * RPC's secrets (userID, userKey: kept in memory only, wiped after use,
+ * never logged), and CreateVolume/DeleteVolume of RBD images through
+ * librados/librbd's C API in a worker process (worker.h), each bounded. */
+#pragma once
+
+#include "csi.pb-c.h"
+#include "grpc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define RBD_ID_PREFIX "rbd:"
+#define RBD_USER_KEY "userID"   /* the secrets' keys (ceph-csi's spelling) */
+#define RBD_KEY_KEY "userKey"
+
+struct csi;
+
+/* The parts of an RBD volume id (each a name per names.h; ns may be ""). */
+struct rbd_loc {
+    char *cluster, *pool, *ns, *image;
+};
+void rbd_loc_clear(struct rbd_loc *l);
+/* Parse id; -EINVAL with *ret_msg naming field when it is no RBD id. */
+int rbd_id_parse(const char *id, const char *field, struct rbd_loc *ret, char **ret_msg);
+/* The id of l (malloc'd); NULL when it would pass CSI's 128 bytes. */
+char *rbd_id_format(const struct rbd_loc *l);
+/* Whether id is an RBD volume id (by its prefix). */
+bool rbd_is_id(const char *id);
+
+/* Whether StorageClass parameters select this backend (backend=rbd). */
+bool rbd_selected(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p);
+/* The location a CreateVolume of name with these parameters makes;
+ * -EINVAL with *ret_msg naming the parameter. */
+int rbd_params_parse(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p,
+                     const char *name, struct rbd_loc *ret, char **ret_msg);
+
+/* The monitors ("host:port,host:port") of cluster in the cluster file
+ * (JSON: [{"clusterID": "...", "monitors": ["host:port", ...]}, ...]);
+ * -ENOENT when the file does not name it, with *ret_msg. */
+int rbd_cluster_monitors(const char *file, const char *cluster, char **ret, char **ret_msg);
+
+/* Credentials from secrets; -EINVAL with *ret_msg naming the missing or
+ * malformed key (never its value). */
+struct rbd_cred {
+    char *user, *key;
+};
+int rbd_cred_parse(size_t n, Csi__V1__CreateVolumeRequest__SecretsEntry **s, const char *which,
+                   struct rbd_cred *ret, char **ret_msg);
+void rbd_cred_clear(struct rbd_cred *c); /* wipes the key */
+
+/* The RPCs for an RBD volume (controller.c hands them over). */
+void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in);
+void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in);
+
+/* A request's data while its worker runs (struct op's rbd; op_end frees). */
+struct rbd_req;
+void rbd_req_free(struct rbd_req *r);

@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""The RBD backend against a real single-node Ceph (cephlib.py, cephx on,
+a user confined to one pool namespace), through the plugin's gRPC socket:
+
+  - CreateVolume with backend rbd: the image exists with the size asked
+    for, the id names cluster, pool, namespace and image; a retry answers
+    the same volume, another size ALREADY_EXISTS;
+  - bad requests fail with the code and a message naming what is wrong:
+    secrets missing (INVALID_ARGUMENT, naming the key), parameters missing
+    or unknown, unknown clusterID (INVALID_ARGUMENT), wrong key
+    (UNAUTHENTICATED), unknown pool (INVALID_ARGUMENT), a namespace the
+    user may not write (PERMISSION_DENIED), an unreachable
+    cluster (UNAVAILABLE, bounded), and none of them leaves an image;
+  - DeleteVolume is refused (FAILED_PRECONDITION) while a QSD has the image
+    open, succeeds once that QSD is gone, is idempotent, and refuses an
+    image the plugin did not create;
+  - the key is in no log line and on no command line.
+
+usage: test_csi_rbd.py PLUGIN_BINARY PROTO_DIR [QSDCTL]
+~25 s (of which ~10 s Ceph start)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "csi"))
+import cephlib  # noqa: E402
+import csilib  # noqa: E402
+from csilib import expect_code, mount_cap  # noqa: E402
+
+import grpc  # noqa: E402
+
+MiB = 1 << 20
+C = grpc.StatusCode
+
+
+def main():
+    plugin, proto = sys.argv[1], sys.argv[2]
+    why = cephlib.have_ceph()
+    if why:
+        csilib.skip("Ceph " + why + " (scripts/setup.sh installs it)")
+    env = csilib.Env(plugin, proto)
+    ceph = cephlib.Cluster()
+    qsd = None
+    try:
+        ceph.start()
+        print("ceph up in %.1f s" % ceph.start_seconds)
+        # A cluster file: ours, and one whose monitor port nobody listens on.
+        clusters = os.path.join(env.root, "clusters.json")
+        with open(clusters, "w") as f:
+            json.dump([{"clusterID": "c1", "monitors": [ceph.monitors]},
+                       {"clusterID": "dead", "monitors": ["127.0.0.1:%d" % cephlib._free_port()]}],
+                      f)
+        c = env.start(extra=["--rbd-clusters", clusters])
+        pb = env.pb
+        secrets = {"userID": ceph.user, "userKey": ceph.key}
+        params = {"backend": "rbd", "clusterID": "c1", "pool": ceph.pool,
+                  "radosNamespace": ceph.namespace,
+                  "csi.storage.k8s.io/pvc/name": "claim"}
+
+        def create(name, size=64 * MiB, p=params, s=secrets):
+            return pb.CreateVolumeRequest(
+                name=name, capacity_range=pb.CapacityRange(required_bytes=size),
+                volume_capabilities=[mount_cap(pb)], parameters=p, secrets=s)
+
+        def images():
+            return ceph.rbd("ls", "%s/%s" % (ceph.pool, ceph.namespace)).split()
+
+        # --- refusals, each before or without touching the cluster
+        m = expect_code(c.CreateVolume, create("v1", s={}), C.INVALID_ARGUMENT, "no secrets")
+        assert "userID" in m, m
+        m = expect_code(c.CreateVolume, create("v1", s={"userID": ceph.user}),
+                        C.INVALID_ARGUMENT, "no key")
+        assert "userKey" in m, m
+        m = expect_code(c.CreateVolume, create("v1", p=dict(params, pool="")),
+                        C.INVALID_ARGUMENT, "empty pool")
+        assert "pool" in m, m
+        p = dict(params)
+        del p["pool"]
+        m = expect_code(c.CreateVolume, create("v1", p=p), C.INVALID_ARGUMENT, "no pool")
+        assert "pool" in m, m
+        m = expect_code(c.CreateVolume, create("v1", p=dict(params, format="qcow2")),
+                        C.INVALID_ARGUMENT, "unknown parameter")
+        assert "format" in m, m
+        m = expect_code(c.CreateVolume, create("v1", p=dict(params, clusterID="c2")),
+                        C.INVALID_ARGUMENT, "unknown cluster")
+        assert "clusterID" in m and "c2" in m, m
+        wrong = ceph.key[:-6] + ("AAAA==" if not ceph.key.endswith("AAAA==") else "BBBB==")
+        m = expect_code(c.CreateVolume, create("v1", s=dict(secrets, userKey=wrong)),
+                        C.UNAUTHENTICATED, "wrong key")
+        assert "userKey" in m, m
+        m = expect_code(c.CreateVolume, create("v1", p=dict(params, pool="nopool")),
+                        C.INVALID_ARGUMENT, "unknown pool")
+        assert "nopool" in m and "pool" in m, m
+        # The user's caps cover one namespace: another one, existing or not, is
+        # not its business.
+        m = expect_code(c.CreateVolume, create("v1", p=dict(params, radosNamespace="nons")),
+                        C.PERMISSION_DENIED, "unknown namespace")
+        assert "radosNamespace" in m, m
+        p = dict(params)
+        del p["radosNamespace"]
+        m = expect_code(c.CreateVolume, create("v1", p=p), C.PERMISSION_DENIED,
+                        "outside the user's namespace")
+        t0 = time.monotonic()
+        m = expect_code(c.CreateVolume, create("v1", p=dict(params, clusterID="dead")),
+                        C.UNAVAILABLE, "unreachable cluster")
+        print("unreachable cluster answered in %.1f s: %s" % (time.monotonic() - t0, m))
+        assert images() == [], images()
+        assert ceph.rbd("ls", ceph.pool).split() == []
+
+        # --- create, retry, conflict
+        vol = c.CreateVolume(create("v1"), timeout=csilib.CALL_TIMEOUT).volume
+        vid = "rbd:c1:%s:%s:v1" % (ceph.pool, ceph.namespace)
+        assert vol.volume_id == vid and vol.capacity_bytes == 64 * MiB, vol
+        info = json.loads(ceph.rbd("info", "--format", "json",
+                                   "%s/%s/v1" % (ceph.pool, ceph.namespace)))
+        assert info["size"] == 64 * MiB and "exclusive-lock" in info["features"], info
+        again = c.CreateVolume(create("v1"), timeout=csilib.CALL_TIMEOUT).volume
+        assert again.volume_id == vid and again.capacity_bytes == 64 * MiB, again
+        expect_code(c.CreateVolume, create("v1", size=128 * MiB), C.ALREADY_EXISTS,
+                    "other size")
+
+        # --- delete: refused while a QSD holds the image, then done, idempotent
+        dreq = pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets)
+        expect_code(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id=vid), C.INVALID_ARGUMENT,
+                    "delete without secrets")
+        qmp = os.path.join(env.root, "probe.qmp")
+        qsd = subprocess.Popen(
+            ["qemu-storage-daemon", "--blockdev", json.dumps(
+                {"driver": "rbd", "node-name": "n", "pool": ceph.pool,
+                 "namespace": ceph.namespace, "image": "v1",
+                 "conf": os.path.join(ceph.dir, "ceph.conf"), "user": "admin"}),
+             "--chardev", "socket,id=m,path=%s,server=on,wait=off" % qmp, "--monitor", "chardev=m"],
+            env=ceph.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(qmp):
+            assert qsd.poll() is None and time.monotonic() < deadline, "QSD did not start"
+            time.sleep(0.05)
+        m = expect_code(c.DeleteVolume, dreq, C.FAILED_PRECONDITION, "delete in use")
+        assert "in use" in m, m
+        assert "v1" in images()
+        qsd.send_signal(signal.SIGTERM)
+        try:
+            qsd.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            qsd.kill()
+            qsd.wait(timeout=10)
+        qsd = None
+        # A dead client's watch lasts until Ceph times it out; a clean exit ends it.
+        c.DeleteVolume(dreq, timeout=csilib.CALL_TIMEOUT)
+        assert images() == [], images()
+        c.DeleteVolume(dreq, timeout=csilib.CALL_TIMEOUT)
+        c.DeleteVolume(pb.DeleteVolumeRequest(volume_id="rbd:c1:nopool::v1", secrets=secrets),
+                       timeout=csilib.CALL_TIMEOUT)
+        # An image the plugin did not create is not deleted.
+        ceph.rbd("create", "--size", "16M", "%s/%s/foreign" % (ceph.pool, ceph.namespace))
+        expect_code(c.DeleteVolume, pb.DeleteVolumeRequest(
+            volume_id="rbd:c1:%s:%s:foreign" % (ceph.pool, ceph.namespace), secrets=secrets),
+            C.FAILED_PRECONDITION, "foreign image")
+        assert "foreign" in images()
+        expect_code(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id="rbd:c1:x/y::v", secrets=secrets),
+                    C.INVALID_ARGUMENT, "malformed id")
+
+        # --- the key: in no log line, on no command line
+        env.stop()
+        with open(os.path.join(env.root, "plugin.log")) as f:
+            log = f.read()
+        assert ceph.key not in log and wrong not in log, "a key is in the plugin's log"
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open("/proc/%s/cmdline" % pid, "rb") as f:
+                        assert ceph.key.encode() not in f.read(), "key on a command line"
+                except OSError:
+                    pass
+        print("PASS")
+    finally:
+        if qsd and qsd.poll() is None:
+            qsd.kill()
+            qsd.wait(timeout=10)
+        ceph.stop()
+        env.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(csilib.run_main(main))
