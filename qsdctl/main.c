@@ -336,6 +336,12 @@ static const char HELP_EXPORT[] =
     "  --socket-group GROUP    group allowed to connect (name or gid; default: root only)\n"
     "  --socket-mode MODE      socket permissions, octal within 0660 (default 0660)\n"
     "  --timeout MS            how long to wait for the socket (default 10000)\n"
+    "  --rbd-image POOL[/NAMESPACE]/IMAGE  serve this Ceph RBD image instead of the\n"
+    "                          pool's VOLUME (VOLUME only names the export), with:\n"
+    "  --rbd-monitors M[,M]    monitors, [v1:|v2:]host:port\n"
+    "  --rbd-user USER         cephx user (without client.)\n"
+    "  --rbd-key-file FILE     absolute path of a file only root reads, holding the\n"
+    "                          user's base64 key (never on a command line)\n"
     "Prints the socket path.  Socket: RUN/exports/VOLUME/vhost.sock; QMP: RUN/ctl/VOLUME/qmp.sock\n";
 
 static int cmd_export(int argc, char **argv)
@@ -346,7 +352,9 @@ static int cmd_export(int argc, char **argv)
         {"aio", required_argument, 0, 1},        {"discard", required_argument, 0, 1},
         {"detect-zeroes", required_argument, 0, 1}, {"no-iothread", no_argument, 0, 'n'},
         {"socket-group", required_argument, 0, 1}, {"socket-mode", required_argument, 0, 1},
-        {"timeout", required_argument, 0, 't'},  {"help", no_argument, 0, 'h'}, {0}};
+        {"timeout", required_argument, 0, 't'},  {"help", no_argument, 0, 'h'},
+        {"rbd-image", required_argument, 0, 1}, {"rbd-monitors", required_argument, 0, 1},
+        {"rbd-user", required_argument, 0, 1},  {"rbd-key-file", required_argument, 0, 1}, {0}};
     struct qsd_opts opts;
     qsd_opts_init(&opts);
     uint64_t timeout = 10000;
@@ -393,7 +401,9 @@ static int cmd_export(int argc, char **argv)
     qsd_paths_init(g_opts.run_dir, vol, &paths);
     if ((code = lock_volume(vol, &lock)))
         goto out;
-    if (pool_find_volume(&pool, vol, &opts.image, &opts.format) < 0) {
+    if (opts.rbd)
+        opts.format = xstrdup("raw");
+    else if (pool_find_volume(&pool, vol, &opts.image, &opts.format) < 0) {
         code = fail(EXIT_NOT_FOUND, "volume %s does not exist in pool %s", vol, g_opts.pool);
         goto out;
     }
@@ -416,8 +426,8 @@ static int cmd_export(int argc, char **argv)
         code = fail_msg(r, msg);
         goto out;
     }
-    uint64_t size;
-    if ((r = image_info(opts.image, opts.format, &size, NULL, &msg)) < 0) {
+    uint64_t size = 0;
+    if (!opts.rbd && (r = image_info(opts.image, opts.format, &size, NULL, &msg)) < 0) {
         code = fail_msg(r, msg);
         goto out;
     }
@@ -435,6 +445,16 @@ static int cmd_export(int argc, char **argv)
         code = fail_msg(r, msg);
         qsd_remove_runtime(g_opts.run_dir, vol);
         goto out;
+    }
+    struct qmp_sync *qs;
+    if (opts.rbd && connect_qmp(vol, &qs) == 0) {
+        /* The image's size is what QSD (librbd) sees. */
+        if (live_size(qs, &size, &msg) < 0) {
+            log_warn("qsdctl", "cannot read the RBD image's size", "volume=%s", vol);
+            free(msg);
+            msg = NULL;
+        }
+        qmp_sync_close(qs);
     }
     r = qsd_meta_write(&paths, vol, &opts, size);
     if (r < 0)

@@ -6,6 +6,7 @@
 #include "qsd/base/probe.h"
 #include "qsd/base/proc.h"
 #include "qsd/qemu/qmp.h"
+#include "qsd/qemu/rbdsrc.h"
 #include "qsd/base/util.h"
 
 #include <fcntl.h>
@@ -41,6 +42,7 @@ void qsd_opts_clear(struct qsd_opts *o)
     free(o->aio);
     free(o->discard);
     free(o->detect_zeroes);
+    qsd_rbd_free(o->rbd);
     memset(o, 0, sizeof(*o));
 }
 
@@ -55,6 +57,7 @@ void qsd_opts_copy(struct qsd_opts *dst, const struct qsd_opts *src)
     dst->aio = dup_or_null(src->aio);
     dst->discard = dup_or_null(src->discard);
     dst->detect_zeroes = dup_or_null(src->detect_zeroes);
+    dst->rbd = qsd_rbd_copy(src->rbd);
 }
 
 static bool one_of(const char *v, const char *const *allowed)
@@ -108,6 +111,9 @@ int qsd_opts_set(struct qsd_opts *o, const char *key, const char *value, char **
 {
     uint64_t v;
     bool b;
+    int r = qsd_rbd_set(&o->rbd, key, value, ret_msg);
+    if (r != -ENOENT)
+        return r;
     if (streq(key, "num-queues")) {
         if (parse_uint(value, 1, 16, &v) < 0) {
             *ret_msg = xasprintf("invalid num-queues '%s': expected an integer from 1 to 16", value);
@@ -169,7 +175,15 @@ int qsd_opts_set(struct qsd_opts *o, const char *key, const char *value, char **
 
 int qsd_opts_validate(const struct qsd_opts *o, char **ret_msg)
 {
-    if (!o->image || o->image[0] != '/') {
+    if (o->rbd) {
+        int r = qsd_rbd_validate(o->rbd, ret_msg);
+        if (r == 0 && (o->image || !streq_ptr(o->format, "raw"))) {
+            *ret_msg = xstrdup("an RBD volume has no image path and format raw");
+            r = -EINVAL;
+        }
+        if (r < 0)
+            return r;
+    } else if (!o->image || o->image[0] != '/') {
         *ret_msg = xstrdup("image path must be absolute");
         return -EINVAL;
     }
@@ -191,13 +205,16 @@ int qsd_opts_validate(const struct qsd_opts *o, char **ret_msg)
 
 json_t *qsd_opts_to_json(const struct qsd_opts *o)
 {
-    return json_pack("{s:s?, s:s?, s:I, s:I, s:b, s:s, s:s, s:s, s:s, s:b, s:I, s:I}",
+    json_t *j = json_pack("{s:s*, s:s?, s:I, s:I, s:b, s:s, s:s, s:s, s:s, s:b, s:I, s:I}",
                      "image", o->image, "format", o->format, "num-queues",
                      (json_int_t)o->num_queues, "logical-block-size",
                      (json_int_t)o->logical_block_size, "read-only", o->read_only, "cache",
                      o->cache, "aio", o->aio, "discard", o->discard, "detect-zeroes",
                      o->detect_zeroes, "iothread", o->iothread, "socket-gid",
                      (json_int_t)o->socket_gid, "socket-mode", (json_int_t)o->socket_mode);
+    if (o->rbd)
+        json_object_set_new(j, "rbd", qsd_rbd_to_json(o->rbd));
+    return j;
 }
 
 int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg)
@@ -209,7 +226,7 @@ int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg)
     json_int_t nq = 1, lbs = 512, gid = -1, mode = 0660;
     int ro = 0, iot = 1;
     json_error_t jerr;
-    if (json_unpack_ex(j, &jerr, 0, "{s:s, s:s, s:I, s:I, s:b, s:s, s:s, s:s, s:s, s:b, s:I, s:I}",
+    if (json_unpack_ex(j, &jerr, 0, "{s?s, s:s, s:I, s:I, s:b, s:s, s:s, s:s, s:s, s:b, s:I, s:I}",
                        "image", &image, "format", &format, "num-queues", &nq,
                        "logical-block-size", &lbs, "read-only", &ro, "cache", &cache, "aio", &aio,
                        "discard", &discard, "detect-zeroes", &dz, "iothread", &iot, "socket-gid",
@@ -218,8 +235,13 @@ int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg)
         *ret_msg = xasprintf("bad options record: %s", jerr.text);
         return -EINVAL;
     }
-    o.image = xstrdup(image);
+    o.image = dup_or_null(image);
     o.format = xstrdup(format);
+    json_t *rbd = json_object_get(j, "rbd");
+    if (rbd && qsd_rbd_from_json(rbd, &o.rbd, ret_msg) < 0) {
+        qsd_opts_clear(&o);
+        return -EINVAL;
+    }
     o.num_queues = (unsigned)nq;
     o.logical_block_size = (unsigned)lbs;
     o.read_only = ro;
@@ -336,11 +358,26 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
      * guest was told were complete (measured: qcow2 metadata still in QSD's
      * memory, fsync'ed blocks read back as zeroes).  Only "unsafe" opts out. */
     bool writethrough = !streq(o->cache, "unsafe");
-    char **argv = xcalloc(20, sizeof(char *));
+    char **argv = xcalloc(24, sizeof(char *));
     int i = 0;
     argv[i++] = xstrdup(binary);
-    argv[i++] = xstrdup("--blockdev");
-    argv[i++] = json_arg(qsd_file_node_json(o, "file0", o->image));
+    if (o->rbd) {
+        /* The key from its private file, then the image through librbd with
+         * the cache, discard and read-only options a file node has. */
+        argv[i++] = xstrdup("--object");
+        argv[i++] = json_arg(qsd_rbd_secret_json(o->rbd));
+        json_t *f = qsd_file_node_json(o, "file0", "-");
+        json_t *n = qsd_rbd_node_json(o->rbd, "file0");
+        json_object_set(n, "cache", json_object_get(f, "cache"));
+        json_object_set(n, "discard", json_object_get(f, "discard"));
+        json_object_set(n, "read-only", json_object_get(f, "read-only"));
+        json_decref(f);
+        argv[i++] = xstrdup("--blockdev");
+        argv[i++] = json_arg(n);
+    } else {
+        argv[i++] = xstrdup("--blockdev");
+        argv[i++] = json_arg(qsd_file_node_json(o, "file0", o->image));
+    }
     argv[i++] = xstrdup("--blockdev");
     argv[i++] = json_arg(qsd_format_node_json(o, QSD_NODE, o->format, "file0"));
     if (o->iothread) {

@@ -26,9 +26,11 @@
 
 #include "qsd/base/loop.h"
 
+struct qsd_rbd;
 struct qsd_opts {
-    char *image;          /* absolute path of the image */
-    char *format;         /* "qcow2" | "raw" */
+    char *image;          /* absolute path of the image; NULL with rbd */
+    char *format;         /* "qcow2" | "raw" (always raw with rbd) */
+    struct qsd_rbd *rbd;  /* an RBD image instead of a file (rbdsrc.h), or NULL */
     unsigned num_queues;  /* 1..16, default 1 */
     unsigned logical_block_size; /* 512 | 4096, default 512 */
     bool read_only;
@@ -45,7 +47,7 @@ void qsd_opts_init(struct qsd_opts *o); /* defaults; image/format unset */
 void qsd_opts_clear(struct qsd_opts *o);
 void qsd_opts_copy(struct qsd_opts *dst, const struct qsd_opts *src);
 /* Set one option from its command-line/StorageClass spelling, e.g.
- * ("num-queues", "2").  Unknown keys and bad values: -EINVAL with a message. */
+ * ("num-queues", "2"); the rbd- options are rbdsrc.h's.  Unknown keys and bad values: -EINVAL with a message. */
 int qsd_opts_set(struct qsd_opts *o, const char *key, const char *value, char **ret_msg);
 int qsd_opts_validate(const struct qsd_opts *o, char **ret_msg);
 json_t *qsd_opts_to_json(const struct qsd_opts *o);

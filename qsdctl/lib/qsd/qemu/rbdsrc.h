@@ -1,0 +1,36 @@
+/* qsd/qemu/rbdsrc.h: a Ceph RBD image as a QSD's storage (docs/rbd.md).
+ *
+ * Owns: where a volume's RBD image is (pool, namespace, image, monitors),
+ * as whom QSD connects (a cephx user and the path of a private file with
+ * its base64 key: the key itself is never on a command line nor in a state
+ * file), the spelling of these as options ("rbd-image", "rbd-monitors",
+ * "rbd-user", "rbd-key-file"), their validation and JSON form, and what QSD
+ * is given: an --object secret read from the key file and an rbd protocol
+ * node (QEMU's rbd driver, cephx required, no Ceph configuration file). */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+
+struct qsd_rbd {
+    char *pool, *ns, *image; /* names (names.h); ns "" when none */
+    char *user;              /* cephx user without "client." */
+    char *monitors;          /* "[v1:|v2:]host:port,..." */
+    char *key_file;          /* absolute path of a file only root reads */
+};
+
+void qsd_rbd_free(struct qsd_rbd *r);
+struct qsd_rbd *qsd_rbd_copy(const struct qsd_rbd *r);
+/* Set one option on *r (allocated on first use).  rbd-image is
+ * POOL/IMAGE or POOL/NAMESPACE/IMAGE.  Not an rbd- key: -ENOENT. */
+int qsd_rbd_set(struct qsd_rbd **r, const char *key, const char *value, char **ret_msg);
+int qsd_rbd_validate(const struct qsd_rbd *r, char **ret_msg);
+/* One monitor: [v1:|v2:]host:port, host a DNS name, IPv4 or [IPv6]. */
+bool qsd_rbd_monitor_ok(const char *m);
+json_t *qsd_rbd_to_json(const struct qsd_rbd *r);
+int qsd_rbd_from_json(json_t *j, struct qsd_rbd **ret, char **ret_msg);
+
+#define QSD_RBD_SECRET_ID "rbd-key0"
+/* QSD's --object of the key and its --blockdev of the image (node). */
+json_t *qsd_rbd_secret_json(const struct qsd_rbd *r);
+json_t *qsd_rbd_node_json(const struct qsd_rbd *r, const char *node);
