@@ -13,6 +13,7 @@
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
 #include "qsd/base/util.h"
+#include "qsd/qemu/rbdsrc.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -166,21 +167,6 @@ int rbd_params_parse(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p
     return 0;
 }
 
-/* [v1:|v2:]host:port, host a DNS name, an IPv4 address or [IPv6]. */
-static bool monitor_ok(const char *m)
-{
-    if (startswith(m, "v1:") || startswith(m, "v2:"))
-        m += 3;
-    const char *colon = strrchr(m, ':');
-    if (!colon || colon == m || !colon[1] || strlen(colon + 1) > 5 ||
-        strspn(colon + 1, "0123456789") != strlen(colon + 1))
-        return false;
-    size_t hl = (size_t)(colon - m);
-    if (m[0] == '[')
-        return m[hl - 1] == ']' && strspn(m + 1, "0123456789abcdefABCDEF:.") == hl - 2;
-    return strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == hl;
-}
-
 int rbd_cluster_monitors(const char *file, const char *cluster, char **ret, char **ret_msg)
 {
     if (!file) {
@@ -217,7 +203,7 @@ int rbd_cluster_monitors(const char *file, const char *cluster, char **ret, char
         r = json_array_size(mons) ? 0 : -EIO;
         json_array_foreach(mons, k, m)
         {
-            if (!json_is_string(m) || !monitor_ok(json_string_value(m))) {
+            if (!json_is_string(m) || !qsd_rbd_monitor_ok(json_string_value(m))) {
                 r = -EIO;
                 break;
             }

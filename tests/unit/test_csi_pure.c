@@ -3,7 +3,8 @@
  * lexical path rules, the state records' JSON round trip, the capacity
  * policy (flags, refusals, GetCapacity figures), and the record store
  * (records.h: a change is visible at once, durable once the flusher says
- * so, loaded back with its id checked). */
+ * so, loaded back with its id checked), and the RBD backend's ids,
+ * parameters, secrets and cluster file (rbd.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include "params.h"
 #include "pbcheck.h"
 #include "paths.h"
+#include "rbd.h"
 #include "records.h"
 #include "state.h"
 #include "qsd/base/loop.h"
@@ -484,6 +486,98 @@ static void test_capacity_policy(void **state)
     assert_int_equal(errno_from_text(-EIO, "other"), -EIO);
 }
 
+static void test_rbd_pure(void **state)
+{
+    (void)state;
+    char *msg = NULL;
+    struct rbd_loc l;
+    /* ids */
+    assert_int_equal(rbd_id_parse("rbd:c1:pool:ns:img", "volume_id", &l, &msg), 0);
+    assert_string_equal(l.cluster, "c1");
+    assert_string_equal(l.ns, "ns");
+    char *id = rbd_id_format(&l);
+    assert_string_equal(id, "rbd:c1:pool:ns:img");
+    free(id);
+    rbd_loc_clear(&l);
+    assert_int_equal(rbd_id_parse("rbd:c1:pool::img", "volume_id", &l, &msg), 0);
+    assert_string_equal(l.ns, "");
+    rbd_loc_clear(&l);
+    const char *bad[] = {"c1:pool:ns:img", "rbd:c1:pool:img", "rbd:c1:po/ol::img", "rbd::p::i",
+                         "rbd:c1:p:..:i", "rbd:c1:p::i:j"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        assert_int_equal(rbd_id_parse(bad[i], "volume_id", &l, &msg), -EINVAL);
+        assert_non_null(strstr(msg, "volume_id"));
+        free(msg);
+        msg = NULL;
+    }
+    /* parameters */
+    Csi__V1__CreateVolumeRequest__ParametersEntry e[4], *pe[4];
+    const char *kv[][2] = {{"backend", "rbd"}, {"clusterID", "c1"}, {"pool", "rbd"},
+                           {"csi.storage.k8s.io/pvc/name", "x"}};
+    for (size_t i = 0; i < 4; i++) {
+        e[i] = (Csi__V1__CreateVolumeRequest__ParametersEntry)
+            CSI__V1__CREATE_VOLUME_REQUEST__PARAMETERS_ENTRY__INIT;
+        e[i].key = (char *)kv[i][0];
+        e[i].value = (char *)kv[i][1];
+        pe[i] = &e[i];
+    }
+    assert_true(rbd_selected(4, pe));
+    assert_false(rbd_selected(0, pe));
+    assert_int_equal(rbd_params_parse(4, pe, "pvc-1", &l, &msg), 0);
+    assert_string_equal(l.ns, "");
+    assert_string_equal(l.image, "pvc-1");
+    rbd_loc_clear(&l);
+    assert_int_equal(rbd_params_parse(2, pe, "pvc-1", &l, &msg), -EINVAL); /* no pool */
+    assert_non_null(strstr(msg, "pool"));
+    free(msg);
+    e[2].key = (char *)"format";
+    assert_int_equal(rbd_params_parse(4, pe, "pvc-1", &l, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "'format'"));
+    free(msg);
+    e[2].key = (char *)"pool";
+    /* secrets: the message names the key, never the value */
+    Csi__V1__CreateVolumeRequest__SecretsEntry s[2], *ps[2];
+    const char *skv[][2] = {{"userID", "csi"}, {"userKey", "not a key!"}};
+    for (size_t i = 0; i < 2; i++) {
+        s[i] = (Csi__V1__CreateVolumeRequest__SecretsEntry)
+            CSI__V1__CREATE_VOLUME_REQUEST__SECRETS_ENTRY__INIT;
+        s[i].key = (char *)skv[i][0];
+        s[i].value = (char *)skv[i][1];
+        ps[i] = &s[i];
+    }
+    struct rbd_cred cr;
+    assert_int_equal(rbd_cred_parse(1, ps, "provisioner", &cr, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "userKey"));
+    free(msg);
+    assert_int_equal(rbd_cred_parse(2, ps, "provisioner", &cr, &msg), -EINVAL);
+    assert_null(strstr(msg, "not a key"));
+    free(msg);
+    s[1].value = (char *)"AQBz+/==";
+    assert_int_equal(rbd_cred_parse(2, ps, "provisioner", &cr, &msg), 0);
+    assert_string_equal(cr.user, "csi");
+    rbd_cred_clear(&cr);
+    /* the cluster file */
+    char path[] = "/tmp/rbd-clusters-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *js = "[{\"clusterID\": \"c1\", \"monitors\": [\"10.0.0.1:3300\", \"v2:m2:3300\"]},"
+                     " {\"clusterID\": \"bad\", \"monitors\": [\"no port\"]}]";
+    assert_int_equal(write(fd, js, strlen(js)), (ssize_t)strlen(js));
+    close(fd);
+    char *mons = NULL;
+    assert_int_equal(rbd_cluster_monitors(path, "c1", &mons, &msg), 0);
+    assert_string_equal(mons, "10.0.0.1:3300,v2:m2:3300");
+    free(mons);
+    assert_int_equal(rbd_cluster_monitors(path, "c9", &mons, &msg), -ENOENT);
+    assert_non_null(strstr(msg, "clusterID"));
+    free(msg);
+    assert_int_equal(rbd_cluster_monitors(path, "bad", &mons, &msg), -EIO);
+    free(msg);
+    assert_int_equal(rbd_cluster_monitors(NULL, "c1", &mons, &msg), -ENOENT);
+    free(msg);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -498,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_pbcheck),
         cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_records),
+        cmocka_unit_test(test_rbd_pure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

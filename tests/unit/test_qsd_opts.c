@@ -1,11 +1,12 @@
 /* Unit tests for qsd.c's pure parts: option parsing and validation, the QSD
- * command line, the state record. */
+ * command line, the state record; and the RBD source (rbdsrc.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
 #include "qsd/qemu/qsd.h"
+#include "qsd/qemu/rbdsrc.h"
 #include "qsd/base/util.h"
 
 static void test_defaults_argv(void **state)
@@ -171,6 +172,67 @@ static void test_json_roundtrip(void **state)
     qsd_opts_clear(&o);
 }
 
+/* An RBD source: options, validation, JSON round trip, and a command line
+ * that names the key file, never a key. */
+static void test_rbd(void **state)
+{
+    (void)state;
+    struct qsd_opts o;
+    qsd_opts_init(&o);
+    char *msg = NULL;
+    const char *kv[][2] = {{"rbd-image", "rbd/ns1/disk"}, {"rbd-monitors", "10.0.0.1:3300,[::1]:6789"},
+                           {"rbd-user", "csi"}, {"rbd-key-file", "/secrets/k"}};
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(qsd_opts_set(&o, kv[i][0], kv[i][1], &msg), 0);
+    o.format = xstrdup("raw");
+    assert_int_equal(qsd_opts_validate(&o, &msg), 0);
+    struct qsd_paths p;
+    qsd_paths_init("/run/q", "v1", &p);
+    char **argv = qsd_argv("qsd", &o, &p);
+    assert_string_equal(argv[1], "--object");
+    assert_string_equal(argv[2], "{\"file\":\"/secrets/k\",\"format\":\"base64\",\"id\":\"rbd-key0\","
+                                 "\"qom-type\":\"secret\"}");
+    assert_string_equal(argv[3], "--blockdev");
+    assert_non_null(strstr(argv[4], "\"driver\":\"rbd\""));
+    assert_non_null(strstr(argv[4], "\"namespace\":\"ns1\""));
+    assert_non_null(strstr(argv[4], "\"server\":[{\"host\":\"10.0.0.1\",\"port\":\"3300\"},"
+                                    "{\"host\":\"::1\",\"port\":\"6789\"}]"));
+    assert_non_null(strstr(argv[4], "\"key-secret\":\"rbd-key0\""));
+    assert_non_null(strstr(argv[6], "\"driver\":\"raw\""));
+    qsd_argv_free(argv);
+    qsd_paths_clear(&p);
+    /* JSON round trip */
+    json_t *j = qsd_opts_to_json(&o);
+    struct qsd_opts back;
+    assert_int_equal(qsd_opts_from_json(j, &back, &msg), 0);
+    assert_non_null(back.rbd);
+    assert_null(back.image);
+    assert_string_equal(back.rbd->ns, "ns1");
+    assert_string_equal(back.rbd->monitors, "10.0.0.1:3300,[::1]:6789");
+    json_decref(j);
+    qsd_opts_clear(&back);
+    /* Refusals, each naming the option. */
+    const char *bad[][2] = {{"rbd-image", "justone"}, {"rbd-image", "a/b/c/d"},
+                            {"rbd-image", "p/../x"}, {"rbd-monitors", "host"},
+                            {"rbd-monitors", "h:1,bad host:2"}, {"rbd-key-file", "rel"},
+                            {"rbd-user", "a b"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct qsd_opts b;
+        qsd_opts_copy(&b, &o);
+        int r = qsd_opts_set(&b, bad[i][0], bad[i][1], &msg);
+        if (r == 0)
+            r = qsd_opts_validate(&b, &msg);
+        assert_int_equal(r, -EINVAL);
+        assert_non_null(strstr(msg, "rbd-"));
+        free(msg);
+        msg = NULL;
+        qsd_opts_clear(&b);
+    }
+    assert_false(qsd_rbd_monitor_ok("[::1:3300"));
+    assert_true(qsd_rbd_monitor_ok("v2:mon-a.example:3300"));
+    qsd_opts_clear(&o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -179,6 +241,7 @@ int main(void)
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_validate_combinations),
         cmocka_unit_test(test_json_roundtrip),
+        cmocka_unit_test(test_rbd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
