@@ -212,7 +212,13 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_NODEID: cfg->node_id = optarg; break;
         case O_DRIVER: cfg->driver_name = optarg; break;
         case O_STATE: cfg->state_dir = optarg; break;
-        case O_RBDCLUSTERS: cfg->rbd_clusters = optarg; break;
+        case O_RBDCLUSTERS:
+            if (optarg[0] != '/') {
+                fprintf(stderr, "qsd-csi-plugin: --rbd-clusters must be an absolute path\n");
+                return 2;
+            }
+            cfg->rbd_clusters = optarg;
+            break;
         case O_POOL: cfg->pool_dir = optarg; break;
         case O_RUN: cfg->run_dir = optarg; break;
         case O_KUBELET: cfg->kubelet_root = optarg; break;
