@@ -374,15 +374,8 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
                        why);
         return;
     }
-    if (in->n_volume_capabilities == 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
+    if (!caps_ok(call, in->n_volume_capabilities, in->volume_capabilities))
         return;
-    }
-    for (size_t i = 0; i < in->n_volume_capabilities; i++)
-        if ((why = cap_problem(in->volume_capabilities[i]))) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities[%zu]: %s", i, why);
-            return;
-        }
     json_t *params = params_json(in->n_parameters, in->parameters);
     struct vol_params p;
     _cleanup_free_ char *msg = NULL;

@@ -579,15 +579,8 @@ void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
                        in->name && *in->name ? why : "is missing");
         return;
     }
-    if (in->n_volume_capabilities == 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
+    if (!caps_ok(call, in->n_volume_capabilities, in->volume_capabilities))
         return;
-    }
-    for (size_t i = 0; i < in->n_volume_capabilities; i++)
-        if ((why = cap_problem(in->volume_capabilities[i]))) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities[%zu]: %s", i, why);
-            return;
-        }
     if (in->volume_content_source) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
                        "volume_content_source: backend rbd does not restore or clone yet");

@@ -215,6 +215,22 @@ bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *i
 
 /* ------------------------------------------------------ capabilities */
 
+bool caps_ok(struct grpc_call *call, size_t n, Csi__V1__VolumeCapability **caps)
+{
+    if (n == 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *why = cap_problem(caps[i]);
+        if (why) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities[%zu]: %s", i, why);
+            return false;
+        }
+    }
+    return true;
+}
+
 const char *cap_problem(const Csi__V1__VolumeCapability *cap)
 {
     if (!cap)

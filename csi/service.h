@@ -131,6 +131,9 @@ bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *i
 
 /* NULL when the capability is supported, else why (INVALID_ARGUMENT). */
 const char *cap_problem(const Csi__V1__VolumeCapability *cap);
+/* CreateVolume's volume_capabilities: present and each supported; else
+ * the call is failed with INVALID_ARGUMENT naming the entry. */
+bool caps_ok(struct grpc_call *call, size_t n, Csi__V1__VolumeCapability **caps);
 bool cap_read_only(const Csi__V1__VolumeCapability *cap);
 /* volume_mount_group -> gid (-1 when empty); -EINVAL if not a number. */
 int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);

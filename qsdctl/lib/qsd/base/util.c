@@ -58,6 +58,11 @@ char *xstrndup(const char *s, size_t n)
     return p;
 }
 
+char *xstrdup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
 char *xasprintf(const char *fmt, ...)
 {
     va_list ap;

@@ -60,6 +60,7 @@ void *xcalloc(size_t n, size_t m);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
+char *xstrdup_or_null(const char *s); /* NULL stays NULL */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 uint64_t now_ms(void);   /* CLOCK_MONOTONIC in milliseconds */

@@ -46,17 +46,15 @@ void qsd_opts_clear(struct qsd_opts *o)
     memset(o, 0, sizeof(*o));
 }
 
-static char *dup_or_null(const char *s) { return s ? xstrdup(s) : NULL; }
-
 void qsd_opts_copy(struct qsd_opts *dst, const struct qsd_opts *src)
 {
     *dst = *src;
-    dst->image = dup_or_null(src->image);
-    dst->format = dup_or_null(src->format);
-    dst->cache = dup_or_null(src->cache);
-    dst->aio = dup_or_null(src->aio);
-    dst->discard = dup_or_null(src->discard);
-    dst->detect_zeroes = dup_or_null(src->detect_zeroes);
+    dst->image = xstrdup_or_null(src->image);
+    dst->format = xstrdup_or_null(src->format);
+    dst->cache = xstrdup_or_null(src->cache);
+    dst->aio = xstrdup_or_null(src->aio);
+    dst->discard = xstrdup_or_null(src->discard);
+    dst->detect_zeroes = xstrdup_or_null(src->detect_zeroes);
     dst->rbd = qsd_rbd_copy(src->rbd);
 }
 
@@ -235,7 +233,7 @@ int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg)
         *ret_msg = xasprintf("bad options record: %s", jerr.text);
         return -EINVAL;
     }
-    o.image = dup_or_null(image);
+    o.image = xstrdup_or_null(image);
     o.format = xstrdup(format);
     json_t *rbd = json_object_get(j, "rbd");
     if (rbd && qsd_rbd_from_json(rbd, &o.rbd, ret_msg) < 0) {

@@ -16,19 +16,17 @@ void qsd_rbd_free(struct qsd_rbd *r)
     free(r);
 }
 
-static char *dup_or_null(const char *s) { return s ? xstrdup(s) : NULL; }
-
 struct qsd_rbd *qsd_rbd_copy(const struct qsd_rbd *r)
 {
     if (!r)
         return NULL;
     struct qsd_rbd *c = xcalloc(1, sizeof(*c));
-    c->pool = dup_or_null(r->pool);
-    c->ns = dup_or_null(r->ns);
-    c->image = dup_or_null(r->image);
-    c->user = dup_or_null(r->user);
-    c->monitors = dup_or_null(r->monitors);
-    c->key_file = dup_or_null(r->key_file);
+    c->pool = xstrdup_or_null(r->pool);
+    c->ns = xstrdup_or_null(r->ns);
+    c->image = xstrdup_or_null(r->image);
+    c->user = xstrdup_or_null(r->user);
+    c->monitors = xstrdup_or_null(r->monitors);
+    c->key_file = xstrdup_or_null(r->key_file);
     return c;
 }
 
