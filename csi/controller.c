@@ -1128,6 +1128,10 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
 static void expand_volume(struct csi *c, struct grpc_call *call,
                           Csi__V1__ControllerExpandVolumeRequest *in)
 {
+    if (rbd_is_id(in->volume_id)) {
+        rbd_expand_volume(c, call, in);
+        return;
+    }
     if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->capacity_range) {

@@ -297,6 +297,7 @@ static enum grpc_code rbd_code(int status)
     case ENOTEMPTY: return GRPC_FAILED_PRECONDITION;
     case ERANGE: return GRPC_OUT_OF_RANGE;
     case ENOSPC: return GRPC_RESOURCE_EXHAUSTED;
+    case ENODEV: return GRPC_NOT_FOUND; /* no such volume (ENOENT: other things) */
     default: return GRPC_INTERNAL;
     }
 }
@@ -535,6 +536,48 @@ static int delete_fn(void *arg, char **ret_msg, json_t **ret_result)
     return r == -ENOENT ? 0 : r;
 }
 
+/* Grow the image to op->size (never shrink); its size after. */
+static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    const struct rbd_req *q = op->rbd;
+    const char *name = q->loc.image;
+    struct conn k = {0};
+    int r = conn_open(q, &k, ret_msg);
+    if (r < 0)
+        return r == -ENOENT ? -EINVAL : r;
+    rbd_image_t img;
+    if ((r = rbd_open(k.io, name, &img, NULL)) < 0) {
+        *ret_msg = xasprintf("cannot open image %s: %s", name,
+                             r == -ENOENT ? "no such volume" : strerror(-r));
+        conn_close(&k);
+        return r == -ENOENT ? -ENODEV : r;
+    }
+    uint64_t size = 0;
+    if ((r = image_ours(img, name, &size)) == 0) {
+        *ret_msg = xasprintf("image %s is not a volume of this plugin", name);
+        r = -ENODEV;
+    } else if (r > 0 && q->limit > 0 && size > (uint64_t)q->limit) {
+        *ret_msg = xasprintf("volume %s is already %" PRIu64 " bytes, above limit_bytes (no "
+                             "shrinking)", name, size);
+        r = -ERANGE;
+    } else if (r > 0 && op->size > size) {
+        /* A QSD serving the image does not see this: NodeExpandVolume's
+         * block_resize tells it (and its client). */
+        if ((r = rbd_resize(img, op->size)) < 0)
+            *ret_msg = xasprintf("cannot grow image %s: %s", name, strerror(-r));
+        else
+            size = op->size;
+    } else if (r > 0) {
+        r = 0;
+    }
+    rbd_close(img);
+    conn_close(&k);
+    if (r == 0)
+        *ret_result = json_pack("{s:I}", "size", (json_int_t)size);
+    return r;
+}
+
 /* ------------------------------------------------------------ loop side */
 
 static void create_done(int status, const char *msg, json_t *result, void *opaque)
@@ -637,4 +680,56 @@ void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVol
         return;
     }
     start(c, call, q, 0, delete_fn, delete_done);
+}
+
+static void expand_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    op->worker = NULL;
+    json_int_t size = 0;
+    if (status == 0 && json_unpack(result, "{s:I}", "size", &size) < 0)
+        status = -EBADMSG, msg = "worker returned no size";
+    if (status < 0) {
+        grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
+    } else {
+        _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+        log_info("rbd", "volume expanded", "volume=%s size=%" PRId64, id, (int64_t)size);
+        Csi__V1__ControllerExpandVolumeResponse out =
+            CSI__V1__CONTROLLER_EXPAND_VOLUME_RESPONSE__INIT;
+        out.capacity_bytes = size;
+        out.node_expansion_required = true; /* a staged volume's QSD must be told */
+        grpc_call_reply_pb(op->call, &out.base);
+    }
+    op_end(op);
+}
+
+void rbd_expand_volume(struct csi *c, struct grpc_call *call,
+                       Csi__V1__ControllerExpandVolumeRequest *in)
+{
+    const char *why;
+    if (!in->capacity_range) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "capacity_range is missing");
+        return;
+    }
+    if (in->volume_capability && (why = cap_problem(in->volume_capability))) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
+        return;
+    }
+    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    _cleanup_free_ char *msg = NULL;
+    uint64_t size = 0;
+    q->required = in->capacity_range->required_bytes;
+    q->limit = in->capacity_range->limit_bytes;
+    int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
+    if (r == 0)
+        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
+                           "controller-expand", &q->cred, &msg);
+    if (r == 0)
+        r = capacity_pick(q->required, q->limit, 0, 0, &size, &msg);
+    if (r < 0) {
+        grpc_call_fail(call, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s", msg);
+        rbd_req_free(q);
+        return;
+    }
+    start(c, call, q, size, expand_fn, expand_done);
 }

@@ -6,7 +6,8 @@
  * image, the plugin keeps no record of it), the cluster file mapping
  * cluster ids to monitors (--rbd-clusters), the credentials taken from an
  * RPC's secrets (userID, userKey: kept in memory only, wiped after use,
- * never logged), and CreateVolume/DeleteVolume of RBD images through
+ * never logged), and CreateVolume/DeleteVolume/ControllerExpandVolume of
+ * RBD images through
  * librados/librbd's C API in a worker process (worker.h), each bounded. */
 #pragma once
 
@@ -58,6 +59,8 @@ void rbd_cred_clear(struct rbd_cred *c); /* wipes the key */
 /* The RPCs for an RBD volume (controller.c hands them over). */
 void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in);
 void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in);
+void rbd_expand_volume(struct csi *c, struct grpc_call *call,
+                       Csi__V1__ControllerExpandVolumeRequest *in);
 
 /* A request's data while its worker runs (struct op's rbd; op_end frees). */
 struct rbd_req;

@@ -11,6 +11,8 @@ a user confined to one pool namespace), through the plugin's gRPC socket:
     (UNAUTHENTICATED), unknown pool (INVALID_ARGUMENT), a namespace the
     user may not write (PERMISSION_DENIED), an unreachable
     cluster (UNAVAILABLE, bounded), and none of them leaves an image;
+  - ControllerExpandVolume grows the image (never shrinks; OUT_OF_RANGE
+    below its size, NOT_FOUND for a missing one, secrets required);
   - DeleteVolume is refused (FAILED_PRECONDITION) while a QSD has the image
     open, succeeds once that QSD is gone, is idempotent, and refuses an
     image the plugin did not create;
@@ -123,6 +125,26 @@ def main():
         assert again.volume_id == vid and again.capacity_bytes == 64 * MiB, again
         expect_code(c.CreateVolume, create("v1", size=128 * MiB), C.ALREADY_EXISTS,
                     "other size")
+
+        # --- expand: grows the image, never shrinks, needs the secret
+        def expand(req, lim=0, s=secrets, vid=vid):
+            return pb.ControllerExpandVolumeRequest(
+                volume_id=vid, capacity_range=pb.CapacityRange(required_bytes=req,
+                                                               limit_bytes=lim), secrets=s)
+        m = expect_code(c.ControllerExpandVolume, expand(128 * MiB, s={}), C.INVALID_ARGUMENT,
+                        "expand without secrets")
+        assert "userID" in m, m
+        r = c.ControllerExpandVolume(expand(128 * MiB), timeout=csilib.CALL_TIMEOUT)
+        assert r.capacity_bytes == 128 * MiB and r.node_expansion_required, r
+        info = json.loads(ceph.rbd("info", "--format", "json",
+                                   "%s/%s/v1" % (ceph.pool, ceph.namespace)))
+        assert info["size"] == 128 * MiB, info
+        r = c.ControllerExpandVolume(expand(64 * MiB), timeout=csilib.CALL_TIMEOUT)
+        assert r.capacity_bytes == 128 * MiB, r
+        expect_code(c.ControllerExpandVolume, expand(64 * MiB, 96 * MiB), C.OUT_OF_RANGE,
+                    "expand with a limit below the size")
+        expect_code(c.ControllerExpandVolume, expand(64 * MiB, vid=vid[:-1] + "9"), C.NOT_FOUND,
+                    "expand a missing volume")
 
         # --- delete: refused while a QSD holds the image, then done, idempotent
         dreq = pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets)
