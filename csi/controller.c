@@ -374,6 +374,11 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
                        why);
         return;
     }
+    if (startswith(in->name, RBD_NAME_PREFIX)) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "name: names starting with " RBD_NAME_PREFIX " are reserved (RBD volumes)");
+        return;
+    }
     if (!caps_ok(call, in->n_volume_capabilities, in->volume_capabilities))
         return;
     json_t *params = params_json(in->n_parameters, in->parameters);

@@ -13,6 +13,7 @@
 #include "qsd/base/names.h"
 #include "params.h"
 #include "paths.h"
+#include "rbd.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
@@ -254,18 +255,15 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     int gid;
     cap_group(in->volume_capability, &gid);
     bool ro = cap_read_only(in->volume_capability);
+    struct vol *rv = store_find_vol(c->store, in->volume_id);
+    if (rbd_is_name(in->volume_id) &&
+        (!rv || (rbd_record(rv) && !rv->staging_path && !rv->busy))) {
+        rbd_stage(c, call, in, gid, ro); /* the record and key, then node_stage_new */
+        return;
+    }
     struct vol *v = find_or_fail(c, call, in->volume_id);
     if (!v || !not_busy(call, v))
         return;
-    {
-        _cleanup_free_ char *other = csi_path_owner(c, in->staging_target_path, v->id);
-        if (other) {
-            grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                           "staging_target_path %s is already used by %s",
-                           in->staging_target_path, other);
-            return;
-        }
-    }
     if (v->staging_path) {
         if (!streq(v->staging_path, in->staging_target_path))
             grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
@@ -289,6 +287,20 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
             reply_empty(call);
         return;
     }
+    node_stage_new(c, call, v, in->staging_target_path, gid, ro);
+}
+
+void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
+                    int gid, bool ro)
+{
+    {
+        _cleanup_free_ char *other = csi_path_owner(c, path, v->id);
+        if (other) {
+            grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                           "staging_target_path %s is already used by %s", path, other);
+            return;
+        }
+    }
     {
         /* Unix socket addresses hold 107 bytes: a long id under a long
          * --run-dir cannot be served. */
@@ -308,7 +320,7 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
                        c->cfg->max_volumes);
         return;
     }
-    v->staging_path = xstrdup(in->staging_target_path);
+    v->staging_path = xstrdup(path);
     v->stage_gid = gid;
     v->stage_ro = ro;
     int r = store_save_vol(c->store, v);
@@ -346,6 +358,15 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     v->qsd = NULL;
     csi_remove_runtime(c, v->id);
     vol_clear_staging(v);
+    if (rbd_record(v)) {
+        /* The node's record of an RBD volume lives while it is staged. */
+        log_info("node", "volume unstaged", "volume=%s", v->id);
+        op->vol = NULL;
+        store_remove_vol(c->store, v);
+        reply_empty(op->call);
+        op_end(op);
+        return;
+    }
     int r = store_save_vol(c->store, v);
     if (r < 0)
         grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),

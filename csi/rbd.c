@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <unistd.h>
 #include <rados/librados.h>
+#include <time.h>
 #include <rbd/librbd.h>
 
 #define RBD_CONNECT_S "10"            /* client_mount_timeout, rados_mon_op_timeout */
@@ -35,6 +36,10 @@ struct rbd_req {
     struct rbd_cred cred;
     const char *clusters; /* the cluster file (plugin configuration) */
     int64_t required, limit;
+    char *name;           /* NodeStage: the record's name, staging path, group, mode */
+    char *path;
+    int gid;
+    bool ro;
 };
 
 /* ------------------------------------------------------------ pure parts */
@@ -53,6 +58,28 @@ bool rbd_is_id(const char *id)
     return id && startswith(id, RBD_ID_PREFIX);
 }
 
+void rbd_id_to_name(char *id)
+{
+    for (char *p = id; *p; p++)
+        if (*p == ':')
+            *p = '_';
+}
+
+bool rbd_is_name(const char *name)
+{
+    return name && startswith(name, RBD_NAME_PREFIX);
+}
+
+/* The location of a record's name (rbd_id_to_name reversed). */
+static int loc_from_name(const char *name, struct rbd_loc *ret, char **ret_msg)
+{
+    _cleanup_free_ char *id = xstrdup(name);
+    for (char *p = id; *p; p++)
+        if (*p == '_')
+            *p = ':';
+    return rbd_id_parse(id, "volume_id", ret, ret_msg);
+}
+
 char *rbd_id_format(const struct rbd_loc *l)
 {
     char *id = xasprintf(RBD_ID_PREFIX "%s:%s:%s:%s", l->cluster, l->pool, l->ns, l->image);
@@ -63,12 +90,17 @@ char *rbd_id_format(const struct rbd_loc *l)
     return id;
 }
 
-/* A part of an id or a parameter: a name per names.h (or "" when empty_ok). */
+/* A part of an id or a parameter: a name per names.h without '_' (the
+ * node's record name maps ':' to it), or "" when empty_ok. */
 static int part_ok(const char *v, size_t len, bool empty_ok, const char *what, char **ret_msg)
 {
     const char *why;
     if (len == 0 && empty_ok)
         return 0;
+    if (memchr(v, '_', len)) {
+        *ret_msg = xasprintf("%s must not contain '_' (RBD volumes)", what);
+        return -EINVAL;
+    }
     if (name_validate_n(v, len, &why) < 0) {
         *ret_msg = xasprintf("%s %s", what, why);
         return -EINVAL;
@@ -146,6 +178,10 @@ int rbd_params_parse(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p
     if (r == 0 && (!l.cluster || !l.pool)) {
         *ret_msg = xasprintf("parameter %s is missing (backend rbd needs clusterID and pool)",
                              l.cluster ? "pool" : "clusterID");
+        r = -EINVAL;
+    }
+    if (r == 0 && strchr(name, '_')) {
+        *ret_msg = xstrdup("name must not contain '_' for backend rbd");
         r = -EINVAL;
     }
     if (r == 0) {
@@ -274,6 +310,8 @@ void rbd_req_free(struct rbd_req *q)
         return;
     rbd_loc_clear(&q->loc);
     rbd_cred_clear(&q->cred);
+    free(q->name);
+    free(q->path);
     free(q);
 }
 
@@ -732,4 +770,161 @@ void rbd_expand_volume(struct csi *c, struct grpc_call *call,
         return;
     }
     start(c, call, q, size, expand_fn, expand_done);
+}
+
+/* ------------------------------------------------------------ node side */
+
+bool rbd_record(const struct vol *v)
+{
+    return streq_ptr(json_string_value(json_object_get(v->parameters, "backend")), "rbd");
+}
+
+int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
+{
+    struct rbd_loc l;
+    int r = loc_from_name(v->id, &l, ret_msg);
+    if (r < 0)
+        return r;
+    const char *user = json_string_value(json_object_get(v->parameters, "user"));
+    const char *mons = json_string_value(json_object_get(v->parameters, "monitors"));
+    struct qsd_paths p;
+    qsd_paths_init(c->cfg->run_dir, v->id, &p);
+    struct qsd_opts o;
+    qsd_opts_init(&o);
+    o.format = xstrdup("raw");
+    o.rbd = xcalloc(1, sizeof(*o.rbd));
+    *o.rbd = (struct qsd_rbd){l.pool, l.ns, l.image, xstrdup_or_null(user),
+                              xstrdup_or_null(mons), xstrdup(p.rbd_key)};
+    free(l.cluster);
+    qsd_paths_clear(&p);
+    o.iothread = false; /* as for local volumes (vol_export_opts) */
+    o.read_only = v->stage_ro;
+    o.socket_gid = v->stage_gid;
+    o.socket_mode = 0660;
+    if ((r = qsd_opts_validate(&o, ret_msg)) < 0) {
+        qsd_opts_clear(&o);
+        return r;
+    }
+    *ret = o;
+    return 0;
+}
+
+/* The image exists, is ours, and no other client holds its exclusive lock
+ * (two nodes never write at once: librbd's lock alone is cooperative and
+ * would be handed over); its size and the cluster's monitors. */
+static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    const struct rbd_req *q = op->rbd;
+    const char *name = q->loc.image;
+    struct conn k = {0};
+    int r = conn_open(q, &k, ret_msg);
+    if (r < 0)
+        return r == -ENOENT ? -ENODEV : r;
+    rbd_image_t img;
+    if ((r = rbd_open(k.io, name, &img, NULL)) < 0) {
+        *ret_msg = xasprintf("cannot open image %s: %s", name,
+                             r == -ENOENT ? "no such volume" : strerror(-r));
+        conn_close(&k);
+        return r == -ENOENT ? -ENODEV : r;
+    }
+    uint64_t size = 0;
+    rbd_lock_mode_t mode;
+    char *owners[4];
+    size_t n = ARRAY_SIZE(owners);
+    if ((r = image_ours(img, name, &size)) == 0) {
+        *ret_msg = xasprintf("image %s is not a volume of this plugin", name);
+        r = -ENODEV;
+    } else if (r > 0) {
+        r = rbd_lock_get_owners(img, &mode, owners, &n);
+        if (r == -ENOENT || (r == 0 && n == 0)) {
+            r = 0;
+        } else if (r == 0) {
+            *ret_msg = xasprintf("volume %s is in use: client %s holds the image's lock (staged "
+                                 "on another node?); unstage it there, or fence that node",
+                                 name, owners[0]);
+            rbd_lock_get_owners_cleanup(owners, n);
+            r = -EBUSY;
+        } else {
+            *ret_msg = xasprintf("cannot read the lock of image %s: %s", name, strerror(-r));
+        }
+    }
+    rbd_close(img);
+    conn_close(&k);
+    _cleanup_free_ char *mons = NULL;
+    if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
+        *ret_result = json_pack("{s:I, s:s}", "size", (json_int_t)size, "monitors", mons);
+    return r;
+}
+
+static void stage_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    struct csi *c = op->csi;
+    struct rbd_req *q = op->rbd;
+    struct grpc_call *call = op->call;
+    op->worker = NULL;
+    json_int_t size = 0;
+    const char *mons = NULL;
+    if (status == 0 && json_unpack(result, "{s:I, s:s}", "size", &size, "monitors", &mons) < 0)
+        status = -EBADMSG, msg = "worker returned no size";
+    struct vol *v = store_find_vol(c->store, q->name);
+    if (status == 0 && v && (v->staging_path || v->busy))
+        status = -EAGAIN, msg = "an operation on the volume is in progress";
+    if (status < 0) {
+        grpc_call_fail(call, status == -EAGAIN ? GRPC_ABORTED : rbd_code(status), "%s",
+                       msg ? msg : strerror(-status));
+        op_end(op);
+        return;
+    }
+    bool fresh = !v;
+    if (fresh) {
+        v = vol_new(q->name);
+        v->phase = PHASE_READY;
+        free(v->format);
+        v->format = xstrdup("raw");
+        v->created = (int64_t)time(NULL);
+        store_add_vol(c->store, v);
+    }
+    json_decref(v->parameters);
+    v->parameters = json_pack("{s:s, s:s, s:s}", "backend", "rbd", "user", q->cred.user,
+                              "monitors", mons);
+    v->size = v->image_size = (uint64_t)size;
+    int r = qsd_rbd_write_key(c->cfg->run_dir, v->id, q->cred.key);
+    _cleanup_free_ char *path = xstrdup(q->path);
+    int gid = q->gid;
+    bool ro = q->ro;
+    op_end(op); /* the key is wiped; the call goes on in node_stage_new */
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume's key file: %s",
+                       strerror(-r));
+    } else {
+        log_info("rbd", "staging", "volume=%s size=%" PRId64, v->id, (int64_t)size);
+        node_stage_new(c, call, v, path, gid, ro);
+    }
+    if (!v->staging_path) { /* refused before it was staged: no record, no key */
+        csi_remove_runtime(c, v->id);
+        store_remove_vol(c->store, v);
+    }
+}
+
+void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in,
+               int gid, bool ro)
+{
+    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    _cleanup_free_ char *msg = NULL;
+    int r = loc_from_name(in->volume_id, &q->loc, &msg);
+    if (r == 0)
+        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
+                           "node-stage", &q->cred, &msg);
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
+        rbd_req_free(q);
+        return;
+    }
+    q->name = xstrdup(in->volume_id);
+    q->path = xstrdup(in->staging_target_path);
+    q->gid = gid;
+    q->ro = ro;
+    start(c, call, q, 0, stage_fn, stage_done);
 }

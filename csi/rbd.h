@@ -6,8 +6,8 @@
  * image, the plugin keeps no record of it), the cluster file mapping
  * cluster ids to monitors (--rbd-clusters), the credentials taken from an
  * RPC's secrets (userID, userKey: kept in memory only, wiped after use,
- * never logged), and CreateVolume/DeleteVolume/ControllerExpandVolume of
- * RBD images through
+ * never logged), CreateVolume/DeleteVolume/ControllerExpandVolume of
+ * RBD images, and the node's record of a staged RBD volume, through
  * librados/librbd's C API in a worker process (worker.h), each bounded. */
 #pragma once
 
@@ -34,6 +34,12 @@ int rbd_id_parse(const char *id, const char *field, struct rbd_loc *ret, char **
 char *rbd_id_format(const struct rbd_loc *l);
 /* Whether id is an RBD volume id (by its prefix). */
 bool rbd_is_id(const char *id);
+/* The node keeps a record of a staged RBD volume under a name made from
+ * its id, ':' -> '_' (parts never contain '_'), in place: same length.
+ * Local volume names never start with RBD_NAME_PREFIX (CreateVolume). */
+#define RBD_NAME_PREFIX "rbd_"
+void rbd_id_to_name(char *id);
+bool rbd_is_name(const char *name);
 
 /* Whether StorageClass parameters select this backend (backend=rbd). */
 bool rbd_selected(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p);
@@ -61,6 +67,20 @@ void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
 void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in);
 void rbd_expand_volume(struct csi *c, struct grpc_call *call,
                        Csi__V1__ControllerExpandVolumeRequest *in);
+
+/* NodeStageVolume of an RBD volume (id already a record name) not staged
+ * here: in a worker, connect with the node-stage secret and check the image
+ * (ours, its size, no other client holding its exclusive lock), then make
+ * the node's record and the private key file, and go on as for any volume
+ * (node_stage_new). */
+struct Csi__V1__NodeStageVolumeRequest;
+void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in,
+               int gid, bool ro);
+/* Export options of a staged RBD volume's record (vol_export_opts). */
+struct vol;
+struct qsd_opts;
+bool rbd_record(const struct vol *v);
+int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
 
 /* A request's data while its worker runs (struct op's rbd; op_end frees). */
 struct rbd_req;

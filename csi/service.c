@@ -195,6 +195,18 @@ const char *csi_id_node(const struct csi *c, const char *id)
 
 bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *id)
 {
+    if (rbd_is_id(id)) {
+        /* An RBD volume: the node's record of it has a name made from the id. */
+        struct rbd_loc l;
+        _cleanup_free_ char *m = NULL;
+        if (rbd_id_parse(id, field, &l, &m) < 0) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", m);
+            return false;
+        }
+        rbd_loc_clear(&l);
+        rbd_id_to_name(id);
+        return true;
+    }
     char *at = id ? strchr(id, '@') : NULL;
     if (at) {
         const char *why;
@@ -311,6 +323,8 @@ int vol_params_from_json(json_t *params, struct vol_params *ret, char **ret_msg)
 
 int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
 {
+    if (rbd_record(v))
+        return rbd_export_opts(c, v, ret, ret_msg);
     struct vol_params p;
     int r = vol_params_from_json(v->parameters, &p, ret_msg);
     if (r < 0)

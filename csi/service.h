@@ -138,6 +138,11 @@ bool cap_read_only(const Csi__V1__VolumeCapability *cap);
 /* volume_mount_group -> gid (-1 when empty); -EINVAL if not a number. */
 int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);
 
+/* NodeStageVolume of volume v, not staged yet, at path (node.c): checks,
+ * records the staging, starts its QSD, answers call. */
+void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
+                    int gid, bool ro);
+
 /* Export options for a volume (its parameters, image, staging flags). */
 int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
 /* Parse StorageClass parameters kept as a JSON object of strings (params.h). */

@@ -13,13 +13,19 @@ a user confined to one pool namespace), through the plugin's gRPC socket:
     cluster (UNAVAILABLE, bounded), and none of them leaves an image;
   - ControllerExpandVolume grows the image (never shrinks; OUT_OF_RANGE
     below its size, NOT_FOUND for a missing one, secrets required);
+  - NodeStageVolume starts the volume's QSD with QEMU's rbd driver (key in
+    the private control directory, not on its command line), NodePublish
+    hands out the socket, a vhost-user client writes and reads back, also
+    after unstage and a new stage; a second plugin (another node) is refused
+    staging it while the first one's QSD holds the image's lock; unstage
+    leaves no QSD and no key file;
   - DeleteVolume is refused (FAILED_PRECONDITION) while a QSD has the image
     open, succeeds once that QSD is gone, is idempotent, and refuses an
     image the plugin did not create;
   - the key is in no log line and on no command line.
 
 usage: test_csi_rbd.py PLUGIN_BINARY PROTO_DIR [QSDCTL]
-~25 s (of which ~10 s Ceph start)."""
+~25 s (of which ~10 s Ceph start, 10 s the unreachable cluster's bound)."""
 import json
 import os
 import signal
@@ -41,7 +47,7 @@ C = grpc.StatusCode
 
 
 def main():
-    plugin, proto = sys.argv[1], sys.argv[2]
+    plugin, proto, qsdctl = sys.argv[1], sys.argv[2], sys.argv[3]
     why = cephlib.have_ceph()
     if why:
         csilib.skip("Ceph " + why + " (scripts/setup.sh installs it)")
@@ -145,6 +151,69 @@ def main():
                     "expand with a limit below the size")
         expect_code(c.ControllerExpandVolume, expand(64 * MiB, vid=vid[:-1] + "9"), C.NOT_FOUND,
                     "expand a missing volume")
+
+        # --- node: stage (its QSD with QEMU's rbd driver), publish, a vhost-user
+        # client writes and reads back; a second node cannot stage it meanwhile.
+        k = env.kubelet
+        stg = os.path.join(k, "plugins/kubernetes.io/csi/test.qsd-csi.dev/s1/globalmount")
+        tgt = os.path.join(k, "pods/p1/volumes/kubernetes.io~csi/v1/mount")
+        os.makedirs(stg)
+        os.makedirs(os.path.dirname(tgt))
+        cap = mount_cap(pb)
+        sreq = pb.NodeStageVolumeRequest(volume_id=vid, staging_target_path=stg,
+                                         volume_capability=cap, secrets=secrets)
+        m = expect_code(c.NodeStageVolume, pb.NodeStageVolumeRequest(
+            volume_id=vid, staging_target_path=stg, volume_capability=cap), C.INVALID_ARGUMENT,
+            "stage without secrets")
+        assert "userID" in m, m
+        c.NodeStageVolume(sreq, timeout=csilib.CALL_TIMEOUT)
+        c.NodeStageVolume(sreq, timeout=csilib.CALL_TIMEOUT)  # idempotent
+        c.NodePublishVolume(pb.NodePublishVolumeRequest(
+            volume_id=vid, staging_target_path=stg, target_path=tgt, volume_capability=cap),
+            timeout=csilib.CALL_TIMEOUT)
+        sock = os.path.join(tgt, "vhost.sock")
+        subprocess.run([qsdctl, "verify", "--timeout-ms", "20000", "--size", str(128 * MiB),
+                        "--write", "--seed", "9", sock], check=True, timeout=120)
+        meta = json.load(open(os.path.join(tgt, "volume.json")))
+        assert meta["size"] == 128 * MiB, meta
+        for pid in env.running_qsds():
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                assert ceph.key.encode() not in f.read(), "key on a QSD's command line"
+        m = expect_code(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets),
+                        C.FAILED_PRECONDITION, "delete while staged")
+        # A second node (another plugin, other node id) is refused while the
+        # first one's QSD holds the image's lock.
+        env2 = csilib.Env(plugin, proto, prefix="qsd-csi-test-node2-")
+        try:
+            env2.node = "node-2"
+            c2 = env2.start(extra=["--rbd-clusters", clusters])
+            stg2 = os.path.join(env2.kubelet, "plugins/kubernetes.io/csi/x/s1/globalmount")
+            os.makedirs(stg2)
+            m = expect_code(c2.NodeStageVolume, pb.NodeStageVolumeRequest(
+                volume_id=vid, staging_target_path=stg2, volume_capability=cap,
+                secrets=secrets), C.FAILED_PRECONDITION, "stage on a second node")
+            assert "in use" in m, m
+            assert not env2.running_qsds(), env2.running_qsds()
+        finally:
+            env2.cleanup()
+        c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tgt),
+                              timeout=csilib.CALL_TIMEOUT)
+        c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=stg),
+                            timeout=csilib.CALL_TIMEOUT)
+        assert not env.running_qsds(), env.running_qsds()
+        assert not os.path.exists(os.path.join(env.run, "ctl", vid.replace(":", "_"))), \
+            "the key file's directory is left"
+        # Staged again (a new QSD): the data is in Ceph.
+        c.NodeStageVolume(sreq, timeout=csilib.CALL_TIMEOUT)
+        c.NodePublishVolume(pb.NodePublishVolumeRequest(
+            volume_id=vid, staging_target_path=stg, target_path=tgt, volume_capability=cap),
+            timeout=csilib.CALL_TIMEOUT)
+        subprocess.run([qsdctl, "verify", "--timeout-ms", "20000", "--check", "--seed", "9",
+                        sock], check=True, timeout=120)
+        c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tgt),
+                              timeout=csilib.CALL_TIMEOUT)
+        c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=stg),
+                            timeout=csilib.CALL_TIMEOUT)
 
         # --- delete: refused while a QSD holds the image, then done, idempotent
         dreq = pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets)

@@ -275,11 +275,13 @@ void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *r
     p.state = xasprintf("%s/qsd.json", p.ctl_dir);
     p.log = xasprintf("%s/qsd.log", p.ctl_dir);
     p.lock = xasprintf("%s/lock", p.ctl_dir);
+    p.rbd_key = xasprintf("%s/rbd.key", p.ctl_dir);
     *ret = p;
 }
 
 void qsd_paths_clear(struct qsd_paths *p)
 {
+    free(p->rbd_key);
     free(p->run_dir);
     free(p->export_dir);
     free(p->socket);

@@ -1,7 +1,10 @@
 /* qsd/qemu/rbdsrc.c: see rbdsrc.h. */
 #include "qsd/qemu/rbdsrc.h"
+#include "qsd/base/fsat.h"
 #include "qsd/base/names.h"
 #include "qsd/base/util.h"
+
+#include <fcntl.h>
 
 void qsd_rbd_free(struct qsd_rbd *r)
 {
@@ -149,6 +152,21 @@ int qsd_rbd_from_json(json_t *j, struct qsd_rbd **ret, char **ret_msg)
     }
     *ret = r;
     return 0;
+}
+
+int qsd_rbd_write_key(const char *run_dir, const char *volume, const char *key)
+{
+    int r = mkdir_p(run_dir, 0711); /* configuration: trusted */
+    if (r < 0)
+        return r;
+    _cleanup_close_ int run = open(run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int ctl = -1, vol = -1;
+    if (run < 0)
+        return -errno;
+    if ((r = fsat_mkdirs(run, "ctl", 0700, &ctl)) < 0 ||
+        (r = fsat_mkdirs(ctl, volume, 0700, &vol)) < 0)
+        return r;
+    return fsat_write_replace(vol, "rbd.key", key, strlen(key), 0600, -1);
 }
 
 json_t *qsd_rbd_secret_json(const struct qsd_rbd *r)

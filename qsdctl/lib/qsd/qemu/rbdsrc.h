@@ -30,6 +30,11 @@ bool qsd_rbd_monitor_ok(const char *m);
 json_t *qsd_rbd_to_json(const struct qsd_rbd *r);
 int qsd_rbd_from_json(json_t *j, struct qsd_rbd **ret, char **ret_msg);
 
+/* Write key to the volume's private key file (qsd_paths.rbd_key: the
+ * control directory, 0700, created here; the file 0600, no fsync: it goes
+ * with the run directory, qsd_remove_runtime removes it). */
+int qsd_rbd_write_key(const char *run_dir, const char *volume, const char *key);
+
 #define QSD_RBD_SECRET_ID "rbd-key0"
 /* QSD's --object of the key and its --blockdev of the image (node). */
 json_t *qsd_rbd_secret_json(const struct qsd_rbd *r);
