@@ -6,7 +6,9 @@
  * secrets' user and key set in memory, no configuration file, no log, no
  * admin socket; connection and operations bounded by RBD_CONNECT_S and
  * RBD_OP_S, the worker by RBD_WORKER_MS) and does the operation with
- * librbd.  The worker's errno becomes the gRPC code (rbd_code). */
+ * librbd.  The worker's errno becomes the gRPC code (rbd_code).
+ * NodeStageVolume's worker only checks (rbd_stage); the node's record, the
+ * key file and the QSD (rbd_export_opts) are made on the loop after it. */
 #include "rbd.h"
 #include "params.h"
 #include "service.h"
