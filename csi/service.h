@@ -106,6 +106,11 @@ bool cap_read_only(const Csi__V1__VolumeCapability *cap);
 /* volume_mount_group -> gid (-1 when empty); -EINVAL if not a number. */
 int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);
 
+/* Export options for a volume from its StorageClass parameters (a JSON
+ * object of strings), image and format (both taken over, freed on error),
+ * and staging flags: what every QSD the plugin starts runs with. */
+int export_opts_from(json_t *parameters, char *image, char *format, bool read_only, int gid,
+                     struct qsd_opts *ret, char **ret_msg);
 /* Export options for a volume (its parameters, image, staging flags). */
 int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
 /* Parse StorageClass parameters kept as a JSON object of strings (params.h). */
