@@ -91,6 +91,12 @@ class Bench:
         self.qsds = {}  # name -> Popen
         self.rows = []  # every measurement
         self.psi = []
+        want = a.configs.split(",") if a.configs else [c[0] for c in CONFIGS]
+        self.configs = [c for c in CONFIGS if c[0] in want]
+        self.names = want
+        unknown = set(want) - {c[0] for c in CONFIGS}
+        if unknown:
+            sys.exit("bench: unknown configuration(s): %s" % ", ".join(sorted(unknown)))
 
     # ---------------------------------------------------------------- QSDs
     def shipped_argv(self, image, params, name):
@@ -159,11 +165,22 @@ class Bench:
             c += ["--qsd-pid", str(qsd_pid)]
         return c + [target]
 
-    def run_many(self, cmds):
-        """Run the clients at once; their parsed JSON results."""
+    def run_many(self, cmds, count_pid=None):
+        """Run the clients at once; their parsed JSON results.  With
+        count_pid (and perf installed): that process's io_uring_enter calls
+        (or io_submit) calls per I/O, counted over most of the measured window."""
         self.psi_sample()
         ps = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for c in cmds]
+        enters = None
+        if count_pid and shutil.which("perf"):
+            time.sleep(self.a.ramp_ms / 1000.0 + 0.05)
+            window = self.a.runtime_ms * 0.8 / 1000.0
+            st = subprocess.run(["perf", "stat", "-x,", "-e", "syscalls:sys_enter_io_uring_enter",
+                                 "-e", "syscalls:sys_enter_io_submit", "-p", str(count_pid), "--",
+                                 "sleep", "%.3f" % window], capture_output=True, text=True)
+            n = [int(m.group(1)) for m in re.finditer(r"^(\d+),", st.stderr, re.M)]
+            enters = sum(n) / window if len(n) == 2 else None
         out = []
         for p, c in zip(ps, cmds):
             o, e = p.communicate(timeout=600)
@@ -171,6 +188,8 @@ class Bench:
                 self.stop_all()
                 sys.exit("bench: %s failed: %s" % (" ".join(c), e))
             out.append(json.loads(o)["results"][0])
+        if enters is not None:
+            out[0]["submits_per_io"] = enters / max(out[0]["iops"], 1)
         return out
 
     def record(self, section, label, rnd, test, n, res):
@@ -229,7 +248,7 @@ class Bench:
         os.sync()
 
     def single(self, rnd):
-        for name, fmt, params, queues, patch in CONFIGS:
+        for name, fmt, params, queues, patch in self.configs:
             image = self.raw[0] if fmt == "raw" else self.qcow2[0]
             sock, pid, argv = self.start_qsd(name, image, params, patch)
             self.argvs[name] = argv
@@ -237,7 +256,8 @@ class Bench:
             for t in TESTS:
                 lim = self.run_many([self.qsdctl_cmd(self.raw[0], t)])[0]
                 self.record("single", "limit@" + name, rnd, t, 1, [lim])
-                res = self.run_many([self.qsdctl_cmd(sock, t, queues, pid)])[0]
+                res = self.run_many([self.qsdctl_cmd(sock, t, queues, pid)],
+                                    count_pid=pid if t.endswith("qd32") else None)[0]
                 self.record("single", name, rnd, t, 1, [res])
             self.stop_qsd(name)
         for t in TESTS:
@@ -251,7 +271,7 @@ class Bench:
 
     def multi(self, rnd):
         by_name = {c[0]: c for c in CONFIGS}
-        for name in MULTI_CONFIGS:
+        for name in [c for c in MULTI_CONFIGS if c in by_name and c in self.names]:
             _, fmt, params, queues, patch = by_name[name]
             for n in (1, 2, 4):
                 print("bench: round %d: %d x %s" % (rnd, n, name), file=sys.stderr)
@@ -336,15 +356,17 @@ def report(b):
              if x.get(key) is not None]
         return med(v) if v else None
 
-    labels = [c[0] for c in CONFIGS] + ["qemu-img"] + (["fio"] if runs("single", "fio", TESTS[0]) else [])
+    labels = [c[0] for c in b.configs] + ["qemu-img"] + (["fio"] if runs("single", "fio", TESTS[0]) else [])
     summary = {}
     for c in labels:
         summary[c] = {"ratio": {t: ratio("single", c, t) for t in TESTS},
                       "qd1_mean_delta_us": {t: delta(c, t) for t in ("randread-4k-qd1", "randwrite-4k-qd1")},
                       "qsd_cpu_us_per_io": {t: m("single", c, t, "qsd_cpu_us_per_io") for t in TESTS},
-                      "client_cpu_us_per_io": {t: m("single", c, t, "client_cpu_us_per_io") for t in TESTS}}
+                      "client_cpu_us_per_io": {t: m("single", c, t, "client_cpu_us_per_io") for t in TESTS},
+                      "submits_per_io": {t: m("single", c, t, "submits_per_io") for t in TESTS}}
+    multi_configs = [c for c in MULTI_CONFIGS if c in b.names]
     multi = {c: {t: {n: ratio("multi", c, t, n) for n in (1, 2, 4)} for t in MULTI_TESTS}
-             for c in MULTI_CONFIGS}
+             for c in multi_configs}
     psi_cpu = [p["cpu"] for p in b.psi if p.get("cpu") is not None]
     psi_io = [p["io"] for p in b.psi if p.get("io") is not None]
     json.dump({"machine": b.machine, "argv": b.argvs, "summary": summary, "multi": {
@@ -368,21 +390,24 @@ def report(b):
           "IOPS / limit: median over rounds (min-max) of each run divided by the limit "
           "(`qsdctl bench` on the raw file: io_uring, O_DIRECT) run just before it. "
           "`+us`: depth-1 mean latency above the limit. CPU per I/O at depth 32 "
-          "(QSD: all its threads; client: `qsdctl bench`, or the limit's/fio's/qemu-img's own). "
+          "(QSD: all its threads; client: `qsdctl bench`, or the limit's/fio's/qemu-img's own); "
+          "QSD's io_uring_enter + io_submit calls per I/O at depth 32 (perf stat; the limit makes ~0.07). "
           "Targets: rr4k qd32 >= 0.8, rr4k qd1 mean <= limit + 15 us, rw4k qd32 >= 0.8.", ""]
     L.append("| configuration | " + " | ".join(SHORT[t] for t in TESTS) +
-             " | rr qd1 +us | rw qd1 +us | QSD CPU us/IO rr/rw qd32 | client CPU us/IO rr/rw qd32 |")
-    L.append("|" + "---|" * (len(TESTS) + 5))
+             " | rr qd1 +us | rw qd1 +us | QSD CPU us/IO rr/rw qd32 | client CPU us/IO rr/rw qd32 |"
+             " QSD submit syscalls/IO rr/rw qd32 |")
+    L.append("|" + "---|" * (len(TESTS) + 6))
     for c in labels:
         s = summary[c]
-        L.append("| %s | %s | %s | %s | %s / %s | %s / %s |" % (
+        L.append("| %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
             c, " | ".join(fr(s["ratio"][t]) for t in TESTS),
             f(s["qd1_mean_delta_us"]["randread-4k-qd1"], "%+.0f"),
             f(s["qd1_mean_delta_us"]["randwrite-4k-qd1"], "%+.0f"),
             f(s["qsd_cpu_us_per_io"]["randread-4k-qd32"], "%.1f"),
             f(s["qsd_cpu_us_per_io"]["randwrite-4k-qd32"], "%.1f"),
             f(s["client_cpu_us_per_io"]["randread-4k-qd32"], "%.1f"),
-            f(s["client_cpu_us_per_io"]["randwrite-4k-qd32"], "%.1f")))
+            f(s["client_cpu_us_per_io"]["randwrite-4k-qd32"], "%.1f"),
+            f(s["submits_per_io"]["randread-4k-qd32"]), f(s["submits_per_io"]["randwrite-4k-qd32"])))
     L += ["", "Limit, CPU per I/O of the limit itself at depth 32 (rr/rw): %s / %s us." % (
         f(m("single", "limit@shipped-raw", "randread-4k-qd32", "client_cpu_us_per_io"), "%.1f"),
         f(m("single", "limit@shipped-raw", "randwrite-4k-qd32", "client_cpu_us_per_io"), "%.1f")), ""]
@@ -400,7 +425,7 @@ def report(b):
           "Target: 4 volumes >= 0.9.", ""]
     L.append("| configuration | test | 1 | 2 | 4 | aggregate IOPS 1 / 2 / 4 | limit 1 / 2 / 4 |")
     L.append("|---|---|---|---|---|---|---|")
-    for c in MULTI_CONFIGS:
+    for c in multi_configs:
         for t in MULTI_TESTS:
             def aggs(label):
                 return " / ".join(f(med([agg(r) for r in runs("multi", label, t, n).values()] or [0]), "%.0f")
@@ -420,7 +445,7 @@ def report(b):
         for c in labels:
             fh.write(c + " " + " ".join("%.3f" % (summary[c]["ratio"][t] or (0,))[0] for t in TESTS) + "\n")
     with open(os.path.join(b.run, "multi.dat"), "w") as fh:
-        cols = [(c, t) for c in MULTI_CONFIGS for t in MULTI_TESTS]
+        cols = [(c, t) for c in multi_configs for t in MULTI_TESTS]
         fh.write("n " + " ".join('"%s %s"' % (c, SHORT[t]) for c, t in cols) + "\n")
         for n in (1, 2, 4):
             fh.write("%d %s\n" % (n, " ".join("%.3f" % (multi[c][t][n] or (0,))[0] for c, t in cols)))
@@ -442,9 +467,9 @@ plot for [i=2:5] "{run}/ratio.dat" using i:xtic(1) title columnheader(i)
 set title "N volumes at once: aggregate IOPS / N limit runs at once"
 set arrow 1 from graph 0, first 0.9 to graph 1, first 0.9 nohead dt 2 lc rgb "red"
 set xtics norotate
-plot for [i=2:5] "{run}/multi.dat" using i:xtic(1) title columnheader(i)
+plot for [i=2:{mc}] "{run}/multi.dat" using i:xtic(1) title columnheader(i)
 unset multiplot
-""".format(out=out, run=b.run, r=b.a.rounds)
+""".format(out=out, run=b.run, r=b.a.rounds, mc=1 + 2 * len(multi_configs))
         subprocess.run(["gnuplot"], input=gp, text=True, check=True)
         print("bench: wrote %s/results.md, results.json, bench.png" % out, file=sys.stderr)
     else:
@@ -457,6 +482,7 @@ def main():
     p.add_argument("--runtime-ms", type=int, default=1000)
     p.add_argument("--ramp-ms", type=int, default=300)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--configs", help="comma list of configurations (default: all)")
     p.add_argument("--out", default="docs/bench")
     p.add_argument("--workdir", default="build/bench")
     p.add_argument("--plugin", default="build/csi/qsd-csi-plugin")
