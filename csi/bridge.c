@@ -604,8 +604,8 @@ static void publish_bridge(struct csi *c, struct grpc_call *call,
         int r = save_bridge(bs, b);
         if (r < 0) {
             bridge_free(b);
-            grpc_call_fail(call, GRPC_INTERNAL, "cannot write the bridge record: %s",
-                           strerror(-r));
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the bridge record: %s", strerror(-r));
             return;
         }
         bs->b = xrealloc(bs->b, (bs->n_b + 1) * sizeof(*bs->b));
@@ -738,8 +738,8 @@ static void publish_request(struct csi *c, struct grpc_call *call,
         int r = save_rec(bs->req_rec_dir, q->volume_id, req_to_json(q));
         if (r < 0) {
             req_free(q);
-            grpc_call_fail(call, GRPC_INTERNAL, "cannot write the request record: %s",
-                           strerror(-r));
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the request record: %s", strerror(-r));
             return;
         }
         bs->r = xrealloc(bs->r, (bs->n_r + 1) * sizeof(*bs->r));

@@ -3,7 +3,8 @@
  * Volumes are qcow2/raw images in the node's pool, snapshots standalone qcow2
  * files (image.h).  Every handler validates first (INVALID_ARGUMENT), then
  * looks records up (NOT_FOUND), then takes the records' busy flags (a second
- * operation on a busy id is ABORTED), then acts.  Long work (image creation,
+ * operation on a busy id is ABORTED), then checks the capacity policy
+ * (capacity.h: RESOURCE_EXHAUSTED), then acts.  Long work (image creation,
  * copies, offline resize, snapshots) runs in a worker process (worker.h) so
  * the loop never blocks; records are written with phase "creating" before
  * and "ready" after, so a crash leaves nothing half-created (service.c). */
@@ -15,7 +16,7 @@
 #include "qsd/base/util.h"
 
 #include <inttypes.h>
-#include <sys/statvfs.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define COPY_TIMEOUT_MS (60ull * 60 * 1000)  /* creation (preallocation), copies, live snapshots */
@@ -47,6 +48,28 @@ static json_t *params_json(size_t n, Csi__V1__CreateVolumeRequest__ParametersEnt
     return params_json_k(n, p, false);
 }
 
+/* A restore or clone is made where its source lives: one of another node
+ * fails at once, naming the node to schedule on.  RESOURCE_EXHAUSTED is the
+ * specification's "unable to provision in accessible_topology" (the
+ * external-provisioner then lets the scheduler pick a node again).  Then
+ * the id is validated and made the local name (csi_id_ok). */
+static bool source_here(struct csi *c, struct grpc_call *call, const char *type, char *id)
+{
+    bool snap = streq(type, "snapshot");
+    const char *field = snap ? "volume_content_source.snapshot.snapshot_id"
+                             : "volume_content_source.volume.volume_id";
+    const char *node = csi_id_node(c, id);
+    if (node && name_validate(node, NULL) == 0) {
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
+                       "source %s %.*s lives on node %s and volumes are node-local: schedule the "
+                       "pod that uses this claim on node %s (nodeSelector %s: %s), this is node %s",
+                       type, (int)(node - 1 - id), id, node, node, c->topo_key, node,
+                       c->cfg->node_id);
+        return false;
+    }
+    return csi_id_ok(c, call, field, id);
+}
+
 static bool topology_ok(struct csi *c, const Csi__V1__TopologyRequirement *req)
 {
     if (!req || req->n_requisite == 0)
@@ -73,6 +96,7 @@ struct volmsg {
     Csi__V1__VolumeContentSource__VolumeSource vsrc;
     Csi__V1__Volume__VolumeContextEntry ctx[8];
     Csi__V1__Volume__VolumeContextEntry *ctxp[8];
+    char id[CSI_ID_MAX + 1], src_id[CSI_ID_MAX + 1];
 };
 
 static void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
@@ -92,7 +116,7 @@ static void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
     m->topo.segments = m->segs;
     m->topos[0] = &m->topo;
     m->vol.capacity_bytes = (int64_t)v->size;
-    m->vol.volume_id = v->id;
+    m->vol.volume_id = (char *)csi_id_out(c, v->id, m->id);
     m->vol.n_accessible_topology = 1;
     m->vol.accessible_topology = m->topos;
     const char *k;
@@ -111,12 +135,12 @@ static void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
     m->vol.n_volume_context = n;
     m->vol.volume_context = m->ctxp;
     if (v->src_type && streq(v->src_type, "snapshot")) {
-        m->ssrc.snapshot_id = v->src_id;
+        m->ssrc.snapshot_id = (char *)csi_id_out(c, v->src_id, m->src_id);
         m->src.type_case = CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT;
         m->src.snapshot = &m->ssrc;
         m->vol.content_source = &m->src;
     } else if (v->src_type) {
-        m->vsrc.volume_id = v->src_id;
+        m->vsrc.volume_id = (char *)csi_id_out(c, v->src_id, m->src_id);
         m->src.type_case = CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME;
         m->src.volume = &m->vsrc;
         m->vol.content_source = &m->src;
@@ -132,15 +156,16 @@ static void reply_volume(struct csi *c, struct grpc_call *call, const struct vol
     grpc_call_reply_pb(call, &out.base);
 }
 
-static void snapmsg_fill(const struct snap *sn, Csi__V1__Snapshot *s, Google__Protobuf__Timestamp *ts)
+static void snapmsg_fill(struct csi *c, const struct snap *sn, Csi__V1__Snapshot *s,
+                         Google__Protobuf__Timestamp *ts, char ids[2][CSI_ID_MAX + 1])
 {
     *ts = (Google__Protobuf__Timestamp)GOOGLE__PROTOBUF__TIMESTAMP__INIT;
     ts->seconds = sn->created_sec;
     ts->nanos = sn->created_nsec;
     *s = (Csi__V1__Snapshot)CSI__V1__SNAPSHOT__INIT;
     s->size_bytes = (int64_t)sn->size;
-    s->snapshot_id = sn->id;
-    s->source_volume_id = sn->source;
+    s->snapshot_id = (char *)csi_id_out(c, sn->id, ids[0]);
+    s->source_volume_id = (char *)csi_id_out(c, sn->source, ids[1]);
     s->creation_time = ts;
     s->ready_to_use = true;
 }
@@ -313,9 +338,8 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
     store_remove_vol(c->store, v);
     csi_gc(c);
     enum grpc_code code = status == -ENOENT ? GRPC_NOT_FOUND
-                          : status == -ENOSPC ? GRPC_RESOURCE_EXHAUSTED
                           : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
-                                                     : GRPC_INTERNAL;
+                                                     : capacity_errno_code(status, GRPC_INTERNAL);
     grpc_call_fail(op->call, code, "%s", msg ? msg : strerror(-status));
     op_end(op);
 }
@@ -355,7 +379,8 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
     int64_t req = in->capacity_range ? in->capacity_range->required_bytes : 0;
     int64_t lim = in->capacity_range ? in->capacity_range->limit_bytes : 0;
     uint64_t size;
-    const char *st = NULL, *sid = NULL;
+    const char *st = NULL;
+    char *sid = NULL;
     struct vol *v = NULL, *src = NULL;
     struct snap *ssrc = NULL;
     /* Malformed ranges first (the source's size is not known yet). */
@@ -370,17 +395,15 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
         if (cs->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT && cs->snapshot) {
             st = "snapshot";
             sid = cs->snapshot->snapshot_id;
-            if (!id_ok(call, "volume_content_source.snapshot.snapshot_id", sid))
-                goto out;
         } else if (cs->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME && cs->volume) {
             st = "volume";
             sid = cs->volume->volume_id;
-            if (!id_ok(call, "volume_content_source.volume.volume_id", sid))
-                goto out;
         } else {
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_content_source has no type");
             goto out;
         }
+        if (!source_here(c, call, st, sid))
+            goto out;
     }
     if (!topology_ok(c, in->accessibility_requirements)) {
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
@@ -437,15 +460,13 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
                        in->name);
         goto out;
     }
-    if (!streq(p.preallocation, "off") && !streq(p.preallocation, "metadata")) {
-        struct statvfs sv;
-        if (statvfs(c->pool.volumes, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < size) {
-            grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
-                           "the pool has less free space than the %" PRIu64
-                           " bytes preallocation=%s needs", size, p.preallocation);
-            goto out;
-        }
-    }
+    bool prealloc = !streq(p.preallocation, "off") && !streq(p.preallocation, "metadata");
+    char *what = xasprintf("volume %s of %" PRIu64 " bytes (preallocation=%s)", in->name, size,
+                           p.preallocation);
+    bool admitted = capacity_admit(c, call, what, size, prealloc ? size : 0);
+    free(what);
+    if (!admitted)
+        goto out;
     v = vol_new(in->name);
     v->phase = PHASE_CREATING;
     free(v->format);
@@ -464,7 +485,8 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
     store_add_vol(c->store, v);
     if ((r = store_save_vol(c->store, v)) < 0) {
         store_remove_vol(c->store, v);
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
         goto out;
     }
     struct op *op = op_begin(c, call);
@@ -503,7 +525,7 @@ static void delete_finish(struct csi *c, struct vol *v)
 static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
 {
     Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     struct vol *v = store_find_vol(c->store, in->volume_id);
     if (!v) {
@@ -531,7 +553,8 @@ static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__Delete
     int r = store_save_vol(c->store, v);
     if (r < 0) {
         v->phase = PHASE_READY;
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
         return;
     }
     delete_finish(c, v);
@@ -543,7 +566,7 @@ static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__Delete
 static void validate_caps(struct csi *c, struct grpc_call *call,
                           Csi__V1__ValidateVolumeCapabilitiesRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (in->n_volume_capabilities == 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
@@ -602,6 +625,21 @@ static int parse_token(const char *tok, const char *prefix, const char **ret)
     return 0;
 }
 
+/* A ListSnapshots filter: NULL for none, the record name for an id of
+ * this node (suffix cut in place), NOTHING for another node's id. */
+static const char NOTHING[] = "";
+static const char *list_filter(struct csi *c, char *id)
+{
+    if (!id || !*id)
+        return NULL;
+    if (csi_id_node(c, id))
+        return NOTHING;
+    char *at = strchr(id, '@');
+    if (at)
+        *at = '\0';
+    return id;
+}
+
 static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVolumesRequest *in)
 {
     const char *after;
@@ -619,15 +657,17 @@ static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVol
     Csi__V1__ListVolumesResponse__Entry *ents = xcalloc(cap + 1, sizeof(*ents));
     Csi__V1__ListVolumesResponse__Entry **list = xcalloc(cap + 1, sizeof(*list));
     _cleanup_free_ char *next = NULL;
+    const char *last = NULL;
     for (size_t i = 0; i < cap; i++) {
         struct vol *v = c->store->vols[i];
         if (v->phase != PHASE_READY || (after && strcmp(v->id, after) <= 0))
             continue;
         if (in->max_entries > 0 && n == (size_t)in->max_entries) {
-            next = xasprintf("%s%s", LIST_TOKEN_VOL, list[n - 1]->volume->volume_id);
+            next = xasprintf("%s%s", LIST_TOKEN_VOL, last);
             break;
         }
         volmsg_fill(c, v, &msgs[n]);
+        last = v->id;
         ents[n] = (Csi__V1__ListVolumesResponse__Entry)CSI__V1__LIST_VOLUMES_RESPONSE__ENTRY__INIT;
         ents[n].volume = &msgs[n].vol;
         list[n] = &ents[n];
@@ -659,8 +699,9 @@ static void get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapa
         return;
     }
     unsigned align = p.opts.logical_block_size;
+    bool prealloc = !streq(p.preallocation, "off") && !streq(p.preallocation, "metadata");
     vol_params_clear(&p);
-    uint64_t avail = 0;
+    uint64_t avail = 0, max = 0;
     bool usable = true;
     for (size_t i = 0; i < in->n_volume_capabilities; i++)
         if (cap_problem(in->volume_capabilities[i]))
@@ -673,18 +714,20 @@ static void get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapa
                 match = true;
         usable = usable && match;
     }
-    struct statvfs sv;
     if (usable) {
-        if (statvfs(c->pool.volumes, &sv) < 0) {
-            grpc_call_fail(call, GRPC_INTERNAL, "statvfs %s: %s", c->pool.volumes,
-                           strerror(errno));
+        /* The policy's view (capacity.h): free space less the reserve, or
+         * what the overcommit limit leaves; CreateVolume admits exactly
+         * the sizes up to maximum_volume_size. */
+        struct pool_figures f;
+        if ((r = capacity_figures(c, &f, &msg)) < 0) {
+            grpc_call_fail(call, GRPC_INTERNAL, "%s", msg);
             return;
         }
-        avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+        capacity_available(&f, prealloc, align, IMAGE_MAX_SIZE, &avail, &max);
     }
     Google__Protobuf__Int64Value maxv = GOOGLE__PROTOBUF__INT64_VALUE__INIT,
                                  minv = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
-    maxv.value = (int64_t)IMAGE_MAX_SIZE;
+    maxv.value = (int64_t)max;
     minv.value = (int64_t)align;
     Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
     out.available_capacity = (int64_t)MIN(avail, (uint64_t)INT64_MAX);
@@ -793,11 +836,12 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
     return 0;
 }
 
-static void reply_snapshot(struct grpc_call *call, const struct snap *sn)
+static void reply_snapshot(struct csi *c, struct grpc_call *call, const struct snap *sn)
 {
     Csi__V1__Snapshot s;
     Google__Protobuf__Timestamp ts;
-    snapmsg_fill(sn, &s, &ts);
+    char ids[2][CSI_ID_MAX + 1];
+    snapmsg_fill(c, sn, &s, &ts, ids);
     Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
     out.snapshot = &s;
     grpc_call_reply_pb(call, &out.base);
@@ -824,7 +868,7 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
                      sn->source, op->flag ? "yes" : "no", sn->layers ? "yes" : "no",
                      json_array_size(sn->layers),
                      json_is_true(json_object_get(result, "merging")) ? "yes" : "no");
-            reply_snapshot(op->call, sn);
+            reply_snapshot(c, op->call, sn);
             op_end(op);
             return;
         }
@@ -835,8 +879,10 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
     snapshot_delete(&c->pool, sn->id, &m);
     op->snap = NULL;
     store_remove_snap(c->store, sn);
-    grpc_call_fail(op->call, status == -ECONNREFUSED ? GRPC_UNAVAILABLE : GRPC_INTERNAL, "%s",
-                   msg ? msg : strerror(-status));
+    grpc_call_fail(op->call,
+                   status == -ECONNREFUSED ? GRPC_UNAVAILABLE
+                                           : capacity_errno_code(status, GRPC_INTERNAL),
+                   "%s", msg ? msg : strerror(-status));
     op_end(op);
 }
 
@@ -854,7 +900,7 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
                        why);
         return;
     }
-    if (!id_ok(call, "source_volume_id", in->source_volume_id))
+    if (!csi_id_ok(c, call, "source_volume_id", in->source_volume_id))
         return;
     for (size_t i = 0; i < in->n_parameters; i++)
         if (!startswith(in->parameters[i]->key, K8S_PREFIX)) {
@@ -868,7 +914,7 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
         if (sn->busy || sn->phase != PHASE_READY)
             grpc_call_fail(call, GRPC_ABORTED, "an operation on snapshot %s is in progress", sn->id);
         else if (streq(sn->source, in->source_volume_id))
-            reply_snapshot(call, sn);
+            reply_snapshot(c, call, sn);
         else
             grpc_call_fail(call, GRPC_ALREADY_EXISTS,
                            "snapshot %s exists with a different source volume (%s)", sn->id,
@@ -889,6 +935,17 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
                        "volume %s is staged but its QSD is not running (restarting)", v->id);
         return;
     }
+    /* A snapshot of a qcow2 volume is thin (its data stays where it is);
+     * of a raw one, a copy of what the volume has allocated. */
+    uint64_t need = 0;
+    _cleanup_free_ char *vpath = NULL;
+    struct stat vst;
+    if (streq(v->format, "raw") && pool_find_volume(&c->pool, v->id, &vpath, NULL) == 0 &&
+        stat(vpath, &vst) == 0)
+        need = (uint64_t)vst.st_blocks * 512;
+    _cleanup_free_ char *what = xasprintf("snapshot %s of volume %s", in->name, v->id);
+    if (!capacity_admit(c, call, what, 0, need))
+        return;
     _cleanup_free_ char *spath = pool_snapshot_path(&c->pool, in->name);
     if (access(spath, F_OK) == 0) {
         grpc_call_fail(call, GRPC_ALREADY_EXISTS,
@@ -908,7 +965,8 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
     int r = store_save_snap(c->store, sn);
     if (r < 0) {
         store_remove_snap(c->store, sn);
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the snapshot record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the snapshot record: %s", strerror(-r));
         return;
     }
     struct op *op = op_begin(c, call);
@@ -924,7 +982,7 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in)
 {
     Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
-    if (!id_ok(call, "snapshot_id", in->snapshot_id))
+    if (!csi_id_ok(c, call, "snapshot_id", in->snapshot_id))
         return;
     struct snap *sn = store_find_snap(c->store, in->snapshot_id);
     if (!sn) {
@@ -939,7 +997,8 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
     int r = store_save_snap(c->store, sn);
     if (r < 0) {
         sn->phase = PHASE_READY;
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the snapshot record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the snapshot record: %s", strerror(-r));
         return;
     }
     _cleanup_free_ char *msg = NULL;
@@ -967,25 +1026,27 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
         grpc_call_fail(call, GRPC_ABORTED, "starting_token is not a token this plugin issued");
         return;
     }
-    const char *only = in->snapshot_id && *in->snapshot_id ? in->snapshot_id : NULL;
-    const char *from = in->source_volume_id && *in->source_volume_id ? in->source_volume_id : NULL;
+    const char *only = list_filter(c, in->snapshot_id), *from = list_filter(c, in->source_volume_id);
     store_sort(c->store);
-    size_t cap = c->store->n_snaps, n = 0;
+    size_t cap = only == NOTHING || from == NOTHING ? 0 : c->store->n_snaps, n = 0;
     Csi__V1__Snapshot *snaps = xcalloc(cap + 1, sizeof(*snaps));
+    char (*ids)[2][CSI_ID_MAX + 1] = xcalloc(cap + 1, sizeof(*ids));
     Google__Protobuf__Timestamp *ts = xcalloc(cap + 1, sizeof(*ts));
     Csi__V1__ListSnapshotsResponse__Entry *ents = xcalloc(cap + 1, sizeof(*ents));
     Csi__V1__ListSnapshotsResponse__Entry **list = xcalloc(cap + 1, sizeof(*list));
     _cleanup_free_ char *next = NULL;
+    const char *last = NULL;
     for (size_t i = 0; i < cap; i++) {
         struct snap *sn = c->store->snaps[i];
         if (sn->phase != PHASE_READY || (after && strcmp(sn->id, after) <= 0) ||
             (only && !streq(sn->id, only)) || (from && !streq(sn->source, from)))
             continue;
         if (in->max_entries > 0 && n == (size_t)in->max_entries) {
-            next = xasprintf("%s%s", LIST_TOKEN_SNAP, snaps[n - 1].snapshot_id);
+            next = xasprintf("%s%s", LIST_TOKEN_SNAP, last);
             break;
         }
-        snapmsg_fill(sn, &snaps[n], &ts[n]);
+        snapmsg_fill(c, sn, &snaps[n], &ts[n], ids[n]);
+        last = sn->id;
         ents[n] = (Csi__V1__ListSnapshotsResponse__Entry)CSI__V1__LIST_SNAPSHOTS_RESPONSE__ENTRY__INIT;
         ents[n].snapshot = &snaps[n];
         list[n] = &ents[n];
@@ -999,6 +1060,7 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
     free(list);
     free(ents);
     free(ts);
+    free(ids);
     free(snaps);
 }
 
@@ -1033,15 +1095,16 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
         v->size = v->image_size = op->size;
         int r = store_save_vol(op->csi->store, v);
         if (r < 0) {
-            grpc_call_fail(op->call, GRPC_INTERNAL, "cannot write the volume record: %s",
-                           strerror(-r));
+            grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the volume record: %s", strerror(-r));
         } else {
             log_info("controller", "volume expanded offline", "volume=%s size=%" PRIu64, v->id,
                      v->size);
             reply_expand(op->call, v->size, false);
         }
     } else {
-        grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg ? msg : strerror(-status));
+        grpc_call_fail(op->call, capacity_errno_code(status, GRPC_INTERNAL), "%s",
+                       msg ? msg : strerror(-status));
     }
     op_end(op);
 }
@@ -1049,7 +1112,7 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
 static void expand_volume(struct csi *c, struct grpc_call *call,
                           Csi__V1__ControllerExpandVolumeRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->capacity_range) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "capacity_range is missing");
@@ -1095,6 +1158,10 @@ static void expand_volume(struct csi *c, struct grpc_call *call,
         reply_expand(call, v->size, v->staging_path && v->image_size < v->size);
         return;
     }
+    _cleanup_free_ char *what = xasprintf("expansion of volume %s from %" PRIu64 " to %" PRIu64
+                                          " bytes", v->id, v->size, size);
+    if (!capacity_admit(c, call, what, size - v->size, 0))
+        return;
     if (v->staging_path) {
         /* In use: the node grows it through the live QSD (NodeExpandVolume), or
          * NodeStageVolume does it offline before the next start. */
@@ -1102,7 +1169,8 @@ static void expand_volume(struct csi *c, struct grpc_call *call,
         v->size = size;
         if ((r = store_save_vol(c->store, v)) < 0) {
             v->size = old;
-            grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the volume record: %s", strerror(-r));
             return;
         }
         log_info("controller", "volume expansion recorded, node expansion required",

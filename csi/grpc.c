@@ -74,6 +74,8 @@ struct grpc_server {
     unsigned n_sessions;
     size_t buffered;       /* sum of every stream's body_cap */
     bool draining;
+    grpc_observer_fn observer;
+    void *observer_opaque;
 };
 
 static const char *const code_names[] = {
@@ -193,6 +195,12 @@ static const struct grpc_method *server_find(const struct grpc_server *srv, cons
     return NULL;
 }
 
+void grpc_server_set_observer(struct grpc_server *srv, grpc_observer_fn fn, void *opaque)
+{
+    srv->observer = fn;
+    srv->observer_opaque = opaque;
+}
+
 void grpc_server_free(struct grpc_server *srv)
 {
     if (!srv)
@@ -232,13 +240,19 @@ void grpc_server_shutdown(struct grpc_server *srv)
 
 /* ------------------------------------------------------------ RPC logging */
 
-static void log_rpc(const char *method, enum log_level ok_level, enum grpc_code code,
-                    const char *message, uint64_t start_us)
+/* The one place every RPC ends: its log line and the server's observer
+ * (metrics).  The observer sees a registered method or NULL, never the
+ * peer's path (a peer could send any number of distinct paths). */
+static void log_rpc(struct grpc_server *srv, const char *method, enum log_level ok_level,
+                    enum grpc_code code, const char *message, uint64_t start_us)
 {
+    uint64_t us = now_us() - start_us;
+    if (srv->observer)
+        srv->observer(streq(method, "-") ? NULL : server_find(srv, method), code, us,
+                      srv->observer_opaque);
     enum log_level level = code == GRPC_OK ? ok_level : LOG_WARN;
     if (level < log_min_level)
         return;
-    uint64_t us = now_us() - start_us;
     if (message && *message) {
         _cleanup_free_ char *q = log_quote(message);
         log_emit(level, "grpc", "rpc", "method=%s code=%s duration_ms=%.3f error=%s", method,
@@ -298,7 +312,7 @@ static int stream_answer(struct grpc_stream *st, enum grpc_code code, const char
         return -EALREADY;
     st->answered = true;
     st->code = code;
-    log_rpc(method_for_log, ok_level, code, message, st->start_us);
+    log_rpc(s->srv, method_for_log, ok_level, code, message, st->start_us);
 
     int r;
     if (code == GRPC_OK) {
@@ -333,7 +347,7 @@ static void stream_http_error(struct grpc_stream *st, const char *status)
     st->answered = true;
     const nghttp2_nv hdrs[] = {NV(":status", status, 3)};
     nghttp2_submit_response(st->sess->h2, st->id, hdrs, ARRAY_SIZE(hdrs), NULL);
-    log_rpc(st->path ? st->path : "-", LOG_INFO, GRPC_INTERNAL,
+    log_rpc(st->sess->srv, st->path ? st->path : "-", LOG_INFO, GRPC_INTERNAL,
             streq(status, "415") ? "unsupported content-type" : "method not allowed",
             st->start_us);
     session_wake(st->sess);
@@ -504,7 +518,8 @@ static void stream_free(struct grpc_stream *st)
         /* Abandoned before an answer (peer reset, connection closed,
          * shutdown grace over): the only log line of this RPC. */
         const struct grpc_method *m = st->call ? st->call->method : NULL;
-        log_rpc(m ? m->path : (st->path ? st->path : "-"), m ? m->log_level : LOG_INFO,
+        log_rpc(s->srv, m ? m->path : (st->path ? st->path : "-"),
+                m ? m->log_level : LOG_INFO,
                 GRPC_CANCELLED,
                 st->call ? "stream closed before the handler answered"
                          : "stream closed before the request was complete",
@@ -574,7 +589,7 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *frame, const uint
     st->header_bytes += namelen + valuelen + 32;
     if (st->header_bytes > s->srv->lim.max_header_list) {
         st->answered = true; /* nothing more is dispatched or sent on it */
-        log_rpc(st->path ? st->path : "-", LOG_INFO, GRPC_RESOURCE_EXHAUSTED,
+        log_rpc(s->srv, st->path ? st->path : "-", LOG_INFO, GRPC_RESOURCE_EXHAUSTED,
                 "header list too large", st->start_us);
         nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_ENHANCE_YOUR_CALM);
         return 0;

@@ -5,7 +5,8 @@
  * Layers:
  *  - struct grpc_server: the method table, the limits, and every session.  It
  *    decides each RPC's final status and logs each RPC exactly once (method,
- *    code, duration) at the point where that status is decided.
+ *    code, duration) at the point where that status is decided, where it
+ *    also tells its observer (metrics.h).
  *  - struct grpc_session: one HTTP/2 connection.  Pure: no I/O.  Feed received
  *    bytes with grpc_session_recv(), collect bytes to send with
  *    grpc_session_output()/grpc_session_consume().  Cleartext HTTP/2 with prior
@@ -85,6 +86,12 @@ void grpc_server_free(struct grpc_server *srv);
 /* Register a table (not copied: it must outlive the server).  Paths must be
  * unique across tables. */
 int grpc_server_add_methods(struct grpc_server *srv, const struct grpc_method *m, size_t n);
+/* Called once per RPC when its final status is decided (where it is
+ * logged): the registered method (NULL for an unknown path), its code and
+ * how long it took.  For metrics; must not call back into the server. */
+typedef void (*grpc_observer_fn)(const struct grpc_method *m, enum grpc_code code,
+                                 uint64_t duration_us, void *opaque);
+void grpc_server_set_observer(struct grpc_server *srv, grpc_observer_fn fn, void *opaque);
 /* Start a graceful shutdown: GOAWAY on every session, refuse new sessions and
  * new streams, let calls in flight finish. */
 void grpc_server_shutdown(struct grpc_server *srv);

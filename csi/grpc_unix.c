@@ -10,6 +10,7 @@
  * sockets only: nothing here waits. */
 #include "grpc.h"
 #include "qsd/base/loop.h"
+#include "qsd/base/probe.h"
 #include "qsd/base/util.h"
 
 #include <sys/socket.h>
@@ -295,7 +296,7 @@ int grpc_listener_new(struct loop *loop, struct grpc_server *srv, const char *pa
     if (lstat(path, &stt) == 0) {
         if (!S_ISSOCK(stt.st_mode))
             return -EEXIST;
-        if (unix_socket_probe(path) == 0)
+        if (probe_socket(path) == 0)
             return -EADDRINUSE;
         if (unlink(path) < 0)
             return -errno;

@@ -5,6 +5,9 @@
  * GOAWAY, calls in flight finish within a bounded grace period, exit 0. */
 #include "config.h"
 #include "grpc.h"
+#include "http.h"
+#include "metrics.h"
+#include "volstats.h"
 #include "qsd/base/log.h"
 #include "qsd/base/loop.h"
 #include "plugin.h"
@@ -29,6 +32,9 @@ struct plugin {
     struct grpc_listener *ln;
     struct identity *identity;
     struct csi *csi;
+    struct volstats *vstats;
+    struct metrics *metrics;
+    struct http_server *http;
     int sigfd;
     struct loop_watch *sigwatch;
     bool stopping;
@@ -62,6 +68,17 @@ static void usage(FILE *f)
             "                        (default: none, QSDs stay in the plugin's cgroup)\n"
             "  --qsd-cpu-weight N    CPU weight of that cgroup, 1-10000 (cgroup v2 scale)\n"
             "  --qsd-memory-max SIZE memory limit of that cgroup (e.g. 4G)\n"
+            "  --http-endpoint HOST:PORT  serve /metrics (Prometheus) and /healthz over\n"
+            "                        HTTP on this TCP address (numeric IPv4, [IPv6], or\n"
+            "                        :PORT for every IPv4 address; default: none)\n"
+            "  --metrics-interval S  seconds between statistics rounds and QSD monitor\n"
+            "                        probes, 1-3600 (default 10)\n"
+            "  --capacity-reserve SIZE|PCT%%  space kept free on the pool's filesystem:\n"
+            "                        nothing is created, grown or snapshotted into it\n"
+            "                        (default 10%% of the filesystem's size)\n"
+            "  --overcommit-ratio R  the volumes' virtual sizes add up to at most R times\n"
+            "                        the filesystem's size less the reserve (0.01-1000,\n"
+            "                        e.g. 1.5; default: no limit)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
@@ -164,7 +181,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
-           O_CPUW, O_MEMMAX, O_PRINT };
+           O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_PRINT };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -180,6 +197,10 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"qsd-cgroup", required_argument, NULL, O_CGROUP},
         {"qsd-cpu-weight", required_argument, NULL, O_CPUW},
         {"qsd-memory-max", required_argument, NULL, O_MEMMAX},
+        {"http-endpoint", required_argument, NULL, O_HTTP},
+        {"metrics-interval", required_argument, NULL, O_MINTERVAL},
+        {"capacity-reserve", required_argument, NULL, O_RESERVE},
+        {"overcommit-ratio", required_argument, NULL, O_OVERCOMMIT},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -197,6 +218,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .qsd_binary = QSD_BINARY_DEFAULT,
         .max_volumes = 128,
         .unplug_timeout_ms = 600 * 1000,
+        .metrics_interval_ms = 10 * 1000,
+        .capacity = {.reserve_pct = CAPACITY_DEFAULT_RESERVE_PCT},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -249,6 +272,41 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
             cfg->qsd_memory_max = v;
             break;
         }
+        case O_HTTP: {
+            struct sockaddr_storage ss;
+            unsigned sl;
+            if (http_parse_endpoint(optarg, &ss, &sl) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --http-endpoint '%s' (HOST:PORT with a "
+                                "numeric host, [IPv6]:PORT or :PORT)\n", optarg);
+                return 2;
+            }
+            cfg->http_endpoint = optarg;
+            break;
+        }
+        case O_MINTERVAL: {
+            uint64_t v;
+            if (parse_uint(optarg, 1, 3600, &v) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --metrics-interval '%s' (1-3600 s)\n",
+                        optarg);
+                return 2;
+            }
+            cfg->metrics_interval_ms = v * 1000;
+            break;
+        }
+        case O_RESERVE:
+            if (capacity_parse_reserve(optarg, &cfg->capacity) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --capacity-reserve '%s' (a size such "
+                                "as 20G, or a percentage 0%%-99%%)\n", optarg);
+                return 2;
+            }
+            break;
+        case O_OVERCOMMIT:
+            if (capacity_parse_ratio(optarg, &cfg->capacity) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --overcommit-ratio '%s' (0.01-1000, "
+                                "at most two decimals)\n", optarg);
+                return 2;
+            }
+            break;
         case O_MAXVOL: {
             uint64_t v;
             if (parse_uint(optarg, 1, 100000, &v) < 0) {
@@ -341,12 +399,36 @@ old:
     return -ENOSYS;
 }
 
+/* /healthz is answered from the event loop: an answer means the loop turns. */
+static void on_http(const char *path, int *ret_status, const char **ret_type, char **ret_body,
+                    size_t *ret_len, void *opaque)
+{
+    struct plugin *pl = opaque;
+    if (streq(path, "/metrics")) {
+        if (metrics_render(pl->metrics, ret_body, ret_len) == 0) {
+            *ret_status = 200;
+            *ret_type = "text/plain; version=0.0.4; charset=utf-8";
+        }
+    } else if (streq(path, "/healthz")) {
+        *ret_status = 200;
+        *ret_body = xstrdup("ok\n");
+        *ret_len = 3;
+    } else {
+        *ret_status = 404;
+    }
+}
+
 static void plugin_free(struct plugin *pl)
 {
+    http_server_free(pl->http);
     grpc_listener_free(pl->ln);
+    volstats_free(pl->vstats);
+    if (pl->csi)
+        pl->csi->vstats = NULL;
     csi_free(pl->csi);
     grpc_server_free(pl->srv);
     identity_free(pl->identity);
+    metrics_free(pl->metrics);
     loop_watch_remove(pl->sigwatch);
     loop_free(pl->loop);
     if (pl->sigfd >= 0)
@@ -410,6 +492,10 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    volstats_new(pl.csi, pl.cfg.metrics_interval_ms, &pl.vstats);
+    pl.csi->vstats = pl.vstats;
+    metrics_new(pl.csi, &pl.metrics);
+    grpc_server_set_observer(pl.srv, metrics_rpc_observe, pl.metrics);
 
     {
         _cleanup_free_ char *dir = xstrdup(pl.cfg.socket_path);
@@ -426,10 +512,19 @@ int main(int argc, char **argv)
                   strerror(-r));
         goto out;
     }
+    if (pl.cfg.http_endpoint) {
+        r = http_server_new(pl.loop, pl.cfg.http_endpoint, on_http, &pl, &pl.http);
+        if (r < 0) {
+            log_error("plugin", "cannot listen for HTTP", "endpoint=%s error=\"%s\"",
+                      pl.cfg.http_endpoint, strerror(-r));
+            goto out;
+        }
+    }
     pl.sigwatch = loop_watch_fd(pl.loop, pl.sigfd, POLLIN, on_signal, &pl);
 
-    log_info("plugin", "serving", "endpoint=%s driver=%s node=%s version=%s",
-             pl.cfg.endpoint, pl.cfg.driver_name, pl.cfg.node_id, QSD_CSI_VERSION);
+    log_info("plugin", "serving", "endpoint=%s http=%s driver=%s node=%s version=%s",
+             pl.cfg.endpoint, pl.cfg.http_endpoint ? pl.cfg.http_endpoint : "none",
+             pl.cfg.driver_name, pl.cfg.node_id, QSD_CSI_VERSION);
     r = loop_run(pl.loop);
     if (r < 0) {
         log_error("plugin", "event loop failed", "error=\"%s\"", strerror(-r));

@@ -15,6 +15,7 @@
 #include "service.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
+#include "volstats.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -127,7 +128,7 @@ static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapa
 
 /* A start that failed: a first stage is undone (kubelet retries it from
  * scratch); a repair (op->flag) leaves the volume staged, not served. */
-static void stage_failed(struct op *op, const char *msg)
+static void stage_failed(struct op *op, int status, const char *msg)
 {
     struct csi *c = op->csi;
     struct vol *v = op->vol;
@@ -138,7 +139,7 @@ static void stage_failed(struct op *op, const char *msg)
         vol_clear_staging(v);
         store_save_vol(c->store, v);
     }
-    grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg);
+    grpc_call_fail(op->call, capacity_errno_code(status, GRPC_INTERNAL), "%s", msg);
     op_end(op);
 }
 
@@ -153,7 +154,7 @@ static void stage_started(struct csi *c, struct vol *v, int status, const char *
         op_end(op);
         return;
     }
-    stage_failed(op, msg ? msg : strerror(-status));
+    stage_failed(op, status, msg ? msg : strerror(-status));
 }
 
 static void stage_start(struct op *op)
@@ -161,8 +162,9 @@ static void stage_start(struct op *op)
     struct csi *c = op->csi;
     struct vol *v = op->vol;
     _cleanup_free_ char *msg = NULL;
-    if (vol_qsd_start(c, v, stage_started, op, &msg) < 0)
-        stage_failed(op, msg);
+    int r = vol_qsd_start(c, v, stage_started, op, &msg);
+    if (r < 0)
+        stage_failed(op, r, msg);
 }
 
 static int grow_fn(void *arg, char **ret_msg, json_t **ret_result)
@@ -184,8 +186,8 @@ static void grow_done(int status, const char *msg, json_t *result, void *opaque)
     if (status < 0) {
         vol_clear_staging(v);
         store_save_vol(op->csi->store, v);
-        grpc_call_fail(op->call, GRPC_INTERNAL, "growing the image to the expanded size: %s",
-                       msg ? msg : strerror(-status));
+        grpc_call_fail(op->call, capacity_errno_code(status, GRPC_INTERNAL),
+                       "growing the image to the expanded size: %s", msg ? msg : strerror(-status));
         op_end(op);
         return;
     }
@@ -236,7 +238,7 @@ static size_t staged_count(struct csi *c)
 static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in)
 {
     const char *why;
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->staging_target_path || !*in->staging_target_path) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "staging_target_path is missing");
@@ -311,7 +313,8 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     int r = store_save_vol(c->store, v);
     if (r < 0) {
         vol_clear_staging(v);
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
         return;
     }
     struct op *op = op_begin(c, call);
@@ -344,7 +347,8 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     vol_clear_staging(v);
     int r = store_save_vol(c->store, v);
     if (r < 0)
-        grpc_call_fail(op->call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
     else {
         log_info("node", "volume unstaged", "volume=%s", v->id);
         reply_empty(op->call);
@@ -354,7 +358,7 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
 
 static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageVolumeRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id) ||
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id) ||
         !path_ok(c, call, "staging_target_path", in->staging_target_path, false))
         return;
     struct vol *v = find_or_fail(c, call, in->volume_id);
@@ -459,7 +463,7 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
         bridge_publish_ephemeral(c, call, in);
         return;
     }
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->target_path || !*in->target_path) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "target_path is missing");
@@ -556,7 +560,8 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
         int r = store_save_vol(c->store, v);
         if (r < 0) {
             vol_del_pub(v, v->n_pubs - 1);
-            grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the volume record: %s", strerror(-r));
             return;
         }
     }
@@ -588,7 +593,7 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
 
 static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpublishVolumeRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id) ||
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id) ||
         !path_ok(c, call, "target_path", in->target_path, false))
         return;
     if (bridge_unpublish_ephemeral(c, call, in->volume_id, in->target_path))
@@ -613,7 +618,8 @@ static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpubl
     vol_del_pub(v, (size_t)i);
     v->released_ms = realtime_ms();
     if ((r = store_save_vol(c->store, v)) < 0) {
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                       "cannot write the volume record: %s", strerror(-r));
         return;
     }
     log_info("node", "volume unpublished", "volume=%s target=%s", v->id, in->target_path);
@@ -629,7 +635,7 @@ static bool path_is_vol(const struct vol *v, const char *path)
 
 static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeStatsRequest *in)
 {
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->volume_path || !*in->volume_path) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
@@ -645,19 +651,11 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
                        in->volume_path);
         return;
     }
-    _cleanup_free_ char *image = NULL, *fmt = NULL;
     uint64_t used = 0;
     struct stat st;
-    struct chain ch;
-    _cleanup_free_ char *cm = NULL;
     /* The data the volume sees: its whole chain of layers, shared ones
      * included (they are its data too), at most its capacity. */
-    if (pool_find_volume(&c->pool, v->id, &image, &fmt) == 0 &&
-        pool_chain(&c->pool, image, fmt, &ch, &cm) == 0) {
-        for (size_t k = 0; k < ch.n; k++)
-            used += ch.l[k].alloc;
-        chain_clear(&ch);
-    }
+    (void)vol_allocated(c, v->id, &used);
     uint64_t total = v->image_size;
     used = MIN(used, total);
     Csi__V1__VolumeUsage u = CSI__V1__VOLUME_USAGE__INIT, *ul[1] = {&u};
@@ -669,8 +667,13 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     struct qsd_paths p;
     qsd_paths_init(c->cfg->run_dir, v->id, &p);
     _cleanup_free_ char *m = NULL;
+    const char *hung = volstats_hung_reason(c->vstats, v);
     if (!v->staging_path) {
         m = xstrdup("not staged");
+    } else if (vol_live(v) && hung) {
+        cond.abnormal = true;
+        m = xasprintf("qemu-storage-daemon of volume %s (pid %d) is hung: %s", v->id,
+                      (int)qsd_get_pid(v->qsd), hung);
     } else if (v->qsd && qsd_crash_looping(v->qsd)) {
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s keeps dying at start (crash loop, retried "
@@ -681,6 +684,8 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     } else if (stat(p.socket, &st) < 0 || !S_ISSOCK(st.st_mode)) {
         cond.abnormal = true;
         m = xasprintf("vhost-user socket %s is missing", p.socket);
+    } else if ((m = volstats_pool_problem(c->vstats, v, used))) {
+        cond.abnormal = true;
     } else {
         m = xasprintf("served by qemu-storage-daemon pid %d (restarts: %u)",
                       (int)qsd_get_pid(v->qsd), qsd_restart_count(v->qsd));
@@ -705,12 +710,12 @@ static void expand_finish(struct op *op, int status, const char *msg)
         if (r == 0)
             r = store_save_vol(op->csi->store, v);
         if (rm < 0) {
-            grpc_call_fail(op->call, GRPC_INTERNAL,
+            grpc_call_fail(op->call, capacity_errno_code(rm, GRPC_INTERNAL),
                            "volume %s grew to %" PRIu64 " bytes, but its volume.json could not "
                            "be rewritten: %s", v->id, op->size, strerror(-rm));
         } else if (r < 0) {
-            grpc_call_fail(op->call, GRPC_INTERNAL, "cannot write the volume record: %s",
-                           strerror(-r));
+            grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the volume record: %s", strerror(-r));
         } else {
             log_info("node", "volume expanded online", "volume=%s size=%" PRIu64, v->id, op->size);
             Csi__V1__NodeExpandVolumeResponse out = CSI__V1__NODE_EXPAND_VOLUME_RESPONSE__INIT;
@@ -718,8 +723,9 @@ static void expand_finish(struct op *op, int status, const char *msg)
             grpc_call_reply_pb(op->call, &out.base);
         }
     } else {
-        grpc_call_fail(op->call, status == -ECONNRESET || status == -ETIMEDOUT ? GRPC_UNAVAILABLE
-                                                                               : GRPC_INTERNAL,
+        grpc_call_fail(op->call, status == -ECONNRESET || status == -ETIMEDOUT
+                                     ? GRPC_UNAVAILABLE
+                                     : capacity_errno_code(status, GRPC_INTERNAL),
                        "%s", msg);
     }
     op_end(op);
@@ -731,7 +737,7 @@ static void on_resized(struct qmp *q, const struct qmp_reply *r, void *opaque)
     if (r->status < 0) {
         _cleanup_free_ char *m = xasprintf("block_resize failed: %s",
                                            r->err && r->err->desc ? r->err->desc : strerror(-r->status));
-        expand_finish(op, r->status, m);
+        expand_finish(op, errno_from_text(r->status, m), m);
         return;
     }
     expand_finish(op, 0, NULL);
@@ -817,7 +823,7 @@ static void on_qmp_state(struct qmp *q, int status, const struct qmp_error *err,
 static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVolumeRequest *in)
 {
     const char *why;
-    if (!id_ok(call, "volume_id", in->volume_id))
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
         return;
     if (!in->volume_path || !*in->volume_path) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
@@ -862,6 +868,12 @@ static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVol
         grpc_call_fail(call, GRPC_UNAVAILABLE,
                        "the QSD of volume %s is not running (being restarted): retry", v->id);
         return;
+    }
+    if (size > v->size) {
+        _cleanup_free_ char *what = xasprintf("expansion of volume %s from %" PRIu64 " to %" PRIu64
+                                              " bytes", v->id, v->size, size);
+        if (!capacity_admit(c, call, what, size - v->size, 0))
+            return;
     }
     struct op *op = op_begin(c, call);
     op->vol = v;

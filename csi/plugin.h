@@ -4,6 +4,7 @@
  * entry points each service file exports: a method table for grpc.h. */
 #pragma once
 
+#include "capacity.h"
 #include "grpc.h"
 
 #include <stdbool.h>
@@ -27,6 +28,9 @@ struct plugin_config {
     const char *qsd_cgroup;   /* cgroup of the QSDs ("/qsd-csi"), NULL: the plugin's own */
     unsigned qsd_cpu_weight;  /* 0: leave */
     uint64_t qsd_memory_max;  /* 0: leave */
+    const char *http_endpoint; /* HOST:PORT of /metrics and /healthz, NULL: none */
+    uint64_t metrics_interval_ms; /* statistics and QSD probes (volstats.h) */
+    struct capacity_policy capacity; /* --capacity-reserve, --overcommit-ratio */
 };
 
 struct identity;

@@ -142,6 +142,44 @@ bool id_ok(struct grpc_call *call, const char *field, const char *id)
     return true;
 }
 
+const char *csi_id_out(const struct csi *c, const char *name, char buf[CSI_ID_MAX + 1])
+{
+    const char *node = c->cfg->node_id;
+    if (name_validate(node, NULL) < 0 || strlen(name) + 1 + strlen(node) > CSI_ID_MAX)
+        return name;
+    size_t n = strlen(name);
+    memcpy(buf, name, n);
+    buf[n] = '@';
+    strcpy(buf + n + 1, node); /* fits: checked above */
+    return buf;
+}
+
+const char *csi_id_node(const struct csi *c, const char *id)
+{
+    const char *at = id ? strchr(id, '@') : NULL;
+    return at && !streq(at + 1, c->cfg->node_id) ? at + 1 : NULL;
+}
+
+bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *id)
+{
+    char *at = id ? strchr(id, '@') : NULL;
+    if (at) {
+        const char *why;
+        if (name_validate(at + 1, &why) < 0) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s: the node after '@' %s", field, why);
+            return false;
+        }
+        if (!streq(at + 1, c->cfg->node_id)) {
+            grpc_call_fail(call, GRPC_NOT_FOUND,
+                           "%s %s lives on node %s, not on this node (%s): volumes and snapshots "
+                           "are node-local", field, id, at + 1, c->cfg->node_id);
+            return false;
+        }
+        *at = '\0';
+    }
+    return id_ok(call, field, id);
+}
+
 /* ------------------------------------------------------ capabilities */
 
 const char *cap_problem(const Csi__V1__VolumeCapability *cap)

@@ -4,7 +4,7 @@
  * staged volume), the in-flight operations (struct op: one per asynchronous
  * RPC, holding the call and the busy flags of the records it works on), the
  * decoding of every request (CSI_HANDLER: NUL and size checks first), the
- * volume-capability rules, start-up recovery (finish or undo half-done
+ * ids the CO sees (csi_id_*: "<name>@<node>"), the volume-capability rules, start-up recovery (finish or undo half-done
  * records, adopt or restart the QSDs of staged volumes, stop the QSDs of
  * unstaged ones), and the periodic bound on the QSDs' logs. */
 #pragma once
@@ -39,6 +39,7 @@ struct csi {
     size_t n_tracked;
     struct qsd_cgroup cgroup; /* where QSDs run (--qsd-cgroup), joined at spawn */
     struct loop_timer *log_timer; /* bounds the QSDs' logs (qsd_log_trim) */
+    struct volstats *vstats; /* health and I/O figures, cached (volstats.h; set by main) */
 };
 
 /* One asynchronous RPC.  Records named here are busy until op_end(). */
@@ -99,6 +100,19 @@ ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMess
 /* Validate an id field: non-empty and valid per names.h.  On failure the
  * call is failed with INVALID_ARGUMENT and false returned. */
 bool id_ok(struct grpc_call *call, const char *field, const char *id);
+
+/* Volume and snapshot ids as the CO sees them carry the node that holds
+ * them ("<name>@<node id>": both are node-local, so a node handed another
+ * node's id can say where it lives); plain names, as issued before, and ids
+ * that would pass CSI's 128 bytes are this node's.  csi_id_out gives the
+ * CO's form of a record's name (in buf); csi_id_node the node an id names
+ * when it is another one (pointer into id), else NULL; csi_id_ok validates
+ * like id_ok and cuts this node's suffix off in place (id is then the
+ * record's name), failing another node's id with NOT_FOUND naming it. */
+#define CSI_ID_MAX 128
+const char *csi_id_out(const struct csi *c, const char *name, char buf[CSI_ID_MAX + 1]);
+const char *csi_id_node(const struct csi *c, const char *id);
+bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *id);
 
 /* NULL when the capability is supported, else why (INVALID_ARGUMENT). */
 const char *cap_problem(const Csi__V1__VolumeCapability *cap);

@@ -26,6 +26,48 @@ void disk_target_name(unsigned i, char buf[DISK_TARGET_MAX])
     buf[o] = 0;
 }
 
+char *domain_disk_alias(const char *volume_id)
+{
+    size_t n = strlen(volume_id);
+    char *a = xmalloc(3 + 2 * n + 1), *o = a;
+    o = stpcpy(o, "ua-");
+    for (const char *c = volume_id; *c; c++) {
+        if (*c == '_' || *c == '.') {
+            *o++ = '_';
+            *o++ = *c == '_' ? '_' : 'd';
+        } else {
+            *o++ = *c;
+        }
+    }
+    *o = 0;
+    return a;
+}
+
+char *domain_alias_volume_id(const char *alias)
+{
+    if (strncmp(alias, "ua-", 3) != 0)
+        return NULL;
+    char *id = xmalloc(strlen(alias)), *o = id;
+    for (const char *c = alias + 3; *c; c++) {
+        if (*c == '_') {
+            c++;
+            if (*c != '_' && *c != 'd') {
+                free(id);
+                return NULL;
+            }
+            *o++ = *c == '_' ? '_' : '.';
+        } else if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                   (*c >= '0' && *c <= '9') || *c == '-') {
+            *o++ = *c;
+        } else {
+            free(id);
+            return NULL;
+        }
+    }
+    *o = 0;
+    return id;
+}
+
 static void xml_doc_freep(xmlDocPtr *d)
 {
     if (*d)
@@ -128,7 +170,7 @@ static void add_disk(xmlNodePtr devices, const struct vm_spec *spec, const struc
     /* libvirt refuses <serial> on vhostuser disks (the guest asks the
      * back-end, and QSD's vhost-user-blk export answers a fixed string), so
      * the volume id travels as the device's user alias instead. */
-    _cleanup_free_ char *alias = xasprintf("ua-%s", v->id);
+    _cleanup_free_ char *alias = domain_disk_alias(v->id);
     prop(child(disk, "alias"), "name", alias);
     /* No <readonly/> and no <blockio>: libvirt refuses both on vhostuser
      * disks.  The guest learns them from the export's virtio config space

@@ -16,6 +16,14 @@
 /* "vda", "vdb", ... "vdz", "vdaa", ...: the target of disk index i. */
 void disk_target_name(unsigned i, char buf[DISK_TARGET_MAX]);
 
+/* The user alias of a volume's disk (malloc'd).  libvirt keeps a user alias
+ * only when it is "ua-" followed by [A-Za-z0-9_-]; volume ids are
+ * [A-Za-z0-9._-] (names.h), so '_' is written "__" and '.' "_d" (nothing
+ * else changes): "ua-" + "pvc.a_b" -> "ua-pvc_da__b".  Injective, and
+ * domain_alias_volume_id undoes it (NULL for an alias it cannot have made). */
+char *domain_disk_alias(const char *volume_id);
+char *domain_alias_volume_id(const char *alias);
+
 /* One disk in disk slot `slot` (layout.h: its PCI address; its target is
  * disk_target_name(slot - 1)).  socket_path is the full socket path;
  * boot_order 0 = none. */

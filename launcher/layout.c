@@ -183,7 +183,7 @@ int slot_ledger_save(struct slot_ledger *l)
 }
 
 int layout_report_write(const char *path, const struct vm_spec *spec, const struct report_disk *d,
-                        size_t n, bool cidata)
+                        size_t n, const struct report_volume *w, size_t nw, bool cidata)
 {
     json_t *disks = json_array();
     char guest[GUEST_ADDR_MAX];
@@ -197,8 +197,13 @@ int layout_report_write(const char *path, const struct vm_spec *spec, const stru
                                                guest, "by_path", by_path, "at_start",
                                                d[i].at_start));
     }
-    json_t *root = json_pack("{s:i, s:s, s:s, s:o}", "version", 1, "vm", spec->name, "machine",
-                             spec->machine, "disks", disks);
+    json_t *others = json_array();
+    for (size_t i = 0; i < nw; i++)
+        json_array_append_new(others, json_pack("{s:s, s:s, s:s, s:s?}", "volume", w[i].volume,
+                                                "volumes_dir", w[i].dir, "state", w[i].state,
+                                                "reason", w[i].reason));
+    json_t *root = json_pack("{s:i, s:s, s:s, s:o, s:o}", "version", 1, "vm", spec->name,
+                             "machine", spec->machine, "disks", disks, "not_attached", others);
     if (spec->net.enabled) {
         layout_sys_addr(spec, LAYOUT_NET, &a, guest);
         json_object_set_new(root, "network",

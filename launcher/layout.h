@@ -5,7 +5,8 @@
  * sees for each (what /dev/disk/by-path names), the ledger that keeps the
  * slots of volumes the description does not list across hot-unplug and VM
  * restarts (a small JSON file in the launcher's root), and the report file
- * mapping volume -> guest address.  The rule (docs/launcher.md):
+ * mapping volume -> guest address (plus the volumes that are not disks,
+ * with state and reason).  The rule (docs/launcher.md):
  *
  *   - disk slots 1..listed_slots belong to the description's disks (their
  *     "slot", or the lowest free one in list order); slots above, up to
@@ -67,8 +68,16 @@ struct report_disk {
     unsigned slot;
     bool at_start;
 };
+/* A volume found in a volumes directory that is not a disk (yet). */
+struct report_volume {
+    const char *volume; /* disk name */
+    const char *dir;    /* volumes directory */
+    const char *state;  /* "pending", "attaching", "failed", "attach-timed-out" */
+    const char *reason; /* why (NULL: none known) */
+};
 /* Write path atomically: JSON with the VM name, each disk's volume, slot,
  * guest PCI address and /dev/disk/by-path name, the NIC's MAC and address,
- * the cidata disk's address (when there is one). */
+ * the cidata disk's address (when there is one), and every volume that is
+ * not a disk with its state and reason ("not_attached"). */
 int layout_report_write(const char *path, const struct vm_spec *spec, const struct report_disk *d,
-                        size_t n, bool cidata);
+                        size_t n, const struct report_volume *w, size_t nw, bool cidata);

@@ -13,7 +13,13 @@
  * Threads: libvirt needs an event loop of its own (the embedded driver talks
  * to QEMU's monitor through it); it runs in one helper thread and forwards
  * domain events through a pipe to the main io_uring loop, where everything
- * else happens.  Exit status: see docs/launcher.md. */
+ * else happens.  Once the domain runs, every libvirt call is made on a
+ * third thread, each with a bound (virt_thread.h, --libvirt-timeout): the
+ * loop never waits for libvirt.  Before the loop runs (connect, domain
+ * start) and after it stopped (destroy, close) calls are made directly; the
+ * destroy that ends a VM which did not shut down in time is one of those
+ * (libvirt kills QEMU before it waits for any stuck call).  Exit status:
+ * see docs/launcher.md. */
 #include "cidata.h"
 #include "config.h"
 #include "console.h"
@@ -23,6 +29,7 @@
 #include "qsd/base/log.h"
 #include "qsd/base/loop.h"
 #include "qsd/base/util.h"
+#include "virt_thread.h"
 #include "vmspec.h"
 #include "volumes.h"
 
@@ -37,7 +44,6 @@
 #include <stdatomic.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 
 #define COMP "launcher"
 #define VOLUMES_DIRS_MAX 16
@@ -60,6 +66,7 @@ struct opts {
     unsigned wait_volumes_s;
     unsigned ready_timeout_s;
     unsigned detach_timeout_s;
+    unsigned libvirt_timeout_s;
     const char *console_socket; /* NULL: ROOT/console.sock */
     uint64_t console_log_max;
     const char *cloud_init_dir;
@@ -77,6 +84,7 @@ struct launcher {
     struct loop_watch *ev_watch, *sig_watch;
     struct loop_timer *shutdown_timer;
     struct hotplug *hp;
+    struct virt_thread *vt;
     struct console *console;
     struct slot_ledger *ledger;
     bool stopping;
@@ -181,17 +189,28 @@ static void on_evpipe(struct loop *l, int fd, uint32_t revents, void *opaque)
     }
 }
 
+/* The loop stops; teardown() destroys the domain, off the loop. */
 static void on_shutdown_timeout(struct loop *l, void *opaque)
 {
     struct launcher *L = opaque;
     L->shutdown_timer = NULL;
     log_warn(COMP, "guest did not shut down in time, destroying", "timeout_s=%u",
              L->o.shutdown_timeout_s);
-    if (virDomainDestroy(L->dom) < 0) {
-        _cleanup_free_ char *q = log_quote(virt_err());
-        log_error(COMP, "destroy failed", "error=%s", q);
-    }
     finish(L, EXIT_KILLED, "destroyed-after-timeout");
+}
+
+static int call_shutdown(virDomainPtr dom, const char *unused, char **ret_text)
+{
+    return virDomainShutdownFlags(dom, VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN);
+}
+
+static void on_shutdown_sent(const struct virt_reply *r, void *opaque)
+{
+    if (r->status == 0)
+        return;
+    _cleanup_free_ char *q =
+        log_quote(r->status == -EIO ? r->error : "libvirt did not return in time");
+    log_warn(COMP, "shutdown request failed", "error=%s%s", q, r->late ? " late=1" : "");
 }
 
 static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
@@ -211,10 +230,15 @@ static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
         L->stopping = true;
         log_info(COMP, "stop requested, asking guest to shut down", "signal=%u timeout_s=%u",
                  si.ssi_signo, L->o.shutdown_timeout_s);
-        if (virDomainShutdownFlags(L->dom, VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN) < 0) {
-            _cleanup_free_ char *q = log_quote(virt_err());
-            log_warn(COMP, "shutdown request failed", "error=%s", q);
-        }
+        /* A stuck libvirt call would hold the request: the guest is
+         * destroyed after the timeout instead. */
+        const char *stuck = virt_thread_stuck(L->vt, NULL);
+        if (stuck)
+            log_warn(COMP, "shutdown request not sent", "reason=\"libvirt busy: %s has not "
+                     "returned\"", stuck);
+        else if (virt_call(L->vt, "shutdown", call_shutdown, NULL,
+                           (uint64_t)L->o.libvirt_timeout_s * 1000, on_shutdown_sent, L) < 0)
+            log_warn(COMP, "shutdown request not sent", "reason=\"libvirt queue full\"");
         L->shutdown_timer =
             loop_timer_add(l, (uint64_t)L->o.shutdown_timeout_s * 1000, on_shutdown_timeout, L);
     }
@@ -238,6 +262,8 @@ static void usage(FILE *f)
             "      --wait-volumes S       seconds to wait at start for listed volumes (30)\n"
             "      --ready-timeout S      seconds a new volume may take to become ready (60)\n"
             "      --detach-timeout S     seconds the guest gets to release a disk (60)\n"
+            "      --libvirt-timeout S    seconds a libvirt call may take while the VM runs;\n"
+            "                             past it the call is reported and abandoned (30)\n"
             "      --console-socket PATH  where `qsd-vm-launcher console` attaches\n"
             "                             (default ROOT/console.sock)\n"
             "      --console-log-max SIZE console log bound, rotated to .1 (default 1M)\n"
@@ -261,7 +287,7 @@ static int parse_seconds(const char *s, unsigned *ret)
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    enum { O_SHUT = 256, O_WAIT, O_READY, O_DETACH, O_LEVEL, O_FORMAT, O_VERSION, O_CSOCK,
+    enum { O_SHUT = 256, O_WAIT, O_READY, O_DETACH, O_VIRT, O_LEVEL, O_FORMAT, O_VERSION, O_CSOCK,
            O_CLOGMAX, O_CIDIR };
     static const struct option longopts[] = {
         {"spec", required_argument, NULL, 's'},
@@ -273,6 +299,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"wait-volumes", required_argument, NULL, O_WAIT},
         {"ready-timeout", required_argument, NULL, O_READY},
         {"detach-timeout", required_argument, NULL, O_DETACH},
+        {"libvirt-timeout", required_argument, NULL, O_VIRT},
         {"dry-run", no_argument, NULL, 'n'},
         {"console-socket", required_argument, NULL, O_CSOCK},
         {"console-log-max", required_argument, NULL, O_CLOGMAX},
@@ -288,6 +315,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .wait_volumes_s = 30,
                        .ready_timeout_s = 60,
                        .detach_timeout_s = 60,
+                       .libvirt_timeout_s = 30,
                        .console_log_max = 1024 * 1024};
     int c;
     while ((c = getopt_long(argc, argv, "s:v:c:r:nh", longopts, NULL)) != -1) {
@@ -318,6 +346,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case O_WAIT: sec = &o->wait_volumes_s; break;
         case O_READY: sec = &o->ready_timeout_s; break;
         case O_DETACH: sec = &o->detach_timeout_s; break;
+        case O_VIRT: sec = &o->libvirt_timeout_s; break;
         case O_LEVEL: {
             enum log_level lv;
             if (log_parse_level(optarg, &lv) < 0) {
@@ -344,6 +373,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             fprintf(stderr, "qsd-vm-launcher: bad number of seconds: %s\n", optarg);
             return -EINVAL;
         }
+    }
+    if (!o->libvirt_timeout_s) {
+        fprintf(stderr, "qsd-vm-launcher: --libvirt-timeout must be at least 1 second\n");
+        return -EINVAL;
     }
     if (optind != argc || !o->spec_path || !o->n_volumes_dirs) {
         usage(stderr);
@@ -376,17 +409,7 @@ static int volume_ready(const struct volume_entry *e, char **ret_why)
         *ret_why = xstrdup(e->message ? e->message : strerror(-e->error));
         return e->error ? e->error : -EINVAL;
     }
-    _cleanup_free_ char *path = volume_socket_path(e->vol);
-    if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-        *ret_why = xstrdup("socket path too long");
-        return -ENAMETOOLONG;
-    }
-    int r = unix_socket_probe(path);
-    if (r < 0) {
-        *ret_why = xasprintf("socket does not accept connections: %s", strerror(-r));
-        return r;
-    }
-    return 0;
+    return volume_socket_probe(e->vol, ret_why);
 }
 
 /* Bounded wait at start: every volume the description names must be ready.
@@ -735,10 +758,17 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *const
         .n_volumes_dirs = n_dirs,
         .ready_timeout_ms = L->o.ready_timeout_s * 1000,
         .detach_timeout_ms = L->o.detach_timeout_s * 1000,
+        .call_timeout_ms = L->o.libvirt_timeout_s * 1000,
     };
+    r = virt_thread_new(L->loop, L->dom, &L->vt);
+    if (r < 0) {
+        log_error(COMP, "cannot start the libvirt thread", "error=\"%s\"", strerror(-r));
+        volume_scan_clear(&scan);
+        return EXIT_ERROR;
+    }
     L->ev_watch = loop_watch_fd(L->loop, L->evpipe[0], POLLIN, on_evpipe, L);
     L->sig_watch = loop_watch_fd(L->loop, L->sigfd, POLLIN, on_signal, L);
-    r = hotplug_new(L->loop, L->dom, spec, &hc, disks, n_disks, &L->hp);
+    r = hotplug_new(L->loop, L->vt, spec, &hc, disks, n_disks, &L->hp);
     volume_scan_clear(&scan);
     if (r < 0) {
         log_error(COMP, "cannot watch volumes", "error=\"%s\"", strerror(-r));
@@ -758,21 +788,39 @@ static int run(struct launcher *L, const struct vm_spec *spec, const char *const
     return L->exit_status < 0 ? EXIT_ERROR : L->exit_status;
 }
 
+/* After the loop: the domain is destroyed first if it still runs (libvirt
+ * kills QEMU before it waits for anything, so this also ends a libvirt call
+ * stuck on QEMU), then the libvirt thread is joined (bounded). */
 static void teardown(struct launcher *L)
 {
-    hotplug_free(L->hp);
-    L->hp = NULL;
     loop_timer_cancel(L->shutdown_timer);
     loop_watch_remove(L->ev_watch);
     loop_watch_remove(L->sig_watch);
     if (L->dom) {
         int state, reason;
         if (virDomainGetState(L->dom, &state, &reason, 0) == 0 && state != VIR_DOMAIN_SHUTOFF) {
-            log_warn(COMP, "destroying domain on exit", "state=%d", state);
-            virDomainDestroy(L->dom);
+            if (L->exit_status != EXIT_KILLED)
+                log_warn(COMP, "destroying domain on exit", "state=%d", state);
+            if (virDomainDestroy(L->dom) < 0) {
+                _cleanup_free_ char *q = log_quote(virt_err());
+                log_error(COMP, "destroy failed", "error=%s", q);
+            }
         }
-        virDomainFree(L->dom);
     }
+    if (virt_thread_free(L->vt, 20000) < 0) {
+        /* Still inside libvirt with the domain and connection: leave them
+         * (the process exits next). */
+        hotplug_free(L->hp);
+        L->hp = NULL;
+        L->dom = NULL;
+        L->conn = NULL;
+        L->ev_thread_started = false;
+    }
+    L->vt = NULL;
+    hotplug_free(L->hp);
+    L->hp = NULL;
+    if (L->dom)
+        virDomainFree(L->dom);
     if (L->conn) {
         if (L->cb_lifecycle >= 0)
             virConnectDomainEventDeregisterAny(L->conn, L->cb_lifecycle);

@@ -1,6 +1,7 @@
 /* volumes.c: see volumes.h. */
 #include "volumes.h"
 #include "qsd/base/names.h"
+#include "qsd/base/probe.h"
 #include "qsd/base/util.h"
 
 #include <dirent.h>
@@ -8,6 +9,7 @@
 #include <jansson.h>
 #include <stdarg.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 void volume_free(struct volume *v)
 {
@@ -201,6 +203,24 @@ char *volume_socket_path(const struct volume *v)
     if (!v->base)
         abort(); /* a socket path only ever comes from a scanned directory */
     return xasprintf("%s/%s/%s", v->base, v->dir, v->socket);
+}
+
+int volume_socket_probe(const struct volume *v, char **ret_why)
+{
+    _cleanup_free_ char *path = volume_socket_path(v);
+    if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        *ret_why = xstrdup("socket path too long");
+        return -ENAMETOOLONG;
+    }
+    _cleanup_close_ int dfd = open(v->base, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int r = dfd < 0 ? -errno : 0;
+    if (r == 0) {
+        _cleanup_free_ char *rel = xasprintf("%s/%s", v->dir, v->socket);
+        r = probe_socket_at(dfd, rel);
+    }
+    if (r < 0)
+        *ret_why = xasprintf("socket does not accept connections: %s", strerror(-r));
+    return r;
 }
 
 void volume_scan_clear(struct volume_scan *s)

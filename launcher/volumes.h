@@ -2,8 +2,9 @@
  *
  * Owns: reading one volume directory (<name>/ holding volume.json and the
  * vhost-user socket, per docs/runtime-layout.md), scanning one or more
- * volumes directories into one list, and the rule that a disk name found in
- * more than one of them is refused (in every one: never a silent pick).
+ * volumes directories into one list, the rule that a disk name found in
+ * more than one of them is refused (in every one: never a silent pick), and
+ * the check that a volume's socket is usable now (volume_socket_probe).
  * Everything read is validated: names are plain identifiers, numbers are in
  * range, the socket is a socket in that directory.  Symlinks are refused at
  * every level (the volume directory, volume.json, the socket), so nothing can
@@ -47,6 +48,11 @@ int volume_load(int dirfd, const char *name, struct volume **ret, char **ret_err
 /* Full socket path of a volume: base/dir/socket (malloc'd).  v->base must be
  * set: socket paths only ever come from a directory that was scanned. */
 char *volume_socket_path(const struct volume *v);
+/* Is v's socket usable now: its full path short enough for QEMU
+ * (-ENAMETOOLONG) and the socket accepting a connection (the readiness
+ * probe, qsd/base/probe.h, beneath v->base: nothing below it is followed)?
+ * *ret_why (malloc'd) says why not. */
+int volume_socket_probe(const struct volume *v, char **ret_why);
 
 struct volume_entry {
     char *base;          /* the volumes directory it is in */

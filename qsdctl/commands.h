@@ -20,7 +20,9 @@ enum {
 struct global_opts {
     const char *run_dir;
     const char *pool;
+    const char *state_dir; /* the CSI plugin's (plugin_cmds.c) */
     bool json;
+    bool force;            /* act on the plugin's volumes and snapshots anyway */
 };
 extern struct global_opts g_opts;
 
@@ -29,6 +31,13 @@ struct command {
     int (*fn)(int argc, char **argv);
     const char *summary;
 };
+
+/* The CSI plugin's view: qsdctl/plugin_cmds.c.  plugin_guard returns 0
+ * when kind ("volume", "snapshot") name has no record in the plugin's state
+ * directory (or with --force, warning), else explains on stderr why action
+ * is refused and returns EXIT_EXISTS. */
+int plugin_guard(const char *kind, const char *name, const char *action);
+int cmd_plugin_status(int argc, char **argv);
 
 /* Data-path commands (vhost-user-blk client): qsdctl/vhost_cmds.c */
 int cmd_vhost_info(int argc, char **argv);

@@ -24,6 +24,7 @@
 struct global_opts g_opts = {
     .run_dir = "/run/qsd-csi",
     .pool = "/var/lib/qsd-csi/pool",
+    .state_dir = "/var/lib/qsd-csi/state",
 };
 static const char *g_qsd_binary = QSD_BINARY_DEFAULT;
 
@@ -285,6 +286,8 @@ static int cmd_delete(int argc, char **argv)
     int r = parse_one_name(argc, argv, HELP_DELETE, "usage: qsdctl delete VOLUME", "volume", &vol);
     if (r >= 0)
         return r;
+    if ((r = plugin_guard("volume", vol, "delete")))
+        return r;
     _cleanup_close_ int lock = -1;
     if ((r = lock_volume(vol, &lock)))
         return r;
@@ -376,7 +379,7 @@ static int cmd_export(int argc, char **argv)
         return USAGE_ERR("usage: qsdctl export VOLUME [options]");
     }
     const char *vol = argv[optind];
-    if ((r = check_name("volume", vol))) {
+    if ((r = check_name("volume", vol)) || (r = plugin_guard("volume", vol, "export"))) {
         qsd_opts_clear(&opts);
         return r;
     }
@@ -474,7 +477,7 @@ static int cmd_unexport(int argc, char **argv)
     if (optind + 1 != argc)
         return USAGE_ERR("usage: qsdctl unexport VOLUME");
     const char *vol = argv[optind];
-    if ((r = check_name("volume", vol)))
+    if ((r = check_name("volume", vol)) || (r = plugin_guard("volume", vol, "unexport")))
         return r;
     _cleanup_close_ int lock = -1;
     if ((r = lock_volume(vol, &lock)))
@@ -526,7 +529,8 @@ static int cmd_resize(int argc, char **argv)
         return USAGE_ERR("usage: qsdctl resize VOLUME --size SIZE");
     const char *vol = argv[optind];
     uint64_t size;
-    if ((r = check_name("volume", vol)) || (r = size_arg(size_s, &size)))
+    if ((r = check_name("volume", vol)) || (r = size_arg(size_s, &size)) ||
+        (r = plugin_guard("volume", vol, "resize")))
         return r;
     char *msg = NULL;
     struct pool pool;
@@ -629,7 +633,8 @@ static int cmd_snapshot(int argc, char **argv)
     if (optind + 2 != argc)
         return USAGE_ERR("usage: qsdctl snapshot VOLUME SNAPSHOT");
     const char *vol = argv[optind], *snap = argv[optind + 1];
-    if ((r = check_name("volume", vol)) || (r = check_name("snapshot", snap)))
+    if ((r = check_name("volume", vol)) || (r = check_name("snapshot", snap)) ||
+        (r = plugin_guard("volume", vol, "snapshot")))
         return r;
     struct pool pool;
     if ((r = open_pool(&pool, true)))
@@ -731,7 +736,7 @@ static int cmd_merge(int argc, char **argv)
     if (optind + 1 != argc)
         return USAGE_ERR("usage: qsdctl merge VOLUME");
     const char *vol = argv[optind];
-    if ((r = check_name("volume", vol)))
+    if ((r = check_name("volume", vol)) || (r = plugin_guard("volume", vol, "merge")))
         return r;
     struct pool pool;
     if ((r = open_pool(&pool, false)))
@@ -820,6 +825,8 @@ static int cmd_snapshot_delete(int argc, char **argv)
     int r = parse_one_name(argc, argv, HELP_SNAPSHOT_DELETE, "usage: qsdctl snapshot-delete SNAPSHOT", "snapshot", &snap);
     if (r >= 0)
         return r;
+    if ((r = plugin_guard("snapshot", snap, "snapshot-delete")))
+        return r;
     struct pool pool;
     if ((r = open_pool(&pool, false)))
         return r;
@@ -875,18 +882,24 @@ static json_t *volume_status(const struct pool *pool, const char *vol, char **re
         struct qmp_sync *s;
         if (qmp_sync_connect(p.qmp, 2000, &s, &e) == 0) {
             char *m = NULL;
-            json_t *stats = NULL;
             uint64_t lsize;
             if (live_size(s, &lsize, &m) == 0)
                 json_object_set_new(j, "size", json_integer((json_int_t)lsize));
             free(m);
             m = NULL;
-            if (live_stats(s, &stats, &m) == 0)
-                json_object_set_new(j, "stats", stats);
             free(m);
             qmp_sync_close(s);
         }
         qmp_error_clear(&e);
+        /* QEMU 10.0 keeps no I/O statistics for vhost-user-blk exports
+         * (docs/observability.md): the kernel's accounting of the QSD. */
+        struct proc_io io;
+        if (proc_io(pid, &io) == 0)
+            json_object_set_new(j, "stats",
+                                json_pack("{s:I, s:I, s:f}", "read_bytes",
+                                          (json_int_t)io.read_bytes, "write_bytes",
+                                          (json_int_t)io.write_bytes, "cpu_seconds",
+                                          io.cpu_seconds));
         struct qsd_opts o;
         if (qsd_read_state(p.state, &o, NULL, NULL, NULL) == 0) {
             json_object_set_new(j, "options", qsd_opts_to_json(&o));
@@ -944,12 +957,12 @@ static int cmd_status(int argc, char **argv)
                json_string_value(json_object_get(j, "socket")),
                json_is_true(json_object_get(j, "socket_accepts")) ? "accepting" : "NOT accepting");
         if (st)
-            printf("I/O:        %lld reads (%lld bytes), %lld writes (%lld bytes), %lld flushes\n",
-                   (long long)json_integer_value(json_object_get(st, "rd_operations")),
-                   (long long)json_integer_value(json_object_get(st, "rd_bytes")),
-                   (long long)json_integer_value(json_object_get(st, "wr_operations")),
-                   (long long)json_integer_value(json_object_get(st, "wr_bytes")),
-                   (long long)json_integer_value(json_object_get(st, "flush_operations")));
+            printf("QSD I/O:    %s read, %s written from/to storage, %.2f s CPU\n",
+                   format_size((uint64_t)json_integer_value(json_object_get(st, "read_bytes")),
+                               b1, sizeof(b1)),
+                   format_size((uint64_t)json_integer_value(json_object_get(st, "write_bytes")),
+                               b2, sizeof(b2)),
+                   json_real_value(json_object_get(st, "cpu_seconds")));
     } else {
         printf("exported:   no\n");
     }
@@ -1301,6 +1314,7 @@ static const struct command commands[] = {
     {"status", cmd_status, "show a volume: image, QSD, I/O statistics"},
     {"qmp", cmd_qmp, "send a raw QMP command to a volume's QSD"},
     {"supervise", cmd_supervise, "keep exported volumes' QSDs running (adopt, restart)"},
+    {"plugin-status", cmd_plugin_status, "show the CSI plugin's volumes, QSDs, publications, bridges"},
     {"vhost-info", cmd_vhost_info, "connect to a vhost-user-blk socket and show the disk"},
     {"verify", cmd_verify, "write and check data through a vhost-user-blk socket"},
     {"bench", cmd_bench, "benchmark a vhost-user-blk socket or a file"},
@@ -1314,6 +1328,11 @@ static void usage(FILE *f)
             "Global options:\n"
             "  --run-dir DIR      runtime directory (default /run/qsd-csi; env QSDCTL_RUN_DIR)\n"
             "  --pool DIR         image pool (default /var/lib/qsd-csi/pool; env QSDCTL_POOL)\n"
+            "  --state-dir DIR    the CSI plugin's state (default /var/lib/qsd-csi/state;\n"
+            "                     env QSDCTL_STATE_DIR): volumes and snapshots with a record\n"
+            "                     there are the plugin's, and export, unexport, delete,\n"
+            "                     resize, snapshot, merge and snapshot-delete refuse them\n"
+            "  --force            act on the plugin's volumes and snapshots anyway\n"
             "  --qsd-binary PATH  qemu-storage-daemon to run (default: from PATH)\n"
             "  --json             machine-readable output on stdout\n"
             "  --log-level LEVEL  debug, info (default), warn, error\n"
@@ -1329,6 +1348,7 @@ int main(int argc, char **argv)
 {
     static const struct option lo[] = {
         {"run-dir", required_argument, 0, 'R'}, {"pool", required_argument, 0, 'P'},
+        {"state-dir", required_argument, 0, 'S'}, {"force", no_argument, 0, 'f'},
         {"qsd-binary", required_argument, 0, 'B'}, {"json", no_argument, 0, 'j'},
         {"log-level", required_argument, 0, 'L'}, {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'}, {0}};
@@ -1337,12 +1357,16 @@ int main(int argc, char **argv)
         g_opts.run_dir = getenv("QSDCTL_RUN_DIR");
     if (getenv("QSDCTL_POOL"))
         g_opts.pool = getenv("QSDCTL_POOL");
+    if (getenv("QSDCTL_STATE_DIR"))
+        g_opts.state_dir = getenv("QSDCTL_STATE_DIR");
     int c;
     enum log_level lvl;
     while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
         switch (c) {
         case 'R': g_opts.run_dir = optarg; break;
         case 'P': g_opts.pool = optarg; break;
+        case 'S': g_opts.state_dir = optarg; break;
+        case 'f': g_opts.force = true; break;
         case 'B': g_qsd_binary = optarg; break;
         case 'j': g_opts.json = true; break;
         case 'L':
@@ -1359,17 +1383,19 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    if (g_opts.run_dir[0] != '/' || g_opts.pool[0] != '/')
-        return fail(EXIT_USAGE, "--run-dir and --pool must be absolute paths");
+    if (g_opts.run_dir[0] != '/' || g_opts.pool[0] != '/' || g_opts.state_dir[0] != '/')
+        return fail(EXIT_USAGE, "--run-dir, --pool and --state-dir must be absolute paths");
     const char *name = argv[optind];
     for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
         if (streq(commands[i].name, name)) {
-            /* --json is also accepted after the command name. */
+            /* --json and --force are also accepted after the command name. */
             int sub_argc = 0;
             char **sub_argv = argv + optind;
             for (int k = optind; k < argc; k++) {
                 if (streq(argv[k], "--json"))
                     g_opts.json = true;
+                else if (streq(argv[k], "--force"))
+                    g_opts.force = true;
                 else
                     sub_argv[sub_argc++] = argv[k];
             }

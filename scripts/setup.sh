@@ -23,7 +23,7 @@ BASE_PKGS=(
     build-essential cmake pkg-config git ca-certificates
     libxml2-dev libxml2-utils libjansson-dev libnghttp2-dev liburing-dev
     libprotobuf-c-dev protobuf-c-compiler libcmocka-dev
-    protobuf-compiler python3-grpcio python3-protobuf python3-yaml
+    protobuf-compiler python3-grpcio python3-protobuf python3-yaml python3-prometheus-client
     busybox-static cpio util-linux iproute2 procps psmisc kmod
     podman runc debootstrap
     clang llvm libclang-rt-14-dev gnuplot-nox graphviz
@@ -80,6 +80,22 @@ else
          "cgroup_manager = \"cgroupfs\", events_logger = \"file\" and default_ulimits (deploy/README.md)" >&2
 fi
 podman info >/dev/null 2>&1 || echo "setup.sh: warning: 'podman info' fails (container tests will skip)" >&2
+
+# Schema validation of deploy/ (tests/deploy/test_schemas.py): the node packages
+# pinned by tests/deploy/schema/package-lock.json, installed there.  npm's cache
+# (~/.npm) keeps their tarballs, so a reinstall works offline; an install whose
+# lockfile has not changed is kept.
+command -v node >/dev/null && command -v npm >/dev/null || apt-get install "${APT_OPTS[@]}" nodejs npm
+SCHEMA_DIR=$(cd "$(dirname "$0")/.." && pwd)/tests/deploy/schema
+SCHEMA_STAMP=$SCHEMA_DIR/node_modules/.qsd-csi-lock.sha256
+if [[ "$(cat "$SCHEMA_STAMP" 2>/dev/null)" != "$(sha256sum <"$SCHEMA_DIR/package-lock.json")" ]]; then
+    npm ci --prefix "$SCHEMA_DIR" --prefer-offline --no-audit --no-fund --loglevel=error
+    sha256sum <"$SCHEMA_DIR/package-lock.json" >"$SCHEMA_STAMP"
+    echo "setup.sh: installed the schema validator's node packages in $SCHEMA_DIR"
+fi
+# kubectl renders deploy/kubernetes (its built-in kustomize) for tests/deploy.  The
+# machine images have it; no registry reachable here ships it.
+command -v kubectl >/dev/null || echo "setup.sh: warning: no kubectl: tests/deploy will skip" >&2
 
 qsd_ok || { echo "setup.sh: qemu-storage-daemon >= 8 is required (have: $(qemu-storage-daemon --version | head -1))" >&2; exit 1; }
 echo "setup.sh: $(qemu-storage-daemon --version | head -1); libvirt $(pkg-config --modversion libvirt)"

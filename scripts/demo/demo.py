@@ -131,7 +131,7 @@ def run(env, build):
         return v
 
     def stage_publish(vid, pod_uid, pod_name, extra_ctx=None):
-        stg = os.path.join(k, "plugins/kubernetes.io/csi", DRIVER, vid[-12:], "globalmount")
+        stg = os.path.join(k, "plugins/kubernetes.io/csi", DRIVER, vid.split("@")[0][-12:], "globalmount")
         tgt = os.path.join(k, "pods", pod_uid, "volumes/kubernetes.io~csi", vid, "mount")
         os.makedirs(stg, exist_ok=True)
         os.makedirs(os.path.dirname(tgt), exist_ok=True)
@@ -250,8 +250,8 @@ def run(env, build):
     src = pb.VolumeContentSource(snapshot=pb.VolumeContentSource.SnapshotSource(
         snapshot_id=snap.snapshot_id))
     restored = create("pvc-demo-restored", 128 * MiB, {"format": "qcow2"}, src)
-    img = os.path.join(env.pool, "volumes", restored.volume_id + ".qcow2")
-    sfile = os.path.join(env.pool, "snapshots", snap.snapshot_id + ".qcow2")
+    img = os.path.join(env.pool, "volumes", restored.volume_id.split("@")[0] + ".qcow2")
+    sfile = os.path.join(env.pool, "snapshots", snap.snapshot_id.split("@")[0] + ".qcow2")
     cmp = subprocess.run(["qemu-img", "compare", "-f", "qcow2", "-F", "qcow2", sfile, img],
                          capture_output=True, text=True, timeout=120)
     chk = subprocess.run(["qemu-io", "-r", "-f", "qcow2", "-c", "read -P 0x5a 0 4M", img],

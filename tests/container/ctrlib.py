@@ -112,21 +112,23 @@ class Failure(AssertionError):
 
 DAEMONSET = os.path.join(HERE, "..", "..", "deploy", "kubernetes", "30-node-daemonset.yaml")
 # What the test gives the plugin container for each of the DaemonSet's mounts.
-PLUGIN_MOUNTS = {"/csi", "/var/lib/kubelet", "/run/qsd-csi", "/var/lib/qsd-csi", "/dev",
-                 "/sys/fs/cgroup"}
+PLUGIN_MOUNTS = {"/csi", "/var/lib/kubelet/pods", "/var/lib/kubelet/plugins", "/run/qsd-csi",
+                 "/var/lib/qsd-csi/state", "/var/lib/qsd-csi/pool", "/dev", "/sys/fs/cgroup"}
 
 
 def daemonset_plugin():
     """The plugin container of deploy/kubernetes/30-node-daemonset.yaml:
-    its arguments, and a check that the pod still has the shape this test
-    reproduces (hostPID, privileged, the same mounts and propagation)."""
+    its arguments ($(VAR) of its env values expanded, as kubelet does), and
+    a check that the pod still has the shape this test reproduces (hostPID,
+    privileged, the same mounts and propagation)."""
     import yaml
     with open(DAEMONSET) as f:
         ds = [d for d in yaml.safe_load_all(f) if d and d.get("kind") == "DaemonSet"][0]
     spec = ds["spec"]["template"]["spec"]
     ctr = [c for c in spec["containers"] if c["name"] == "qsd-csi-plugin"][0]
     mounts = {m["mountPath"]: m.get("mountPropagation") for m in ctr["volumeMounts"]}
-    want = {"/var/lib/kubelet": "Bidirectional", "/run/qsd-csi": "Bidirectional"}
+    want = {"/var/lib/kubelet/pods": "Bidirectional", "/var/lib/kubelet/plugins": "Bidirectional",
+            "/run/qsd-csi": "Bidirectional"}
     problems = []
     if not spec.get("hostPID"):
         problems.append("hostPID is not true")
@@ -141,7 +143,16 @@ def daemonset_plugin():
     if problems:
         raise Failure("%s changed shape, update tests/container: %s" % (DAEMONSET,
                                                                       "; ".join(problems)))
-    return list(ctr.get("command", [])[1:]) + list(ctr["args"])
+    env = {e["name"]: e["value"] for e in ctr.get("env", []) if "value" in e}
+    return [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)),
+                   str(a)) for a in list(ctr.get("command", [])[1:]) + list(ctr["args"])]
+
+
+def free_port():
+    """A TCP port of 127.0.0.1 nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def sanitizer_env():
@@ -230,6 +241,7 @@ class Stack:
         self.sock = os.path.join(self.sockdir, "csi.sock")
         for d in (self.kubelet, self.run, os.path.join(self.data, "state"),
                   os.path.join(self.data, "pool"), self.sockdir,
+                  os.path.join(self.kubelet, "pods"),
                   os.path.join(self.kubelet, "plugins_registry")):
             os.makedirs(d, exist_ok=True)
         for d in ("etc", "volumes", "lroot", "guest", "console"):
@@ -262,9 +274,10 @@ class Stack:
         args = ["run", "-d", "--name", name, "--privileged", "--pid=host", "--network=host",
                 *sanitizer_env(),
                 "-v", "%s:/csi" % self.sockdir,
-                "-v", "%s:%s:rshared" % (self.kubelet, self.kubelet),
+                *["-v=%s/%s:%s/%s:rshared" % (self.kubelet, d, self.kubelet, d)
+                  for d in ("pods", "plugins")],
                 "-v", "%s:%s:rshared" % (self.run, self.run),
-                "-v", "%s:%s" % (self.data, self.data),
+                *["-v=%s/%s:%s/%s" % (self.data, d, self.data, d) for d in ("state", "pool")],
                 "-v", "/dev:/dev",
                 "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
                 image]
@@ -273,6 +286,10 @@ class Stack:
                  ("/var/lib/qsd-csi", self.data)]
         for arg in daemonset_plugin():
             arg = arg.replace("$(NODE_NAME)", "node-ctr")
+            if arg.startswith("--http-endpoint="):
+                # The container shares the host's network: a free port of
+                # the loopback instead of the manifest's :9810.
+                arg = "--http-endpoint=127.0.0.1:%d" % free_port()
             k, eq, v = arg.partition("=")
             for host, ours in paths:
                 if eq and (v == host or v.startswith(host + "/")):
@@ -513,6 +530,11 @@ class Stack:
             if m:
                 return m
             if self.plugin_state(self.vm_ctr) in ("exited", "stopped"):
+                # the console may have got the line between the search and
+                # the exit: look once more before calling it a failure
+                m = rx.search(self.console())
+                if m:
+                    return m
                 raise Failure("VM pod exited before '%s'" % regex)
             if time.monotonic() > deadline:
                 raise Failure("console: no '%s' within %d s" % (regex, timeout))

@@ -291,6 +291,12 @@ class Env:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def local_id(i):
+    """The record name of a volume or snapshot id ("<name>@<node>", or a
+    plain name)."""
+    return i.split("@")[0]
+
+
 def mount_cap(pb, mode=None, group="", fs_type=""):
     mode = pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER if mode is None else mode
     return pb.VolumeCapability(

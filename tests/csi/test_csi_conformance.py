@@ -60,7 +60,11 @@ def run(env):
 
     capy = c.GetCapacity(pb.GetCapacityRequest(), timeout=T)
     st = os.statvfs(env.pool)
-    assert abs(capy.available_capacity - st.f_bavail * st.f_frsize) < 256 * MiB, capy
+    # free space less the default reserve (10% of the filesystem); thin
+    # volumes without an overcommit limit: any size up to 1 PiB
+    reserve = st.f_blocks * st.f_frsize * 10 // 100
+    assert abs(capy.available_capacity - (st.f_bavail * st.f_frsize - reserve)) < 256 * MiB, capy
+    assert capy.maximum_volume_size.value == 1 << 50, capy
     other = pb.Topology(segments={"topology.test.qsd-csi.dev/node": "elsewhere"})
     assert c.GetCapacity(pb.GetCapacityRequest(accessible_topology=other),
                          timeout=T).available_capacity == 0
@@ -115,7 +119,7 @@ def run(env):
               "preallocation": "metadata", "csi.storage.k8s.io/pvc/name": "claim"}
     r1 = c.CreateVolume(cv("pvc-a", size=100 * MiB + 1, params=params, topo_req=here), timeout=T)
     v = r1.volume
-    assert v.volume_id == "pvc-a" and v.capacity_bytes == 100 * MiB + 4096, v
+    assert v.volume_id == "pvc-a@" + env.node and v.capacity_bytes == 100 * MiB + 4096, v
     assert [dict(t.segments) for t in v.accessible_topology] == [topo], v
     assert dict(v.volume_context) == {"csi.storage.k8s.io/pvc/name": "claim"}, v
     r2 = c.CreateVolume(cv("pvc-a", size=100 * MiB + 1, params=params), timeout=T)
@@ -181,13 +185,13 @@ def run(env):
     names = ["pvc-list-%02d" % i for i in range(7)]
     for n in names:
         c.CreateVolume(cv(n, size=MiB), timeout=T)
-    allv = [e.volume.volume_id for e in c.ListVolumes(pb.ListVolumesRequest(), timeout=T).entries]
+    allv = [csilib.local_id(e.volume.volume_id) for e in c.ListVolumes(pb.ListVolumesRequest(), timeout=T).entries]
     assert allv == sorted(allv) and set(names) <= set(allv), allv
     seen, tok, pages = [], "", 0
     while True:
         r = c.ListVolumes(pb.ListVolumesRequest(max_entries=3, starting_token=tok), timeout=T)
         assert len(r.entries) <= 3
-        seen += [e.volume.volume_id for e in r.entries]
+        seen += [csilib.local_id(e.volume.volume_id) for e in r.entries]
         pages += 1
         tok = r.next_token
         if not tok:
@@ -225,17 +229,17 @@ def run(env):
                                                            parameters={"x": "y"}),
                 C.INVALID_ARGUMENT, "snapshot parameter")
     s1 = c.CreateSnapshot(cs("snap-a", "pvc-a"), timeout=T).snapshot
-    assert s1.snapshot_id == "snap-a" and s1.source_volume_id == "pvc-a" and s1.ready_to_use, s1
+    assert s1.snapshot_id == "snap-a@" + env.node and s1.source_volume_id == "pvc-a@" + env.node and s1.ready_to_use, s1
     assert s1.size_bytes == 100 * MiB + 4096 and s1.creation_time.seconds > 0, s1
     assert c.CreateSnapshot(cs("snap-a", "pvc-a"), timeout=T).snapshot == s1
     expect_code(c.CreateSnapshot, cs("snap-a", "pvc-raw"), C.ALREADY_EXISTS, "other source")
     for i in range(4):
         c.CreateSnapshot(cs("snap-r%d" % i, "pvc-raw"), timeout=T)
     ls = c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=T)
-    assert [e.snapshot.snapshot_id for e in ls.entries] == \
+    assert [csilib.local_id(e.snapshot.snapshot_id) for e in ls.entries] == \
         ["snap-a", "snap-r0", "snap-r1", "snap-r2", "snap-r3"], ls
     one = c.ListSnapshots(pb.ListSnapshotsRequest(snapshot_id="snap-r2"), timeout=T)
-    assert [e.snapshot.snapshot_id for e in one.entries] == ["snap-r2"], one
+    assert [csilib.local_id(e.snapshot.snapshot_id) for e in one.entries] == ["snap-r2"], one
     assert not c.ListSnapshots(pb.ListSnapshotsRequest(snapshot_id="none-exist-id"),
                                timeout=T).entries
     bysrc = c.ListSnapshots(pb.ListSnapshotsRequest(source_volume_id="pvc-raw"), timeout=T)
@@ -252,7 +256,7 @@ def run(env):
     # Restore, clone, snapshot outliving its source.
     src = pb.VolumeContentSource(snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id="snap-r0"))
     rv = c.CreateVolume(cv("pvc-restored", size=0, src=src), timeout=T).volume
-    assert rv.capacity_bytes == GiB and rv.content_source.snapshot.snapshot_id == "snap-r0", rv
+    assert rv.capacity_bytes == GiB and csilib.local_id(rv.content_source.snapshot.snapshot_id) == "snap-r0", rv
     big = c.CreateVolume(cv("pvc-restored-big", size=2 * GiB, src=src), timeout=T).volume
     assert big.capacity_bytes == 2 * GiB, big
     expect_code(c.CreateVolume, cv("pvc-restored-small", size=MiB, limit=MiB, src=src),
@@ -261,7 +265,7 @@ def run(env):
     expect_code(c.CreateVolume, cv("pvc-r2", src=bad), C.NOT_FOUND, "unknown snapshot source")
     vsrc = pb.VolumeContentSource(volume=pb.VolumeContentSource.VolumeSource(volume_id="pvc-a"))
     cl = c.CreateVolume(cv("pvc-clone", size=0, src=vsrc, params=params), timeout=T).volume
-    assert cl.capacity_bytes == 100 * MiB + 4096 and cl.content_source.volume.volume_id == "pvc-a"
+    assert cl.capacity_bytes == 100 * MiB + 4096 and csilib.local_id(cl.content_source.volume.volume_id) == "pvc-a"
     bad = pb.VolumeContentSource(volume=pb.VolumeContentSource.VolumeSource(volume_id="nope"))
     expect_code(c.CreateVolume, cv("pvc-c2", src=bad), C.NOT_FOUND, "unknown volume source")
     # A copy that fails half-way (the snapshot file is garbage) leaves nothing.

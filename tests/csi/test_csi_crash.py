@@ -174,7 +174,7 @@ def main():
             kills += 2
         snaps = c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=30).entries
         assert not snaps, "snapshots left: %s" % [e.snapshot.snapshot_id for e in snaps]
-        vols = [e.volume.volume_id for e in c.ListVolumes(pb.ListVolumesRequest(),
+        vols = [csilib.local_id(e.volume.volume_id) for e in c.ListVolumes(pb.ListVolumesRequest(),
                                                             timeout=30).entries]
         assert vols == [VOL], "volumes: %s" % vols
         print("ok %d kill points into a live CreateSnapshot and a live clone: one QSD, serving; "

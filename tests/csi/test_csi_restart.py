@@ -138,7 +138,7 @@ def run(env, qsdctl):
     assert not os.listdir(os.path.join(env.pool, "volumes")) or \
         not [f for f in os.listdir(os.path.join(env.pool, "volumes")) if "half" in f]
     assert not os.path.exists(os.path.join(env.state, "volumes", "pvc-half.json"))
-    assert [e.snapshot.snapshot_id for e in
+    assert [csilib.local_id(e.snapshot.snapshot_id) for e in
             c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=T).entries] == ["snap-r1"]
     print("ok restarted plugin: adopted", after["pvc-r1"], after["pvc-r3"], "restarted pvc-r2",
           after["pvc-r2"], "; state intact; half-created volumes undone")

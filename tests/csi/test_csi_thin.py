@@ -214,9 +214,9 @@ def run(env, qsdctl):
 
     # ---- delete everything: no layer left
     node.down("pvc-r1")
-    for v in [e.volume.volume_id for e in c.ListVolumes(pb.ListVolumesRequest(), timeout=T).entries]:
+    for v in [csilib.local_id(e.volume.volume_id) for e in c.ListVolumes(pb.ListVolumesRequest(), timeout=T).entries]:
         c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v), timeout=T)
-    for s in [e.snapshot.snapshot_id for e in
+    for s in [csilib.local_id(e.snapshot.snapshot_id) for e in
               c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=T).entries]:
         c.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=s), timeout=T)
     deadline = time.monotonic() + 15

@@ -204,7 +204,7 @@ def run(env, qsdctl):
         json.dump(j, f)
     c = restart()
     assert not os.path.exists(os.path.join(pool, "snapshots", "snap-e.qcow2"))
-    assert [e.snapshot.snapshot_id for e in
+    assert [csilib.local_id(e.snapshot.snapshot_id) for e in
             c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=T).entries] == ["snap-0"]
     print("ok crash after step 5 (record not ready): the snapshot is removed, its layer stays "
           "in the volume's chain")
@@ -230,7 +230,7 @@ def run(env, qsdctl):
         c = restart()
     last = stop_writer(w)
     verify("--check", last)
-    ready = [e.snapshot.snapshot_id for e in
+    ready = [csilib.local_id(e.snapshot.snapshot_id) for e in
              c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=T).entries]
     for n in ready:
         seeds = thinlib.image_chunk_seeds(os.path.join(pool, "snapshots", n + ".qcow2"), "qcow2",

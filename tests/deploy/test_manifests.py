@@ -3,7 +3,11 @@
 
 Usage: test_manifests.py --plugin BIN [--launcher BIN] [--qsdctl BIN] [--root SRC]
 
-Parses every YAML document under deploy/ and checks:
+Checks what deploy/ installs: the output of `kubectl kustomize
+deploy/kubernetes` (what `kubectl apply -k deploy/kubernetes` sends) and
+every YAML document of deploy/examples/ (the snapshot-controller component
+is checked by test_schemas.py, which also validates all of these against
+the API's schemas):
   * apiVersion/kind are known, and the fields each kind needs are there
     (with the values the design needs for CSIDriver, StorageClass, the node
     DaemonSet and the VM pod);
@@ -13,6 +17,15 @@ Parses every YAML document under deploy/ and checks:
     appended, which both binaries handle inside their option loop); every
     flag passed to an upstream sidecar is one that sidecar has
     (SIDECAR_FLAGS, taken from the sidecars' sources);
+  * the sidecars: each at the release in SIDECAR_RELEASES (the latest, per
+    their release notes), with the flags this deployment needs, privileged
+    (SELinux: the socket is the privileged plugin's); the RBAC granted to
+    the node ServiceAccount is exactly SIDECAR_RBAC (what each sidecar's
+    own rbac.yaml asks for in the mode it runs in: nothing missing, nothing
+    more); the plugin mounts kubelet's pods/ and plugins/ (not the whole
+    root), no privileged init container, a PriorityClass usable outside
+    kube-system, one port per endpoint, the plugin's --http-endpoint on the
+    container port "metrics" the PodMonitor example scrapes;
   * consistency: the driver name (CSIDriver == StorageClass provisioner ==
     VolumeSnapshotClass driver == plugin --driver-name == inline CSI volumes
     == registrar path), the CSI socket seen by the plugin, the registrar and
@@ -32,9 +45,11 @@ Parses every YAML document under deploy/ and checks:
 
 Before checking deploy/, it checks itself: a copy of the manifests with a
 bogus plugin flag (and one with a mismatched driver name) must be rejected.
-Exit 0: all good; 1: problems (listed); 77: cannot run (no PyYAML).
+Exit 0: all good; 1: problems (listed); 77: cannot run (no PyYAML, or
+no kubectl: no reachable registry ships it, the machine images have it).
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -49,6 +64,8 @@ try:
 except ImportError:
     print("SKIP: python3-yaml is not installed")
     sys.exit(77)
+
+import render
 
 
 
@@ -70,6 +87,8 @@ def _no_duplicates(loader, node, deep=False):
 
 StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
+KUSTOMIZATION = "deploy/kubernetes"
+EXAMPLES = "deploy/examples"
 DRIVER_DEFAULT = "qsd.csi.qsd-csi.dev"
 TOPOLOGY_KEY = "topology.qsd.csi.qsd-csi.dev/node"
 
@@ -90,6 +109,8 @@ KINDS = {
     "CSIDriver": ("storage.k8s.io/v1", False),
     "StorageClass": ("storage.k8s.io/v1", False),
     "VolumeSnapshotClass": ("snapshot.storage.k8s.io/v1", False),
+    "PriorityClass": ("scheduling.k8s.io/v1", False),
+    "PodMonitor": ("monitoring.coreos.com/v1", True),
 }
 
 # Upstream sidecars: image name -> flags that release accepts (from
@@ -116,14 +137,18 @@ SIDECAR_FLAGS = {
         "capacity-for-immediate-binding", "capacity-poll-interval", "capacity-ownerref-level",
         "node-deployment", "node-deployment-immediate-binding", "node-deployment-base-delay",
         "node-deployment-max-delay", "controller-publish-readonly",
-        "prevent-volume-mode-conversion", "feature-gates"},
+        "prevent-volume-mode-conversion", "feature-gates",
+        # v6.3.0 (#1519)
+        "snapshot-orphan-sweep-interval"},
     "csi-resizer": {
         "csi-address", "kubeconfig", "master", "resync-period", "workers",
         "extra-modify-metadata", "timeout", "retry-interval-start", "retry-interval-max",
         "leader-election", "leader-election-namespace", "leader-election-lease-duration",
         "leader-election-renew-deadline", "leader-election-retry-period", "metrics-address",
         "http-endpoint", "metrics-path", "kube-api-qps", "kube-api-burst",
-        "handle-volume-inuse-error", "feature-gates"},
+        "handle-volume-inuse-error", "feature-gates",
+        # v2.3.0 (#596)
+        "resize-timeout", "modify-timeout"},
     "csi-snapshotter": {
         "csi-address", "kubeconfig", "resync-period", "snapshot-name-prefix",
         "snapshot-name-uuid-length", "worker-threads", "timeout", "extra-create-metadata",
@@ -133,7 +158,88 @@ SIDECAR_FLAGS = {
         "retry-interval-start", "retry-interval-max", "node-deployment",
         "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length", "feature-gates"},
 }
-SIDECAR_IMAGE = re.compile(r"^registry\.k8s\.io/sig-storage/([a-z-]+):v\d+\.\d+\.\d+$")
+SIDECAR_IMAGE = re.compile(r"^registry\.k8s\.io/sig-storage/([a-z-]+):(v\d+\.\d+\.\d+)$")
+
+# The latest release of each sidecar (their CHANGELOG/ files), and why it
+# matters here.  kustomization.yaml sets the tags.
+SIDECAR_RELEASES = {
+    "csi-node-driver-registrar": "v2.17.0",  # CVE-2026-33186 fixed
+    "livenessprobe": "v2.20.0",              # v2.19.0 CVE fixes; Kubernetes 1.37 deps
+    "csi-provisioner": "v6.4.0",             # volume leak after timeouts fixed;
+                                             # v6.3.0 orphaned source-protection sweeper
+    "csi-resizer": "v2.3.0",                 # CVE-2026-42508 fixed
+    "csi-snapshotter": "v8.7.0",             # v8.6.0 deletion race; v8.7.0 Go CVEs
+}
+# Flags each sidecar must have here (flag -> value, None: any value).
+SIDECAR_REQUIRED_FLAGS = {
+    "csi-node-driver-registrar": {"csi-address": None, "kubelet-registration-path": None,
+                                  "http-endpoint": None},
+    "livenessprobe": {"csi-address": None, "http-endpoint": None},
+    "csi-provisioner": {"csi-address": None, "node-deployment": "true",
+                        "leader-election": "false", "feature-gates": "Topology=true",
+                        "strict-topology": "true", "enable-capacity": "true",
+                        "capacity-ownerref-level": "1", "http-endpoint": None},
+    # Without it the resizer lists and watches every pod in the cluster
+    # (and its RBAC must allow that), to retry in-use errors the plugin never
+    # returns (it expands on the node).
+    "csi-resizer": {"csi-address": None, "leader-election": "true",
+                    "handle-volume-inuse-error": "false", "http-endpoint": None},
+    "csi-snapshotter": {"csi-address": None, "node-deployment": "true",
+                        "leader-election": "false", "http-endpoint": None},
+}
+# What the node ServiceAccount may do: the rules each sidecar's own
+# deploy/kubernetes/rbac.yaml asks for at the release above, in the mode it
+# runs in here, as (apiGroup, resource, verb) -> why.  Granted rules must be
+# exactly these (nothing missing, nothing more); a namespace of None is a
+# ClusterRole, "ns" the DaemonSet's namespace (a Role).
+def _rules(ns, group, resources, verbs, why):
+    return {(ns, group, r, v): why for r in resources for v in verbs}
+
+
+SIDECAR_RBAC = {}
+for _r in (
+        # csi-provisioner v6.4 (--node-deployment, --enable-capacity, Topology)
+        _rules(None, "", ["persistentvolumes"],
+               ["get", "list", "watch", "create", "patch", "delete"], "csi-provisioner"),
+        _rules(None, "", ["persistentvolumeclaims"], ["get", "list", "watch", "update"],
+               "csi-provisioner"),
+        _rules(None, "storage.k8s.io", ["storageclasses", "volumeattributesclasses", "csinodes"],
+               ["get", "list", "watch"], "csi-provisioner"),
+        _rules(None, "", ["nodes"], ["get", "list", "watch"], "csi-provisioner (topology)"),
+        _rules(None, "", ["events"], ["list", "watch", "create", "update", "patch"],
+               "csi-provisioner, csi-resizer, csi-snapshotter"),
+        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshots"],
+               ["get", "list", "watch", "update"],
+               "csi-provisioner (restore; watch/update: snapshot source protection, v6.1.1)"),
+        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"], ["get", "list"],
+               "csi-provisioner (restore)"),
+        _rules("ns", "storage.k8s.io", ["csistoragecapacities"],
+               ["get", "list", "watch", "create", "update", "patch", "delete"],
+               "csi-provisioner (--enable-capacity)"),
+        _rules("ns", "", ["pods"], ["get"], "csi-provisioner (--capacity-ownerref-level)"),
+        _rules("ns", "apps", ["daemonsets"], ["get"], "csi-provisioner (--capacity-ownerref-level=1)"),
+        # csi-resizer v2.3 (--handle-volume-inuse-error=false: no pods)
+        _rules(None, "", ["persistentvolumes"], ["get", "list", "watch", "patch"], "csi-resizer"),
+        _rules(None, "", ["persistentvolumeclaims"], ["get", "list", "watch"], "csi-resizer"),
+        _rules(None, "", ["persistentvolumeclaims/status"], ["patch"], "csi-resizer"),
+        _rules(None, "storage.k8s.io", ["volumeattributesclasses"], ["get", "list", "watch"],
+               "csi-resizer"),
+        _rules("ns", "coordination.k8s.io", ["leases"], ["get", "create", "update"],
+               "csi-resizer (leader election)"),
+        # csi-snapshotter v8.7 (no group snapshots: the plugin has no group controller)
+        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotclasses"],
+               ["get", "list", "watch"], "csi-snapshotter"),
+        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"],
+               ["get", "list", "watch", "update", "patch"], "csi-snapshotter"),
+        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents/status"],
+               ["update", "patch"], "csi-snapshotter")):
+    SIDECAR_RBAC.update({k: SIDECAR_RBAC.get(k, v) for k, v in _r.items()})
+# Cluster-scoped kinds kustomize does not know (custom resources): its
+# `namespace:` sets their metadata.namespace, which the API server clears
+# for cluster-scoped objects.
+KUSTOMIZE_UNKNOWN_CLUSTER_SCOPED = {"VolumeSnapshotClass"}
+# Priority classes the API server restricts to kube-system on some clusters.
+SYSTEM_PRIORITY = {"system-node-critical", "system-cluster-critical"}
 # The attachment pod's container (it only holds volumes).
 PAUSE_IMAGE = re.compile(r"^registry\.k8s\.io/pause:\d+\.\d+$")
 # Flags of our binaries that may be given more than once (values: a list).
@@ -175,14 +281,26 @@ class Checker:
 
     # ------------------------------------------------------------ loading
     def load(self):
-        deploy = os.path.join(self.root, "deploy")
+        """deploy/kubernetes as kustomize renders it; deploy/examples as files."""
+        kdir = os.path.join(self.root, KUSTOMIZATION)
+        try:
+            with open(os.path.join(kdir, "kustomization.yaml")) as fh:
+                listed = set((yaml.safe_load(fh) or {}).get("resources") or [])
+            for n in sorted(os.listdir(kdir)):
+                if n.endswith((".yaml", ".yml")) and n != "kustomization.yaml" and n not in listed:
+                    self.err("%s/kustomization.yaml" % KUSTOMIZATION,
+                             "%s is not in resources: `kubectl apply -k` would skip it" % n)
+            for i, doc in enumerate(render.kustomize(kdir)):
+                self.docs.append(("%s (kustomize)" % KUSTOMIZATION, i, doc))
+        except (OSError, yaml.YAMLError, render.RenderError) as e:
+            self.err(KUSTOMIZATION, str(e))
         files = []
-        for d, _, names in os.walk(deploy):
+        for d, _, names in os.walk(os.path.join(self.root, EXAMPLES)):
             for n in names:
                 if n.endswith((".yaml", ".yml")):
                     files.append(os.path.join(d, n))
         if not files:
-            self.err("deploy/", "no YAML files")
+            self.err(EXAMPLES, "no YAML files")
         for f in sorted(files):
             rel = os.path.relpath(f, self.root)
             try:
@@ -223,7 +341,11 @@ class Checker:
             if namespaced and not md.get("namespace"):
                 self.err(where, "namespaced kind without metadata.namespace")
             if not namespaced and md.get("namespace"):
-                self.err(where, "cluster-scoped kind with metadata.namespace")
+                if kind in KUSTOMIZE_UNKNOWN_CLUSTER_SCOPED and f.endswith("(kustomize)"):
+                    self.note("%s: kustomize sets metadata.namespace on a cluster-scoped kind it "
+                              "does not know; the API server drops it" % where)
+                else:
+                    self.err(where, "cluster-scoped kind with metadata.namespace")
             key = (kind, md.get("namespace"), name)
             if key in seen:
                 self.err(where, "defined twice")
@@ -547,24 +669,35 @@ class Checker:
         if not host_sock:
             self.err(where, "the CSI socket %s is not on a hostPath volume" % sock)
             return
-        if not host_sock.startswith("/var/lib/kubelet/plugins/%s/" % driver):
+        kroot = (flags.get("kubelet-root") or "/var/lib/kubelet").rstrip("/")
+        if not host_sock.startswith("%s/plugins/%s/" % (kroot, driver)):
             self.err(where, "CSI socket on the host is %s, expected under "
-                     "/var/lib/kubelet/plugins/%s/" % (host_sock, driver))
+                     "%s/plugins/%s/" % (host_sock, kroot, driver))
+        # The kubelet directories the plugin works in, and only those:
+        # publish targets under pods/, staging targets under plugins/, at
+        # their host paths (kubelet passes host paths), Bidirectional (its
+        # mounts must reach the host and the VM pods).
+        for sub in ("pods", "plugins"):
+            p = "%s/%s" % (kroot, sub)
+            mv = self.mount_of(plugin, spec, p)
+            if not mv or mv[0].get("mountPath", "").rstrip("/") != p or \
+                    self.host_path(plugin, spec, p) != p:
+                self.err(where, "%s (kubelet's %s/) must be a hostPath mount of the same path "
+                         "(kubelet passes host paths)" % (p, sub))
+            elif mv[0].get("mountPropagation") != "Bidirectional":
+                self.err(where, "%s needs mountPropagation: Bidirectional" % p)
+        for m in plugin.get("volumeMounts") or []:
+            mp = m.get("mountPath", "").rstrip("/")
+            if mp == kroot or kroot.startswith(mp + "/"):
+                self.err(where, "volumeMount %s mounts %s, all of the kubelet root (or above): "
+                         "mount only %s/pods and %s/plugins" % (m.get("name"), mp, kroot, kroot))
         # Directories that must be on the host (state survives restarts).
         for flag, default in (("run-dir", "/run/qsd-csi"), ("pool", "/var/lib/qsd-csi/pool"),
-                              ("state-dir", "/var/lib/qsd-csi/state"),
-                              ("kubelet-root", "/var/lib/kubelet")):
+                              ("state-dir", "/var/lib/qsd-csi/state")):
             p = flags.get(flag) or default
             hp = self.host_path(plugin, spec, p)
             if hp is None:
                 self.err(where, "--%s %s is not on a hostPath volume" % (flag, p))
-            elif flag == "kubelet-root":
-                if hp != p:
-                    self.err(where, "--kubelet-root %s is %s on the host: kubelet passes host "
-                             "paths, mount it at the same path" % (p, hp))
-                mv = self.mount_of(plugin, spec, p)
-                if mv[0].get("mountPropagation") != "Bidirectional":
-                    self.err(where, "the kubelet directory needs mountPropagation: Bidirectional")
             elif flag == "run-dir":
                 mv = self.mount_of(plugin, spec, p)
                 if mv[0].get("mountPropagation") != "Bidirectional":
@@ -598,8 +731,7 @@ class Checker:
                 if f.get("kubelet-registration-path") != host_sock:
                     self.err(cw, "--kubelet-registration-path %r != the plugin socket on the "
                              "host %r" % (f.get("kubelet-registration-path"), host_sock))
-                if self.host_path(c, spec, "/registration") != \
-                        "/var/lib/kubelet/plugins_registry":
+                if self.host_path(c, spec, "/registration") != kroot + "/plugins_registry":
                     self.err(cw, "/registration is not kubelet's plugins_registry")
             if sidecar in ("csi-provisioner", "csi-snapshotter"):
                 if f.get("node-deployment") != "true":
@@ -623,6 +755,112 @@ class Checker:
                      "csi-resizer", "csi-snapshotter"):
             if want not in seen:
                 self.err(where, "no %s sidecar next to the plugin" % want)
+        self.check_sidecars(where, spec)
+        self.check_ports(where, spec, plugin, flags)
+        for c in spec.get("initContainers") or []:
+            if (c.get("securityContext") or {}).get("privileged"):
+                self.err(where, "privileged init container %s (hostPath type "
+                         "DirectoryOrCreate makes directories)" % c.get("name"))
+
+    def check_sidecars(self, where, spec):
+        """Release, required flags and SELinux-compatible access of each sidecar."""
+        for c in spec.get("containers") or []:
+            m = SIDECAR_IMAGE.match(str(c.get("image", "")))
+            if not m:
+                continue
+            cw = "%s (sidecar %s)" % (where.rsplit(" container ", 1)[0], c.get("name"))
+            name, tag = m.group(1), m.group(2)
+            if name in SIDECAR_RELEASES and tag != SIDECAR_RELEASES[name]:
+                self.err(cw, "%s:%s is not the release this deployment is checked against "
+                         "(%s): update the tag in kustomization.yaml (and SIDECAR_RELEASES after "
+                         "reading the release notes)" % (name, tag, SIDECAR_RELEASES[name]))
+            f = self.parse_args(cw, c)
+            for flag, want in SIDECAR_REQUIRED_FLAGS.get(name, {}).items():
+                have = f.get(flag)
+                if have is None:
+                    self.err(cw, "--%s%s is missing" % (flag, "=" + want if want else ""))
+                elif want is not None and want not in str(have).split(","):
+                    self.err(cw, "--%s=%s, this deployment needs %s" % (flag, have, want))
+            sc = c.get("securityContext") or {}
+            if not sc.get("privileged"):
+                self.err(cw, "not privileged: on SELinux nodes it cannot connect to the "
+                         "privileged plugin's socket")
+            if not sc.get("readOnlyRootFilesystem"):
+                self.err(cw, "set readOnlyRootFilesystem: true (it writes nothing)")
+
+    def check_ports(self, where, spec, plugin, flags):
+        """One port per endpoint in the pod's network namespace; the plugin's
+        --http-endpoint is its container port named "metrics"."""
+        used = {}
+        for c in spec.get("containers") or []:
+            f = self.parse_args(where, c)
+            ports = set()
+            for flag in ("http-endpoint", "metrics-address", "health-port"):
+                v = f.get(flag)
+                if v:
+                    ports.add(int(str(v).rsplit(":", 1)[-1]))
+            for p in c.get("ports") or []:
+                if c is not plugin:
+                    ports.add(p.get("containerPort"))
+            for p in ports:
+                if p in used:
+                    self.err(where, "port %s used by %s and %s" % (p, used[p], c.get("name")))
+                used[p] = c.get("name")
+        ep = flags.get("http-endpoint")
+        metrics = [p for p in plugin.get("ports") or [] if p.get("name") == "metrics"]
+        if not ep:
+            self.err(where, "the plugin has no --http-endpoint (its /metrics and /healthz)")
+        elif not metrics or str(metrics[0].get("containerPort")) != str(ep).rsplit(":", 1)[-1]:
+            self.err(where, "--http-endpoint=%s is not the plugin's container port named "
+                     "\"metrics\" (%s)" % (ep, metrics[0].get("containerPort") if metrics
+                                           else "none"))
+
+    def check_priority(self):
+        for f, i, d in self.of_kind("DaemonSet"):
+            spec = ((d.get("spec") or {}).get("template") or {}).get("spec") or {}
+            pc = spec.get("priorityClassName")
+            where = "DaemonSet %s" % d["metadata"]["name"]
+            ns = d["metadata"].get("namespace")
+            if pc in SYSTEM_PRIORITY and ns != "kube-system":
+                self.err(where, "priorityClassName %s outside kube-system: some clusters refuse "
+                         "it; use the PriorityClass of 25-priorityclass.yaml" % pc)
+            elif pc and pc not in SYSTEM_PRIORITY and not self.find("PriorityClass", pc):
+                self.err(where, "priorityClassName %s is not a PriorityClass in deploy/" % pc)
+
+    def check_rbac(self):
+        """What the node DaemonSet's ServiceAccount may do == SIDECAR_RBAC."""
+        for f, i, ds in self.of_kind("DaemonSet"):
+            ns = ds["metadata"].get("namespace")
+            sa = ((ds["spec"].get("template") or {}).get("spec") or {}).get("serviceAccountName")
+            granted = {}
+            for kind in ("ClusterRoleBinding", "RoleBinding"):
+                for _, _, b in self.of_kind(kind):
+                    if not any(s.get("kind") == "ServiceAccount" and s.get("name") == sa and
+                               (s.get("namespace") or b["metadata"].get("namespace")) == ns
+                               for s in b.get("subjects") or []):
+                        continue
+                    ref = b.get("roleRef") or {}
+                    scope = None if kind == "ClusterRoleBinding" else "ns"
+                    role = self.find(ref.get("kind"), ref.get("name"),
+                                     b["metadata"].get("namespace") if ref.get("kind") == "Role"
+                                     else None)
+                    for r in (role or {}).get("rules") or []:
+                        for g in r.get("apiGroups") or []:
+                            for res in r.get("resources") or []:
+                                for v in r.get("verbs") or []:
+                                    granted[(scope, g, res, v)] = "%s %s" % (ref.get("kind"),
+                                                                             ref.get("name"))
+            where = "ServiceAccount %s/%s" % (ns, sa)
+            def show(k):
+                return "%s %s %s%s" % (k[3], k[2], "(group %r) " % k[1] if k[1] else "",
+                                       "in its namespace" if k[0] else "cluster-wide")
+            for k, why in sorted(SIDECAR_RBAC.items(), key=lambda x: str(x[0])):
+                if k not in granted:
+                    self.err(where, "may not %s: %s needs it" % (show(k), why))
+            for k, src in sorted(granted.items(), key=lambda x: str(x[0])):
+                if k not in SIDECAR_RBAC:
+                    self.err(where, "may %s (%s): no sidecar needs it (least privilege)" %
+                             (show(k), src))
 
     def check_vm_pod(self, where, spec, c, owner, driver):
         if owner.get("kind") != "Pod":
@@ -930,6 +1168,8 @@ class Checker:
         self.check_shapes()
         self.check_containers()
         self.check_consistency()
+        self.check_priority()
+        self.check_rbac()
         self.check_parameters()
         return not self.errors
 
@@ -991,8 +1231,69 @@ def self_check(root, make_checker, with_launcher):
     cases.append(("value the plugin refuses", "refuses the manifest's arguments", ds,
                   _edit_args("qsd-csi-plugin", lambda a: [
                       "--log-level=verbose" if x.startswith("--log-level") else x for x in a])))
-    cases.append(("duplicate YAML key", "duplicate key", "deploy/kubernetes/10-csidriver.yaml",
+    cases.append(("duplicate YAML key", "already defined", "deploy/kubernetes/10-csidriver.yaml",
                   "  attachRequired: true\n"))
+    rbac = "deploy/kubernetes/20-rbac.yaml"
+    kust = "deploy/kubernetes/kustomization.yaml"
+
+    def _old_snapshotter(d):
+        for im in d.get("images") or []:
+            if im["name"].endswith("/csi-snapshotter"):
+                im["newTag"] = "v8.5.0"
+
+    def _rule(role, resource, fn):
+        def mutate(d):
+            if d.get("kind") == "ClusterRole" and d["metadata"]["name"] == role:
+                for r in d["rules"]:
+                    if resource in r["resources"]:
+                        r["verbs"] = fn(r["verbs"])
+        return mutate
+
+    def _whole_kubelet_root(d):
+        if d.get("kind") == "DaemonSet":
+            spec = d["spec"]["template"]["spec"]
+            for v in spec["volumes"]:
+                if v["name"] == "kubelet-pods":
+                    v["hostPath"]["path"] = "/var/lib/kubelet"
+            for m in spec["containers"][0]["volumeMounts"]:
+                if m["name"] == "kubelet-pods":
+                    m["mountPath"] = "/var/lib/kubelet"
+
+    def _init_mkdir(d):
+        if d.get("kind") == "DaemonSet":
+            d["spec"]["template"]["spec"]["initContainers"] = [{
+                "name": "prepare-dirs", "image": "qsd-csi-plugin",
+                "command": ["/bin/mkdir", "-p", "/var/lib/qsd-csi/pool"],
+                "securityContext": {"privileged": True},
+                "volumeMounts": [{"name": "pool-dir", "mountPath": "/var/lib/qsd-csi/pool"}]}]
+
+    def _unprivileged(name):
+        def mutate(d):
+            for c in _containers(d):
+                if c["name"] == name:
+                    c["securityContext"]["privileged"] = False
+        return mutate
+
+    def _priority(d):
+        if d.get("kind") == "DaemonSet":
+            d["spec"]["template"]["spec"]["priorityClassName"] = "system-node-critical"
+
+    cases += [
+        ("sidecar behind its latest release", "is not the release", kust, _old_snapshotter),
+        ("resizer watching every pod", "--handle-volume-inuse-error=false is missing", ds,
+         _edit_args("csi-resizer", lambda a: [x for x in a if "inuse" not in x])),
+        ("provisioner without snapshot source protection", "may not watch volumesnapshots",
+         rbac, _rule("qsd-csi-provisioner", "volumesnapshots", lambda v: ["get", "list"])),
+        ("RBAC broader than the sidecars need", "no sidecar needs it", rbac,
+         _rule("qsd-csi-resizer", "persistentvolumeclaims", lambda v: v + ["delete"])),
+        ("all of the kubelet root mounted", "all of the kubelet root", ds, _whole_kubelet_root),
+        ("privileged init container", "privileged init container", ds, _init_mkdir),
+        ("unprivileged sidecar", "not privileged", ds, _unprivileged("liveness-probe")),
+        ("system-node-critical outside kube-system", "outside kube-system", ds, _priority),
+        ("metrics endpoint not on the metrics port", "is not the plugin's container port", ds,
+         _edit_args("qsd-csi-plugin", lambda a: [
+             "--http-endpoint=:9999" if x.startswith("--http-endpoint") else x for x in a])),
+    ]
     def _attach_group(d):
         if d.get("kind") == "Pod" and d["metadata"]["name"] == "demo-vm-attach-data":
             d["spec"]["securityContext"]["fsGroup"] = 108
@@ -1032,7 +1333,8 @@ def self_check(root, make_checker, with_launcher):
                       _edit_args("qsd-vm-launcher", lambda a: [
                           "--shutdown-timeout=forever" if x.startswith("--shutdown-timeout")
                           else x for x in a])))
-    for label, expect, rel, mutate in cases:
+    def run_case(case):
+        label, expect, rel, mutate = case
         tmp = tempfile.mkdtemp(prefix="qsd-deploy-selfcheck-")
         try:
             shutil.copytree(os.path.join(root, "deploy"), os.path.join(tmp, "deploy"))
@@ -1051,15 +1353,53 @@ def self_check(root, make_checker, with_launcher):
                     yaml.safe_dump_all(docs, fh)
             ch = make_checker(tmp)
             if ch.run() or not any(expect in e for e in ch.errors):
-                print("FAIL self-check (%s): not rejected as expected; errors: %s" %
-                      (label, ch.errors))
-                ok = False
-            else:
-                print("ok   self-check: %s rejected (%s)" %
-                      (label, next(e for e in ch.errors if expect in e)))
+                return False, "FAIL self-check (%s): not rejected as expected; errors: %s" % (
+                    label, ch.errors)
+            return True, "ok   self-check: %s rejected (%s)" % (
+                label, next(e for e in ch.errors if expect in e))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    # The cases are independent and wait on subprocesses (kubectl, our
+    # binaries): a few at a time.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for good, line in pool.map(run_case, cases):
+            print(line)
+            ok = ok and good
     return ok
+
+
+def settings_check(root, make_checker):
+    """kustomization.yaml alone moves the kubelet root and the namespace: a
+    copy with other values must pass, and its DaemonSet use only them."""
+    tmp = tempfile.mkdtemp(prefix="qsd-deploy-settings-")
+    try:
+        shutil.copytree(os.path.join(root, "deploy"), os.path.join(tmp, "deploy"))
+        shutil.copytree(os.path.join(root, "docs"), os.path.join(tmp, "docs"))
+        path = os.path.join(tmp, KUSTOMIZATION, "kustomization.yaml")
+        with open(path) as fh:
+            k = yaml.safe_load(fh)
+        k["namespace"] = "storage-qsd"
+        k["configMapGenerator"][0]["literals"] = ["kubeletRoot=/var/lib/k0s/kubelet"]
+        with open(path, "w") as fh:
+            yaml.safe_dump(k, fh)
+        ch = make_checker(tmp)
+        ch.run()
+        text = json.dumps([d for _, _, d in ch.docs if _ == "%s (kustomize)" % KUSTOMIZATION])
+        problems = list(ch.errors)
+        if "/var/lib/kubelet" in text:
+            problems.append("/var/lib/kubelet is still in the rendered output")
+        if '"qsd-csi"' in text.replace('"part-of": "qsd-csi"', ""):
+            problems.append("the namespace qsd-csi is still in the rendered output")
+        if problems:
+            print("FAIL settings: kubeletRoot and namespace from kustomization.yaml: %s" %
+                  problems)
+            return False
+        print("ok   settings: kubeletRoot=/var/lib/k0s/kubelet and namespace storage-qsd set "
+              "in kustomization.yaml reach every object")
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():
@@ -1091,9 +1431,14 @@ def main():
         return Checker(r, helps, launcher=a.launcher, qsdctl_help=qhelp, quiet=quiet,
                        paths=paths)
 
-    ok = self_check(root, make, a.launcher is not None)
-    ch = make(root, quiet=False)
-    good = ch.run()
+    try:
+        ok = self_check(root, make, a.launcher is not None)
+        ok = settings_check(root, make) and ok
+        ch = make(root, quiet=False)
+        good = ch.run()
+    except render.KubectlMissing as e:
+        print("SKIP: %s" % e)
+        return 77
     if a.launcher is None:
         ch.note("launcher flags SKIPPED: no qsd-vm-launcher target in this build")
     if not a.qsdctl:

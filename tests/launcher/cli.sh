@@ -60,6 +60,9 @@ expect() {
 
 spec '[]' ',"devices":[]'
 expect 1 'bad VM description.*unknown key \\"devices\\"' 2
+spec '[]'
+expect 1 'libvirt-timeout must be at least 1 second' 2 --libvirt-timeout 0
+expect 1 'bad number of seconds: 3601' 2 --libvirt-timeout 3601
 spec '[{"volume":"../outside"}]'
 expect 1 'is not a valid name' 2
 spec '[{"volume":"escape"}]'

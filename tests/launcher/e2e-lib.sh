@@ -33,6 +33,7 @@ stop_pid() { # PID [signal] [timeout_s]: stop one process we started, bounded
     local pid=$1 sig=${2:-TERM} t=${3:-10}
     kill -0 "$pid" 2>/dev/null || return 0
     kill -"$sig" "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true # one a test stopped (SIGSTOP) handles it too
     for ((i = 0; i < t * 10; i++)); do
         kill -0 "$pid" 2>/dev/null || return 0
         sleep 0.1
@@ -80,7 +81,8 @@ if [[ -d $BUILD_CACHE/embed-cache/qemu ]]; then
 fi
 
 # start_qsd NAME SIZE DIR [RO QUEUES LBS]: image $WORK/NAME.qcow2, socket
-# DIR/vhost.sock, QMP $WORK/ctl/NAME/qmp.sock, volume.json written atomically.
+# DIR/vhost.sock, QMP $WORK/ctl/NAME/qmp.sock, volume.json written atomically
+# with volume id pvc-e2e-NAME (or $VOLUME_ID when set).
 # Sets QSD_PID[NAME].  RO: true/false, QUEUES: num-queues, LBS: logical block size.
 declare -A QSD_PID
 start_qsd() {
@@ -101,8 +103,8 @@ start_qsd() {
     "$PY" "$SRC/qmp.py" wait-socket "$dir/vhost.sock" 10 || e2e_fail "QSD $name did not come up"
     local bytes
     bytes=$(qemu-img info -U --output=json "$img" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["virtual-size"])')
-    printf '{"version":1,"volume":"pvc-e2e-%s","size":%s,"read_only":%s,"num_queues":%s,"logical_block_size":%s,"socket":"vhost.sock"}\n' \
-        "$name" "$bytes" "$ro" "$queues" "$lbs" >"$dir/.volume.json.tmp"
+    printf '{"version":1,"volume":"%s","size":%s,"read_only":%s,"num_queues":%s,"logical_block_size":%s,"socket":"vhost.sock"}\n' \
+        "${VOLUME_ID:-pvc-e2e-$name}" "$bytes" "$ro" "$queues" "$lbs" >"$dir/.volume.json.tmp"
     mv "$dir/.volume.json.tmp" "$dir/volume.json"
 }
 
@@ -191,6 +193,31 @@ wait_launcher_exit() {
     kill -0 "$LAUNCHER_PID" 2>/dev/null && e2e_fail "launcher still running after ${t}s"
     set +e; wait "$LAUNCHER_PID"; EXIT_RC=$?; set -e
     LAUNCHER_PID=
+}
+
+# stop_destroyed NAME SHUTDOWN_S [LOG_LINE...]: SIGTERM the launcher of VM NAME
+# whose guest will not power off: it must exit 3 after SHUTDOWN_S (bounded:
+# at most 27 s more, which covers libvirt's SIGTERM-then-SIGKILL of a QEMU
+# that ignores SIGTERM), log the given lines and the destroy's, and leave no
+# QEMU.  Sets ELAPSED_MS.
+stop_destroyed() {
+    local name=$1 t=$2 qemu_pid t0 l i
+    shift 2
+    qemu_pid=$(cat "$ROOT/run/qemu/$name.pid")
+    kill -0 "$qemu_pid" || e2e_fail "no QEMU pid"
+    t0=$(now_ms)
+    kill -TERM "$LAUNCHER_PID"
+    wait_launcher_exit $((t + 30))
+    ELAPSED_MS=$(($(now_ms) - t0))
+    ((EXIT_RC == 3)) || e2e_fail "exit status $EXIT_RC, want 3 (destroyed after timeout)"
+    ((ELAPSED_MS >= t * 1000 && ELAPSED_MS < (t + 27) * 1000)) ||
+        e2e_fail "stopped after $ELAPSED_MS ms, bound $t s"
+    for l in "$@" 'msg="guest did not shut down in time, destroying"' \
+             'msg="vm ended" how=destroyed-after-timeout exit_status=3' 'msg=exit status=3'; do
+        grep -qF "$l" "$WORK/launcher.log" || e2e_fail "log line missing: $l"
+    done
+    for ((i = 0; i < 50; i++)); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
+    ! kill -0 "$qemu_pid" 2>/dev/null || e2e_fail "QEMU $qemu_pid still running"
 }
 
 median() { sort -n | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print int((a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Guest side of e2e-bridge.py (runs as /test.sh in the test guest, busybox).
+# Guest side of e2e-bridge.py and e2e-stuck.sh (runs as /test.sh in the test
+# guest, busybox).
 # Reports vda, then every disk that appears, disappears or changes size,
 # until vda goes away (the host's last step) or 10 minutes pass.  Each new
 # disk gets one 4 KiB write attempt (WRITE ... ok|refused): a read-only

@@ -246,7 +246,7 @@ def run(s):
                 what, field, msg))
         s.after(what)
         # Whatever was answered, nothing of the truncated name may have changed.
-        vols = {e.volume.volume_id for e in s.c.ListVolumes(pb.ListVolumesRequest(),
+        vols = {seclib.csilib.local_id(e.volume.volume_id) for e in s.c.ListVolumes(pb.ListVolumesRequest(),
                                                             timeout=seclib.BOUND).entries}
         if not s.check(VICTIM in vols and LIVE in vols,
                        "%s: volumes now %s (pvc-victim or pvc-live gone)" % (what, sorted(vols))):
@@ -256,7 +256,7 @@ def run(s):
         if not s.check(not extra, "%s: a volume was created: %s" % (what, sorted(extra))):
             for v in extra:
                 s.c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v), timeout=seclib.BOUND)
-        snaps = {e.snapshot.snapshot_id for e in
+        snaps = {seclib.csilib.local_id(e.snapshot.snapshot_id) for e in
                  s.c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=seclib.BOUND).entries}
         if not s.check(snaps == {SNAP}, "%s: snapshots now %s" % (what, sorted(snaps))):
             for x in snaps - {SNAP}:

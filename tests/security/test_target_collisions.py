@@ -35,7 +35,9 @@ VM_UID = "0d4b5a4e-1111-4000-8000-00000000c0de"
 
 
 def exports_mounted(s, vid):
-    return [m[0] for m in seclib.mountinfo() if m[1].endswith("/exports/" + vid)]
+    """Mounts of vid's export under this test's root (other tests may run at once)."""
+    return [m[0] for m in seclib.mountinfo()
+            if m[1].endswith("/exports/" + vid) and seclib.under(m[0], s.root)]
 
 
 def check_a(s, attack, tgt):

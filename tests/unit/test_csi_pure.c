@@ -1,11 +1,13 @@
 /* Unit tests for the CSI plugin's pure parts: StorageClass parameters
  * (every key, unknown keys, bad values, combinations), capacity ranges, the
- * lexical path rules, and the state records' JSON round trip. */
+ * lexical path rules, the state records' JSON round trip, and the capacity
+ * policy (flags, refusals, GetCapacity figures). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "capacity.h"
 #include "csi.pb-c.h"
 #include "params.h"
 #include "pbcheck.h"
@@ -304,6 +306,69 @@ static void test_state_roundtrip(void **state)
     snap_free(sn);
 }
 
+static void test_capacity_policy(void **state)
+{
+    struct capacity_policy p = {0};
+    assert_int_equal(capacity_parse_reserve("10%", &p), 0);
+    assert_int_equal(p.reserve_pct, 10);
+    assert_int_equal(capacity_parse_reserve("1G", &p), 0);
+    assert_int_equal(p.reserve_pct, 0);
+    assert_true(p.reserve_bytes == 1ull << 30);
+    const char *bad_reserve[] = {"", "%", "100%", "-1", "1.5G", "x%", "10 %"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad_reserve); i++)
+        assert_int_equal(capacity_parse_reserve(bad_reserve[i], &p), -EINVAL);
+    assert_int_equal(capacity_parse_ratio("1.5", &p), 0);
+    assert_int_equal(p.overcommit_x100, 150);
+    assert_int_equal(capacity_parse_ratio("2.25", &p), 0);
+    assert_int_equal(p.overcommit_x100, 225);
+    const char *bad_ratio[] = {"", "0", "0.00", "1.", ".5", "1.234", "1001", "-1", "1e3"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad_ratio); i++)
+        assert_int_equal(capacity_parse_ratio(bad_ratio[i], &p), -EINVAL);
+
+    /* 1000 bytes, 10% reserve, ratio 2: limit 2 x 900 */
+    p = (struct capacity_policy){.reserve_pct = 10, .overcommit_x100 = 200};
+    struct pool_figures f = {.total = 1000, .free = 500, .committed = 1000};
+    capacity_apply(&p, &f);
+    assert_int_equal(f.reserve, 100);
+    assert_int_equal(f.limit, 1800);
+    char *why = capacity_refuse(&p, &f, 800, 0);
+    assert_null(why);
+    why = capacity_refuse(&p, &f, 801, 0);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "above the overcommit limit of 1800 bytes"));
+    free(why);
+    why = capacity_refuse(&p, &f, 0, 401); /* 500 free - 100 reserve */
+    assert_non_null(strstr(why, "needs 401 bytes free"));
+    free(why);
+    uint64_t avail, max;
+    capacity_available(&f, false, 8, 1ull << 50, &avail, &max);
+    assert_int_equal(avail, 800);
+    assert_int_equal(max, 800);
+    capacity_available(&f, true, 8, 1ull << 50, &avail, &max);
+    assert_int_equal(avail, 400);
+    /* no limit: thin volumes of any size, preallocated up to free - reserve */
+    p.overcommit_x100 = 0;
+    capacity_apply(&p, &f);
+    assert_true(f.limit == UINT64_MAX);
+    assert_null(capacity_refuse(&p, &f, UINT64_MAX / 2, 0));
+    capacity_available(&f, false, 512, 1ull << 50, &avail, &max);
+    assert_int_equal(avail, 400);
+    assert_true(max == 1ull << 50);
+    /* at the reserve: nothing */
+    f.free = 100;
+    why = capacity_refuse(&p, &f, 0, 0);
+    assert_non_null(strstr(why, "not more than its reserve of 100 bytes"));
+    free(why);
+    capacity_available(&f, false, 512, 1ull << 50, &avail, &max);
+    assert_int_equal(avail, 0);
+    assert_int_equal(max, 0);
+    assert_int_equal(capacity_errno_code(-ENOSPC, GRPC_INTERNAL), GRPC_RESOURCE_EXHAUSTED);
+    assert_int_equal(capacity_errno_code(-EDQUOT, GRPC_INTERNAL), GRPC_RESOURCE_EXHAUSTED);
+    assert_int_equal(capacity_errno_code(-EIO, GRPC_INTERNAL), GRPC_INTERNAL);
+    assert_int_equal(errno_from_text(-EIO, "qemu-img: x: No space left on device"), -ENOSPC);
+    assert_int_equal(errno_from_text(-EIO, "other"), -EIO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_params_bad),
         cmocka_unit_test(test_params_combinations),
         cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_capacity_policy),
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_pbcheck),
         cmocka_unit_test(test_state_roundtrip),

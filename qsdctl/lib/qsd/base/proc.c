@@ -229,32 +229,62 @@ const char *proc_last_line(const char *text, char *buf, size_t len)
     return buf;
 }
 
-int proc_starttime(pid_t pid, uint64_t *ret)
+/* /proc/PID/NAME, at most max bytes. */
+static int read_proc(pid_t pid, const char *name, size_t max, char **ret, size_t *ret_len)
 {
     char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+    return read_file(path, max, ret, ret_len);
+}
+
+int proc_stat_fields(pid_t pid, int first, int n, uint64_t *ret)
+{
     _cleanup_free_ char *data = NULL;
-    int r = read_file(path, 65536, &data, NULL);
+    int r = read_proc(pid, "stat", 65536, &data, NULL);
     if (r < 0)
         return r;
     /* comm may contain spaces and parentheses: skip to the last ')'. */
     char *p = strrchr(data, ')');
-    if (!p)
+    if (!p || first < 4 || n < 1)
         return -EINVAL;
     p++;
-    /* Fields after comm start at field 3 (state); starttime is field 22. */
-    for (int field = 3; field < 22; field++) {
+    /* Fields after comm start at field 3 (state); field f + 1 follows the
+     * space found at step f. */
+    for (int field = 3; field + 1 < first + n; field++) {
         p = strchr(p + 1, ' ');
         if (!p)
             return -EINVAL;
+        if (field + 1 >= first)
+            ret[field + 1 - first] = strtoull(p + 1, NULL, 10);
     }
-    *ret = strtoull(p + 1, NULL, 10);
+    return 0;
+}
+
+int proc_starttime(pid_t pid, uint64_t *ret) { return proc_stat_fields(pid, 22, 1, ret); }
+
+int proc_io(pid_t pid, struct proc_io *ret)
+{
+    _cleanup_free_ char *data = NULL;
+    int r = read_proc(pid, "io", 4096, &data, NULL);
+    if (r < 0)
+        return r;
+    static const char *const keys[] = {"read_bytes: ", "write_bytes: ", "syscr: ", "syscw: "};
+    uint64_t *out[] = {&ret->read_bytes, &ret->write_bytes, &ret->syscr, &ret->syscw};
+    for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+        const char *p = strstr(data, keys[i]);
+        if (!p || (p != data && p[-1] != '\n'))
+            return -EBADMSG;
+        *out[i] = strtoull(p + strlen(keys[i]), NULL, 10);
+    }
+    uint64_t t[2];
+    if ((r = proc_stat_fields(pid, 14, 2, t)) < 0)
+        return r;
+    long hz = sysconf(_SC_CLK_TCK);
+    ret->cpu_seconds = (double)(t[0] + t[1]) / (double)(hz > 0 ? hz : 100);
     return 0;
 }
 
 int proc_cmdline(pid_t pid, char **ret, size_t *ret_len)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-    return read_file(path, 1 << 20, ret, ret_len);
+    return read_proc(pid, "cmdline", 1 << 20, ret, ret_len);
 }

@@ -54,8 +54,19 @@ const char *proc_last_line(const char *text, char *buf, size_t len);
 
 int pidfd_open_pid(pid_t pid);
 int pidfd_signal(int pidfd, int sig);
+/* Fields first..first+n-1 (numbered as in proc(5), first >= 4: numeric fields) of
+ * /proc/PID/stat, as unsigned numbers. */
+int proc_stat_fields(pid_t pid, int first, int n, uint64_t *ret);
 /* Process start time (clock ticks since boot, field 22 of /proc/PID/stat). */
 int proc_starttime(pid_t pid, uint64_t *ret);
+/* A process's I/O accounting (/proc/PID/io: bytes it made the storage
+ * layer read and write, read/write system calls) and CPU time (user +
+ * system, /proc/PID/stat). */
+struct proc_io {
+    uint64_t read_bytes, write_bytes, syscr, syscw;
+    double cpu_seconds;
+};
+int proc_io(pid_t pid, struct proc_io *ret);
 /* Read /proc/PID/cmdline with NULs replaced by spaces... kept as NUL-separated
  * with total length in *ret_len. */
 int proc_cmdline(pid_t pid, char **ret, size_t *ret_len);

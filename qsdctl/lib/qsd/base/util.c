@@ -232,6 +232,15 @@ int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
     return 0;
 }
 
+int errno_from_text(int r, const char *text)
+{
+    if (text && strstr(text, strerror(ENOSPC)))
+        return -ENOSPC;
+    if (text && strstr(text, strerror(EDQUOT)))
+        return -EDQUOT;
+    return r;
+}
+
 int parse_size(const char *s, uint64_t *ret)
 {
     if (!s || !*s || !(*s >= '0' && *s <= '9'))
@@ -293,16 +302,6 @@ int unix_connect(const char *path, bool nonblock, int *ret_fd)
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS)
         return -errno;
     *ret_fd = TAKE_FD(fd);
-    return 0;
-}
-
-int unix_socket_probe(const char *path)
-{
-    int fd;
-    int r = unix_connect(path, true, &fd);
-    if (r < 0)
-        return r;
-    close(fd);
     return 0;
 }
 

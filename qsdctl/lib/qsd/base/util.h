@@ -86,12 +86,14 @@ int parse_size(const char *s, uint64_t *ret);
 /* Human-readable size into buf (e.g. "1.5 GiB"). */
 const char *format_size(uint64_t v, char *buf, size_t len);
 
+/* -ENOSPC or -EDQUOT when text (a tool's or QEMU's error message) says the
+ * disk is full or the quota exceeded (strerror's words), else r: out of
+ * space keeps its meaning across qemu-img and QMP. */
+int errno_from_text(int r, const char *text);
+
 /* Parse a decimal unsigned integer in [min, max]. */
 int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 
-/* Test whether a unix socket at path accepts a connection now (non-blocking).
- * Returns 0 when it does, negative errno otherwise. */
-int unix_socket_probe(const char *path);
 /* Is a unix stream socket listening at path in this network namespace?  Reads
  * /proc/net/unix: unlike a probe connection it never touches the server (a
  * vhost-user back-end serves one client at a time: a status query must not

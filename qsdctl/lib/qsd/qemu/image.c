@@ -113,7 +113,7 @@ int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char
         char line[512];
         *ret_msg = xasprintf("qemu-img %s failed: %s", argv[1], proc_last_line(res.err, line, sizeof(line)));
         proc_result_clear(&res);
-        return -EIO;
+        return errno_from_text(-EIO, *ret_msg);
     }
     if (ret_out)
         *ret_out = TAKE_PTR(res.out);
@@ -290,7 +290,7 @@ int image_qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg)
     *ret_msg = xasprintf("%s failed: %s (%s)", what, e->desc ? e->desc : strerror(-r),
                          e->klass ? e->klass : "error");
     qmp_error_clear(e);
-    return r;
+    return errno_from_text(r, *ret_msg);
 }
 
 const char *export_node_from_reply(json_t *exports)
@@ -449,7 +449,7 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
     const char *err = json_string_value(json_object_get(data, "error"));
     if (err) {
         *ret_msg = xasprintf("snapshot copy failed: %s", err);
-        r = -EIO;
+        r = errno_from_text(-EIO, err);
     }
     json_decref(data);
 del:;
@@ -465,31 +465,4 @@ del:;
     }
     chmod(tmp, 0400);
     return image_publish(tmp, final, ret_msg);
-}
-
-int live_stats(struct qmp_sync *s, json_t **ret, char **ret_msg)
-{
-    _cleanup_free_ char *exp = NULL;
-    int r = live_export_node(s, &exp, ret_msg);
-    if (r < 0)
-        return r;
-    struct qmp_error e = {0};
-    json_t *all = NULL;
-    r = qmp_sync_call(s, "query-blockstats", json_pack("{s:b}", "query-nodes", 1),
-                          QMP_DEFAULT_TIMEOUT_MS, &all, &e);
-    if (r < 0)
-        return image_qmp_msg(r, &e, "query-blockstats", ret_msg);
-    size_t i;
-    json_t *it;
-    json_array_foreach(all, i, it)
-    {
-        if (streq_ptr(json_string_value(json_object_get(it, "node-name")), exp)) {
-            *ret = json_incref(json_object_get(it, "stats"));
-            json_decref(all);
-            return 0;
-        }
-    }
-    json_decref(all);
-    *ret_msg = xstrdup("QSD reports no statistics for the exported node");
-    return -EBADMSG;
 }

@@ -70,5 +70,3 @@ int live_resize(struct qmp_sync *s, uint64_t size, char **ret_msg);
  * (blockdev-backup sync=full; the guest keeps running).  Bounded by timeout_ms. */
 int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap,
                   uint64_t timeout_ms, char **ret_msg);
-/* I/O statistics of the exported node (query-blockstats), as JSON. */
-int live_stats(struct qmp_sync *s, json_t **ret, char **ret_msg);

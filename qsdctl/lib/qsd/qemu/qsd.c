@@ -3,6 +3,7 @@
 #include "qsd/base/fsat.h"
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
+#include "qsd/base/probe.h"
 #include "qsd/base/proc.h"
 #include "qsd/qemu/qmp.h"
 #include "qsd/base/util.h"
@@ -951,11 +952,16 @@ static bool exports_listening(struct qsd *q)
            (q->opts.read_only || unix_socket_listening(q->paths.ro_socket) == 1);
 }
 
-/* Every export of q accepts a connection. */
+static int probe_export_at(int dfd, bool ro, void *arg)
+{
+    return probe_socket_at(dfd, "vhost.sock");
+}
+
+/* Every export of q accepts a connection (probe.h; the export directories
+ * are opened beneath the run directory and nothing in them is followed). */
 static bool exports_accept(struct qsd *q)
 {
-    return unix_socket_probe(q->paths.socket) == 0 &&
-           (q->opts.read_only || unix_socket_probe(q->paths.ro_socket) == 0);
+    return each_export_dir(&q->paths, q->volume, q->opts.read_only, probe_export_at, NULL) == 0;
 }
 
 static void on_probe(struct loop *l, void *opaque)

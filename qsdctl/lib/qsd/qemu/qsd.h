@@ -5,7 +5,7 @@
  *   qsd_paths   the per-volume runtime layout (docs/runtime-layout.md)
  *   qsd_argv    the QSD command line (pure; unit-tested)
  *   struct qsd  a live QSD on a loop: start (bounded wait until every export
- *               socket accepts; spawned in its own session and, when
+ *               socket accepts, qsd/base/probe.h; spawned in its own session and, when
  *               configured, its own cgroup), pidfd watch, restart on death
  *               on the same socket path (with backoff, then a crash-loop
  *               state), stop (QMP quit, SIGKILL after a bound, and a bound

@@ -1,0 +1,344 @@
+/* http.c: the plugin's small HTTP/1.1 server.  See http.h.
+ *
+ * One struct conn per accepted connection: it reads the request head into a
+ * fixed buffer (nothing grows with what the peer sends), answers once, and
+ * closes after the answer is written.  Each connection has one timer: the
+ * header deadline while reading, then the write deadline. */
+#include "http.h"
+#include "qsd/base/log.h"
+#include "qsd/base/util.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+struct conn {
+    struct http_server *srv;
+    int fd;
+    struct loop_watch *watch;
+    struct loop_timer *timer;
+    char in[HTTP_MAX_REQUEST];
+    size_t in_len;
+    char *out;              /* the answer, once decided */
+    size_t out_len, out_off;
+    struct conn *next, *prev;
+};
+
+struct http_server {
+    struct loop *loop;
+    int fd;
+    struct loop_watch *watch;
+    http_handler_fn fn;
+    void *opaque;
+    struct conn *conns;
+    unsigned n_conns;
+};
+
+int http_parse_endpoint(const char *endpoint, struct sockaddr_storage *ret, unsigned *ret_len)
+{
+    const char *colon = strrchr(endpoint, ':');
+    if (!colon)
+        return -EINVAL;
+    uint64_t port;
+    if (parse_uint(colon + 1, 1, 65535, &port) < 0)
+        return -EINVAL;
+    size_t hl = (size_t)(colon - endpoint);
+    _cleanup_free_ char *host = xstrndup(endpoint, hl);
+    struct sockaddr_storage ss = {0};
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        host[hl - 1] = '\0';
+        if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
+            return -EINVAL;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        *ret_len = sizeof(*a);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        if (hl == 0)
+            a->sin_addr.s_addr = htonl(INADDR_ANY);
+        else if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+            return -EINVAL;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        *ret_len = sizeof(*a);
+    }
+    *ret = ss;
+    return 0;
+}
+
+/* ------------------------------------------------------------ connections */
+
+static void conn_close(struct conn *c)
+{
+    struct http_server *s = c->srv;
+    loop_watch_remove(c->watch);
+    loop_timer_cancel(c->timer);
+    close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->n_conns--;
+    free(c->out);
+    free(c);
+}
+
+static void on_timeout(struct loop *l, void *opaque);
+
+static const char *reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Internal Server Error";
+    }
+}
+
+static char *format_response(int status, const char *type, const char *body, size_t len,
+                             size_t *ret_len)
+{
+    char *out = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&out, &n);
+    if (!f)
+        abort();
+    fprintf(f,
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
+            "Connection: close\r\n\r\n",
+            status, reason(status), type, len, status == 405 ? "Allow: GET\r\n" : "");
+    fwrite(body, 1, len, f);
+    fclose(f);
+    *ret_len = n;
+    return out;
+}
+
+/* Decide the answer; from now on only write, then close. */
+static void conn_answer(struct conn *c, int status, const char *type, const char *body,
+                        size_t len)
+{
+    c->out = format_response(status, type, body, len, &c->out_len);
+    loop_watch_set_events(c->watch, POLLOUT);
+    loop_timer_cancel(c->timer);
+    c->timer = loop_timer_add(c->srv->loop, HTTP_WRITE_TIMEOUT_MS, on_timeout, c);
+}
+
+static void conn_error(struct conn *c, int status)
+{
+    _cleanup_free_ char *body = xasprintf("%d %s\n", status, reason(status));
+    conn_answer(c, status, "text/plain; charset=utf-8", body, strlen(body));
+}
+
+static void on_timeout(struct loop *l, void *opaque)
+{
+    struct conn *c = opaque;
+    c->timer = NULL;
+    if (!c->out) {
+        conn_error(c, 408); /* slow or silent sender */
+        return;
+    }
+    conn_close(c); /* a reader that does not read */
+}
+
+/* A header field that would announce a body. */
+static bool has_body(const char *name, size_t nl, const char *value)
+{
+    if (nl == 17 && strncasecmp(name, "transfer-encoding", nl) == 0)
+        return true;
+    if (nl == 14 && strncasecmp(name, "content-length", nl) == 0) {
+        while (*value == ' ' || *value == '\t')
+            value++;
+        return !(value[0] == '0' && (value[1] == '\0' || value[1] == ' ' || value[1] == '\t'));
+    }
+    return false;
+}
+
+/* The complete head is in c->in (NUL-terminated, CRLF lines). */
+static void conn_request(struct conn *c)
+{
+    char *line_end = strstr(c->in, "\r\n");
+    *line_end = '\0';
+    /* METHOD SP request-target SP HTTP-version */
+    char *method = c->in, *sp1 = strchr(method, ' ');
+    char *target = sp1 ? sp1 + 1 : NULL, *sp2 = target ? strchr(target, ' ') : NULL;
+    if (!sp1 || !sp2 || strchr(sp2 + 1, ' ') || sp1 == method || sp2 == target) {
+        conn_error(c, 400);
+        return;
+    }
+    *sp1 = *sp2 = '\0';
+    const char *version = sp2 + 1;
+    if (!startswith(version, "HTTP/")) {
+        conn_error(c, 400);
+        return;
+    }
+    if (!streq(version, "HTTP/1.1") && !streq(version, "HTTP/1.0")) {
+        conn_error(c, 505);
+        return;
+    }
+    for (char *h = line_end + 2; *h && !startswith(h, "\r\n");) {
+        char *e = strstr(h, "\r\n");
+        *e = '\0';
+        char *colon = strchr(h, ':');
+        if (!colon || colon == h || h[0] == ' ' || h[0] == '\t' ||
+            has_body(h, (size_t)(colon - h), colon + 1)) {
+            conn_error(c, 400);
+            return;
+        }
+        h = e + 2;
+    }
+    if (!streq(method, "GET")) {
+        conn_error(c, 405);
+        return;
+    }
+    if (target[0] != '/') {
+        conn_error(c, 400);
+        return;
+    }
+    target[strcspn(target, "?#")] = '\0';
+    int status = 500;
+    const char *type = "text/plain; charset=utf-8";
+    _cleanup_free_ char *body = NULL;
+    size_t len = 0;
+    c->srv->fn(target, &status, &type, &body, &len, c->srv->opaque);
+    if (!body) {
+        conn_error(c, status);
+        return;
+    }
+    conn_answer(c, status, type, body, len);
+}
+
+/* Read and drop what the peer sent that we did not read (bounded, never
+ * waits): closing with unread input would reset the connection, and the
+ * peer could lose the answer. */
+static void conn_drain(int fd)
+{
+    char buf[4096];
+    for (int i = 0; i < 16 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; i++)
+        ;
+}
+
+static void on_conn(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct conn *c = opaque;
+    if (c->out) {
+        while (c->out_off < c->out_len) {
+            ssize_t n = send(fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+            if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return;
+            if (n <= 0) {
+                conn_close(c);
+                return;
+            }
+            c->out_off += (size_t)n;
+        }
+        shutdown(fd, SHUT_WR);
+        conn_drain(fd);
+        conn_close(c);
+        return;
+    }
+    for (;;) {
+        size_t room = sizeof(c->in) - 1 - c->in_len;
+        if (room == 0) {
+            conn_error(c, 431);
+            return;
+        }
+        ssize_t n = recv(fd, c->in + c->in_len, room, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (n <= 0) {
+            conn_close(c); /* closed or broken before a complete request */
+            return;
+        }
+        size_t from = c->in_len > 3 ? c->in_len - 3 : 0;
+        c->in_len += (size_t)n;
+        c->in[c->in_len] = '\0';
+        if (memchr(c->in + from, '\0', c->in_len - from)) {
+            conn_error(c, 400); /* a NUL byte in the head */
+            return;
+        }
+        if (strstr(c->in + from, "\r\n\r\n")) {
+            conn_request(c);
+            return;
+        }
+    }
+}
+
+static void on_accept(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct http_server *s = opaque;
+    for (;;) {
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (cfd < 0) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                log_warn("http", "accept failed", "error=\"%s\"", strerror(errno));
+            return;
+        }
+        if (s->n_conns >= HTTP_MAX_CONNECTIONS) {
+            /* Best effort, never waits: the socket buffer takes it. */
+            size_t len;
+            _cleanup_free_ char *r = format_response(503, "text/plain; charset=utf-8",
+                                                     "503 too many connections\n", 25, &len);
+            (void)!send(cfd, r, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            shutdown(cfd, SHUT_WR);
+            conn_drain(cfd);
+            close(cfd);
+            continue;
+        }
+        struct conn *c = xcalloc(1, sizeof(*c));
+        c->srv = s;
+        c->fd = cfd;
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        s->n_conns++;
+        c->watch = loop_watch_fd(l, cfd, POLLIN, on_conn, c);
+        c->timer = loop_timer_add(l, HTTP_HEADER_TIMEOUT_MS, on_timeout, c);
+    }
+}
+
+int http_server_new(struct loop *l, const char *endpoint, http_handler_fn fn, void *opaque,
+                    struct http_server **ret)
+{
+    struct sockaddr_storage ss;
+    unsigned sl;
+    int r = http_parse_endpoint(endpoint, &ss, &sl);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 64) < 0)
+        return -errno;
+    struct http_server *s = xcalloc(1, sizeof(*s));
+    s->loop = l;
+    s->fd = TAKE_FD(fd);
+    s->fn = fn;
+    s->opaque = opaque;
+    s->watch = loop_watch_fd(l, s->fd, POLLIN, on_accept, s);
+    *ret = s;
+    return 0;
+}
+
+void http_server_free(struct http_server *s)
+{
+    if (!s)
+        return;
+    while (s->conns)
+        conn_close(s->conns);
+    loop_watch_remove(s->watch);
+    close(s->fd);
+    free(s);
+}

@@ -1,0 +1,378 @@
+#!/usr/bin/python3
+"""Observability: the plugin's /metrics and /healthz (--http-endpoint), with
+a real QSD under I/O (qsdctl verify through the published socket).
+
+Checks: /healthz answers; the page parses (prometheus_client's parser plus
+a strict check of our own: HELP and TYPE for every family, cumulative
+buckets ending in +Inf == _count, the qsd_csi_ prefix); the volume's I/O
+counters moved with the I/O; the RPC counters and histograms count the
+calls made (a failing one under its code); a SIGSTOPped QSD becomes "hung"
+and NodeGetVolumeStats abnormal, SIGCONT makes it running and normal again,
+and /metrics keeps answering meanwhile; a killed QSD's restart is counted; a pool filled to below what the
+volume may still allocate makes the condition abnormal; hostile HTTP (bad
+method, oversized head, slowloris, a request body, NUL bytes, too many
+connections) is answered and bounded.
+
+The full-pool part runs a second plugin whose pool is a tmpfs of this
+test's own (so that it can be filled; the kernel keeps no I/O accounting for
+tmpfs, so the first part uses a pool on the disk).
+Runtime: about 30 s.
+
+usage: test_csi_metrics.py PLUGIN PROTO_DIR QSDCTL
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import csilib  # noqa: E402
+import thinlib  # noqa: E402
+from csilib import mount_cap  # noqa: E402
+import grpc  # noqa: E402
+
+try:
+    from prometheus_client.parser import text_string_to_metric_families
+except ImportError:
+    csilib.skip("python3-prometheus-client not installed (scripts/setup.sh installs it)")
+
+MiB = 1 << 20
+VOL = "pvc-metrics"
+POOL_SIZE = 256 * MiB
+WAIT_S = 20  # bound on every wait for a collection round (interval 1 s, probe bound 3 s)
+
+
+def http(port, raw, timeout=5.0):
+    """Send raw bytes, return everything the server sends until it closes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(raw)
+        out = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                return out
+            out += b
+    finally:
+        s.close()
+
+
+def get(port, path, timeout=5.0):
+    r = http(port, b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode(), timeout)
+    head, _, body = r.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    return status, head.decode(), body.decode()
+
+
+def strict_check(text):
+    """Our own reading of the 0.0.4 text format, stricter than the parser."""
+    helps, types, seen = {}, {}, set()
+    for line in text.split("\n")[:-1]:
+        if line.startswith("# HELP "):
+            name = line.split(" ", 3)[2]
+            assert name not in helps, "two HELP lines for " + name
+            helps[name] = True
+        elif line.startswith("# TYPE "):
+            _, _, name, typ = line.split(" ")
+            assert typ in ("counter", "gauge", "histogram"), line
+            assert name in helps, "TYPE before HELP: " + line
+            types[name] = typ
+        else:
+            assert not line.startswith("#"), line
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            value = line.rsplit(" ", 1)[1]
+            float(value)
+            base = name
+            for suf in ("_bucket", "_sum", "_count"):
+                if name.endswith(suf) and name[:-len(suf)] in types:
+                    base = name[:-len(suf)]
+            assert base in types, "sample without TYPE: " + line
+            assert base.startswith("qsd_csi_"), line
+            assert line not in seen, "duplicate sample " + line
+            seen.add(line)
+    assert text.endswith("\n")
+
+
+def scrape(port, timeout=5.0):
+    status, head, body = get(port, "/metrics", timeout)
+    assert status == 200, head
+    assert "text/plain; version=0.0.4" in head, head
+    strict_check(body)
+    samples = {}
+    for fam in text_string_to_metric_families(body):
+        for s in fam.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples, body
+
+
+def value(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def check_histograms(body):
+    buckets = {}
+    counts = {}
+    for fam in text_string_to_metric_families(body):
+        if fam.type != "histogram":
+            continue
+        for s in fam.samples:
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+            if s.name.endswith("_bucket"):
+                buckets.setdefault((fam.name, key), []).append(
+                    (float(s.labels["le"]), s.value))
+            elif s.name.endswith("_count"):
+                counts[(fam.name, key)] = s.value
+    assert buckets, "no histogram"
+    for k, bs in buckets.items():
+        bs.sort()
+        assert bs[-1][0] == float("inf"), k
+        vals = [v for _, v in bs]
+        assert vals == sorted(vals), "buckets not cumulative: %s" % (k,)
+        assert vals[-1] == counts[k], "+Inf bucket != count: %s" % (k,)
+
+
+def wait_for(what, fn):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        r = fn()
+        if r:
+            return r
+        if time.monotonic() > deadline:
+            raise AssertionError("not within %d s: %s" % (WAIT_S, what))
+        time.sleep(0.2)
+
+
+def main():
+    qsdctl = sys.argv[3]
+    stopped = []
+    for phase in (run, full_pool):
+        env = csilib.Env(sys.argv[1], sys.argv[2], prefix="qsd-metrics-")
+        try:
+            phase(env, qsdctl, stopped)
+        finally:
+            for pid in stopped:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass
+            if sys.exc_info()[0] is not None:
+                print("---- plugin log (tail)\n" + env.log_tail(80))
+            env.cleanup()
+
+
+def start(env, extra=()):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    c = env.start(["--http-endpoint", "127.0.0.1:%d" % port, "--metrics-interval", "1", *extra])
+    _, tgt = thinlib.create_published(env, c, VOL, 64 * MiB, mount_cap(env.pb), 60)
+    return c, port, tgt
+
+
+def full_pool(env, qsdctl, stopped):
+    """A pool (a tmpfs of this test's own) filled to below what the volume
+    may still allocate: the volume's condition says so, until space is
+    freed."""
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % POOL_SIZE, "tmpfs", env.pool],
+                   check=True)
+    c, port, tgt = start(env, ["--overcommit-ratio", "1.5", "--capacity-reserve", "16M"])
+    smp = wait_for("pool figures with the volume's image in the pool", lambda: (
+        lambda m: m if 0 < (value(m, "qsd_csi_pool_free_bytes") or POOL_SIZE) < POOL_SIZE
+        else None)(scrape(port)[0]))
+    assert value(smp, "qsd_csi_pool_capacity_bytes") == POOL_SIZE
+    assert 0 < value(smp, "qsd_csi_pool_free_bytes") < POOL_SIZE
+    assert value(smp, "qsd_csi_pool_reserved_bytes") == 16 * MiB
+    assert value(smp, "qsd_csi_pool_provisioned_bytes") == 64 * MiB
+    assert value(smp, "qsd_csi_pool_overcommit_ratio") == 1.5
+    assert value(smp, "qsd_csi_pool_provisioned_limit_bytes") == (POOL_SIZE - 16 * MiB) * 3 // 2
+    assert not stats(env, c, tgt).abnormal
+    filler = os.path.join(env.pool, "filler")
+    with open(filler, "wb") as f:
+        f.write(b"\1" * int(value(smp, "qsd_csi_pool_free_bytes") - 8 * MiB))
+    wait_for("pool problem in the volume condition", lambda: stats(env, c, tgt).abnormal)
+    cond = stats(env, c, tgt)
+    assert "pool is nearly full" in cond.message, cond.message
+    print("full pool: " + cond.message)
+    os.unlink(filler)
+    wait_for("condition normal again", lambda: not stats(env, c, tgt).abnormal)
+    assert env.stop() == 0, "the plugin did not exit cleanly (a sanitizer report?)"
+
+
+def stats(env, c, tgt):
+    r = c.NodeGetVolumeStats(env.pb.NodeGetVolumeStatsRequest(volume_id=VOL, volume_path=tgt),
+                             timeout=30)
+    return r.volume_condition
+
+
+def run(env, qsdctl, stopped):
+    c, port, tgt = start(env)
+    pb = env.pb
+    status, _, body = get(port, "/healthz")
+    assert (status, body) == (200, "ok\n"), (status, body)
+    csilib.expect_code(c.NodeStageVolume, pb.NodeStageVolumeRequest(volume_id=""),
+                       grpc.StatusCode.INVALID_ARGUMENT, "stage without an id")
+
+    def io_seen():
+        smp, _ = scrape(port)
+        w = value(smp, "qsd_csi_volume_write_bytes_total", volume_id=VOL)
+        return smp if w is not None else None
+    before = wait_for("I/O counters of the volume", io_seen)
+    w0 = value(before, "qsd_csi_volume_write_bytes_total", volume_id=VOL)
+    r0 = value(before, "qsd_csi_volume_read_bytes_total", volume_id=VOL)
+
+    r = subprocess.run([qsdctl, "verify", "--chunks", "32", "--chunk-size", str(1 * MiB),
+                        "--timeout-ms", "20000", "./vhost.sock"], cwd=tgt,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def moved():
+        smp, _ = scrape(port)
+        w = value(smp, "qsd_csi_volume_write_bytes_total", volume_id=VOL)
+        rd = value(smp, "qsd_csi_volume_read_bytes_total", volume_id=VOL)
+        return smp if w >= w0 + 32 * MiB and rd >= r0 + 32 * MiB else None
+    smp = wait_for("write and read bytes to grow by the 32 MiB verify wrote and read back", moved)
+    smp, body = scrape(port)
+    check_histograms(body)
+    print("sample of /metrics:\n" + "\n".join(
+        line for line in body.split("\n")
+        if "le=" not in line or 'le="+Inf"' in line)[:6000])
+
+    for m, code, n in (("/csi.v1.Controller/CreateVolume", "OK", 1),
+                       ("/csi.v1.Node/NodeStageVolume", "OK", 1),
+                       ("/csi.v1.Node/NodePublishVolume", "OK", 1),
+                       ("/csi.v1.Node/NodeStageVolume", "INVALID_ARGUMENT", 1)):
+        got = value(smp, "qsd_csi_rpc_total", method=m, code=code)
+        assert got == n, "%s %s: %s calls counted, %d made" % (m, code, got, n)
+        cnt = value(smp, "qsd_csi_rpc_duration_seconds_count", method=m, code=code)
+        assert cnt == n, "%s %s: histogram count %s" % (m, code, cnt)
+    assert value(smp, "qsd_csi_volume_qsd_state", volume_id=VOL, state="running") == 1
+    assert value(smp, "qsd_csi_volume_qsd_state", volume_id=VOL, state="hung") == 0
+    assert value(smp, "qsd_csi_volume_qsd_restarts_total", volume_id=VOL) == 0
+    assert value(smp, "qsd_csi_volume_allocated_bytes", volume_id=VOL) >= 32 * MiB
+    assert value(smp, "qsd_csi_volume_capacity_bytes", volume_id=VOL) == 64 * MiB
+    assert value(smp, "qsd_csi_pool_capacity_bytes") > 0
+    assert value(smp, "qsd_csi_pool_reserved_bytes") == \
+        value(smp, "qsd_csi_pool_capacity_bytes") // 10  # the default reserve, 10%
+    assert value(smp, "qsd_csi_pool_overcommit_ratio") is None  # no limit by default
+    assert value(smp, "qsd_csi_volume_qmp_probe_seconds_count", volume_id=VOL) >= 1
+    cond = stats(env, c, tgt)
+    assert not cond.abnormal, cond.message
+
+    # A hung QSD: stopped, its monitor never answers.
+    pid = env.qsd_pids()[VOL]
+    os.kill(pid, signal.SIGSTOP)
+    stopped.append(pid)
+    wait_for("state hung", lambda: value(scrape(port, timeout=2.5)[0],
+                                         "qsd_csi_volume_qsd_state", volume_id=VOL,
+                                         state="hung") == 1)
+    cond = stats(env, c, tgt)
+    assert cond.abnormal and "hung" in cond.message, cond
+    print("hung: " + cond.message)
+    status, _, _ = get(port, "/healthz", timeout=2.5)
+    assert status == 200
+    os.kill(pid, signal.SIGCONT)
+    stopped.remove(pid)
+    wait_for("state running again", lambda: value(scrape(port)[0], "qsd_csi_volume_qsd_state",
+                                                  volume_id=VOL, state="running") == 1)
+    cond = stats(env, c, tgt)
+    assert not cond.abnormal, cond.message
+
+    # A QSD that dies is restarted and counted.
+    os.kill(pid, signal.SIGKILL)
+    wait_for("one restart counted", lambda: value(
+        scrape(port)[0], "qsd_csi_volume_qsd_restarts_total", volume_id=VOL) == 1)
+    wait_for("state running after the restart", lambda: value(
+        scrape(port)[0], "qsd_csi_volume_qsd_state", volume_id=VOL, state="running") == 1)
+
+    hostile(port)
+    status, _, _ = get(port, "/metrics")
+    assert status == 200
+    assert env.stop() == 0, "the plugin did not exit cleanly (a sanitizer report?)"
+
+
+def hostile(port):
+    def status_of(raw, timeout=5.0):
+        r = http(port, raw, timeout)
+        return int(r.split(b" ", 2)[1]), r
+
+    st, r = status_of(b"POST /metrics HTTP/1.1\r\n\r\n")
+    assert st == 405 and b"Allow: GET" in r, r
+    assert status_of(b"DELETE / HTTP/1.1\r\n\r\n")[0] == 405
+    assert status_of(b"GET /nope HTTP/1.1\r\n\r\n")[0] == 404
+    assert status_of(b"GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")[0] == 400
+    assert status_of(b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")[0] == 400
+    assert status_of(b"GET /me\0trics HTTP/1.1\r\n\r\n")[0] == 400
+    assert status_of(b"garbage\r\n\r\n")[0] == 400
+    assert status_of(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")[0] == 505
+    # Oversized head (no end): 431 once the buffer is full, then closed.
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 20000)
+    except OSError:
+        pass  # the server may close while we still send
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except ConnectionResetError:
+        pass
+    s.close()
+    assert out.startswith(b"HTTP/1.1 431 "), out[:100]
+    # Slowloris: a head that never ends is answered 408 and closed within
+    # the header timeout (5 s), however slowly bytes keep coming.
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    t0 = time.monotonic()
+    s.sendall(b"GET /metrics HTTP/1.1\r\n")
+    out = b""
+    while True:
+        if not out:
+            try:
+                s.sendall(b"X")
+            except OSError:
+                pass
+        try:
+            b = s.recv(65536) if select_readable(s, 0.5) else None
+        except ConnectionResetError:
+            break
+        if b == b"":
+            break
+        if b:
+            out += b
+        assert time.monotonic() - t0 < 15, "slowloris connection kept past 15 s"
+    s.close()
+    assert out.startswith(b"HTTP/1.1 408 "), out[:100]
+    # Many connections: 16 idle ones are held, one more is refused with 503.
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(16)]
+    try:
+        time.sleep(0.3)
+        # Refused at accept: read the answer before sending anything (a
+        # request the server never reads would turn its close into a reset).
+        assert status_of(b"")[0] == 503
+    finally:
+        for s in idle:
+            s.close()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if get(port, "/healthz")[0] == 200:
+                break
+        except (OSError, IndexError, ValueError):
+            pass
+        assert time.monotonic() < deadline, "server did not recover after the idle connections"
+        time.sleep(0.1)
+
+
+def select_readable(s, timeout):
+    import select
+    r, _, _ = select.select([s], [], [], timeout)
+    return bool(r)
+
+
+if __name__ == "__main__":
+    sys.exit(csilib.run_main(main))

@@ -1,0 +1,228 @@
+#!/usr/bin/python3
+"""Validates every object deploy/ installs against the Kubernetes API's schemas.
+
+Usage: test_schemas.py [--root SRC]
+
+Objects: `kubectl kustomize deploy/kubernetes` (what `kubectl apply -k`
+sends), every document of deploy/examples/, and the snapshot-controller
+prerequisite of deploy/snapshot-controller/ applied both documented ways to
+a Deployment shaped like external-snapshotter's (name, namespace, container
+and ServiceAccount as upstream ships them): as a kustomize component and
+with `kubectl patch --local --type json --patch-file`; both must add
+--enable-distributed-snapshotting and keep the other arguments.
+
+Validation: schema/validate.mjs (node; packages of schema/package.json,
+installed by scripts/setup.sh): the JSON schemas of kubernetes-models
+(built-in kinds), @kubernetes-models/prometheus-operator (PodMonitor) and
+schema/volumesnapshotclass-v1.json (the snapshot CRD), plus no field that
+the API does not have (the field lists of @kubernetes/client-node).  0
+problems required.
+
+Before that it checks itself: broken copies of rendered objects (a
+misspelt field, a wrong type, a value outside an enum, a snapshot class
+with an unknown deletionPolicy, a PodMonitor with a wrong type) must each
+be rejected with the expected message.
+
+Exit 0: all valid; 1: problems (listed); 77: cannot run (no PyYAML, or no
+kubectl: no registry reachable here ships it, the machine images have it).
+"""
+import argparse
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+try:
+    import yaml
+except ImportError:
+    print("SKIP: python3-yaml is not installed")
+    sys.exit(77)
+
+import render
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VALIDATOR = os.path.join(HERE, "schema", "validate.mjs")
+
+# external-snapshotter's snapshot-controller as its deploy/kubernetes/
+# snapshot-controller/ ships it: the names are what the prerequisite relies on.
+UPSTREAM_SNAPSHOT_CONTROLLER = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: snapshot-controller, namespace: kube-system}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app.kubernetes.io/name: snapshot-controller}}
+  template:
+    metadata: {labels: {app.kubernetes.io/name: snapshot-controller}}
+    spec:
+      serviceAccountName: snapshot-controller
+      containers:
+        - name: snapshot-controller
+          image: registry.k8s.io/sig-storage/snapshot-controller:v8.7.0
+          args: ["--v=5", "--leader-election=true"]
+"""
+UPSTREAM_ARGS = ["--v=5", "--leader-election=true"]
+FLAG = "--enable-distributed-snapshotting"
+
+
+class Problems(list):
+    def add(self, where, msg):
+        self.append("%s: %s" % (where, msg))
+
+
+def where_of(src, d):
+    md = d.get("metadata") or {}
+    return "%s %s %s" % (src, d.get("kind"), "/".join(x for x in (md.get("namespace"),
+                                                                     md.get("name")) if x))
+
+
+def load_examples(root, problems):
+    out = []
+    edir = os.path.join(root, "deploy", "examples")
+    for n in sorted(os.listdir(edir)):
+        if n.endswith((".yaml", ".yml")):
+            rel = "deploy/examples/" + n
+            try:
+                with open(os.path.join(edir, n)) as fh:
+                    out += [(rel, d) for d in yaml.safe_load_all(fh) if d is not None]
+            except yaml.YAMLError as e:
+                problems.add(rel, "YAML does not parse: %s" % " ".join(str(e).split()))
+    return out
+
+
+def snapshot_controller(root, problems):
+    """The prerequisite applied to the upstream-shaped controller, both ways."""
+    comp = os.path.join(root, "deploy", "snapshot-controller")
+    patch = os.path.join(comp, "distributed-snapshotting.yaml")
+    out = []
+    tmp = tempfile.mkdtemp(prefix="qsd-snapctl-")
+    try:
+        with open(os.path.join(tmp, "upstream.yaml"), "w") as fh:
+            fh.write(UPSTREAM_SNAPSHOT_CONTROLLER)
+        os.symlink(comp, os.path.join(tmp, "component"))
+        with open(os.path.join(tmp, "kustomization.yaml"), "w") as fh:
+            yaml.safe_dump({"resources": ["upstream.yaml"], "components": ["component"]}, fh)
+        docs = render.kustomize(tmp)
+        out += [("deploy/snapshot-controller (component)", d) for d in docs]
+        patched = yaml.safe_load(render.kubectl(
+            "patch", "--local", "-o", "yaml", "--type", "json", "--patch-file", patch,
+            "-f", os.path.join(tmp, "upstream.yaml")).split("\n---")[-1] or "{}")
+    except render.RenderError as e:
+        problems.add("deploy/snapshot-controller", str(e))
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    deps = [d for _, d in out if d.get("kind") == "Deployment"]
+    for how, dep in (("component", deps[0] if deps else None), ("kubectl patch", patched)):
+        try:
+            args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        except (KeyError, IndexError, TypeError):
+            problems.add("deploy/snapshot-controller (%s)" % how, "no Deployment with args")
+            continue
+        if args != UPSTREAM_ARGS + [FLAG]:
+            problems.add("deploy/snapshot-controller (%s)" % how,
+                         "arguments %s, expected the upstream ones plus %s" % (args, FLAG))
+    roles = {d["metadata"]["name"]: d for _, d in out if d.get("kind") == "ClusterRole"}
+    nodes = any(("" in r.get("apiGroups", []) and "nodes" in r.get("resources", []) and
+                 {"get", "list", "watch"} <= set(r.get("verbs", [])))
+                for role in roles.values() for r in role.get("rules") or [])
+    bound = any(b.get("roleRef", {}).get("name") in roles and
+                {"kind": "ServiceAccount", "name": "snapshot-controller",
+                 "namespace": "kube-system"} in b.get("subjects", [])
+                for _, b in out if b.get("kind") == "ClusterRoleBinding")
+    if not (nodes and bound):
+        problems.add("deploy/snapshot-controller", "no ClusterRole with get/list/watch on nodes "
+                     "bound to kube-system/snapshot-controller")
+    return out
+
+
+def validate(objects):
+    """[(where, object)] -> list of problem lines from validate.mjs."""
+    if not os.path.isdir(os.path.join(HERE, "schema", "node_modules")):
+        raise RuntimeError("tests/deploy/schema/node_modules is missing: run scripts/setup.sh "
+                           "(npm ci there)")
+    p = subprocess.run(["node", VALIDATOR], capture_output=True, text=True, timeout=120,
+                       input=json.dumps([{"where": w, "object": o} for w, o in objects]))
+    if p.returncode not in (0, 1):
+        raise RuntimeError("validate.mjs failed (exit %d): %s" % (p.returncode,
+                                                                  p.stderr.strip()[-800:]))
+    return [l for l in p.stdout.splitlines() if l.strip()]
+
+
+def broken_copies(objects):
+    """(label, expected message, object) for the self-check."""
+    def first(kind):
+        return copy.deepcopy(next(o for _, o in objects if o.get("kind") == kind))
+    cases = []
+    ds = first("DaemonSet")
+    ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][1]["mountPropogation"] = \
+        "Bidirectional"
+    cases.append(("misspelt field", "mountPropogation is not a field of VolumeMount", ds))
+    ds = first("DaemonSet")
+    ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "9808"
+    cases.append(("wrong type", "containerPort must be integer", ds))
+    ds = first("DaemonSet")
+    ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][1]["mountPropagation"] = \
+        "Shared"
+    cases.append(("value outside an enum", "mountPropagation must be equal to one of", ds))
+    ds = first("DaemonSet")
+    del ds["spec"]["selector"]
+    cases.append(("missing required field", "must have required property selector", ds))
+    vsc = first("VolumeSnapshotClass")
+    vsc["deletionPolicy"] = "Keep"
+    cases.append(("snapshot class, CRD enum", "deletionPolicy must be equal to one of", vsc))
+    vsc = first("VolumeSnapshotClass")
+    vsc["driverName"] = vsc.pop("driver")
+    cases.append(("snapshot class, unknown field", "additional properties: driverName", vsc))
+    pm = first("PodMonitor")
+    pm["spec"]["podMetricsEndpoints"][0]["port"] = 9810
+    cases.append(("PodMonitor, wrong type", "port must be string", pm))
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", default=os.path.join(HERE, "..", ".."))
+    root = os.path.abspath(ap.parse_args().root)
+    problems = Problems()
+    try:
+        objects = [("deploy/kubernetes (kustomize)", d)
+                   for d in render.kustomize(os.path.join(root, "deploy", "kubernetes"))]
+        objects += load_examples(root, problems)
+        objects += snapshot_controller(root, problems)
+    except render.KubectlMissing as e:
+        print("SKIP: %s" % e)
+        return 77
+    except render.RenderError as e:
+        print("FAIL %s" % e)
+        return 1
+    try:
+        cases = broken_copies(objects)
+        found = validate([("selfcheck-%d" % i, o) for i, (_, _, o) in enumerate(cases)] +
+                         [(where_of(src, d), d) for src, d in objects])
+    except (RuntimeError, OSError, subprocess.TimeoutExpired, StopIteration) as e:
+        print("FAIL %s" % (e or "an object kind the self-check breaks is missing"))
+        return 1
+    ok = True
+    for i, (label, expect, _) in enumerate(cases):
+        mine = [l for l in found if l.startswith("selfcheck-%d: " % i)]
+        if any(expect in l for l in mine):
+            print("ok   self-check: %s rejected (%s)" %
+                  (label, next(l for l in mine if expect in l).split(": ", 1)[1]))
+        else:
+            print("FAIL self-check (%s): not rejected with %r; got %s" % (label, expect, mine))
+            ok = False
+    found = [l for l in found if not l.startswith("selfcheck-")]
+    for p in problems + found:
+        print("FAIL %s" % p)
+    kinds = sorted({o.get("kind") for _, o in objects})
+    print("validated %d objects (%s): %d problems" % (len(objects), ", ".join(kinds),
+                                                      len(problems) + len(found)))
+    return 0 if ok and not problems and not found else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
