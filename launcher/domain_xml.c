@@ -287,9 +287,10 @@ int domain_plan_disks(const struct vm_spec *spec, struct slot_ledger *ledger,
  * Linux (and the virtio spec) treats a disk that offers FLUSH as having a
  * write cache: the guest sends a flush for every fsync and the export
  * need not flush every write (qsd_argv: raw exports run write-back).  A
- * -global, not a <qemu:override> on each disk's alias, because libvirt
- * 11.3 applies overrides to its command line only, not to hot-plugged
- * devices; a -global holds for every device of the type QEMU ever creates. */
+ * -global, not a <qemu:override> on each disk's alias: libvirt applies
+ * overrides where it builds QEMU's command line, and a hot-plugged disk's
+ * alias is not known when the domain starts; a -global holds for every
+ * device of the type QEMU ever creates (e2e-durable checks both). */
 static void add_write_back_global(xmlNodePtr dom)
 {
     xmlNsPtr ns = xmlNewNs(dom, X("http://libvirt.org/schemas/domain/qemu/1.0"), X("qemu"));
