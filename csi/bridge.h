@@ -12,9 +12,11 @@
  * retries) while the guest still holds the socket, up to --unplug-timeout.
  *
  * Owns: bridge and hot-plug request records (STATE/bridges/<pod-uid>.json,
- * STATE/hotplug/<volume-id>.json, atomic writes), the bridge mounts, the
- * placements, their re-creation at start, and counting the clients of an
- * export.  Everything comes from NodePublish: no Kubernetes API access. */
+ * STATE/hotplug/<volume-id>.json, in the record store records.h), the bridge
+ * mounts, the placements and their re-creation at start.  Everything comes
+ * from NodePublish: no Kubernetes API access.  Three files: bridge.c
+ * (publish, unpublish, the PVC hooks), bridge_store.c (records and tables),
+ * bridge_place.c (directories, mounts, placement policy, recovery). */
 #pragma once
 
 #include "service.h"
@@ -45,6 +47,7 @@ struct hp_request {
 };
 
 struct bridges {
+    struct records *rec;   /* the record store (records.h), the volumes' one */
     char *bridge_rec_dir, *req_rec_dir, *run_dir;
     int run_fd;            /* O_PATH of run_dir (RUN/bridges) */
     struct bridge **b;
@@ -83,11 +86,3 @@ int bridge_pvc_check(struct csi *c, const struct vol *v, const char *pod_uid, in
 int bridge_pvc_place(struct csi *c, struct vol *v, const char *pod_uid, bool ro, char **ret_msg);
 /* The PVC's publication for pod_uid went: remove its placements. */
 void bridge_pvc_unplace(struct csi *c, struct vol *v, const char *pod_uid);
-
-/* Connected vhost-user clients of the volume's export (the QSD's accepted
- * connections on its socket, found through its descriptors: the accepted
- * end lives in the client's network namespace, so /proc/net/unix and
- * sock_diag in ours do not show it).  >= 0, or negative errno. */
-int export_clients(pid_t qsd_pid, const char *socket_path);
-
-int64_t realtime_ms(void);

@@ -10,6 +10,7 @@
  * and "ready" after, so a crash leaves nothing half-created (service.c). */
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
+#include "imageclass.h"
 #include "params.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
@@ -198,6 +199,28 @@ static int connect_vol(struct csi *c, const struct vol *v, struct qmp_sync **ret
     return 0;
 }
 
+/* A point-in-time copy of volume v into the snapshot file name: through its
+ * QSD when live (a backup job), with qemu-img when not (worker side). */
+static int copy_volume(struct csi *c, const struct vol *v, bool live, const char *name,
+                       char **ret_msg)
+{
+    int r;
+    if (live) {
+        struct qmp_sync *s;
+        if ((r = connect_vol(c, v, &s, ret_msg)) < 0)
+            return r;
+        r = live_snapshot(s, &c->pool, name, COPY_TIMEOUT_MS, ret_msg);
+        qmp_sync_close(s);
+        return r;
+    }
+    _cleanup_free_ char *path = NULL, *fmt = NULL;
+    if ((r = pool_find_volume(&c->pool, v->id, &path, &fmt)) < 0) {
+        *ret_msg = xasprintf("the image of volume %s is missing", v->id);
+        return r;
+    }
+    return snapshot_create_offline(&c->pool, path, fmt, name, ret_msg);
+}
+
 /* Freeze the top of qcow2 volume v into a new layer (linked as snapshot
  * snap when not NULL), switching inside its QSD when live (thin.h); then,
  * past LAYER_MERGE_AT, start a background merge in that QSD.  Worker side. */
@@ -265,29 +288,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
         _cleanup_free_ char *tmp = xasprintf(".clone-%s", v->id);
         _cleanup_free_ char *m = NULL;
         snapshot_delete(&c->pool, tmp, &m);
-        if (op->flag) {
-            struct qmp_sync *s;
-            struct qmp_error e = {0};
-            struct qsd_paths p;
-            qsd_paths_init(c->cfg->run_dir, src->id, &p);
-            r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, &s, &e);
-            qsd_paths_clear(&p);
-            if (r < 0) {
-                *ret_msg = xasprintf("cannot reach the QSD of source volume %s: %s", src->id,
-                                     e.desc ? e.desc : strerror(-r));
-                qmp_error_clear(&e);
-                return r == -ENOENT ? -ECONNREFUSED : r;
-            }
-            r = live_snapshot(s, &c->pool, tmp, COPY_TIMEOUT_MS, ret_msg);
-            qmp_sync_close(s);
-        } else {
-            _cleanup_free_ char *path = NULL, *fmt = NULL;
-            if ((r = pool_find_volume(&c->pool, src->id, &path, &fmt)) < 0) {
-                *ret_msg = xasprintf("the image of source volume %s is missing", src->id);
-                return r;
-            }
-            r = snapshot_create_offline(&c->pool, path, fmt, tmp, ret_msg);
-        }
+        r = copy_volume(c, src, op->flag, tmp, ret_msg);
         if (r < 0)
             return r == -ENOENT ? -EIO : r;
         r = image_create(&c->pool, v->id, v->format, op->size, v->preallocation, tmp, ret_msg);
@@ -307,6 +308,18 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
         return r;
     *ret_result = json_pack("{s:I, s:b}", "size", (json_int_t)size, "merging", merging);
     return 0;
+}
+
+/* The gRPC code of a failed creation (worker status). */
+static enum grpc_code create_code(const struct op *op, int status)
+{
+    enum grpc_code code;
+    if (op->image && imageclass_code(status, &code))
+        return code;
+    return status == -ENOENT ? GRPC_NOT_FOUND
+           : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
+           : status == -ERANGE ? GRPC_OUT_OF_RANGE
+                               : capacity_errno_code(status, GRPC_INTERNAL); /* out of space */
 }
 
 static void create_done(int status, const char *msg, json_t *result, void *opaque)
@@ -337,10 +350,7 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
     op->vol = NULL;
     store_remove_vol(c->store, v);
     csi_gc(c);
-    enum grpc_code code = status == -ENOENT ? GRPC_NOT_FOUND
-                          : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
-                                                     : capacity_errno_code(status, GRPC_INTERNAL);
-    grpc_call_fail(op->call, code, "%s", msg ? msg : strerror(-status));
+    grpc_call_fail(op->call, create_code(op, status), "%s", msg ? msg : strerror(-status));
     op_end(op);
 }
 
@@ -404,6 +414,11 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
         }
         if (!source_here(c, call, st, sid))
             goto out;
+    }
+    if (p.image && st) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "parameter image: a volume of an image class has no volume_content_source");
+        goto out;
     }
     if (!topology_ok(c, in->accessibility_requirements)) {
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
@@ -497,7 +512,13 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
         op->vol2 = src;
         op->flag = vol_live(src);
     }
-    if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
+    if (ssrc) {
+        ssrc->readers++;
+        op->snap_read = ssrc;
+    }
+    if (p.image)
+        imageclass_create(op, p.image_sha256, create_done);
+    else if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
         /* op_worker failed the call and released the busy flags. */
         store_remove_vol(c->store, v);
     }
@@ -799,17 +820,8 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
             copy = true;
         }
     }
-    if (!copy) {
-    } else if (op->flag) {
-        /* raw: a full copy (docs/thin-layers.md) */
-        struct qmp_sync *s;
-        if ((r = connect_vol(c, src, &s, ret_msg)) < 0)
-            return r;
-        r = live_snapshot(s, &c->pool, sn->id, COPY_TIMEOUT_MS, ret_msg);
-        qmp_sync_close(s);
-    } else {
-        r = snapshot_create_offline(&c->pool, path, fmt, sn->id, ret_msg);
-    }
+    if (copy) /* raw: a full copy (docs/thin-layers.md) */
+        r = copy_volume(c, src, op->flag, sn->id, ret_msg);
     if (r < 0)
         return r == -EEXIST || r == -ENOENT ? -EIO : r;
     _cleanup_free_ char *spath = pool_snapshot_path(&c->pool, sn->id);
@@ -989,7 +1001,7 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
         grpc_call_reply_pb(call, &out.base);
         return;
     }
-    if (sn->busy) {
+    if (sn->busy || sn->readers) {
         grpc_call_fail(call, GRPC_ABORTED, "an operation on snapshot %s is in progress", sn->id);
         return;
     }

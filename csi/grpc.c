@@ -48,6 +48,12 @@ struct grpc_stream {
     size_t resp_len, resp_off;
     enum grpc_code code;
     char *message;
+    /* An answer decided while record changes were not durable yet: submitted
+     * once the barrier reaches held (grpc_server_durable). */
+    uint64_t held;
+    enum grpc_code held_code;
+    char *held_msg;
+    const struct grpc_method *held_method;
     struct grpc_stream *next, *prev;
 };
 
@@ -74,6 +80,9 @@ struct grpc_server {
     unsigned n_sessions;
     size_t buffered;       /* sum of every stream's body_cap */
     bool draining;
+    grpc_barrier_fn barrier;
+    void *barrier_opaque;
+    uint64_t durable;      /* the barrier's sequence known durable */
     grpc_observer_fn observer;
     void *observer_opaque;
 };
@@ -374,6 +383,16 @@ static int call_complete(struct grpc_call *c, enum grpc_code code, const char *m
     } else {
         free(resp);
     }
+    struct grpc_server *srv = st->sess->srv;
+    uint64_t seq = srv->barrier ? srv->barrier(srv->barrier_opaque) : 0;
+    if (seq > srv->durable) {
+        st->held = seq;
+        st->held_code = code;
+        st->held_msg = message ? xstrdup(message) : NULL;
+        st->held_method = c->method;
+        call_free(c);
+        return 0;
+    }
     int r = stream_answer(st, code, message, c->method->path, c->method->log_level);
     call_free(c);
     return r;
@@ -423,6 +442,33 @@ int grpc_call_fail(struct grpc_call *c, enum grpc_code code, const char *fmt, ..
     if (code == GRPC_OK)
         code = GRPC_UNKNOWN; /* failing with OK is a bug in the handler */
     return call_complete(c, code, m, NULL, 0);
+}
+
+void grpc_server_set_barrier(struct grpc_server *srv, grpc_barrier_fn fn, void *opaque)
+{
+    srv->barrier = fn;
+    srv->barrier_opaque = opaque;
+}
+
+void grpc_server_durable(struct grpc_server *srv, uint64_t seq, int err)
+{
+    if (seq > srv->durable)
+        srv->durable = seq;
+    for (struct grpc_session *s = srv->sessions; s; s = s->next)
+        for (struct grpc_stream *st = s->streams; st; st = st->next) {
+            if (!st->held || st->held > seq || st->answered)
+                continue;
+            const struct grpc_method *m = st->held_method;
+            st->held = 0;
+            if (err < 0) {
+                _cleanup_free_ char *msg = xasprintf(
+                    "the plugin's records could not be written to disk (%s); retry",
+                    strerror(-err));
+                stream_answer(st, GRPC_INTERNAL, msg, m->path, m->log_level);
+            } else {
+                stream_answer(st, st->held_code, st->held_msg, m->path, m->log_level);
+            }
+        }
 }
 
 const char *grpc_call_method(const struct grpc_call *c) { return c->method->path; }
@@ -517,12 +563,13 @@ static void stream_free(struct grpc_stream *st)
     if (!st->answered) {
         /* Abandoned before an answer (peer reset, connection closed,
          * shutdown grace over): the only log line of this RPC. */
-        const struct grpc_method *m = st->call ? st->call->method : NULL;
+        const struct grpc_method *m = st->call ? st->call->method : st->held_method;
         log_rpc(s->srv, m ? m->path : (st->path ? st->path : "-"),
                 m ? m->log_level : LOG_INFO,
                 GRPC_CANCELLED,
-                st->call ? "stream closed before the handler answered"
-                         : "stream closed before the request was complete",
+                st->call   ? "stream closed before the handler answered"
+                : st->held ? "stream closed while its answer waited for the disk"
+                           : "stream closed before the request was complete",
                 st->start_us);
     }
     if (st->call)
@@ -539,6 +586,7 @@ static void stream_free(struct grpc_stream *st)
     free(st->body);
     free(st->resp);
     free(st->message);
+    free(st->held_msg);
     free(st);
 }
 

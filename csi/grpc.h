@@ -99,6 +99,16 @@ bool grpc_server_draining(const struct grpc_server *srv);
 unsigned grpc_server_sessions(const struct grpc_server *srv);
 /* Request bytes buffered now, across every session (<= max_buffered). */
 size_t grpc_server_buffered(const struct grpc_server *srv);
+/* Durability barrier: fn returns the sequence number of the last change of
+ * persistent state made so far (0: none).  An answer completed while that
+ * number is above the last one passed to grpc_server_durable() is held (the
+ * RPC is not answered yet) until grpc_server_durable() reaches it: a client
+ * never hears "OK" before what the RPC changed is on disk.  err < 0: those
+ * changes could not be made durable; the held answers become INTERNAL.  A
+ * held answer still ends at its deadline (DEADLINE_EXCEEDED). */
+typedef uint64_t (*grpc_barrier_fn)(void *opaque);
+void grpc_server_set_barrier(struct grpc_server *srv, grpc_barrier_fn fn, void *opaque);
+void grpc_server_durable(struct grpc_server *srv, uint64_t seq, int err);
 /* Answer DEADLINE_EXCEEDED to every stream whose deadline is <= now_us. */
 void grpc_server_expire(struct grpc_server *srv, uint64_t now_us);
 /* Earliest pending deadline (CLOCK_MONOTONIC us), 0 if none. */

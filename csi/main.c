@@ -16,6 +16,7 @@
 #include "qsd/base/util.h"
 
 #include <getopt.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -79,6 +80,9 @@ static void usage(FILE *f)
             "  --overcommit-ratio R  the volumes' virtual sizes add up to at most R times\n"
             "                        the filesystem's size less the reserve (0.01-1000,\n"
             "                        e.g. 1.5; default: no limit)\n"
+            "  --image-max-size SIZE largest image an image class may download (default 64G)\n"
+            "  --image-timeout S     bound of one image download, retries included, 1-86400\n"
+            "                        (default 3600)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
@@ -177,11 +181,36 @@ static int print_qsd_command(const struct plugin_config *cfg, const char *image,
     return 0;
 }
 
+/* An integer flag in [min, max]; on failure says so on stderr. */
+static int uint_flag(const char *flag, const char *arg, uint64_t min, uint64_t max, uint64_t *ret)
+{
+    if (parse_uint(arg, min, max, ret) == 0)
+        return 0;
+    fprintf(stderr, "qsd-csi-plugin: invalid --%s '%s' (%" PRIu64 "-%" PRIu64 ")\n", flag, arg, min,
+            max);
+    return -EINVAL;
+}
+
+/* A size flag (bytes or with a K/M/G/T suffix) of at least min. */
+static int size_flag(const char *flag, const char *arg, uint64_t min, uint64_t *ret)
+{
+    uint64_t v;
+    if (parse_size(arg, &v) == 0 && v >= min) {
+        *ret = v;
+        return 0;
+    }
+    char b[32];
+    fprintf(stderr, "qsd-csi-plugin: invalid --%s '%s' (a size of at least %s)\n", flag, arg,
+            format_size(min, b, sizeof(b)));
+    return -EINVAL;
+}
+
 static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **hostname)
 {
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
-           O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_PRINT };
+           O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
+           O_PRINT };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -201,6 +230,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"metrics-interval", required_argument, NULL, O_MINTERVAL},
         {"capacity-reserve", required_argument, NULL, O_RESERVE},
         {"overcommit-ratio", required_argument, NULL, O_OVERCOMMIT},
+        {"image-max-size", required_argument, NULL, O_IMGMAX},
+        {"image-timeout", required_argument, NULL, O_IMGTIME},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -220,6 +251,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .unplug_timeout_ms = 600 * 1000,
         .metrics_interval_ms = 10 * 1000,
         .capacity = {.reserve_pct = CAPACITY_DEFAULT_RESERVE_PCT},
+        .image_max_bytes = 64ull << 30,
+        .image_timeout_ms = 3600 * 1000,
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -235,11 +268,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_CEXP: cfg->controller_expansion = true; break;
         case O_UNPLUG: {
             uint64_t v;
-            if (parse_uint(optarg, 1, 86400, &v) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --unplug-timeout '%s' (1-86400 s)\n",
-                        optarg);
+            if (uint_flag("unplug-timeout", optarg, 1, 86400, &v) < 0)
                 return 2;
-            }
             cfg->unplug_timeout_ms = (int64_t)v * 1000;
             break;
         }
@@ -254,24 +284,26 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         }
         case O_CPUW: {
             uint64_t v;
-            if (parse_uint(optarg, 1, 10000, &v) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --qsd-cpu-weight '%s' (1-10000)\n",
-                        optarg);
+            if (uint_flag("qsd-cpu-weight", optarg, 1, 10000, &v) < 0)
                 return 2;
-            }
             cfg->qsd_cpu_weight = (unsigned)v;
             break;
         }
-        case O_MEMMAX: {
-            uint64_t v;
-            if (parse_size(optarg, &v) < 0 || v < (16u << 20)) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --qsd-memory-max '%s' (>= 16M)\n",
-                        optarg);
+        case O_IMGMAX:
+            if (size_flag("image-max-size", optarg, 1, &cfg->image_max_bytes) < 0)
                 return 2;
-            }
-            cfg->qsd_memory_max = v;
+            break;
+        case O_IMGTIME: {
+            uint64_t v;
+            if (uint_flag("image-timeout", optarg, 1, 86400, &v) < 0)
+                return 2;
+            cfg->image_timeout_ms = v * 1000;
             break;
         }
+        case O_MEMMAX:
+            if (size_flag("qsd-memory-max", optarg, 16u << 20, &cfg->qsd_memory_max) < 0)
+                return 2;
+            break;
         case O_HTTP: {
             struct sockaddr_storage ss;
             unsigned sl;
@@ -285,11 +317,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         }
         case O_MINTERVAL: {
             uint64_t v;
-            if (parse_uint(optarg, 1, 3600, &v) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --metrics-interval '%s' (1-3600 s)\n",
-                        optarg);
+            if (uint_flag("metrics-interval", optarg, 1, 3600, &v) < 0)
                 return 2;
-            }
             cfg->metrics_interval_ms = v * 1000;
             break;
         }
@@ -309,10 +338,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
             break;
         case O_MAXVOL: {
             uint64_t v;
-            if (parse_uint(optarg, 1, 100000, &v) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --max-volumes '%s' (1-100000)\n", optarg);
+            if (uint_flag("max-volumes", optarg, 1, 100000, &v) < 0)
                 return 2;
-            }
             cfg->max_volumes = (int64_t)v;
             break;
         }
@@ -482,6 +509,7 @@ int main(int argc, char **argv)
             log_error("plugin", "cannot open the state or the pool", "error=%s", q);
             goto out;
         }
+        csi_hold_answers(pl.csi, pl.srv);
         m = controller_methods(pl.csi, &n);
         if ((r = grpc_server_add_methods(pl.srv, m, n)) == 0) {
             m = node_methods(pl.csi, &n);

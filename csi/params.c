@@ -1,6 +1,7 @@
 /* params.c: see params.h. */
 #include "params.h"
 #include "qsd/qemu/image.h"
+#include "qsd/qemu/imagebase.h"
 #include "qsd/base/util.h"
 
 #include <inttypes.h>
@@ -23,6 +24,8 @@ void vol_params_clear(struct vol_params *p)
 {
     free(p->format);
     free(p->preallocation);
+    free(p->image);
+    free(p->image_sha256);
     qsd_opts_clear(&p->opts);
     memset(p, 0, sizeof(*p));
 }
@@ -52,13 +55,27 @@ int vol_params_parse(size_t n, const char *const *keys, const char *const *value
             p.preallocation = xstrdup(v);
             continue;
         }
+        if (streq(k, "image") || streq(k, "imageSha256")) {
+            bool url = streq(k, "image");
+            const char *why = url ? imagebase_url_problem(v) : imagebase_sha_problem(v);
+            if (why) {
+                *ret_msg = xasprintf("invalid parameter %s: %s", k, why);
+                r = -EINVAL;
+            } else {
+                char **dst = url ? &p.image : &p.image_sha256;
+                free(*dst);
+                *dst = xstrdup(v);
+            }
+            continue;
+        }
         size_t j;
         for (j = 0; j < ARRAY_SIZE(OPT_KEYS); j++)
             if (streq(k, OPT_KEYS[j].sc))
                 break;
         if (j == ARRAY_SIZE(OPT_KEYS)) {
-            *ret_msg = xasprintf("unknown parameter '%s' (known: format, preallocation, cache, "
-                                 "aio, numQueues, logicalBlockSize, discard, detectZeroes)", k);
+            *ret_msg = xasprintf("unknown parameter '%s' (known: format, preallocation, image, "
+                                 "imageSha256, cache, aio, numQueues, logicalBlockSize, discard, "
+                                 "detectZeroes)", k);
             r = -EINVAL;
             break;
         }
@@ -67,6 +84,16 @@ int vol_params_parse(size_t n, const char *const *keys, const char *const *value
             *ret_msg = xasprintf("invalid parameter %s: %s", k, m);
             r = -EINVAL;
         }
+    }
+    if (r == 0 && !p.image != !p.image_sha256) {
+        *ret_msg = xstrdup(p.image ? "parameter image needs imageSha256 (the sha256 of the image)"
+                                   : "parameter imageSha256 needs image (the image's URL)");
+        r = -EINVAL;
+    }
+    if (r == 0 && p.image && (!streq(p.format, "qcow2") || !streq(p.preallocation, "off"))) {
+        *ret_msg = xstrdup("parameter image: volumes of an image are thin qcow2 overlays on it "
+                           "(format qcow2, preallocation off)");
+        r = -EINVAL;
     }
     if (r == 0) {
         _cleanup_free_ char *m = NULL;

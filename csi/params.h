@@ -17,6 +17,8 @@ struct vol_params {
     char *format;          /* qcow2 (default) | raw */
     char *preallocation;   /* off (default) | metadata (qcow2) | falloc | full */
     struct qsd_opts opts;  /* export options; image and format unset */
+    char *image;           /* image class: URL the volume's content comes from, or NULL */
+    char *image_sha256;    /* its required sha256 (64 lowercase hex) */
 };
 
 /* Parse n key/value pairs.  On failure *ret_msg names the parameter and says

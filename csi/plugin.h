@@ -31,6 +31,8 @@ struct plugin_config {
     const char *http_endpoint; /* HOST:PORT of /metrics and /healthz, NULL: none */
     uint64_t metrics_interval_ms; /* statistics and QSD probes (volstats.h) */
     struct capacity_policy capacity; /* --capacity-reserve, --overcommit-ratio */
+    uint64_t image_max_bytes; /* image classes: largest download (imageclass.h) */
+    uint64_t image_timeout_ms; /* ...and the bound of one download, retries included */
 };
 
 struct identity;

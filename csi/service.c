@@ -5,6 +5,7 @@
 #include "mounts.h"
 #include "qsd/base/names.h"
 #include "params.h"
+#include "records.h"
 #include "qsd/qemu/thin.h"
 #include "pbcheck.h"
 #include "qsd/base/util.h"
@@ -39,9 +40,38 @@ void op_end(struct op *op)
         op->vol2->busy = false;
     if (op->snap)
         op->snap->busy = false;
+    if (op->snap_read)
+        op->snap_read->readers--;
     qmp_close(op->qmp);
     free(op->node);
+    free(op->image);
     free(op);
+}
+
+/* In the worker child: the records first, then the operation. */
+static int op_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    int r = records_flush_pending(op->csi->records);
+    if (r < 0) {
+        *ret_msg = xasprintf("the plugin's records could not be written to disk: %s",
+                             strerror(-r));
+        return r;
+    }
+    return op->fn(arg, ret_msg, ret_result);
+}
+
+static uint64_t records_seq(void *opaque) { return records_queued(opaque); }
+
+static void records_durable(uint64_t seq, int err, void *opaque)
+{
+    grpc_server_durable(opaque, seq, err);
+}
+
+void csi_hold_answers(struct csi *c, struct grpc_server *srv)
+{
+    grpc_server_set_barrier(srv, records_seq, c->records);
+    records_on_durable(c->records, records_durable, srv);
 }
 
 int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done)
@@ -55,7 +85,8 @@ int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done
         op_end(op);
         return -EBUSY;
     }
-    int r = worker_start(op->csi->loop, fn, op, timeout_ms, done, op, &op->worker);
+    op->fn = fn;
+    int r = worker_start(op->csi->loop, op_fn, op, timeout_ms, done, op, &op->worker);
     if (r < 0) {
         grpc_call_fail(op->call, GRPC_INTERNAL, "cannot start a worker process: %s", strerror(-r));
         op_end(op);
@@ -597,8 +628,13 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
         free(c);
         return r;
     }
-    r = store_open(cfg->state_dir, &c->store, ret_msg);
+    r = records_new(loop, &c->records);
+    if (r < 0)
+        *ret_msg = xasprintf("cannot start the record writer: %s", strerror(-r));
+    else
+        r = store_open(cfg->state_dir, c->records, &c->store, ret_msg);
     if (r < 0) {
+        records_free(c->records);
         pool_close(&c->pool);
         mounts_close(c);
         qsd_cgroup_close(&c->cgroup);
@@ -609,6 +645,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     r = bridges_open(c, ret_msg);
     if (r < 0) {
         store_free(c->store);
+        records_free(c->records);
         pool_close(&c->pool);
         mounts_close(c);
         qsd_cgroup_close(&c->cgroup);
@@ -648,6 +685,7 @@ void csi_free(struct csi *c)
     loop_timer_cancel(c->log_timer);
     bridges_free(c->bridges);
     store_free(c->store);
+    records_free(c->records);
     pool_close(&c->pool);
     mounts_close(c);
     qsd_cgroup_close(&c->cgroup);

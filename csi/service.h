@@ -1,8 +1,10 @@
 /* service.h: what the Controller and Node services share.
  *
- * Owns: struct csi (configuration, loop, state store, pool, the QSD of every
- * staged volume), the in-flight operations (struct op: one per asynchronous
- * RPC, holding the call and the busy flags of the records it works on), the
+ * Owns: struct csi (configuration, loop, record store and state, pool, the
+ * QSD of every staged volume), the in-flight operations (struct op: one per
+ * asynchronous RPC, holding the call and the busy flags of the records it
+ * works on; its worker fsyncs pending records first), holding every answer
+ * until the records are durable (csi_hold_answers), the
  * decoding of every request (CSI_HANDLER: NUL and size checks first), the
  * ids the CO sees (csi_id_*: "<name>@<node>"), the volume-capability rules, start-up recovery (finish or undo half-done
  * records, adopt or restart the QSDs of staged volumes, stop the QSDs of
@@ -26,6 +28,7 @@ struct bridges;
 struct csi {
     const struct plugin_config *cfg;
     struct loop *loop;
+    struct records *records; /* the record store's writer (records.h) */
     struct store *store;
     struct pool pool;
     struct qsd_config qcfg;
@@ -42,22 +45,30 @@ struct csi {
     struct volstats *vstats; /* health and I/O figures, cached (volstats.h; set by main) */
 };
 
-/* One asynchronous RPC.  Records named here are busy until op_end(). */
+/* One asynchronous RPC.  Records named here are busy (snap_read: read) until
+ * op_end(). */
 struct op {
     struct csi *csi;
     struct grpc_call *call;
     struct worker *worker;
+    worker_fn fn;          /* what the worker runs, after records_flush_pending */
     struct qmp *qmp;
     struct vol *vol, *vol2;
     struct snap *snap;
+    struct snap *snap_read; /* read by the operation: its readers count */
     /* per-operation data */
     uint64_t size;
     bool flag;             /* live (through the QSD) / connection failure seen */
     char *node;            /* the QSD's exported node (NodeExpandVolume) */
+    char *image;           /* image class: sha256 of the base it needs (imageclass.h) */
+    bool image_lead;       /* its worker may download the base; others wait for it */
     struct op *next;
 };
 
 int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret, char **ret_msg);
+/* srv answers no RPC before the record changes made until then are durable
+ * (grpc_server_set_barrier on the record store). */
+void csi_hold_answers(struct csi *c, struct grpc_server *srv);
 /* Fails every call in flight with UNAVAILABLE, cancels workers, forgets the
  * QSDs (their processes keep running, to be adopted by the next start). */
 void csi_free(struct csi *c);
@@ -65,7 +76,9 @@ void csi_free(struct csi *c);
 struct op *op_begin(struct csi *c, struct grpc_call *call);
 /* Release busy flags, unlink and free.  The call must have been completed. */
 void op_end(struct op *op);
-/* Run fn in a worker; done runs on the loop.  At most CSI_MAX_WORKERS at a
+/* Run fn in a worker; done runs on the loop.  The child first makes every
+ * record change made so far durable (records_flush_pending), so a record is
+ * on disk before the image it describes is touched.  At most CSI_MAX_WORKERS at a
  * time (RESOURCE_EXHAUSTED beyond).  On failure, the call is failed and the
  * op ended (returns < 0). */
 #define CSI_MAX_WORKERS 16

@@ -1,14 +1,12 @@
 /* state.c: see state.h. */
 #include "state.h"
+#include "records.h"
 #include "qsd/qemu/layers.h"
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
 #include "qsd/base/util.h"
 
-#include <dirent.h>
 #include <sys/types.h>
-
-#define RECORD_MAX (1u << 20)
 
 static const char *const PHASES[] = {"creating", "ready", "deleting"};
 
@@ -282,32 +280,14 @@ int snap_from_json(json_t *j, struct snap **ret, char **ret_msg)
 
 /* --------------------------------------------------------------- store */
 
-static int save_json(const char *dir, const char *id, json_t *j)
-{
-    _cleanup_free_ char *path = xasprintf("%s/%s.json", dir, id);
-    _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(j);
-    if (!s)
-        return -ENOMEM;
-    return write_file_atomic(path, s, strlen(s), 0600);
-}
-
-static int remove_json(const char *dir, const char *id)
-{
-    _cleanup_free_ char *path = xasprintf("%s/%s.json", dir, id);
-    if (unlink(path) < 0 && errno != ENOENT)
-        return -errno;
-    return 0;
-}
-
 int store_save_vol(struct store *s, const struct vol *v)
 {
-    return save_json(s->vol_dir, v->id, vol_to_json(v));
+    return records_save(s->rec, s->vol_dir, v->id, vol_to_json(v));
 }
 
 int store_save_snap(struct store *s, const struct snap *sn)
 {
-    return save_json(s->snap_dir, sn->id, snap_to_json(sn));
+    return records_save(s->rec, s->snap_dir, sn->id, snap_to_json(sn));
 }
 
 struct vol *store_find_vol(struct store *s, const char *id)
@@ -340,7 +320,7 @@ void store_add_snap(struct store *s, struct snap *sn)
 
 int store_remove_vol(struct store *s, struct vol *v)
 {
-    int r = remove_json(s->vol_dir, v->id);
+    int r = records_remove(s->rec, s->vol_dir, v->id);
     for (size_t i = 0; i < s->n_vols; i++)
         if (s->vols[i] == v) {
             memmove(&s->vols[i], &s->vols[i + 1], (s->n_vols - i - 1) * sizeof(*s->vols));
@@ -353,7 +333,7 @@ int store_remove_vol(struct store *s, struct vol *v)
 
 int store_remove_snap(struct store *s, struct snap *sn)
 {
-    int r = remove_json(s->snap_dir, sn->id);
+    int r = records_remove(s->rec, s->snap_dir, sn->id);
     for (size_t i = 0; i < s->n_snaps; i++)
         if (s->snaps[i] == sn) {
             memmove(&s->snaps[i], &s->snaps[i + 1], (s->n_snaps - i - 1) * sizeof(*s->snaps));
@@ -382,55 +362,28 @@ void store_sort(struct store *s)
         qsort(s->snaps, s->n_snaps, sizeof(*s->snaps), cmp_snap);
 }
 
-/* Load every <id>.json in dir through fn. */
-static void load_dir(struct store *s, const char *dir, bool volumes)
+static int load_vol(json_t *j, void *opaque, char **msg)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t n = strlen(de->d_name);
-        if (de->d_name[0] == '.' || n <= 5 || !streq(de->d_name + n - 5, ".json"))
-            continue;
-        _cleanup_free_ char *id = xstrndup(de->d_name, n - 5);
-        _cleanup_free_ char *path = xasprintf("%s/%s", dir, de->d_name);
-        _cleanup_free_ char *data = NULL, *msg = NULL;
-        if (name_validate(id, NULL) < 0 || read_file(path, RECORD_MAX, &data, NULL) < 0) {
-            log_warn("state", "record skipped", "path=%s reason=\"unreadable or bad name\"", path);
-            continue;
-        }
-        json_t *j = json_loads(data, 0, NULL);
-        int r = -EBADMSG;
-        if (j && volumes) {
-            struct vol *v;
-            if ((r = vol_from_json(j, &v, &msg)) == 0) {
-                if (streq(v->id, id))
-                    store_add_vol(s, v);
-                else
-                    vol_free(v), r = -EBADMSG;
-            }
-        } else if (j) {
-            struct snap *sn;
-            if ((r = snap_from_json(j, &sn, &msg)) == 0) {
-                if (streq(sn->id, id))
-                    store_add_snap(s, sn);
-                else
-                    snap_free(sn), r = -EBADMSG;
-            }
-        }
-        json_decref(j);
-        if (r < 0) {
-            _cleanup_free_ char *q = log_quote(msg ? msg : "not JSON or id mismatch");
-            log_warn("state", "record skipped", "path=%s reason=%s", path, q);
-        }
-    }
-    closedir(d);
+    struct vol *v;
+    int r = vol_from_json(j, &v, msg);
+    if (r == 0)
+        store_add_vol(opaque, v);
+    return r;
 }
 
-int store_open(const char *dir, struct store **ret, char **ret_msg)
+static int load_snap(json_t *j, void *opaque, char **msg)
+{
+    struct snap *sn;
+    int r = snap_from_json(j, &sn, msg);
+    if (r == 0)
+        store_add_snap(opaque, sn);
+    return r;
+}
+
+int store_open(const char *dir, struct records *rec, struct store **ret, char **ret_msg)
 {
     struct store *s = xcalloc(1, sizeof(*s));
+    s->rec = rec;
     s->dir = xstrdup(dir);
     s->vol_dir = xasprintf("%s/volumes", dir);
     s->snap_dir = xasprintf("%s/snapshots", dir);
@@ -440,8 +393,8 @@ int store_open(const char *dir, struct store **ret, char **ret_msg)
         store_free(s);
         return r;
     }
-    load_dir(s, s->vol_dir, true);
-    load_dir(s, s->snap_dir, false);
+    records_load(s->vol_dir, "id", load_vol, s);
+    records_load(s->snap_dir, "id", load_snap, s);
     store_sort(s);
     *ret = s;
     return 0;

@@ -1,6 +1,7 @@
-/* state.h: the plugin's persistent records: one JSON file per volume
+/* state.h: the plugin's volumes and snapshots: one JSON record per volume
  * (STATE/volumes/<id>.json) and per snapshot (STATE/snapshots/<id>.json),
- * each written atomically (write_file_atomic: temp, fsync, rename, fsync dir).
+ * kept in the record store (records.h: replaced atomically on the loop, made
+ * durable by its flusher before the RPC is answered).
  *
  * Owns: the in-memory tables loaded at start, their JSON form (pure
  * vol_to_json/vol_from_json, unit-tested) and saving/removing records.
@@ -62,9 +63,12 @@ struct snap {
                               Frozen layers never change, so the chain recorded at
                               creation stays true (docs/changed-blocks.md) */
     bool busy;
+    unsigned readers;      /* volumes being restored from it now (not deleted meanwhile) */
 };
 
+struct records;
 struct store {
+    struct records *rec;   /* where records are written (records.h); NULL: synchronously */
     char *dir, *vol_dir, *snap_dir;
     struct vol **vols;
     size_t n_vols;
@@ -73,8 +77,8 @@ struct store {
 };
 
 /* Create the directories if needed and load every record (invalid files are
- * skipped with a warning). */
-int store_open(const char *dir, struct store **ret, char **ret_msg);
+ * skipped with a warning).  rec (borrowed, may be NULL) writes the changes. */
+int store_open(const char *dir, struct records *rec, struct store **ret, char **ret_msg);
 void store_free(struct store *s);
 
 struct vol *store_find_vol(struct store *s, const char *id);

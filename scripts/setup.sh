@@ -24,12 +24,14 @@ BASE_PKGS=(
     libxml2-dev libxml2-utils libjansson-dev libnghttp2-dev liburing-dev
     libprotobuf-c-dev protobuf-c-compiler libcmocka-dev
     protobuf-compiler python3-grpcio python3-protobuf python3-yaml python3-prometheus-client
-    busybox-static cpio util-linux iproute2 procps psmisc kmod
+    busybox-static cpio util-linux iproute2 procps psmisc kmod strace
     podman runc debootstrap
     clang llvm libclang-rt-14-dev gnuplot-nox graphviz
     # The launcher: passt (user-mode networking, started by libvirt),
     # dosfstools + mtools (the cloud-init cidata image), ovmf (UEFI guests).
     passt dosfstools mtools ovmf
+    # The plugin downloads the images of image classes with curl.
+    curl ca-certificates
 )
 # Virtualisation stack from bookworm-backports.
 BPO_PKGS=(

@@ -145,10 +145,12 @@ class Env:
         self.node = "node-1"
         self.driver = driver
 
-    def start(self, extra=()):
+    def start(self, extra=(), wrapper=()):
+        """Start the plugin (under wrapper, e.g. strace, when given: then
+        self.proc is the wrapper's process)."""
         self.logf = open(os.path.join(self.root, "plugin.log"), "a")
         self.proc = subprocess.Popen(
-            [self.plugin, "--endpoint", "unix://" + self.sock, "--nodeid", self.node,
+            [*wrapper, self.plugin, "--endpoint", "unix://" + self.sock, "--nodeid", self.node,
              "--driver-name", self.driver, "--state-dir", self.state, "--pool", self.pool,
              "--run-dir", self.run, "--kubelet-root", self.kubelet, "--log-level", "debug",
              *extra],

@@ -14,13 +14,14 @@ M64 = (1 << 64) - 1
 SECTOR = 512
 
 
-def create_published(env, c, vid, size, cap, timeout):
-    """CreateVolume, NodeStageVolume and NodePublishVolume of vid, as kubelet
-    would; returns (staging path, target path)."""
+def create_published(env, c, vid, size, cap, timeout, params=None):
+    """CreateVolume (with StorageClass parameters params), NodeStageVolume and
+    NodePublishVolume of vid, as kubelet would; returns (staging path, target
+    path)."""
     pb = env.pb
     c.CreateVolume(pb.CreateVolumeRequest(
         name=vid, capacity_range=pb.CapacityRange(required_bytes=size),
-        volume_capabilities=[cap]), timeout=timeout)
+        volume_capabilities=[cap], parameters=params or {}), timeout=timeout)
     stg = os.path.join(env.kubelet, "staging", vid)
     tgt = os.path.join(env.kubelet, "pods", vid, "mount")
     os.makedirs(stg)

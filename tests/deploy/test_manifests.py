@@ -258,6 +258,11 @@ PARAM_OPTION = {
     "discard": ("export", "--discard"),
     "detectZeroes": ("export", "--detect-zeroes"),
 }
+# Image class parameters (the plugin's own, no qsdctl option): value patterns.
+IMAGE_PARAMS = {
+    "image": re.compile(r"^https?://[!-~]{1,2040}$"),
+    "imageSha256": re.compile(r"^[0-9a-f]{64}$"),
+}
 
 
 class Checker:
@@ -1106,7 +1111,7 @@ class Checker:
             self.err("docs/storageclass.md", str(e))
             return out
         for line in text.splitlines():
-            m = re.match(r"^\|\s*`([A-Za-z]+)`\s*\|([^|]*)\|", line)
+            m = re.match(r"^\|\s*`([A-Za-z][A-Za-z0-9]*)`\s*\|([^|]*)\|", line)
             if m:
                 out[m.group(1)] = [v.strip() for v in re.findall(r"`([^`]+)`", m.group(2))]
         if not out:
@@ -1115,9 +1120,9 @@ class Checker:
 
     def check_parameters(self):
         docs = self.documented_params()
-        if set(docs) != set(PARAM_OPTION):
-            self.err("docs/storageclass.md", "documents %s; the parameters the plugin maps to "
-                     "qsdctl options are %s" % (sorted(docs), sorted(PARAM_OPTION)))
+        if set(docs) != set(PARAM_OPTION) | set(IMAGE_PARAMS):
+            self.err("docs/storageclass.md", "documents %s; the plugin's parameters are %s" %
+                     (sorted(docs), sorted(set(PARAM_OPTION) | set(IMAGE_PARAMS))))
         for name, (sub, opt) in PARAM_OPTION.items():
             text = self.qsdctl_help.get(sub)
             if text is None:
@@ -1141,6 +1146,10 @@ class Checker:
                     continue
                 if k not in docs:
                     self.err(where, "parameter %s is not documented in docs/storageclass.md" % k)
+                    continue
+                if k in IMAGE_PARAMS:
+                    if not IMAGE_PARAMS[k].match(str(v)):
+                        self.err(where, "%s=%r is not what the plugin accepts" % (k, v))
                     continue
                 allowed = docs[k]
                 rng = [a for a in allowed if re.fullmatch(r"\d+-\d+", a)]

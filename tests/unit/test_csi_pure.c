@@ -1,7 +1,9 @@
 /* Unit tests for the CSI plugin's pure parts: StorageClass parameters
  * (every key, unknown keys, bad values, combinations), capacity ranges, the
- * lexical path rules, the state records' JSON round trip, and the capacity
- * policy (flags, refusals, GetCapacity figures). */
+ * lexical path rules, the state records' JSON round trip, the capacity
+ * policy (flags, refusals, GetCapacity figures), and the record store
+ * (records.h: a change is visible at once, durable once the flusher says
+ * so, loaded back with its id checked). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,8 +14,12 @@
 #include "params.h"
 #include "pbcheck.h"
 #include "paths.h"
+#include "records.h"
 #include "state.h"
+#include "qsd/base/loop.h"
 #include "qsd/base/util.h"
+
+#include <stdlib.h>
 
 static int parse(const char *const *kv, size_t n, struct vol_params *p, char **msg)
 {
@@ -110,6 +116,55 @@ static void test_params_combinations(void **state)
     char *msg = NULL;
     assert_int_equal(parse(ok, 2, &p, &msg), 0);
     vol_params_clear(&p);
+}
+
+static void test_params_image(void **state)
+{
+    static const char sha[] = "d9298a10d1b0735837dc4bd85dac641b0f3cef27a47e5d53a54f2f3f5b2fcffa";
+    static const char *const ok[] = {"image", "https://example.org/img.qcow2", "imageSha256", sha};
+    struct vol_params p;
+    char *msg = NULL;
+    assert_int_equal(parse(ok, 2, &p, &msg), 0);
+    assert_string_equal(p.image, "https://example.org/img.qcow2");
+    assert_string_equal(p.image_sha256, sha);
+    vol_params_clear(&p);
+    static const struct {
+        const char *kv[6];
+        size_t n;
+        const char *needle;
+    } bad[] = {
+        {{"image", "https://example.org/x"}, 1, "needs imageSha256"},
+        {{"imageSha256", sha}, 1, "needs image"},
+        {{"image", "file:///etc/shadow", "imageSha256", sha}, 2, "parameter image: is not an http"},
+        {{"image", "ftp://h/x", "imageSha256", sha}, 2, "image"},
+        {{"image", "http://", "imageSha256", sha}, 2, "no host"},
+        {{"image", "http:///x", "imageSha256", sha}, 2, "no host"},
+        {{"image", "http://h/a b", "imageSha256", sha}, 2, "space"},
+        {{"image", "http://h/a\x7f", "imageSha256", sha}, 2, "control"},
+        {{"image", "", "imageSha256", sha}, 2, "empty"},
+        {{"image", "http://h/x", "imageSha256", "abc"}, 2, "imageSha256: is not 64"},
+        {{"image", "http://h/x", "imageSha256", "D9298A10D1B0735837DC4BD85DAC641B0F3CEF27A47E5D53A54F2F3F5B2FCFFA"},
+         2, "lowercase"},
+        {{"image", "http://h/x", "imageSha256", sha, "format", "raw"}, 3, "format qcow2"},
+        {{"image", "http://h/x", "imageSha256", sha, "preallocation", "full"}, 3, "preallocation off"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        msg = NULL;
+        assert_int_equal(parse(bad[i].kv, bad[i].n, &p, &msg), -EINVAL);
+        if (!strstr(msg, bad[i].needle))
+            fail_msg("case %zu: message '%s' lacks '%s'", i, msg, bad[i].needle);
+        free(msg);
+    }
+    char *longurl = xmalloc(2100);
+    memset(longurl, 'a', 2099);
+    memcpy(longurl, "http://", 7);
+    longurl[2099] = '\0';
+    const char *kv[] = {"image", longurl, "imageSha256", sha};
+    msg = NULL;
+    assert_int_equal(parse(kv, 2, &p, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "2048"));
+    free(msg);
+    free(longurl);
 }
 
 static void test_capacity(void **state)
@@ -306,6 +361,66 @@ static void test_state_roundtrip(void **state)
     snap_free(sn);
 }
 
+static uint64_t durable_seq;
+static int durable_err = 1;
+static void on_durable(uint64_t seq, int err, void *opaque)
+{
+    (void)opaque;
+    durable_seq = seq;
+    durable_err = err;
+}
+
+static int load_one(json_t *j, void *opaque, char **msg)
+{
+    (void)msg;
+    int *n = opaque;
+    assert_int_equal(json_integer_value(json_object_get(j, "v")), 2);
+    (*n)++;
+    return 0;
+}
+
+static void test_records(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test-records-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    struct loop *l;
+    struct records *r;
+    assert_int_equal(loop_new(&l), 0);
+    assert_int_equal(records_new(l, &r), 0);
+    records_on_durable(r, on_durable, NULL);
+    assert_int_equal(records_queued(r), 0);
+    assert_int_equal(records_save(r, dir, "a", json_pack("{s:s, s:i}", "id", "a", "v", 1)), 0);
+    assert_int_equal(records_save(r, dir, "a", json_pack("{s:s, s:i}", "id", "a", "v", 2)), 0);
+    assert_int_equal(records_save(r, dir, "b", json_pack("{s:s, s:i}", "id", "x", "v", 2)), 0);
+    assert_int_equal(records_save(r, dir, "c", json_pack("{s:s, s:i}", "id", "c", "v", 2)), 0);
+    assert_int_equal(records_remove(r, dir, "c"), 0);
+    assert_int_equal(records_remove(r, dir, "never"), 0);
+    assert_int_equal(records_queued(r), 5);
+    /* in a worker child this is what runs before the operation */
+    assert_int_equal(records_flush_pending(r), 0);
+    for (int i = 0; i < 500 && durable_seq < 5; i++)
+        assert_true(loop_run_once(l, 20) >= 0);
+    assert_int_equal(durable_seq, 5);
+    assert_int_equal(durable_err, 0);
+    /* "b" names another id: skipped; "c" is gone */
+    int n = 0;
+    records_load(dir, "id", load_one, &n);
+    assert_int_equal(n, 1);
+    n = 0;
+    records_load(dir, NULL, load_one, &n);
+    assert_int_equal(n, 2);
+    records_free(r);
+    loop_free(l);
+    /* without a flusher: synchronous */
+    assert_int_equal(records_save(NULL, dir, "d", json_pack("{s:s, s:i}", "id", "d", "v", 2)), 0);
+    assert_int_equal(records_remove(NULL, dir, "d"), 0);
+    const char *names[] = {"a", "b"};
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(records_remove(NULL, dir, names[i]), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_capacity_policy(void **state)
 {
     struct capacity_policy p = {0};
@@ -376,11 +491,13 @@ int main(void)
         cmocka_unit_test(test_params_every_key),
         cmocka_unit_test(test_params_bad),
         cmocka_unit_test(test_params_combinations),
+        cmocka_unit_test(test_params_image),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_capacity_policy),
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_pbcheck),
         cmocka_unit_test(test_state_roundtrip),
+        cmocka_unit_test(test_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

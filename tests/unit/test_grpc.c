@@ -445,6 +445,52 @@ static void test_async_completion(void **state)
     fx_free(&f);
 }
 
+static uint64_t barrier_seq;
+static uint64_t barrier(void *opaque) { return barrier_seq; }
+
+/* An answer completed while state changes are not durable waits for them:
+ * grpc_server_durable below its number releases nothing, at it the answer
+ * goes out as decided; a failed flush turns a held answer into INTERNAL. */
+static void test_durability_barrier(void **state)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    grpc_server_set_barrier(f.srv, barrier, NULL);
+    barrier_seq = 2;
+    struct rsp *r = call(&f, "/test.T/Echo", "held", NULL);
+    struct rsp *r2 = call(&f, "/test.T/Fail", "x", NULL);
+    assert_false(r->closed);
+    assert_false(r2->closed);
+    grpc_server_durable(f.srv, 1, 0);
+    pump(&f.cl, f.s);
+    assert_false(r->closed);
+    grpc_server_durable(f.srv, 2, 0);
+    pump(&f.cl, f.s);
+    assert_true(r->closed);
+    assert_int_equal(r->grpc_status, 0);
+    assert_memory_equal(r->data + 5, "held", 4);
+    assert_true(r2->closed);
+    assert_int_equal(r2->grpc_status, GRPC_INVALID_ARGUMENT);
+    /* Nothing pending: answered at once. */
+    r = call(&f, "/test.T/Echo", "now", NULL);
+    assert_true(r->closed);
+    /* A flush that failed. */
+    barrier_seq = 3;
+    r = call(&f, "/test.T/Echo", "lost", NULL);
+    assert_false(r->closed);
+    grpc_server_durable(f.srv, 3, -EIO);
+    pump(&f.cl, f.s);
+    assert_true(r->closed);
+    assert_int_equal(r->grpc_status, GRPC_INTERNAL);
+    assert_non_null(strstr(r->grpc_message, "could not be written to disk"));
+    /* A held answer whose stream goes away is freed with it. */
+    barrier_seq = 4;
+    r = call(&f, "/test.T/Echo", "gone", NULL);
+    assert_false(r->closed);
+    fx_free(&f);
+    barrier_seq = 0;
+}
+
 static void test_deadline(void **state)
 {
     struct fx f;
@@ -729,6 +775,7 @@ int main(void)
         cmocka_unit_test(test_oversize),
         cmocka_unit_test(test_bad_bodies),
         cmocka_unit_test(test_async_completion),
+        cmocka_unit_test(test_durability_barrier),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_default_deadline_capped),
         cmocka_unit_test(test_peer_reset_cancels),

@@ -58,6 +58,60 @@ static void test_header(void **state)
     assert_int_equal(qcow2_header_parse(b, sizeof(b), &h), -EINVAL); /* magic */
 }
 
+/* The format probe of an untrusted image (image_probe). */
+static void test_probe(void **state)
+{
+    uint8_t b[IMAGE_PROBE_LEN];
+    struct image_probe pr;
+    const char *why = NULL;
+    memset(b, 0xab, sizeof(b));
+    assert_int_equal(image_probe(b, sizeof(b), &pr, &why), 0);
+    assert_string_equal(pr.format, "raw");
+    assert_int_equal(image_probe(b, 3, &pr, &why), 0); /* short: raw */
+    memset(b, 0, sizeof(b));
+    header(b, 3, 0, 0, 1ull << 30);
+    put32(b + 100, 104);
+    assert_int_equal(image_probe(b, sizeof(b), &pr, &why), 0);
+    assert_string_equal(pr.format, "qcow2");
+    assert_int_equal(pr.size, 1ull << 30);
+    header(b, 2, 0, 0, 4096);
+    assert_int_equal(image_probe(b, sizeof(b), &pr, &why), 0);
+    /* refused: what would make QEMU open another file or want a key */
+    header(b, 3, 0x200, 11, 4096);
+    assert_int_equal(image_probe(b, sizeof(b), &pr, &why), -EMEDIUMTYPE);
+    assert_non_null(strstr(why, "backing file"));
+    header(b, 3, 0, 0, 4096);
+    put32(b + 32, 1); /* crypt_method AES */
+    assert_int_equal(image_probe(b, sizeof(b), &pr, &why), -EMEDIUMTYPE);
+    assert_non_null(strstr(why, "encrypted"));
+    header(b, 3, 0, 0, 4096);
+    put64(b + 72, 1u << 2); /* incompatible feature: external data file */
+    assert_int_equal(image_probe(b, sizeof(b), &pr, &why), -EMEDIUMTYPE);
+    assert_non_null(strstr(why, "external data file"));
+    header(b, 2, 0, 0, 4096);
+    put64(b + 72, 1u << 2); /* version 2 has no such field: data */
+    assert_int_equal(image_probe(b, sizeof(b), &pr, &why), 0);
+    header(b, 3, 0, 0, 4096);
+    assert_int_equal(image_probe(b, 50, &pr, &why), -EMEDIUMTYPE); /* truncated */
+    header(b, 5, 0, 0, 4096);
+    assert_int_equal(image_probe(b, sizeof(b), &pr, &why), -EMEDIUMTYPE); /* version */
+    /* other formats */
+    static const struct {
+        size_t off;
+        const char *magic, *name;
+    } other[] = {{0, "KDMV", "vmdk"}, {0, "# Disk DescriptorFile", "vmdk"},
+                 {0, "vhdxfile", "vhdx"}, {0, "conectix", "vpc"}, {64, "\x7f\x10\xda\xbe", "vdi"},
+                 {0, "QED", "qed"}, {0, "LUKS\xba\xbe", "luks"}};
+    for (size_t i = 0; i < ARRAY_SIZE(other); i++) {
+        memset(b, 0, sizeof(b));
+        memcpy(b + other[i].off, other[i].magic, strlen(other[i].magic));
+        assert_int_equal(image_probe(b, sizeof(b), &pr, &why), -EMEDIUMTYPE);
+        assert_non_null(strstr(why, other[i].name));
+    }
+    memcpy(b, "QEDX", 4); /* not qed's magic */
+    assert_int_equal(image_probe(b, sizeof(b), &pr, &why), 0);
+}
+
 static void test_names_and_refs(void **state)
 {
     char n[LAYER_NAME_LEN + 1], back[LAYER_NAME_LEN + 1];
@@ -226,6 +280,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header),
+        cmocka_unit_test(test_probe),
         cmocka_unit_test(test_names_and_refs),
         cmocka_unit_test(test_tmp_names),
         cmocka_unit_test(test_garbage_refcount),

@@ -102,8 +102,8 @@ int fsat_mkdirs(int dfd, const char *rel, unsigned mode, int *ret_fd)
     return 0;
 }
 
-int fsat_write_atomic(int dfd, const char *name, const void *data, size_t len, unsigned mode,
-                      int gid)
+static int write_atomic(int dfd, const char *name, const void *data, size_t len, unsigned mode,
+                        int gid, bool sync)
 {
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
@@ -121,7 +121,7 @@ int fsat_write_atomic(int dfd, const char *name, const void *data, size_t len, u
         r = -errno;
     if (r == 0)
         r = write_all(fd, data, len);
-    if (r == 0 && fsync(fd) < 0)
+    if (r == 0 && sync && fsync(fd) < 0)
         r = -errno;
     if (close(fd) < 0 && r == 0)
         r = -errno;
@@ -136,10 +136,24 @@ int fsat_write_atomic(int dfd, const char *name, const void *data, size_t len, u
         unlinkat(dfd, tmp, 0);
         return r;
     }
+    if (!sync)
+        return 0;
     _cleanup_close_ int sfd = -1;
     if ((r = fsat_open(dfd, ".", O_RDONLY | O_DIRECTORY, &sfd)) < 0)
         return r;
     return fsync(sfd) < 0 ? -errno : 0;
+}
+
+int fsat_write_atomic(int dfd, const char *name, const void *data, size_t len, unsigned mode,
+                      int gid)
+{
+    return write_atomic(dfd, name, data, len, mode, gid, true);
+}
+
+int fsat_write_replace(int dfd, const char *name, const void *data, size_t len, unsigned mode,
+                       int gid)
+{
+    return write_atomic(dfd, name, data, len, mode, gid, false);
 }
 
 int fsat_chown_mode(int dfd, const char *name, int gid, unsigned mode)

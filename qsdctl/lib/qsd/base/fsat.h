@@ -43,6 +43,12 @@ int fsat_mkdirs(int dfd, const char *rel, unsigned mode, int *ret_fd);
  * never opened; a non-empty directory there is -EISDIR and left alone. */
 int fsat_write_atomic(int dfd, const char *name, const void *data, size_t len, unsigned mode,
                       int gid);
+/* The same without either fsync: atomic against a crash of the process (the
+ * old or the new content, never a mix), not of the machine.  For files of a
+ * runtime directory (gone after a reboot anyway) and for records that are
+ * made durable afterwards, off the event loop (the CSI plugin's records). */
+int fsat_write_replace(int dfd, const char *name, const void *data, size_t len, unsigned mode,
+                       int gid);
 
 /* Set owner (0, gid) and mode of name in dfd without following a symlink;
  * -ELOOP when name is a symlink.  Missing is -ENOENT. */

@@ -136,6 +136,12 @@ int proc_exec_error(int exec_fd)
 
 int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
 {
+    return proc_run_watch(argv, timeout_ms, NULL, NULL, ret);
+}
+
+int proc_run_watch(char *const argv[], uint64_t timeout_ms, int (*tick)(void *arg), void *arg,
+                   struct proc_result *ret)
+{
     int outp[2], errp[2];
     if (pipe2(outp, O_CLOEXEC) < 0)
         return -errno;
@@ -165,6 +171,8 @@ int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
     fcntl(err.fd, F_SETFL, O_NONBLOCK);
     uint64_t deadline = now_ms() + timeout_ms;
     bool exited = false, killed = false;
+    int stopped = 0; /* tick's verdict */
+    uint64_t next_tick = now_ms() + 1000;
     siginfo_t si;
     memset(&si, 0, sizeof(si));
     while (!exited || out.fd >= 0 || err.fd >= 0) {
@@ -187,6 +195,15 @@ int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
             capture_read(&err);
         if (!exited && waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) == 0 && si.si_pid)
             exited = true;
+        if (!exited && !killed && tick && now_ms() >= next_tick) {
+            next_tick = now_ms() + 1000;
+            if ((stopped = tick(arg)) < 0) {
+                pidfd_signal(pidfd, SIGKILL);
+                killed = true;
+                deadline = now_ms() + 5000;
+                continue;
+            }
+        }
         if (!exited && now_ms() >= deadline && !killed) {
             pidfd_signal(pidfd, SIGKILL);
             killed = true;
@@ -212,7 +229,7 @@ int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
     ret->exit_code = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
     if (killed || !exited) {
         proc_result_clear(ret);
-        return -ETIMEDOUT;
+        return stopped < 0 ? stopped : -ETIMEDOUT;
     }
     return 0;
 }

@@ -48,6 +48,11 @@ void proc_result_clear(struct proc_result *r);
 /* 0 when the program ran to completion (whatever its exit code); -ETIMEDOUT
  * when it was killed at the bound; -ENOENT when it could not be executed. */
 int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret);
+/* The same, calling tick(arg) about once a second while the program runs
+ * (progress, a size bound); a negative return kills the program and is
+ * returned. */
+int proc_run_watch(char *const argv[], uint64_t timeout_ms, int (*tick)(void *arg), void *arg,
+                   struct proc_result *ret);
 
 /* Last non-empty line of a program's stderr, trimmed (for error messages). */
 const char *proc_last_line(const char *text, char *buf, size_t len);

@@ -185,6 +185,7 @@ int worker_start(struct loop *l, worker_fn fn, void *arg, uint64_t timeout_ms, w
     sp.fn = child_main;
     sp.arg = &c;
     sp.die_with_parent = true;
+    sp.stderr_fd = STDERR_FILENO; /* its log lines (progress) go where the parent's go */
     pid_t pid;
     int pidfd;
     int r = proc_spawn(&sp, &pid, &pidfd, NULL);

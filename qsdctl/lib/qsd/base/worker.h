@@ -8,7 +8,8 @@
  * exactly once (unless cancelled).  Every worker has a deadline after which
  * it is killed and done gets -ETIMEDOUT, once the child is gone (or 5 s
  * after the kill if it is stuck in the kernel): nothing the child does lands
- * after done.  No threads. */
+ * after done.  The child's stderr is the parent's: what it logs (log.h, e.g.
+ * a download's progress) is in the program's log.  No threads. */
 #pragma once
 
 #include <jansson.h>

@@ -21,10 +21,11 @@ int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg)
         .volumes = xasprintf("%s/volumes", root),
         .snapshots = xasprintf("%s/snapshots", root),
         .layers = xasprintf("%s/layers", root),
+        .images = xasprintf("%s/images", root),
     };
     int r = 0;
     if (create && ((r = mkdir_p(p.volumes, 0700)) < 0 || (r = mkdir_p(p.snapshots, 0700)) < 0 ||
-                   (r = mkdir_p(p.layers, 0700)) < 0)) {
+                   (r = mkdir_p(p.layers, 0700)) < 0 || (r = mkdir_p(p.images, 0700)) < 0)) {
         *ret_msg = xasprintf("cannot create pool directories under %s: %s", root, strerror(-r));
         pool_close(&p);
         return r;
@@ -39,6 +40,7 @@ void pool_close(struct pool *p)
     free(p->volumes);
     free(p->snapshots);
     free(p->layers);
+    free(p->images);
     memset(p, 0, sizeof(*p));
 }
 

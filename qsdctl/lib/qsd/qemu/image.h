@@ -19,6 +19,7 @@
 
 struct pool {
     char *root, *volumes, *snapshots, *layers; /* layers/: thin.h */
+    char *images;                              /* images/: imagebase.h */
 };
 /* Create the pool directories (0700) if needed. */
 int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg);

@@ -32,6 +32,53 @@ int qcow2_header_parse(const uint8_t *buf, size_t len, struct qcow2_header *ret)
     return 0;
 }
 
+int image_probe(const uint8_t *buf, size_t len, struct image_probe *ret, const char **ret_why)
+{
+    static const struct {
+        size_t off, len;
+        const char *magic, *why;
+    } other[] = {
+#define OTHER(off, magic, fmt) {off, sizeof(magic) - 1, magic, \
+        "an image in " fmt " format (only raw and qcow2 images are accepted)"}
+        OTHER(0, "KDMV", "vmdk"), OTHER(0, "# Disk DescriptorFile", "vmdk"),
+        OTHER(0, "vhdxfile", "vhdx"), OTHER(0, "conectix", "vpc"),
+        OTHER(64, "\x7f\x10\xda\xbe", "vdi"), OTHER(0, "QED\0", "qed"),
+        OTHER(0, "LUKS\xba\xbe", "luks"),
+#undef OTHER
+    };
+    if (len >= 4 && memcmp(buf, "QFI\xfb", 4) == 0) {
+        struct qcow2_header h;
+        /* version 3 headers are at least 104 bytes: the incompatible
+         * features are at 72 */
+        if (len < 104 || qcow2_header_parse(buf, len, &h) < 0) {
+            *ret_why = "a qcow2 image with a truncated or invalid header";
+            return -EMEDIUMTYPE;
+        }
+        if (h.backing_offset) {
+            *ret_why = "a qcow2 image with a backing file (only self-contained images are accepted)";
+            return -EMEDIUMTYPE;
+        }
+        if (be32(buf + 32) != 0) {
+            *ret_why = "an encrypted qcow2 image";
+            return -EMEDIUMTYPE;
+        }
+        if (h.version == 3 && (be64(buf + 72) & (1u << 2))) {
+            *ret_why = "a qcow2 image with an external data file";
+            return -EMEDIUMTYPE;
+        }
+        *ret = (struct image_probe){.format = "qcow2", .size = h.size};
+        return 0;
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(other); i++)
+        if (len >= other[i].off + other[i].len &&
+            memcmp(buf + other[i].off, other[i].magic, other[i].len) == 0) {
+            *ret_why = other[i].why;
+            return -EMEDIUMTYPE;
+        }
+    *ret = (struct image_probe){.format = "raw", .size = 0};
+    return 0;
+}
+
 bool layer_name_valid(const char *name)
 {
     if (!name || strlen(name) != LAYER_NAME_LEN || name[0] != 'L')

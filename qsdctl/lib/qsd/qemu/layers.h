@@ -9,7 +9,8 @@
  * in headers and hard links, so reference counting is the filesystem's and
  * a crash can leave only what the rules below recognise.
  *
- * Owns: qcow2 header parsing, layer names and backing references, the
+ * Owns: qcow2 header parsing, the format probe of an untrusted image
+ * (image_probe), layer names and backing references, the
  * temporary overlay name of a snapshot in flight, the garbage rule (which
  * layers nothing references) and the chain-depth policy (when and how much
  * to merge).  thin.c does the I/O. */
@@ -40,6 +41,21 @@ struct qcow2_header {
  * version) or a backing name out of bounds. */
 int qcow2_header_parse(const uint8_t *buf, size_t len, struct qcow2_header *ret);
 
+/* The format of an untrusted image from its first IMAGE_PROBE_LEN bytes (a
+ * shorter file: all of it), decided here and never by QEMU: "qcow2" (magic
+ * QFI\xfb) or "raw" (anything without a known magic).  -EMEDIUMTYPE with a
+ * static reason in *ret_why for what must not be opened: a qcow2 image with a
+ * backing file, an external data file or encryption (QEMU would open another
+ * file or ask for a key), a truncated qcow2 header, or another format's magic
+ * (vmdk, vhdx, vpc, vdi, qed, luks: only raw and qcow2 are accepted).
+ * ret->size: the qcow2 virtual size (0 for raw: the file's size). */
+#define IMAGE_PROBE_LEN 512u
+struct image_probe {
+    const char *format;    /* "qcow2" | "raw" (static) */
+    uint64_t size;
+};
+int image_probe(const uint8_t *buf, size_t len, struct image_probe *ret, const char **ret_why);
+
 /* Layer names: "L" followed by 16 lowercase hex digits. */
 #define LAYER_NAME_LEN 17u
 bool layer_name_valid(const char *name);
@@ -57,7 +73,7 @@ char *layer_tmp_name(const char *vol, const char *layer);
 bool layer_tmp_parse(const char *fname, const char *vol, char ret_layer[LAYER_NAME_LEN + 1]);
 
 /* One file of the pool, as the garbage rule sees it. */
-enum pool_file_kind { PF_VOLUME, PF_SNAPSHOT, PF_LAYER };
+enum pool_file_kind { PF_VOLUME, PF_SNAPSHOT, PF_LAYER, PF_IMAGE /* a base in use (imagebase.h) */ };
 struct pool_file {
     enum pool_file_kind kind;
     const char *layer;     /* PF_LAYER: its name */

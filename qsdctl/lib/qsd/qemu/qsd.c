@@ -414,7 +414,13 @@ static int write_state(const struct qsd_paths *p, const char *volume, const stru
                           "starttime", (json_int_t)starttime, "opts", qsd_opts_to_json(o));
     _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
-    return write_file_atomic(p->state, s, strlen(s), 0600);
+    /* Runtime state, not synced: it describes processes, which a crash of the
+     * machine ends too (and the run directory is a tmpfs).  Written on the
+     * caller's event loop, which must not wait for a disk. */
+    _cleanup_close_ int dfd = open(p->ctl_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -errno;
+    return fsat_write_replace(dfd, "qsd.json", s, strlen(s), 0600, -1);
 }
 
 int qsd_read_state(const char *state_path, struct qsd_opts *ret_opts, bool *ret_desired_running,
@@ -1317,7 +1323,8 @@ static int meta_write_at(int dfd, bool ro, void *arg)
     _cleanup_free_ char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
     int gid = m->o->socket_gid;
-    return fsat_write_atomic(dfd, "volume.json", s, strlen(s), gid >= 0 ? 0640 : 0600, gid);
+    /* Runtime directory, not synced (write_state). */
+    return fsat_write_replace(dfd, "volume.json", s, strlen(s), gid >= 0 ? 0640 : 0600, gid);
 }
 
 int qsd_meta_write(const struct qsd_paths *p, const char *volume, const struct qsd_opts *o,

@@ -13,7 +13,10 @@
  *               controller (recorded, or found by its monitor socket).
  * The state file ctl/<volume>/qsd.json records the options, the pid and its
  * start time (so a recycled pid is never adopted) and the desired state.  The
- * export directories are handled through directory fds (fsat.h). */
+ * export directories are handled through directory fds (fsat.h).  The state
+ * file and volume.json are replaced atomically but never fsync'ed: they
+ * describe processes, which a crash of the machine ends too, and they are
+ * written on the caller's event loop. */
 #pragma once
 
 #include <jansson.h>

@@ -1,6 +1,7 @@
 /* qsd/qemu/thin.c: thin snapshots, clones, merges and garbage collection on the
  * pool's qcow2 layers.  See thin.h (the steps) and layers.h (the rules). */
 #include "qsd/qemu/thin.h"
+#include "qsd/qemu/imagebase.h"
 #include "qsd/base/util.h"
 
 #include <dirent.h>
@@ -170,9 +171,8 @@ json_t *chain_to_json(const struct chain *c)
     return a;
 }
 
-/* Give path a new layer name (a hard link in layers/). */
-static int link_new_layer(const struct pool *p, const char *path, char ret[LAYER_NAME_LEN + 1],
-                          char **ret_msg)
+int pool_link_layer(const struct pool *p, const char *path, char ret[LAYER_NAME_LEN + 1],
+                    char **ret_msg)
 {
     static uint64_t counter;
     for (int tries = 0; tries < 64; tries++) {
@@ -533,7 +533,7 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
 
     /* 1. the top gets a layer name */
     char layer[LAYER_NAME_LEN + 1];
-    if ((r = link_new_layer(p, top, layer, ret_msg)) < 0)
+    if ((r = pool_link_layer(p, top, layer, ret_msg)) < 0)
         return r;
     _cleanup_free_ char *lp = layer_path(p, layer);
     _cleanup_free_ char *ref = layer_ref(layer);
@@ -620,7 +620,7 @@ int thin_snapshot_layer(const struct pool *p, const char *snap, char ret_layer[L
         char b[LAYER_NAME_LEN + 1];
         if ((r = image_header(spath, b, NULL, ret_msg)) < 0)
             return r;
-        return link_new_layer(p, spath, ret_layer, ret_msg);
+        return pool_link_layer(p, spath, ret_layer, ret_msg);
     }
     DIR *d = opendir(p->layers);
     if (!d)
@@ -657,14 +657,21 @@ int thin_create(const struct pool *p, const char *vol, const char *layer, uint64
     int r = pool_lock(p, POOL_LOCK_TIMEOUT_MS, &lock, ret_msg);
     if (r < 0)
         return r;
+    return thin_create_locked(p, vol, layer, size, ret_msg);
+}
+
+int thin_create_locked(const struct pool *p, const char *vol, const char *layer, uint64_t size,
+                       char **ret_msg)
+{
     _cleanup_free_ char *lp = layer_path(p, layer);
     uint64_t lsize;
+    int r;
     if ((r = image_header(lp, NULL, &lsize, ret_msg)) < 0)
         return r == -ENOENT ? -ENOENT : r;
     if (size && size < lsize) {
         *ret_msg = xasprintf("requested size %" PRIu64 " is smaller than the source (%" PRIu64
                              " bytes)", size, lsize);
-        return -EINVAL;
+        return -ERANGE;
     }
     _cleanup_free_ char *ref = layer_ref(layer);
     _cleanup_free_ char *final = vol_path(p, vol);
@@ -694,6 +701,18 @@ struct scanned {
     size_t n, cap;
 };
 
+static void scan_grow(struct scanned *sc)
+{
+    if (sc->n < sc->cap)
+        return;
+    sc->cap = sc->cap ? sc->cap * 2 : 64;
+    sc->f = xrealloc(sc->f, sc->cap * sizeof(*sc->f));
+    sc->names = xrealloc(sc->names, sc->cap * sizeof(*sc->names));
+    sc->layers = xrealloc(sc->layers, sc->cap * sizeof(*sc->layers));
+    sc->backing = xrealloc(sc->backing, sc->cap * sizeof(*sc->backing));
+    sc->alloc = xrealloc(sc->alloc, sc->cap * sizeof(*sc->alloc));
+}
+
 static void scan_dir(struct scanned *sc, const char *dir, enum pool_file_kind kind)
 {
     DIR *d = opendir(dir);
@@ -706,14 +725,7 @@ static void scan_dir(struct scanned *sc, const char *dir, enum pool_file_kind ki
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
             continue;
-        if (sc->n == sc->cap) {
-            sc->cap = sc->cap ? sc->cap * 2 : 64;
-            sc->f = xrealloc(sc->f, sc->cap * sizeof(*sc->f));
-            sc->names = xrealloc(sc->names, sc->cap * sizeof(*sc->names));
-            sc->layers = xrealloc(sc->layers, sc->cap * sizeof(*sc->layers));
-            sc->backing = xrealloc(sc->backing, sc->cap * sizeof(*sc->backing));
-            sc->alloc = xrealloc(sc->alloc, sc->cap * sizeof(*sc->alloc));
-        }
+        scan_grow(sc);
         size_t i = sc->n;
         sc->names[i] = xasprintf("%s/%s", dir, de->d_name);
         sc->f[i] = (struct pool_file){.kind = kind, .nlink = (unsigned)st.st_nlink};
@@ -741,6 +753,28 @@ static void scan_dir(struct scanned *sc, const char *dir, enum pool_file_kind ki
     closedir(d);
 }
 
+/* Image names used by CreateVolume recently are references (imagebase.h). */
+static void scan_images(struct scanned *sc, const struct pool *p)
+{
+    DIR *d = opendir(p->images);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char layer[LAYER_NAME_LEN + 1];
+        if (imagebase_name_layer(dirfd(d), de->d_name, IMAGEBASE_KEEP_S, layer) <= 0)
+            continue;
+        scan_grow(sc);
+        size_t i = sc->n++;
+        sc->names[i] = xasprintf("%s/%s", p->images, de->d_name);
+        sc->f[i] = (struct pool_file){.kind = PF_IMAGE, .nlink = 1};
+        sc->alloc[i] = 0;
+        sc->layers[i][0] = '\0';
+        memcpy(sc->backing[i], layer, sizeof(layer));
+    }
+    closedir(d);
+}
+
 int pool_gc(const struct pool *p, unsigned *ret_removed, uint64_t *ret_freed, char **ret_msg)
 {
     _cleanup_close_ int lock = -1;
@@ -751,6 +785,7 @@ int pool_gc(const struct pool *p, unsigned *ret_removed, uint64_t *ret_freed, ch
     scan_dir(&sc, p->volumes, PF_VOLUME);
     scan_dir(&sc, p->snapshots, PF_SNAPSHOT);
     scan_dir(&sc, p->layers, PF_LAYER);
+    scan_images(&sc, p);
     for (size_t i = 0; i < sc.n; i++) {
         sc.f[i].layer = sc.f[i].kind == PF_LAYER ? sc.layers[i] : NULL;
         sc.f[i].backing = *sc.backing[i] ? sc.backing[i] : NULL;
@@ -768,6 +803,7 @@ int pool_gc(const struct pool *p, unsigned *ret_removed, uint64_t *ret_freed, ch
     }
     if (removed)
         fsync_dir(p->layers);
+    imagebase_gc_locked(p);
     free(garbage);
     free(sc.f);
     free(sc.names);

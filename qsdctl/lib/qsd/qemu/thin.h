@@ -73,6 +73,14 @@ int thin_snapshot_layer(const struct pool *p, const char *snap, char ret_layer[L
  * layer's), published atomically.  Constant time. */
 int thin_create(const struct pool *p, const char *vol, const char *layer, uint64_t size,
                 char **ret_msg);
+/* The same, for a caller that holds the pool lock. */
+int thin_create_locked(const struct pool *p, const char *vol, const char *layer, uint64_t size,
+                       char **ret_msg);
+/* Give the file at path (in the pool's filesystem) a new layer name (a hard
+ * link in layers/).  The caller holds the pool lock and references the layer before
+ * releasing it (or the next garbage collection removes it). */
+int pool_link_layer(const struct pool *p, const char *path, char ret[LAYER_NAME_LEN + 1],
+                    char **ret_msg);
 /* Finish or undo a snapshot of vol interrupted by a crash (see above).
  * s: the monitor of a running read-write QSD of vol, or NULL when no QSD
  * runs it (or a read-only one).  *ret_what (may be NULL) says what was done
@@ -88,5 +96,8 @@ int thin_merge(const struct pool *p, const char *vol, struct qmp_sync *s, unsign
                uint64_t timeout_ms, char **ret_msg);
 /* Is a merge job running in this QSD? 1 yes, 0 no. */
 int thin_merge_running(struct qmp_sync *s, char **ret_msg);
-/* Remove every layer nothing references (layers.h's rule). */
+/* Remove every layer nothing references (layers.h's rule); image bases
+ * (imagebase.h) count as references while used by CreateVolume in the last
+ * IMAGEBASE_KEEP_S seconds.  Then remove image names whose layer is gone,
+ * and download temporaries no fetch holds. */
 int pool_gc(const struct pool *p, unsigned *ret_removed, uint64_t *ret_freed, char **ret_msg);

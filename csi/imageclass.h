@@ -1,0 +1,24 @@
+/* imageclass.h: CreateVolume of an image class, a StorageClass whose
+ * parameters image and imageSha256 (params.h) name the volumes' content.
+ *
+ * Owns the loop side of "each node downloads an image once": the first
+ * CreateVolume of an image leads (its worker downloads the base when the pool
+ * has none, imagebase.h, then creates its volume as a thin overlay on it);
+ * other CreateVolumes of the same image wait for the lead, without a worker,
+ * then create their overlays in parallel, or fail with the lead's error when
+ * the download failed (one download, one error, whatever the number of
+ * requests).  Worker errors name the parameter at fault. */
+#pragma once
+
+#include "service.h"
+
+/* Create op->vol (record written, phase creating) of size op->size from the
+ * image with this sha256; done(status, msg, result {"size"}, op) finishes it
+ * (the controller's CreateVolume completion). */
+void imageclass_create(struct op *op, const char *sha256, worker_done done);
+
+/* The gRPC code of an image volume's failure status, when it is one of
+ * the image's (refused content, checksum, size, another download running):
+ * true and *ret set; false for the codes every creation shares (NOT_FOUND
+ * for a 404, UNAVAILABLE, OUT_OF_RANGE, RESOURCE_EXHAUSTED). */
+bool imageclass_code(int status, enum grpc_code *ret);

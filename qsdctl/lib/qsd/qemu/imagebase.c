@@ -1,0 +1,488 @@
+/* qsd/qemu/imagebase.c: image bases.  See imagebase.h. */
+#include "qsd/qemu/imagebase.h"
+#include "qsd/base/log.h"
+#include "qsd/base/proc.h"
+#include "qsd/base/util.h"
+#include "qsd/qemu/thin.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#define CONNECT_TIMEOUT_S "15"
+#define STALL_BYTES_S "1024"   /* a transfer slower than this... */
+#define STALL_S "60"           /* ...for this long is a failure (retried) */
+#define PROGRESS_FIRST_MS 2000u  /* first progress line, then... */
+#define PROGRESS_EVERY_MS 10000u  /* ...one every 10 s */
+#define SHA_TIMEOUT_MS (10u * 60u * 1000u)
+#define CONVERT_TIMEOUT_MS (30u * 60u * 1000u)
+
+/* ------------------------------------------------------------- checks */
+
+const char *imagebase_url_problem(const char *url)
+{
+    if (!url || !*url)
+        return "is empty";
+    if (strlen(url) > IMAGEBASE_URL_MAX)
+        return "is longer than 2048 bytes";
+    const char *rest = startswith(url, "https://") ? url + 8
+                       : startswith(url, "http://") ? url + 7
+                                                     : NULL;
+    if (!rest)
+        return "is not an http:// or https:// URL";
+    if (!*rest || *rest == '/')
+        return "has no host";
+    for (const char *c = url; *c; c++)
+        if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
+            return "contains a space, a control or a non-ASCII character (percent-encode it)";
+    return NULL;
+}
+
+const char *imagebase_sha_problem(const char *sha)
+{
+    if (!sha || strlen(sha) != IMAGEBASE_SHA_LEN)
+        return "is not 64 hexadecimal digits";
+    for (const char *c = sha; *c; c++)
+        if (!strchr("0123456789abcdef", *c))
+            return "is not 64 lowercase hexadecimal digits";
+    return NULL;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static int fsync_fd_path(int dfd, const char *name)
+{
+    _cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 || fsync(fd) < 0)
+        return -errno;
+    return 0;
+}
+
+/* The layer an image name refers to (without following it).  -ENOENT: no
+ * such name; -EINVAL: not one of ours. */
+static int name_read(int dfd, const char *name, char ret_layer[LAYER_NAME_LEN + 1],
+                     struct stat *ret_st)
+{
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return -errno;
+    if (!S_ISLNK(st.st_mode))
+        return -EINVAL;
+    char ref[64];
+    ssize_t n = readlinkat(dfd, name, ref, sizeof(ref) - 1);
+    if (n < 0)
+        return -errno;
+    ref[n] = '\0';
+    if (layer_from_ref(ref, ret_layer) < 0)
+        return -EINVAL;
+    if (ret_st)
+        *ret_st = st;
+    return 0;
+}
+
+static bool layer_exists(const struct pool *p, const char *layer)
+{
+    _cleanup_free_ char *lp = xasprintf("%s/%s.qcow2", p->layers, layer);
+    struct stat st;
+    return lstat(lp, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int imagebase_name_layer(int dfd, const char *name, uint64_t keep_s,
+                         char ret_layer[LAYER_NAME_LEN + 1])
+{
+    struct stat st;
+    if (imagebase_sha_problem(name) || name_read(dfd, name, ret_layer, &st) < 0)
+        return 0;
+    return (uint64_t)time(NULL) < (uint64_t)st.st_mtime + keep_s;
+}
+
+/* ----------------------------------------------------------- download */
+
+struct progress {
+    int fd;               /* the .part file */
+    uint64_t max, next_log, start;
+    const char *url;
+};
+
+static int on_tick(void *arg)
+{
+    struct progress *pg = arg;
+    struct stat st;
+    if (fstat(pg->fd, &st) < 0)
+        return 0;
+    if ((uint64_t)st.st_size > pg->max)
+        return -EFBIG;
+    if (now_ms() >= pg->next_log) {
+        pg->next_log = now_ms() + PROGRESS_EVERY_MS;
+        char b[32];
+        log_info("image", "download progress", "url=%s downloaded=%s seconds=%" PRIu64, pg->url,
+                 format_size((uint64_t)st.st_size, b, sizeof(b)), (now_ms() - pg->start) / 1000);
+    }
+    return 0;
+}
+
+/* One curl run into the .part file (resuming what is there).  Returns 0,
+ * a negative errno (final), or 1 (transient: retry) / 2 (restart from 0). */
+static int download_once(const struct imagebase_fetch *f, const char *part, struct progress *pg,
+                         uint64_t remaining_ms, char **ret_msg)
+{
+    char maxs[32], maxt[32];
+    snprintf(maxs, sizeof(maxs), "%" PRIu64, pg->max);
+    snprintf(maxt, sizeof(maxt), "%" PRIu64, remaining_ms / 1000 + 1);
+    char *argv[] = {"curl", "--silent", "--show-error", "--fail", "--location",
+                    "--max-redirs", "5", "--proto", "=http,https", "--proto-redir", "=http,https",
+                    "--connect-timeout", CONNECT_TIMEOUT_S, "--speed-limit", STALL_BYTES_S,
+                    "--speed-time", STALL_S, "--max-time", maxt, "--max-filesize", maxs,
+                    "--write-out", "%{http_code}", "--continue-at", "-", "--output",
+                    (char *)part, "--", (char *)f->url, NULL};
+    struct proc_result res = {0};
+    free(*ret_msg);
+    *ret_msg = NULL;
+    int r = proc_run_watch(argv, remaining_ms + 5000, on_tick, pg, &res);
+    if (r == -EFBIG) {
+        *ret_msg = xasprintf("%s is larger than %" PRIu64 " bytes", f->url, pg->max);
+        return r;
+    }
+    if (r == -ETIMEDOUT) {
+        *ret_msg = xasprintf("downloading %s did not finish in time", f->url);
+        return -ECONNREFUSED;
+    }
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot run curl: %s", strerror(-r));
+        return r;
+    }
+    int code = atoi(res.out);
+    char line[512];
+    const char *why = proc_last_line(res.err, line, sizeof(line));
+    int rc = res.exit_code;
+    proc_result_clear(&res);
+    switch (rc) {
+    case 0:
+        return 0;
+    case 22: /* --fail: HTTP >= 400 */
+        if (code == 404 || code == 410) {
+            *ret_msg = xasprintf("%s does not exist (HTTP %d)", f->url, code);
+            return -ENOENT;
+        }
+        if (code == 408 || code == 429 || code >= 500) {
+            *ret_msg = xasprintf("the server of %s failed (HTTP %d)", f->url, code);
+            return 1;
+        }
+        *ret_msg = xasprintf("the server refuses %s (HTTP %d)", f->url, code);
+        return -EACCES;
+    case 63:
+        *ret_msg = xasprintf("%s is larger than %" PRIu64 " bytes", f->url, pg->max);
+        return -EFBIG;
+    case 33: /* no byte ranges: the partial file cannot be resumed */
+    case 36:
+        *ret_msg = xasprintf("cannot resume %s: %s", f->url, why);
+        return 2;
+    case 1: /* unsupported protocol (a redirect elsewhere) */
+    case 3: /* malformed URL */
+        *ret_msg = xasprintf("curl refuses %s: %s", f->url, why);
+        return -EINVAL;
+    case 51: /* TLS: peer certificate */
+    case 58:
+    case 60:
+    case 77:
+    case 83:
+        *ret_msg = xasprintf("cannot verify the server of %s: %s", f->url, why);
+        return -EACCES;
+    default: /* resolving, connecting, timeouts, cut transfers... */
+        *ret_msg = xasprintf("cannot download %s: %s (curl exit %d)", f->url, why, rc);
+        return 1;
+    }
+}
+
+static int download(const struct imagebase_fetch *f, int fd, const char *part, char **ret_msg)
+{
+    uint64_t deadline = now_ms() + f->timeout_ms;
+    struct progress pg = {.fd = fd, .max = f->max_bytes ? f->max_bytes : IMAGEBASE_MAX_BYTES,
+                          .url = f->url, .start = now_ms()};
+    pg.next_log = pg.start + PROGRESS_FIRST_MS;
+    unsigned attempts = f->attempts ? f->attempts : 1;
+    int r = 1;
+    for (unsigned i = 0; i < attempts && r > 0; i++) {
+        if (i > 0) {
+            unsigned wait = 1000u << (i - 1 < 4 ? i - 1 : 4);
+            if (now_ms() + wait >= deadline)
+                break;
+            log_warn("image", "download failed, retrying", "url=%s attempt=%u error=\"%s\"",
+                     f->url, i + 1, *ret_msg);
+            sleep_ms(wait);
+        }
+        uint64_t now = now_ms();
+        if (now >= deadline)
+            break;
+        r = download_once(f, part, &pg, deadline - now, ret_msg);
+        if (r == 2 && ftruncate(fd, 0) < 0)
+            r = -errno;
+    }
+    if (r > 0) {
+        if (!*ret_msg)
+            *ret_msg = xasprintf("downloading %s did not finish in time", f->url);
+        return -ECONNREFUSED;
+    }
+    struct stat st;
+    if (r == 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size > pg.max) {
+        /* no Content-Length, done between two ticks */
+        *ret_msg = xasprintf("%s is larger than %" PRIu64 " bytes", f->url, pg.max);
+        return -EFBIG;
+    }
+    return r;
+}
+
+static int check_sha(const struct imagebase_fetch *f, const char *part, char **ret_msg)
+{
+    char *argv[] = {"sha256sum", "--", (char *)part, NULL};
+    struct proc_result res = {0};
+    int r = proc_run(argv, SHA_TIMEOUT_MS, &res);
+    if (r < 0 || res.exit_code != 0 || strlen(res.out) < IMAGEBASE_SHA_LEN) {
+        *ret_msg = xasprintf("cannot compute the sha256 of the download: %s",
+                             r < 0 ? strerror(-r) : res.err);
+        proc_result_clear(&res);
+        return r < 0 ? r : -EIO;
+    }
+    res.out[IMAGEBASE_SHA_LEN] = '\0';
+    if (!streq(res.out, f->sha256)) {
+        *ret_msg = xasprintf("the image at %s has sha256 %s, not %s", f->url, res.out, f->sha256);
+        r = -EBADMSG;
+    }
+    proc_result_clear(&res);
+    return r;
+}
+
+/* ------------------------------------------------------------- fetch */
+
+/* Open and lock images/.<sha>.part, the fetch's lock; -EBUSY if held. */
+static int part_open(int dfd, const char *name, int *ret_fd)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        _cleanup_close_ int fd = openat(dfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return -errno;
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+            return errno == EWOULDBLOCK ? -EBUSY : -errno;
+        /* The garbage collection may have removed the name between open
+         * and flock: the lock must be on the file the name is. */
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && fstatat(dfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+            a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+            *ret_fd = TAKE_FD(fd);
+            return 0;
+        }
+    }
+    return -EAGAIN;
+}
+
+/* Publish the converted file tmp (in images/) as the base of sha. */
+static int publish(const struct pool *p, int dfd, const char *tmp, const char *sha, char **ret_msg)
+{
+    _cleanup_close_ int lock = -1;
+    int r = pool_lock(p, POOL_LOCK_TIMEOUT_MS, &lock, ret_msg);
+    if (r < 0)
+        return r;
+    _cleanup_free_ char *path = xasprintf("%s/%s", p->images, tmp);
+    char layer[LAYER_NAME_LEN + 1];
+    if ((r = pool_link_layer(p, path, layer, ret_msg)) < 0)
+        return r;
+    _cleanup_free_ char *lp = xasprintf("%s/%s.qcow2", p->layers, layer);
+    chmod(lp, 0400);
+    _cleanup_free_ char *ref = layer_ref(layer);
+    _cleanup_free_ char *link = xasprintf(".%s.link", sha);
+    unlinkat(dfd, link, 0);
+    if (symlinkat(ref, dfd, link) < 0 || renameat(dfd, link, dfd, sha) < 0) {
+        r = -errno;
+        unlinkat(dfd, link, 0);
+        unlink(lp);
+        *ret_msg = xasprintf("cannot name the base of %s in %s: %s", sha, p->images, strerror(-r));
+        return r;
+    }
+    fsync(dfd);
+    unlinkat(dfd, tmp, 0); /* the layer name stays */
+    return 0;
+}
+
+/* Verify, probe, convert and publish the download (fd, at part_path). */
+static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, int dfd, int fd,
+                        const char *part_path, const char *conv, char **ret_msg)
+{
+    int r = check_sha(f, part_path, ret_msg);
+    if (r < 0)
+        return r;
+    struct stat st;
+    uint8_t head[IMAGE_PROBE_LEN];
+    ssize_t n = pread(fd, head, sizeof(head), 0);
+    if (n < 0 || fstat(fd, &st) < 0) {
+        *ret_msg = xasprintf("cannot read %s: %s", part_path, strerror(errno));
+        return -EIO;
+    }
+    struct image_probe pr;
+    const char *why = "empty";
+    if (n == 0 || image_probe(head, (size_t)n, &pr, &why) < 0) {
+        *ret_msg = xasprintf("the image at %s is %s", f->url, why);
+        return -EMEDIUMTYPE;
+    }
+    uint64_t vsize = streq(pr.format, "raw") ? (uint64_t)st.st_size : pr.size;
+    struct statvfs sv;
+    if (statvfs(p->images, &sv) == 0 &&
+        (uint64_t)sv.f_bavail * sv.f_frsize < vsize + f->keep_free) {
+        *ret_msg = xasprintf("the pool has %" PRIu64 " bytes free: not room for the image's "
+                             "virtual size (%" PRIu64 " bytes) above the %" PRIu64
+                             " bytes kept free", (uint64_t)sv.f_bavail * sv.f_frsize, vsize,
+                             f->keep_free);
+        return -ENOSPC;
+    }
+    /* The format is ours, and a qcow2's backing is null: QEMU opens no
+     * other file whatever the header says (image_probe refused those that
+     * name one anyway). */
+    json_t *src = json_pack("{s:s, s:{s:s, s:s}}", "driver", pr.format, "file", "driver", "file",
+                            "filename", part_path);
+    if (streq(pr.format, "qcow2"))
+        json_object_set_new(src, "backing", json_null());
+    char *js = json_dumps(src, JSON_COMPACT);
+    json_decref(src);
+    _cleanup_free_ char *spec = xasprintf("json:%s", js);
+    free(js);
+    _cleanup_free_ char *conv_path = xasprintf("%s/%s", p->images, conv);
+    char *argv[] = {"qemu-img", "convert", "-q", "-O", "qcow2", spec, conv_path, NULL};
+    if ((r = image_qemu_img(argv, CONVERT_TIMEOUT_MS, NULL, ret_msg)) == -EIO) {
+        /* qemu-img refused the content (or the pool is full) */
+        char *m = *ret_msg;
+        bool full = strstr(m, "No space left") != NULL;
+        *ret_msg = xasprintf("the image at %s cannot be converted: %s", f->url, m);
+        free(m);
+        return full ? -ENOSPC : -EMEDIUMTYPE;
+    }
+    if (r < 0)
+        return r;
+    if ((r = fsync_fd_path(dfd, conv)) < 0) {
+        *ret_msg = xasprintf("cannot write %s: %s", conv_path, strerror(-r));
+        return r;
+    }
+    if ((r = publish(p, dfd, conv, f->sha256, ret_msg)) < 0)
+        return r;
+    log_info("image", "image base ready", "url=%s sha256=%s format=%s bytes=%" PRIu64
+             " virtual_size=%" PRIu64, f->url, f->sha256, pr.format, (uint64_t)st.st_size, vsize);
+    return 0;
+}
+
+int imagebase_fetch(const struct pool *p, const struct imagebase_fetch *f, char **ret_msg)
+{
+    _cleanup_close_ int dfd = open(p->images, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dfd < 0) {
+        *ret_msg = xasprintf("cannot open %s: %s", p->images, strerror(errno));
+        return -errno;
+    }
+    _cleanup_free_ char *part = xasprintf(".%s.part", f->sha256);
+    _cleanup_free_ char *conv = xasprintf(".%s.part.qcow2", f->sha256);
+    _cleanup_free_ char *part_path = xasprintf("%s/%s", p->images, part);
+    _cleanup_close_ int fd = -1;
+    int r = part_open(dfd, part, &fd);
+    if (r < 0) {
+        *ret_msg = r == -EBUSY ? xasprintf("the image %s is being downloaded by another operation",
+                                           f->url)
+                               : xasprintf("cannot create %s: %s", part_path, strerror(-r));
+        return r;
+    }
+    unlinkat(dfd, conv, 0);
+    uint64_t t0 = now_ms();
+    log_info("image", "download started", "url=%s sha256=%s", f->url, f->sha256);
+    if (ftruncate(fd, 0) < 0) { /* a killed fetch's leftovers */
+        r = -errno;
+        *ret_msg = xasprintf("cannot truncate %s: %s", part_path, strerror(-r));
+    } else if ((r = download(f, fd, part_path, ret_msg)) == 0) {
+        log_info("image", "download finished", "url=%s seconds=%.1f", f->url,
+                 (double)(now_ms() - t0) / 1000);
+        r = fetch_finish(p, f, dfd, fd, part_path, conv, ret_msg);
+    }
+    unlinkat(dfd, conv, 0);
+    unlinkat(dfd, part, 0);
+    return r;
+}
+
+/* ------------------------------------------------------------ volumes */
+
+int imagebase_create_volume(const struct pool *p, const char *vol, const char *sha,
+                            uint64_t size, char **ret_msg)
+{
+    if (pool_find_volume(p, vol, NULL, NULL) == 0) {
+        *ret_msg = xasprintf("volume %s already exists", vol);
+        return -EEXIST;
+    }
+    _cleanup_close_ int dfd = open(p->images, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dfd < 0) {
+        *ret_msg = xasprintf("cannot open %s: %s", p->images, strerror(errno));
+        return -errno;
+    }
+    _cleanup_close_ int lock = -1;
+    int r = pool_lock(p, POOL_LOCK_TIMEOUT_MS, &lock, ret_msg);
+    if (r < 0)
+        return r;
+    char layer[LAYER_NAME_LEN + 1];
+    if (name_read(dfd, sha, layer, NULL) < 0 || !layer_exists(p, layer)) {
+        *ret_msg = xasprintf("no base of image %s in the pool", sha);
+        return -ENOLINK;
+    }
+    /* Used now: the garbage collection keeps it IMAGEBASE_KEEP_S more. */
+    utimensat(dfd, sha, NULL, AT_SYMLINK_NOFOLLOW);
+    _cleanup_free_ char *lp = xasprintf("%s/%s.qcow2", p->layers, layer);
+    uint64_t bsize;
+    if ((r = image_header(lp, NULL, &bsize, ret_msg)) < 0)
+        return r;
+    if (size < bsize) {
+        *ret_msg = xasprintf("the image is %" PRIu64 " bytes, larger than the requested %" PRIu64
+                             " bytes", bsize, size);
+        return -ERANGE;
+    }
+    return thin_create_locked(p, vol, layer, size, ret_msg);
+}
+
+/* ----------------------------------------------------------------- gc */
+
+void imagebase_gc_locked(const struct pool *p)
+{
+    DIR *d = opendir(p->images);
+    if (!d)
+        return;
+    int dfd = dirfd(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        char layer[LAYER_NAME_LEN + 1];
+        if (!imagebase_sha_problem(n)) {
+            if (name_read(dfd, n, layer, NULL) == 0 && !layer_exists(p, layer))
+                unlinkat(dfd, n, 0); /* its layer was removed */
+            continue;
+        }
+        if (n[0] != '.' || strlen(n) < 1 + IMAGEBASE_SHA_LEN)
+            continue;
+        _cleanup_free_ char *sha = xstrndup(n + 1, IMAGEBASE_SHA_LEN);
+        const char *rest = n + 1 + IMAGEBASE_SHA_LEN;
+        if (imagebase_sha_problem(sha))
+            continue;
+        if (streq(rest, ".link")) {
+            unlinkat(dfd, n, 0); /* made and renamed under the pool lock: stale */
+        } else if (streq(rest, ".part")) {
+            int fd = openat(dfd, n, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                _cleanup_free_ char *conv = xasprintf("%s.qcow2", n);
+                unlinkat(dfd, conv, 0);
+                unlinkat(dfd, n, 0);
+            }
+            if (fd >= 0)
+                close(fd);
+        } else if (streq(rest, ".part.qcow2")) {
+            _cleanup_free_ char *part = xasprintf(".%s.part", sha);
+            struct stat st;
+            if (fstatat(dfd, part, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+                unlinkat(dfd, n, 0); /* a fetch keeps its .part until after this */
+        }
+    }
+    closedir(d);
+}

@@ -1,0 +1,70 @@
+/* qsd/qemu/imagebase.h: image bases, the shared read-only layers that volumes
+ * of an image class (a StorageClass naming an image URL) are made from.
+ *
+ * A base is an image downloaded once per pool (curl), verified against its
+ * sha256, probed by us (layers.h image_probe: raw, or a self-contained qcow2;
+ * nothing QEMU would follow) and converted into a fresh qcow2 layer of the
+ * pool.  Its name images/<sha256> is a symbolic link holding the layer's
+ * reference "../layers/<L>.qcow2" (read with readlinkat, never followed).  A
+ * volume of the image is a thin overlay on that layer (thin_create).  The
+ * name is a weak reference: the garbage collection (pool_gc) keeps the layer
+ * while a volume or snapshot uses it or while the name was used (by a fetch
+ * or a volume creation: its mtime) in the last IMAGEBASE_KEEP_S seconds, and
+ * removes the name once its layer is gone.
+ *
+ * A fetch works in images/.<sha256>.part (the download) and
+ * images/.<sha256>.part.qcow2 (the conversion), holding a flock on the
+ * first: two fetches of one image never run at once (-EBUSY), and the
+ * garbage collection removes temporaries no fetch holds (a killed plugin's).
+ *
+ * Owns: the images/ directory, the download (curl: bounded, retried, with
+ * progress logs), the checksum (sha256sum), the conversion and publication.
+ * Every function but the pure checks blocks: for workers and the CLI. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qsd/qemu/image.h"
+#include "qsd/qemu/layers.h"
+
+#define IMAGEBASE_KEEP_S 3600u               /* unused bases stay this long */
+#define IMAGEBASE_MAX_BYTES (64ull << 30)    /* largest download */
+#define IMAGEBASE_URL_MAX 2048u
+#define IMAGEBASE_SHA_LEN 64u
+
+/* Pure checks (the StorageClass parameters).  NULL when fine, else why. */
+const char *imagebase_url_problem(const char *url);
+const char *imagebase_sha_problem(const char *sha256);
+
+struct imagebase_fetch {
+    const char *url;       /* http:// or https:// */
+    const char *sha256;    /* 64 lowercase hex digits */
+    uint64_t max_bytes;    /* 0: IMAGEBASE_MAX_BYTES */
+    uint64_t timeout_ms;   /* the whole fetch, retries included */
+    unsigned attempts;     /* downloads tried on transient failures (>= 1) */
+    uint64_t keep_free;    /* bytes of the pool's filesystem the base must leave free */
+};
+
+/* Download, verify, probe, convert and publish the base of f->sha256.
+ * Errors: -ENOENT the server has no such file (HTTP 404, 410); -EACCES it
+ * refuses (other 4xx, TLS verification); -ECONNREFUSED unreachable or
+ * failing after every attempt (connection, DNS, 5xx, timeouts, stalls);
+ * -EINVAL a URL curl refuses; -EFBIG larger than max_bytes; -EBADMSG the
+ * checksum differs; -EMEDIUMTYPE content that is not accepted (image_probe);
+ * -ENOSPC no room in the pool for its virtual size (plus keep_free); -EBUSY another fetch of
+ * the same image runs.  Nothing is left behind on failure. */
+int imagebase_fetch(const struct pool *p, const struct imagebase_fetch *f, char **ret_msg);
+
+/* Create volume vol (qcow2, virtual size size) as an overlay on the base of
+ * sha256.  -ENOLINK: no base (fetch it); -ERANGE: the image is larger than
+ * size; -EEXIST: the volume exists. */
+int imagebase_create_volume(const struct pool *p, const char *vol, const char *sha256,
+                            uint64_t size, char **ret_msg);
+
+/* For pool_gc (the pool lock held).  1 when name (in images/, dirfd) is an
+ * image name used within keep_s seconds, with its layer; 0 otherwise. */
+int imagebase_name_layer(int dirfd, const char *name, uint64_t keep_s,
+                         char ret_layer[LAYER_NAME_LEN + 1]);
+/* Remove names whose layer is gone and temporaries no fetch holds. */
+void imagebase_gc_locked(const struct pool *p);
