@@ -88,7 +88,12 @@ static void usage(FILE *f)
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
             "  --log-format FORMAT   text|json (default text)\n"
             "  --version             print the version and exit\n"
-            "  --help                this text\n");
+            "  --help                this text\n"
+            "  --print-qsd-command IMAGE [PARAMETERS]  print, as a JSON array, the command\n"
+            "                        line of the QSD this plugin would start for the image\n"
+            "                        (raw or qcow2, by its name) with these StorageClass\n"
+            "                        parameters (a JSON object of strings), its sockets in\n"
+            "                        --run-dir; put it last (benchmarks run exactly this)\n");
 }
 
 /* "unix:///abs/path" (or a bare absolute path) -> "/abs/path". */
@@ -132,6 +137,52 @@ static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
     }
 }
 
+/* The QSD command line the plugin would run for IMAGE and PARAMETERS: the
+ * same code as a NodeStage (export_opts_from, qsd_argv), volume name from
+ * the image's file name.  Exit status 0, or 2 with a message. */
+static int print_qsd_command(const struct plugin_config *cfg, const char *image,
+                             const char *parameters)
+{
+    _cleanup_free_ char *base = xstrdup(basename((char *)image));
+    char *dot = strrchr(base, '.');
+    if (!dot || (!streq(dot, ".raw") && !streq(dot, ".qcow2"))) {
+        fprintf(stderr, "qsd-csi-plugin: --print-qsd-command: image '%s' is not .raw or .qcow2\n",
+                image);
+        return 2;
+    }
+    *dot = 0;
+    json_error_t jerr;
+    json_t *params = json_loads(parameters, 0, &jerr);
+    if (!params) {
+        fprintf(stderr, "qsd-csi-plugin: --print-qsd-command: parameters: %s\n", jerr.text);
+        return 2;
+    }
+    struct qsd_opts o;
+    _cleanup_free_ char *msg = NULL;
+    int r = export_opts_from(params, xstrdup(image), xstrdup(dot + 1), false, -1, &o, &msg);
+    json_decref(params);
+    if (r < 0 || qsd_opts_validate(&o, &msg) < 0) {
+        fprintf(stderr, "qsd-csi-plugin: --print-qsd-command: %s\n", msg ? msg : strerror(-r));
+        if (r >= 0)
+            qsd_opts_clear(&o);
+        return 2;
+    }
+    struct qsd_paths p;
+    qsd_paths_init(cfg->run_dir, base, &p);
+    char **argv = qsd_argv(cfg->qsd_binary, &o, &p);
+    json_t *out = json_array();
+    for (char **a = argv; *a; a++)
+        json_array_append_new(out, json_string(*a));
+    char *s = json_dumps(out, JSON_COMPACT);
+    printf("%s\n", s);
+    free(s);
+    json_decref(out);
+    qsd_argv_free(argv);
+    qsd_paths_clear(&p);
+    qsd_opts_clear(&o);
+    return 0;
+}
+
 /* An integer flag in [min, max]; on failure says so on stderr. */
 static int uint_flag(const char *flag, const char *arg, uint64_t min, uint64_t max, uint64_t *ret)
 {
@@ -161,7 +212,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
            O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
-           O_RBDCLUSTERS };
+           O_PRINT, O_RBDCLUSTERS };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -188,6 +239,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
         {"help", no_argument, NULL, O_HELP},
+        {"print-qsd-command", required_argument, NULL, O_PRINT},
         {},
     };
     *cfg = (struct plugin_config){
@@ -321,6 +373,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         }
         case O_VERSION: printf("qsd-csi-plugin %s\n", QSD_CSI_VERSION); return 0;
         case O_HELP: usage(stdout); return 0;
+        case O_PRINT: return print_qsd_command(cfg, optarg, optind < argc ? argv[optind] : "{}");
         default: usage(stderr); return 2;
         }
     }

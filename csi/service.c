@@ -321,18 +321,14 @@ int vol_params_from_json(json_t *params, struct vol_params *ret, char **ret_msg)
     return r;
 }
 
-int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
+int export_opts_from(json_t *parameters, char *image, char *format, bool read_only, int gid,
+                     struct qsd_opts *ret, char **ret_msg)
 {
-    if (rbd_record(v))
-        return rbd_export_opts(c, v, ret, ret_msg);
     struct vol_params p;
-    int r = vol_params_from_json(v->parameters, &p, ret_msg);
-    if (r < 0)
-        return r;
-    char *image = NULL, *format = NULL;
-    if ((r = pool_find_volume(&c->pool, v->id, &image, &format)) < 0) {
-        vol_params_clear(&p);
-        *ret_msg = xasprintf("the image of volume %s is missing from the pool", v->id);
+    int r = vol_params_from_json(parameters, &p, ret_msg);
+    if (r < 0) {
+        free(image);
+        free(format);
         return r;
     }
     struct qsd_opts o = p.opts;
@@ -346,11 +342,24 @@ int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
      * (measured, thin.c).  In the main loop they work; one QSD serves one
      * volume, so its main loop has nothing else to do. */
     o.iothread = false;
-    o.read_only = v->stage_ro;
-    o.socket_gid = v->stage_gid;
+    o.read_only = read_only;
+    o.socket_gid = gid;
     o.socket_mode = 0660;
     *ret = o;
     return 0;
+}
+
+int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
+{
+    if (rbd_record(v))
+        return rbd_export_opts(c, v, ret, ret_msg);
+    char *image = NULL, *format = NULL;
+    int r = pool_find_volume(&c->pool, v->id, &image, &format);
+    if (r < 0) {
+        *ret_msg = xasprintf("the image of volume %s is missing from the pool", v->id);
+        return r;
+    }
+    return export_opts_from(v->parameters, image, format, v->stage_ro, v->stage_gid, ret, ret_msg);
 }
 
 static void qsd_event(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque)

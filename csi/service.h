@@ -143,6 +143,11 @@ int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);
 void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
                     int gid, bool ro);
 
+/* Export options for a volume from its StorageClass parameters (a JSON
+ * object of strings), image and format (both taken over, freed on error),
+ * and staging flags: what every QSD the plugin starts runs with. */
+int export_opts_from(json_t *parameters, char *image, char *format, bool read_only, int gid,
+                     struct qsd_opts *ret, char **ret_msg);
 /* Export options for a volume (its parameters, image, staging flags). */
 int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
 /* Parse StorageClass parameters kept as a JSON object of strings (params.h). */

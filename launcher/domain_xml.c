@@ -280,6 +280,25 @@ int domain_plan_disks(const struct vm_spec *spec, struct slot_ledger *ledger,
     return 0;
 }
 
+/* Every vhost-user disk, cold- or hot-plugged, without the configurable
+ * write-cache feature (VIRTIO_BLK_F_CONFIG_WCE).  QEMU 10.0's export
+ * reports wce = 0 in its config space, so a guest that negotiates the
+ * feature sees a write-through disk and never sends a flush; without it,
+ * Linux (and the virtio spec) treats a disk that offers FLUSH as having a
+ * write cache: the guest sends a flush for every fsync and the export
+ * need not flush every write (qsd_argv: raw exports run write-back).  A
+ * -global, not a <qemu:override> on each disk's alias: libvirt applies
+ * overrides where it builds QEMU's command line, and a hot-plugged disk's
+ * alias is not known when the domain starts; a -global holds for every
+ * device of the type QEMU ever creates (e2e-durable checks both). */
+static void add_write_back_global(xmlNodePtr dom)
+{
+    xmlNsPtr ns = xmlNewNs(dom, X("http://libvirt.org/schemas/domain/qemu/1.0"), X("qemu"));
+    xmlNodePtr cl = xmlNewChild(dom, ns, X("commandline"), NULL);
+    prop(xmlNewChild(cl, ns, X("arg"), NULL), "value", "-global");
+    prop(xmlNewChild(cl, ns, X("arg"), NULL), "value", "vhost-user-blk-pci.config-wce=off");
+}
+
 int domain_xml_build(const struct vm_spec *spec, const struct domain_host *host,
                      struct slot_ledger *ledger, struct volume *const *vols, size_t n_vols,
                      char **ret_xml, char **ret_error)
@@ -441,6 +460,7 @@ int domain_xml_build(const struct vm_spec *spec, const struct domain_host *host,
     prop(t, "name", "org.qemu.guest_agent.0");
     xmlNodePtr bal = child(devices, "memballoon");
     prop(bal, "model", "none");
+    add_write_back_global(dom);
     return node_to_string(dom, ret_xml);
 }
 

@@ -27,6 +27,9 @@ BASE_PKGS=(
     busybox-static cpio util-linux iproute2 procps psmisc kmod strace
     podman runc debootstrap
     clang llvm libclang-rt-14-dev gnuplot-nox graphviz
+    # scripts/bench.sh: fio (a second limit measurement), perf (QSD's
+    # submission syscalls per I/O); both optional there.
+    fio linux-perf
     # The launcher: passt (user-mode networking, started by libvirt),
     # dosfstools + mtools (the cloud-init cidata image), ovmf (UEFI guests).
     passt dosfstools mtools ovmf

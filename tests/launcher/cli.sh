@@ -89,7 +89,7 @@ grep -q 'stop requested while waiting' "$T/out" || fail "no stop message"
 
 # Dry run: only the ready volumes become disks; the rest are skipped (logged).
 spec '[{"volume":"good","boot_order":1}]'
-expect 0 '<domain type="qemu">' 2 --dry-run
+expect 0 'type="qemu">' 2 --dry-run
 grep -c '<disk type="vhostuser"' "$T/out" | grep -qx 1 || fail "want exactly one disk"
 grep -q 'path="'"$T"'/vols/good/vhost.sock"' "$T/out" || fail "socket path"
 grep -q 'msg="volume skipped" volume=escape' "$T/out" || fail "escape not reported"
@@ -106,13 +106,13 @@ meta pvc-data >"$T/bridge/data/volume.json"; listen "$T/bridge/data/vhost.sock"
 meta pvc-dup >"$T/dup/good/volume.json"; listen "$T/dup/good/vhost.sock"
 DIRS=(--volumes-dir "$T/bridge" --volumes-dir "$T/vols")
 spec '[{"volume":"good","boot_order":1},{"volume":"data"}]'
-expect 0 '<domain type="qemu">' 2 --dry-run
+expect 0 'type="qemu">' 2 --dry-run
 grep -c '<disk type="vhostuser"' "$T/out" | grep -qx 2 || fail "two dirs: want exactly two disks"
 grep -q 'path="'"$T"'/vols/good/vhost.sock"' "$T/out" || fail "two dirs: good's socket path"
 grep -q 'path="'"$T"'/bridge/data/vhost.sock"' "$T/out" || fail "two dirs: data's socket path"
 # An unlisted volume in the second directory becomes a disk too.
 spec '[{"volume":"good"}]'
-expect 0 '<domain type="qemu">' 2 --dry-run
+expect 0 'type="qemu">' 2 --dry-run
 grep -q 'path="'"$T"'/bridge/data/vhost.sock"' "$T/out" || fail "two dirs: unlisted data not a disk"
 
 # A disk name in two directories: refused at once when the description
@@ -122,7 +122,7 @@ spec '[{"volume":"good"}]'
 expect 1 'volume \\"good\\" in [^ ]*/vols: also in [^ ]*/dup: a disk name must be in one volumes directory only' 2 --wait-volumes 20
 # ...and logged and left out when it does not: never a silent pick.
 spec '[{"volume":"data"}]'
-expect 0 '<domain type="qemu">' 2 --dry-run
+expect 0 'type="qemu">' 2 --dry-run
 grep -c '<disk type="vhostuser"' "$T/out" | grep -qx 1 || fail "duplicate: want only data as a disk"
 ! grep -q '/good/vhost.sock' "$T/out" || fail "duplicate: good became a disk"
 (($(grep -c 'msg="volume skipped" volume=good reason="also in ' "$T/out") == 2)) ||
@@ -137,7 +137,7 @@ mkdir -p "$T/ci/..data" "$T/ci-out" "$T/ci-big"
 printf '#cloud-config\n# </disk><evil/>\n' >"$T/ci/..data/user-data"
 ln -s ..data/user-data "$T/ci/user-data"
 spec '[{"volume":"good"}]'
-expect 0 '<domain type="qemu">' 2 --dry-run --cloud-init-dir "$T/ci"
+expect 0 'type="qemu">' 2 --dry-run --cloud-init-dir "$T/ci"
 grep -q "<source file=\"$T/root/cidata.img\"/>" "$T/out" || fail "cidata disk not in the XML"
 ! grep -q 'evil' "$T/out" || fail "cloud-init text reached the XML"
 ln -s /etc/passwd "$T/ci-out/user-data"

@@ -79,12 +79,44 @@ static void test_cache_modes_and_readonly(void **state)
     assert_string_equal(argv[5], "--export"); /* no iothread object */
     assert_non_null(strstr(argv[6], "\"writable\":false"));
     assert_non_null(strstr(argv[6], "\"num-queues\":4"));
-    assert_non_null(strstr(argv[6], "\"writethrough\":false")); /* only with cache=unsafe */
+    assert_non_null(strstr(argv[6], "\"writethrough\":false")); /* unsafe never flushes */
     assert_null(strstr(argv[6], "iothread"));
     assert_string_equal(argv[7], "--chardev"); /* a read-only volume has one export */
     qsd_argv_free(argv);
     qsd_paths_clear(&p);
     qsd_opts_clear(&o);
+}
+
+/* The export flushes every write unless QSD holds nothing a crash could
+ * lose (raw) or the mode says never flush (unsafe). */
+static void test_export_writethrough(void **state)
+{
+    static const struct {
+        const char *format, *cache;
+        bool writethrough;
+    } cases[] = {
+        {"raw", "none", false},         {"raw", "writeback", false},
+        {"raw", "writethrough", true},  {"raw", "directsync", true},
+        {"raw", "unsafe", false},       {"qcow2", "none", true},
+        {"qcow2", "writeback", true},   {"qcow2", "unsafe", false},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        struct qsd_opts o;
+        qsd_opts_init(&o);
+        o.image = xstrdup("/i");
+        o.format = xstrdup(cases[i].format);
+        char *msg = NULL;
+        assert_int_equal(qsd_opts_set(&o, "cache", cases[i].cache, &msg), 0);
+        struct qsd_paths p;
+        qsd_paths_init("/run", "v", &p);
+        char **argv = qsd_argv("qsd", &o, &p);
+        const char *want = cases[i].writethrough ? "\"writethrough\":true" : "\"writethrough\":false";
+        if (!strstr(argv[8], want))
+            fail_msg("%s/%s: %s", cases[i].format, cases[i].cache, argv[8]);
+        qsd_argv_free(argv);
+        qsd_paths_clear(&p);
+        qsd_opts_clear(&o);
+    }
 }
 
 static void expect_bad(const char *key, const char *value, const char *in_msg)
@@ -238,6 +270,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_argv),
         cmocka_unit_test(test_cache_modes_and_readonly),
+        cmocka_unit_test(test_export_writethrough),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_validate_combinations),
         cmocka_unit_test(test_json_roundtrip),

@@ -350,14 +350,35 @@ json_t *qsd_format_node_json(const struct qsd_opts *o, const char *node, const c
                      "read-only", o->read_only);
 }
 
+bool qsd_export_writethrough(const struct qsd_opts *o)
+{
+    /* The guest sees a write cache and sends a flush for every fsync (the
+     * launcher turns the front-end's config-wce off: launcher/domain_xml.c),
+     * and the export honours flushes.  Whether the export may also hold
+     * writes it has completed without flushing them depends on what a QSD
+     * crash loses, because the guest outlives a QSD (it reconnects to the
+     * restarted one and its next flush succeeds there):
+     * - raw: nothing.  A completed write is in the host kernel (O_DIRECT:
+     *   the device; otherwise the page cache), which a QSD crash does not
+     *   touch; only a host crash can lose it, and that takes the guest
+     *   down too, like a power cut.  So raw exports run write-back.
+     * - qcow2: the metadata of newly allocated clusters (L2 and refcount
+     *   tables) stays in QSD's memory until a flush.  After a kill -9 the
+     *   guest's next flush succeeds on the new QSD while data it was told
+     *   was written is gone (measured: blocks read back as zeroes).  So
+     *   qcow2 exports flush every write (write-through).
+     * cache=writethrough/directsync ask for write-through by name; unsafe
+     * never flushes. */
+    if (streq(o->cache, "unsafe"))
+        return false;
+    if (streq(o->cache, "writethrough") || streq(o->cache, "directsync"))
+        return true;
+    return !(o->format && streq(o->format, "raw"));
+}
+
 char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p)
 {
-    /* QEMU 10.0's vhost-user-blk export tells the guest its cache is
-     * write-through (config wce = 0), so the guest never sends a flush.  The
-     * export must then really be write-through, or a QSD crash loses writes the
-     * guest was told were complete (measured: qcow2 metadata still in QSD's
-     * memory, fsync'ed blocks read back as zeroes).  Only "unsafe" opts out. */
-    bool writethrough = !streq(o->cache, "unsafe");
+    bool writethrough = qsd_export_writethrough(o);
     char **argv = xcalloc(24, sizeof(char *));
     int i = 0;
     argv[i++] = xstrdup(binary);

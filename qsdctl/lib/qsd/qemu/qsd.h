@@ -72,6 +72,9 @@ struct qsd_paths {
 void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *ret);
 void qsd_paths_clear(struct qsd_paths *p);
 
+/* Whether the export flushes every write (its "writethrough" option):
+ * false for raw images, true for qcow2 (why: qsd.c). */
+bool qsd_export_writethrough(const struct qsd_opts *o);
 /* NULL-terminated argv for the QSD (free with qsd_argv_free). */
 char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p);
 void qsd_argv_free(char **argv);
