@@ -16,7 +16,8 @@ a user confined to one pool namespace), through the plugin's gRPC socket:
   - NodeStageVolume starts the volume's QSD with QEMU's rbd driver (key in
     the private control directory, not on its command line), NodePublish
     hands out the socket, a vhost-user client writes and reads back, also
-    after unstage and a new stage; a second plugin (another node) is refused
+    after unstage and a new stage; ControllerExpandVolume + NodeExpandVolume
+    grow it online (the client sees the new capacity); a second plugin (another node) is refused
     staging it while the first one's QSD holds the image's lock; unstage
     leaves no QSD and no key file;
   - DeleteVolume is refused (FAILED_PRECONDITION) while a QSD has the image
@@ -210,6 +211,20 @@ def main():
             timeout=csilib.CALL_TIMEOUT)
         subprocess.run([qsdctl, "verify", "--timeout-ms", "20000", "--check", "--seed", "9",
                         sock], check=True, timeout=120)
+        # Online expansion: the controller grows the image, the node's QSD
+        # (block_resize) tells the connected client.
+        r = c.ControllerExpandVolume(expand(192 * MiB), timeout=csilib.CALL_TIMEOUT)
+        assert r.capacity_bytes == 192 * MiB and r.node_expansion_required, r
+        ne = c.NodeExpandVolume(pb.NodeExpandVolumeRequest(
+            volume_id=vid, volume_path=tgt, staging_target_path=stg,
+            capacity_range=pb.CapacityRange(required_bytes=192 * MiB), volume_capability=cap),
+            timeout=csilib.CALL_TIMEOUT)
+        assert ne.capacity_bytes == 192 * MiB, ne
+        info = json.loads(subprocess.run([qsdctl, "vhost-info", "--json", sock], check=True,
+                                         capture_output=True, text=True, timeout=30).stdout)
+        assert info["capacity"] == 192 * MiB, info
+        subprocess.run([qsdctl, "verify", "--timeout-ms", "20000", "--size", str(192 * MiB),
+                        sock], check=True, timeout=120)  # the new end is writable
         c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tgt),
                               timeout=csilib.CALL_TIMEOUT)
         c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=stg),
