@@ -576,6 +576,32 @@ static int delete_fn(void *arg, char **ret_msg, json_t **ret_result)
     return r == -ENOENT ? 0 : r;
 }
 
+/* Connect and open the image of q, a volume of ours, and read its size.
+ * -ENODEV (NOT_FOUND): no such pool or image, or not ours.  On success k
+ * and *img are open. */
+static int open_volume(const struct rbd_req *q, struct conn *k, rbd_image_t *img,
+                       uint64_t *ret_size, char **ret_msg)
+{
+    const char *name = q->loc.image;
+    int r = conn_open(q, k, ret_msg);
+    if (r < 0)
+        return r == -ENOENT ? -ENODEV : r;
+    if ((r = rbd_open(k->io, name, img, NULL)) < 0) {
+        *ret_msg = xasprintf("cannot open image %s: %s", name,
+                             r == -ENOENT ? "no such volume" : strerror(-r));
+        conn_close(k);
+        return r == -ENOENT ? -ENODEV : r;
+    }
+    if ((r = image_ours(*img, name, ret_size)) <= 0) {
+        *ret_msg = r == 0 ? xasprintf("image %s is not a volume of this plugin", name)
+                          : xasprintf("cannot read image %s: %s", name, strerror(-r));
+        rbd_close(*img);
+        conn_close(k);
+        return r == 0 ? -ENODEV : r;
+    }
+    return 0;
+}
+
 /* Grow the image to op->size (never shrink); its size after. */
 static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
@@ -583,33 +609,22 @@ static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
     const struct rbd_req *q = op->rbd;
     const char *name = q->loc.image;
     struct conn k = {0};
-    int r = conn_open(q, &k, ret_msg);
-    if (r < 0)
-        return r == -ENOENT ? -EINVAL : r;
     rbd_image_t img;
-    if ((r = rbd_open(k.io, name, &img, NULL)) < 0) {
-        *ret_msg = xasprintf("cannot open image %s: %s", name,
-                             r == -ENOENT ? "no such volume" : strerror(-r));
-        conn_close(&k);
-        return r == -ENOENT ? -ENODEV : r;
-    }
     uint64_t size = 0;
-    if ((r = image_ours(img, name, &size)) == 0) {
-        *ret_msg = xasprintf("image %s is not a volume of this plugin", name);
-        r = -ENODEV;
-    } else if (r > 0 && q->limit > 0 && size > (uint64_t)q->limit) {
+    int r = open_volume(q, &k, &img, &size, ret_msg);
+    if (r < 0)
+        return r;
+    if (q->limit > 0 && size > (uint64_t)q->limit) {
         *ret_msg = xasprintf("volume %s is already %" PRIu64 " bytes, above limit_bytes (no "
                              "shrinking)", name, size);
         r = -ERANGE;
-    } else if (r > 0 && op->size > size) {
+    } else if (op->size > size) {
         /* A QSD serving the image does not see this: NodeExpandVolume's
          * block_resize tells it (and its client). */
         if ((r = rbd_resize(img, op->size)) < 0)
             *ret_msg = xasprintf("cannot grow image %s: %s", name, strerror(-r));
         else
             size = op->size;
-    } else if (r > 0) {
-        r = 0;
     }
     rbd_close(img);
     conn_close(&k);
@@ -820,36 +835,25 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
     const struct rbd_req *q = op->rbd;
     const char *name = q->loc.image;
     struct conn k = {0};
-    int r = conn_open(q, &k, ret_msg);
-    if (r < 0)
-        return r == -ENOENT ? -ENODEV : r;
     rbd_image_t img;
-    if ((r = rbd_open(k.io, name, &img, NULL)) < 0) {
-        *ret_msg = xasprintf("cannot open image %s: %s", name,
-                             r == -ENOENT ? "no such volume" : strerror(-r));
-        conn_close(&k);
-        return r == -ENOENT ? -ENODEV : r;
-    }
     uint64_t size = 0;
+    int r = open_volume(q, &k, &img, &size, ret_msg);
+    if (r < 0)
+        return r;
     rbd_lock_mode_t mode;
     char *owners[4];
     size_t n = ARRAY_SIZE(owners);
-    if ((r = image_ours(img, name, &size)) == 0) {
-        *ret_msg = xasprintf("image %s is not a volume of this plugin", name);
-        r = -ENODEV;
-    } else if (r > 0) {
-        r = rbd_lock_get_owners(img, &mode, owners, &n);
-        if (r == -ENOENT || (r == 0 && n == 0)) {
-            r = 0;
-        } else if (r == 0) {
-            *ret_msg = xasprintf("volume %s is in use: client %s holds the image's lock (staged "
-                                 "on another node?); unstage it there, or fence that node",
-                                 name, owners[0]);
-            rbd_lock_get_owners_cleanup(owners, n);
-            r = -EBUSY;
-        } else {
-            *ret_msg = xasprintf("cannot read the lock of image %s: %s", name, strerror(-r));
-        }
+    r = rbd_lock_get_owners(img, &mode, owners, &n);
+    if (r == -ENOENT || (r == 0 && n == 0)) {
+        r = 0;
+    } else if (r == 0) {
+        *ret_msg = xasprintf("volume %s is in use: client %s holds the image's lock (staged on "
+                             "another node?); unstage it there, or fence that node", name,
+                             owners[0]);
+        rbd_lock_get_owners_cleanup(owners, n);
+        r = -EBUSY;
+    } else {
+        *ret_msg = xasprintf("cannot read the lock of image %s: %s", name, strerror(-r));
     }
     rbd_close(img);
     conn_close(&k);
