@@ -16,7 +16,8 @@ a user confined to one pool namespace), through the plugin's gRPC socket:
   - NodeStageVolume starts the volume's QSD with QEMU's rbd driver (key in
     the private control directory, not on its command line), NodePublish
     hands out the socket, a vhost-user client writes and reads back, also
-    after unstage and a new stage; ControllerExpandVolume + NodeExpandVolume
+    after a kill -9 of the plugin (its QSD adopted) and after unstage and a
+    new stage; ControllerExpandVolume + NodeExpandVolume
     grow it online (the client sees the new capacity); a second plugin (another node) is refused
     staging it while the first one's QSD holds the image's lock; unstage
     leaves no QSD and no key file;
@@ -182,6 +183,15 @@ def main():
                 assert ceph.key.encode() not in f.read(), "key on a QSD's command line"
         m = expect_code(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets),
                         C.FAILED_PRECONDITION, "delete while staged")
+        # kill -9 of the plugin: the next one adopts the running QSD (no key
+        # needed), the client still reads what it wrote.
+        qsd_before = set(env.running_qsds())
+        env.stop(signal.SIGKILL)
+        c = env.start(extra=["--rbd-clusters", clusters])
+        assert set(env.running_qsds()) == qsd_before, (qsd_before, env.running_qsds())
+        c.NodeStageVolume(sreq, timeout=csilib.CALL_TIMEOUT)
+        subprocess.run([qsdctl, "verify", "--timeout-ms", "20000", "--check", "--seed", "9",
+                        sock], check=True, timeout=120)
         # A second node (another plugin, other node id) is refused while the
         # first one's QSD holds the image's lock.
         env2 = csilib.Env(plugin, proto, prefix="qsd-csi-test-node2-")
