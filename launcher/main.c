@@ -884,29 +884,6 @@ static int resolve_volumes_dirs(const struct opts *o, char **dirs)
     return 0;
 }
 
-/* libvirt's embedded driver ends its threads after the last connection
- * closes, without waiting for them.  Exit once they are gone (at most
- * bound_ms): nothing then runs while the process exits, e.g. while the
- * sanitizers' leak check stops every thread to scan memory, which crashes
- * when a thread exits under it. */
-static void wait_single_threaded(unsigned bound_ms)
-{
-    uint64_t until = now_us() + (uint64_t)bound_ms * 1000;
-    for (;;) {
-        FILE *f = fopen("/proc/self/status", "re");
-        long threads = 0;
-        char line[128];
-        while (f && fgets(line, sizeof(line), f))
-            if (sscanf(line, "Threads: %ld", &threads) == 1)
-                break;
-        if (f)
-            fclose(f);
-        if (threads <= 1 || now_us() >= until)
-            return;
-        usleep(10000);
-    }
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1 && streq(argv[1], "console"))
@@ -955,7 +932,6 @@ int main(int argc, char **argv)
     close(L.evpipe[1]);
     free_dirs(dirs, n_dirs);
     vm_spec_free(spec);
-    wait_single_threaded(2000);
     log_info(COMP, "exit", "status=%d", status);
     return status;
 }
