@@ -3,8 +3,11 @@
 #include "qsd/base/proc.h"
 #include "qsd/base/util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #define WORKER_MAX_REPLY (1u << 20)
@@ -157,10 +160,36 @@ struct child {
     int fd; /* write end of the reply pipe */
 };
 
+/* In the worker process: close the sockets inherited from the parent.  A
+ * copy of a connection the parent holds keeps it open after the parent
+ * closes it: a QSD monitor serves one client at a time, so a worker holding
+ * the parent's (closed) QMP connection would lock every later client out,
+ * itself included, and a kept copy of a CSI client's connection would
+ * outlive the parent's answer.  Workers open what they need themselves. */
+static void close_inherited_sockets(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    int self = dirfd(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        long fd = strtol(de->d_name, &end, 10);
+        struct stat st;
+        if (*end || fd <= STDERR_FILENO || fd == self)
+            continue;
+        if (fstat((int)fd, &st) == 0 && S_ISSOCK(st.st_mode))
+            close((int)fd);
+    }
+    closedir(d);
+}
+
 /* In the worker process: run fn, write its reply as JSON. */
 static int child_main(void *opaque)
 {
     struct child *c = opaque;
+    close_inherited_sockets();
     char *msg = NULL;
     json_t *result = NULL;
     int r = c->fn(c->arg, &msg, &result);

@@ -9,7 +9,9 @@
  * it is killed and done gets -ETIMEDOUT, once the child is gone (or 5 s
  * after the kill if it is stuck in the kernel): nothing the child does lands
  * after done.  The child's stderr is the parent's: what it logs (log.h, e.g.
- * a download's progress) is in the program's log.  No threads. */
+ * a download's progress) is in the program's log.  The child first closes
+ * every socket it inherited (a copy of the parent's QMP or client connection
+ * would keep it open after the parent closed it).  No threads. */
 #pragma once
 
 #include <jansson.h>
