@@ -14,6 +14,7 @@
 #include "params.h"
 #include "paths.h"
 #include "rbd.h"
+#include "rbd_lock.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
@@ -148,6 +149,10 @@ static void stage_failed(struct op *op, int status, const char *msg)
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
+    if (status == 0 && op->rbd) {
+        rbd_stage_confirm(op); /* answers, or stops the QSD */
+        return;
+    }
     if (status == 0) {
         log_info("node", op->flag ? "staged volume repaired: its QSD serves again"
                                   : "volume staged", "volume=%s pid=%d", v->id,
@@ -287,17 +292,18 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
             reply_empty(call);
         return;
     }
-    node_stage_new(c, call, v, in->staging_target_path, gid, ro);
+    node_stage_new(c, call, v, in->staging_target_path, gid, ro, NULL);
 }
 
 void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
-                    int gid, bool ro)
+                    int gid, bool ro, struct rbd_req *rbd)
 {
     {
         _cleanup_free_ char *other = csi_path_owner(c, path, v->id);
         if (other) {
             grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
                            "staging_target_path %s is already used by %s", path, other);
+            rbd_req_free(rbd);
             return;
         }
     }
@@ -312,12 +318,14 @@ void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const 
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
                            "volume id %s is too long to be served under run directory %s "
                            "(unix socket path of %zu bytes)", v->id, c->cfg->run_dir, longest);
+            rbd_req_free(rbd);
             return;
         }
     }
     if (c->cfg->max_volumes > 0 && staged_count(c) >= (size_t)c->cfg->max_volumes) {
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "this node serves at most %" PRId64 " volumes",
                        c->cfg->max_volumes);
+        rbd_req_free(rbd);
         return;
     }
     v->staging_path = xstrdup(path);
@@ -328,10 +336,12 @@ void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const 
         vol_clear_staging(v);
         grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
                        "cannot write the volume record: %s", strerror(-r));
+        rbd_req_free(rbd);
         return;
     }
     struct op *op = op_begin(c, call);
     op->vol = v;
+    op->rbd = rbd;
     v->busy = true;
     if (v->image_size < v->size) {
         /* An expansion recorded while it was not served. */

@@ -10,6 +10,7 @@
  * NodeStageVolume's worker only checks (rbd_stage); the node's record, the
  * key file and the QSD (rbd_export_opts) are made on the loop after it. */
 #include "rbd.h"
+#include "rbd_lock.h"
 #include "params.h"
 #include "service.h"
 #include "qsd/base/log.h"
@@ -321,7 +322,7 @@ void rbd_req_free(struct rbd_req *q)
 
 /* errno of the worker -> gRPC code.  EKEYREJECTED: cephx refused the user
  * or key; EACCES/EPERM: the user may not do this. */
-static enum grpc_code rbd_code(int status)
+enum grpc_code rbd_code(int status)
 {
     switch (-status) {
     case EINVAL: return GRPC_INVALID_ARGUMENT;
@@ -415,6 +416,7 @@ static int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
         {"log_file", ""},
         {"admin_socket", ""},
         {"keyring", ""},
+        {"rbd_blocklist_on_break_lock", "true"}, /* rbd_lock.c: fence, then break */
     };
     for (size_t i = 0; i < ARRAY_SIZE(conf); i++)
         if ((r = rados_conf_set(k->cluster, conf[i][0], conf[i][1])) < 0) {
@@ -576,17 +578,18 @@ static int delete_fn(void *arg, char **ret_msg, json_t **ret_result)
     return r == -ENOENT ? 0 : r;
 }
 
-/* Connect and open the image of q, a volume of ours, and read its size.
- * -ENODEV (NOT_FOUND): no such pool or image, or not ours.  On success k
- * and *img are open. */
-static int open_volume(const struct rbd_req *q, struct conn *k, rbd_image_t *img,
+/* Connect and open the image of q, a volume of ours, and read its size;
+ * read-only (ro) adds no watch.  -ENODEV (NOT_FOUND): no such pool or
+ * image, or not ours.  On success k and *img are open. */
+static int open_volume(const struct rbd_req *q, bool ro, struct conn *k, rbd_image_t *img,
                        uint64_t *ret_size, char **ret_msg)
 {
     const char *name = q->loc.image;
     int r = conn_open(q, k, ret_msg);
     if (r < 0)
         return r == -ENOENT ? -ENODEV : r;
-    if ((r = rbd_open(k->io, name, img, NULL)) < 0) {
+    if ((r = ro ? rbd_open_read_only(k->io, name, img, NULL) : rbd_open(k->io, name, img, NULL)) <
+        0) {
         *ret_msg = xasprintf("cannot open image %s: %s", name,
                              r == -ENOENT ? "no such volume" : strerror(-r));
         conn_close(k);
@@ -611,7 +614,7 @@ static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
     struct conn k = {0};
     rbd_image_t img;
     uint64_t size = 0;
-    int r = open_volume(q, &k, &img, &size, ret_msg);
+    int r = open_volume(q, false, &k, &img, &size, ret_msg);
     if (r < 0)
         return r;
     if (q->limit > 0 && size > (uint64_t)q->limit) {
@@ -826,40 +829,47 @@ int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
     return 0;
 }
 
-/* The image exists, is ours, and no other client holds its exclusive lock
- * (two nodes never write at once: librbd's lock alone is cooperative and
- * would be handed over); its size and the cluster's monitors. */
+/* The image exists, is ours, and this node may serve it (rbd_lock.h: no
+ * other live client; a dead lock holder is fenced); its size and the
+ * cluster's monitors. */
 static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
     const struct rbd_req *q = op->rbd;
-    const char *name = q->loc.image;
     struct conn k = {0};
     rbd_image_t img;
     uint64_t size = 0;
-    int r = open_volume(q, &k, &img, &size, ret_msg);
+    json_t *fenced = NULL;
+    int r = open_volume(q, true, &k, &img, &size, ret_msg);
     if (r < 0)
         return r;
-    rbd_lock_mode_t mode;
-    char *owners[4];
-    size_t n = ARRAY_SIZE(owners);
-    r = rbd_lock_get_owners(img, &mode, owners, &n);
-    if (r == -ENOENT || (r == 0 && n == 0)) {
-        r = 0;
-    } else if (r == 0) {
-        *ret_msg = xasprintf("volume %s is in use: client %s holds the image's lock (staged on "
-                             "another node?); unstage it there, or fence that node", name,
-                             owners[0]);
-        rbd_lock_get_owners_cleanup(owners, n);
-        r = -EBUSY;
-    } else {
-        *ret_msg = xasprintf("cannot read the lock of image %s: %s", name, strerror(-r));
-    }
+    r = rbd_lock_claim(img, q->loc.image, 0, &fenced, ret_msg);
     rbd_close(img);
     conn_close(&k);
     _cleanup_free_ char *mons = NULL;
     if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
-        *ret_result = json_pack("{s:I, s:s}", "size", (json_int_t)size, "monitors", mons);
+        *ret_result = json_pack("{s:I, s:s, s:o*}", "size", (json_int_t)size, "monitors", mons,
+                                "fenced", fenced);
+    else
+        json_decref(fenced);
+    return r;
+}
+
+int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    const struct rbd_req *q = op->rbd;
+    struct conn k = {0};
+    rbd_image_t img;
+    uint64_t size = 0;
+    json_t *fenced = NULL;
+    int r = open_volume(q, true, &k, &img, &size, ret_msg);
+    if (r < 0)
+        return r;
+    r = rbd_lock_claim(img, q->loc.image, 1, &fenced, ret_msg);
+    rbd_close(img);
+    conn_close(&k);
+    *ret_result = json_pack("{s:o*}", "fenced", fenced);
     return r;
 }
 
@@ -874,6 +884,7 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     const char *mons = NULL;
     if (status == 0 && json_unpack(result, "{s:I, s:s}", "size", &size, "monitors", &mons) < 0)
         status = -EBADMSG, msg = "worker returned no size";
+    rbd_log_fenced(q->name, json_object_get(result, "fenced"));
     struct vol *v = store_find_vol(c->store, q->name);
     if (status == 0 && v && (v->staging_path || v->busy))
         status = -EAGAIN, msg = "an operation on the volume is in progress";
@@ -900,13 +911,15 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     _cleanup_free_ char *path = xstrdup(q->path);
     int gid = q->gid;
     bool ro = q->ro;
-    op_end(op); /* the key is wiped; the call goes on in node_stage_new */
+    op->rbd = NULL; /* kept for the check once the QSD runs (rbd_stage_confirm) */
+    op_end(op);     /* the call goes on in node_stage_new */
     if (r < 0) {
         grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume's key file: %s",
                        strerror(-r));
+        rbd_req_free(q);
     } else {
         log_info("rbd", "staging", "volume=%s size=%" PRId64, v->id, (int64_t)size);
-        node_stage_new(c, call, v, path, gid, ro);
+        node_stage_new(c, call, v, path, gid, ro, q);
     }
     if (!v->staging_path) { /* refused before it was staged: no record, no key */
         csi_remove_runtime(c, v->id);

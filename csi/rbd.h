@@ -14,6 +14,7 @@
 #include "csi.pb-c.h"
 #include "grpc.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -81,6 +82,12 @@ struct vol;
 struct qsd_opts;
 bool rbd_record(const struct vol *v);
 int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
+
+/* Worker of rbd_stage_confirm (rbd_lock.h): op->rbd's image may be
+ * served by the QSD this node just started. */
+int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result);
+/* errno of a worker -> gRPC code. */
+enum grpc_code rbd_code(int status);
 
 /* A request's data while its worker runs (struct op's rbd; op_end frees). */
 struct rbd_req;

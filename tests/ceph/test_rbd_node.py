@@ -1,0 +1,323 @@
+#!/usr/bin/python3
+"""RBD volumes across nodes (docs/rbd.md, "What happens on node loss"),
+against a real single-node Ceph (cephlib.py) whose OSD drops a dead
+client's watch after WATCH_TIMEOUT s, with two plugin instances (node-1,
+node-2) on this machine as two nodes.
+
+Scenario "loss":
+  - node-2 cannot stage a volume node-1 serves: FAILED_PRECONDITION naming
+    the lock holder (client.N at ADDR);
+  - node loss: plugin 1 is killed (SIGKILL), the QSD of volume a is killed
+    too, the QSD of volume b is frozen (SIGSTOP: a node cut off, not dead).
+    node-2's NodeStage is refused while their watches live, then (once Ceph
+    expired them) succeeds: the old holders are blocklisted, their locks
+    broken; the data written on node-1 reads back on node-2 (vhost-user
+    client), node-2 writes;
+  - the frozen QSD resumed (SIGCONT) cannot write (blocklisted: I/O error),
+    and node-2's data is intact;
+  - two nodes staging one volume at the same moment: never both succeed
+    (the check once each QSD runs), at most one QSD is left serving it.
+
+Scenario "qsd":
+  - kill -9 of an RBD volume's QSD: the plugin restarts it, the data reads
+    back, and the restarted QSD gets the image's lock (its write waits until
+    Ceph expired the dead QSD's watch; librbd then blocklists it);
+  - a read-only staging and publication: reads back, writes fail;
+  - a wrong key in the node-stage secret: UNAUTHENTICATED before any QSD
+    starts, bounded.
+
+usage: test_rbd_node.py loss|qsd PLUGIN_BINARY PROTO_DIR QSDCTL
+~45 s each (of which ~11 s Ceph start and ~WATCH_TIMEOUT s waiting for it
+to expire a dead client's watch)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "csi"))
+import cephlib  # noqa: E402
+import csilib  # noqa: E402
+from csilib import expect_code, mount_cap  # noqa: E402
+
+import grpc  # noqa: E402
+
+MiB = 1 << 20
+SIZE = 64 * MiB
+C = grpc.StatusCode
+WATCH_TIMEOUT = 10      # osd_client_watch_timeout of the test cluster (30 s by default)
+RETRY_BOUND = 60        # a stage refused for a dead holder succeeds within this
+ROUNDS = 4              # concurrent stages of one volume on two nodes
+
+
+class Node:
+    """One plugin instance (a node) with its own root and node id."""
+
+    def __init__(self, plugin, proto, name, clusters):
+        self.env = csilib.Env(plugin, proto, prefix="qsd-rbd-%s-" % name)
+        self.env.node = name
+        self.clusters = clusters
+        self.c = None
+
+    def start(self):
+        self.c = self.env.start(extra=["--rbd-clusters", self.clusters])
+        return self.c
+
+    def paths(self, vol):
+        k = self.env.kubelet
+        stg = os.path.join(k, "plugins/kubernetes.io/csi/test.qsd-csi.dev/%s/globalmount" % vol)
+        tgt = os.path.join(k, "pods/p-%s/volumes/kubernetes.io~csi/%s/mount" % (vol, vol))
+        os.makedirs(stg, exist_ok=True)
+        os.makedirs(os.path.dirname(tgt), exist_ok=True)
+        return stg, tgt
+
+    def stage_req(self, vid, vol, secrets, cap=None):
+        pb = self.env.pb
+        stg, _ = self.paths(vol)
+        return pb.NodeStageVolumeRequest(volume_id=vid, staging_target_path=stg,
+                                         volume_capability=cap or mount_cap(pb), secrets=secrets)
+
+    def publish(self, vid, vol, cap=None, ro=False):
+        pb = self.env.pb
+        stg, tgt = self.paths(vol)
+        self.c.NodePublishVolume(pb.NodePublishVolumeRequest(
+            volume_id=vid, staging_target_path=stg, target_path=tgt, readonly=ro,
+            volume_capability=cap or mount_cap(pb)), timeout=csilib.CALL_TIMEOUT)
+        return os.path.join(tgt, "vhost.sock")
+
+    def unstage(self, vid, vol):
+        pb = self.env.pb
+        stg, tgt = self.paths(vol)
+        self.c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tgt),
+                                   timeout=csilib.CALL_TIMEOUT)
+        self.c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=stg),
+                                 timeout=csilib.CALL_TIMEOUT)
+
+    def log(self):
+        with open(os.path.join(self.env.root, "plugin.log")) as f:
+            return f.read()
+
+
+def verify(qsdctl, sock, seed, write=False, check=True, timeout_ms=20000):
+    """qsdctl verify: write the pattern of seed (write) or check it."""
+    return subprocess.run([qsdctl, "verify", "--timeout-ms", str(timeout_ms), "--size", str(SIZE),
+                           "--write" if write else "--check", "--seed", str(seed), sock],
+                          check=check, capture_output=True, text=True, timeout=120)
+
+
+def lockers(ceph, image):
+    return json.loads(ceph.rbd("lock", "ls", "--format", "json",
+                               "%s/%s/%s" % (ceph.pool, ceph.namespace, image)))
+
+
+def blocklist(ceph):
+    return ceph.ceph("osd", "blocklist", "ls")
+
+
+def stage_until(node, req, what):
+    """NodeStage, retried while refused FAILED_PRECONDITION, bounded: the
+    refusals' messages and the time it took."""
+    t0 = time.monotonic()
+    refusals = []
+    while True:
+        try:
+            node.c.NodeStageVolume(req, timeout=csilib.CALL_TIMEOUT)
+            return refusals, time.monotonic() - t0
+        except grpc.RpcError as e:
+            if e.code() != C.FAILED_PRECONDITION or time.monotonic() - t0 > RETRY_BOUND:
+                raise AssertionError("%s: %s %s after %.0f s" % (what, e.code(), e.details(),
+                                                                 time.monotonic() - t0))
+            refusals.append(e.details())
+            time.sleep(1)
+
+
+def create(node, ceph, name, secrets):
+    pb = node.env.pb
+    params = {"backend": "rbd", "clusterID": "c1", "pool": ceph.pool,
+              "radosNamespace": ceph.namespace}
+    vol = node.c.CreateVolume(pb.CreateVolumeRequest(
+        name=name, capacity_range=pb.CapacityRange(required_bytes=SIZE),
+        volume_capabilities=[mount_cap(pb)], parameters=params, secrets=secrets),
+        timeout=csilib.CALL_TIMEOUT).volume
+    return vol.volume_id
+
+
+def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
+    n1 = Node(plugin, proto, "node-1", clusters)
+    nodes.append(n1)
+    n1.start()
+    n2 = Node(plugin, proto, "node-2", clusters)
+    nodes.append(n2)
+    n2.start()
+    vids = {v: create(n1, ceph, v, secrets) for v in ("a", "b")}
+    socks1 = {}
+    for v, vid in vids.items():
+        n1.c.NodeStageVolume(n1.stage_req(vid, v, secrets), timeout=csilib.CALL_TIMEOUT)
+        socks1[v] = n1.publish(vid, v)
+        verify(qsdctl, socks1[v], 1, write=True)
+    holders = {v: lockers(ceph, v) for v in vids}
+    for v in vids:
+        assert len(holders[v]) == 1, holders  # node-1's QSD holds the lock
+    # node-2 is refused while node-1 serves, naming the holder.
+    m = expect_code(n2.c.NodeStageVolume, n2.stage_req(vids["a"], "a", secrets),
+                    C.FAILED_PRECONDITION, "stage on node-2 while node-1 serves")
+    assert holders["a"][0]["locker"] in m and holders["a"][0]["address"] in m and "alive" in m, m
+    assert not n2.env.running_qsds(), n2.env.running_qsds()
+
+    # Node loss: plugin 1 dies, QSD of a is killed, QSD of b frozen.
+    qsds = {vol: pid for pid, vol in n1.env.running_qsds().items()}
+    pid_a, pid_b = qsds[vids["a"].replace(":", "_")], qsds[vids["b"].replace(":", "_")]
+    n1.env.stop(signal.SIGKILL)
+    os.kill(pid_a, signal.SIGKILL)
+    os.kill(pid_b, signal.SIGSTOP)
+    socks2 = {}
+    for v, vid in vids.items():
+        refusals, took = stage_until(n2, n2.stage_req(vid, v, secrets), "stage %s on node-2" % v)
+        print("volume %s staged on node-2 after %.1f s, %d refusals (watch timeout %d s)" %
+              (v, took, len(refusals), WATCH_TIMEOUT))
+        for m in refusals:
+            assert "in use" in m, m
+        socks2[v] = n2.publish(vid, v)
+        verify(qsdctl, socks2[v], 1)                 # node-1's data
+        verify(qsdctl, socks2[v], 2, write=True)     # node-2 writes
+        now = lockers(ceph, v)
+        assert len(now) == 1 and now[0]["address"] != holders[v][0]["address"], (holders, now)
+    # Refused at least once for a (its watch outlived the first try), then
+    # the dead holders were fenced: blocklisted, logged.
+    bl = blocklist(ceph)
+    for v in vids:
+        assert holders[v][0]["address"] in bl, (holders[v], bl)
+    log2 = n2.log()
+    assert log2.count("dead client fenced") >= 2, log2[-3000:]
+    # The frozen QSD comes back: it cannot write any more.
+    os.kill(pid_b, signal.SIGCONT)
+    r = verify(qsdctl, socks1["b"], 3, write=True, check=False, timeout_ms=10000)
+    assert r.returncode != 0, "a fenced QSD wrote: %s" % r.stderr
+    print("resumed QSD refused: %s" % r.stderr.strip().splitlines()[-1])
+    verify(qsdctl, socks2["b"], 2)                   # node-2's data intact
+    os.kill(pid_b, signal.SIGKILL)
+
+    # Two nodes staging one volume at the same moment: never both.  Each
+    # round both plugins stage it at once; whoever wins unstages it again.
+    n1.start()
+    vid = create(n1, ceph, "c", secrets)
+    rec = vid.replace(":", "_")
+    late = 0  # refusals by the second check, once the QSD ran
+    for rnd in range(ROUNDS):
+        results = {}
+
+        def go(node):
+            try:
+                node.c.NodeStageVolume(node.stage_req(vid, "c", secrets),
+                                       timeout=csilib.CALL_TIMEOUT)
+                results[node] = "OK"
+            except grpc.RpcError as e:
+                results[node] = "%s %s" % (e.code(), e.details())
+        threads = [threading.Thread(target=go, args=(n,)) for n in (n1, n2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        ok = [n for n, r in results.items() if r == "OK"]
+        print("round %d: %s" % (rnd, {n.env.node: r[:90] for n, r in results.items()}))
+        assert len(results) == 2 and len(ok) <= 1, results
+        for r in results.values():
+            assert r == "OK" or "FAILED_PRECONDITION" in r, results
+        serving = [n for n in (n1, n2) if rec in n.env.running_qsds().values()]
+        assert serving == ok, ([n.env.node for n in serving], results)
+        for n in ok:
+            n.unstage(vid, "c")
+    for n in (n1, n2):
+        late += n.log().count("stage refused after the QSD started")
+    print("concurrent stages refused by the check once their QSD ran: %d of %d rounds" %
+          (late, ROUNDS))
+
+
+def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
+    n1 = Node(plugin, proto, "node-1", clusters)
+    nodes.append(n1)
+    n1.start()
+    pb = n1.env.pb
+    vid = create(n1, ceph, "q", secrets)
+    n1.c.NodeStageVolume(n1.stage_req(vid, "q", secrets), timeout=csilib.CALL_TIMEOUT)
+    sock = n1.publish(vid, "q")
+    verify(qsdctl, sock, 1, write=True)
+    old = lockers(ceph, "q")
+    assert len(old) == 1, old
+    # kill -9 of the QSD: the plugin restarts it (supervision).
+    (pid, _), = n1.env.running_qsds().items()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:
+        now = n1.env.running_qsds()
+        if now and pid not in now:
+            break
+        assert time.monotonic() < deadline, "the QSD was not restarted: %s" % n1.log()[-2000:]
+        time.sleep(0.2)
+    verify(qsdctl, sock, 1, timeout_ms=30000)        # the data, through the new QSD
+    t0 = time.monotonic()
+    verify(qsdctl, sock, 2, write=True, timeout_ms=60000)
+    print("restarted QSD wrote after %.1f s (watch timeout %d s)" % (time.monotonic() - t0,
+                                                                     WATCH_TIMEOUT))
+    new = lockers(ceph, "q")
+    assert len(new) == 1 and new[0]["address"] != old[0]["address"], (old, new)
+    assert old[0]["address"] in blocklist(ceph), "the dead QSD was not blocklisted"
+    verify(qsdctl, sock, 2)
+    n1.unstage(vid, "q")
+    assert not n1.env.running_qsds()
+
+    # Read-only: stage and publish read-only; reads back, writes fail.
+    ro_cap = mount_cap(pb, mode=pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY)
+    n1.c.NodeStageVolume(n1.stage_req(vid, "q", secrets, cap=ro_cap), timeout=csilib.CALL_TIMEOUT)
+    sock = n1.publish(vid, "q", cap=ro_cap, ro=True)
+    verify(qsdctl, sock, 2)
+    r = verify(qsdctl, sock, 3, write=True, check=False)
+    assert r.returncode != 0, "wrote through a read-only publication"
+    verify(qsdctl, sock, 2)
+    assert lockers(ceph, "q") == [] or lockers(ceph, "q")[0]["address"] != old[0]["address"]
+    n1.unstage(vid, "q")
+
+    # A wrong key: refused before a QSD starts, bounded.
+    wrong = ceph.key[:-6] + ("AAAA==" if not ceph.key.endswith("AAAA==") else "BBBB==")
+    t0 = time.monotonic()
+    m = expect_code(n1.c.NodeStageVolume, n1.stage_req(vid, "q", dict(secrets, userKey=wrong)),
+                    C.UNAUTHENTICATED, "stage with a wrong key")
+    print("wrong key refused in %.1f s: %s" % (time.monotonic() - t0, m))
+    assert "userKey" in m, m
+    assert not n1.env.running_qsds()
+
+
+def main():
+    scenario, plugin, proto, qsdctl = sys.argv[1:5]
+    why = cephlib.have_ceph()
+    if why:
+        csilib.skip("Ceph " + why + " (scripts/setup.sh installs it)")
+    nodes = []
+    ceph = cephlib.Cluster(watch_timeout=WATCH_TIMEOUT)
+    probe = csilib.Env(plugin, proto, prefix="qsd-rbd-conf-")  # skips without root / QSD
+    try:
+        ceph.start()
+        print("ceph up in %.1f s" % ceph.start_seconds)
+        clusters = os.path.join(probe.root, "clusters.json")
+        with open(clusters, "w") as f:
+            json.dump([{"clusterID": "c1", "monitors": [ceph.monitors]}], f)
+        secrets = {"userID": ceph.user, "userKey": ceph.key}
+        {"loss": scenario_loss, "qsd": scenario_qsd}[scenario](
+            plugin, proto, qsdctl, ceph, clusters, secrets, nodes)
+        for n in nodes:
+            n.env.stop()
+            assert ceph.key not in n.log(), "the key is in a plugin's log"
+        print("PASS")
+    finally:
+        for n in nodes:
+            n.env.cleanup()
+        ceph.stop()
+        probe.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(csilib.run_main(main))
