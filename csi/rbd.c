@@ -373,21 +373,6 @@ static void quiet_stderr(struct conn *k)
         dup2(null, STDERR_FILENO);
 }
 
-/* "[v1:|v2:]host:port,..." -> librados' mon_host, v2 (msgr2) unless said. */
-static char *mon_host(const char *mons)
-{
-    char *out = NULL;
-    _cleanup_free_ char *copy = xstrdup(mons);
-    char *save = NULL;
-    for (char *m = strtok_r(copy, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
-        bool typed = startswith(m, "v1:") || startswith(m, "v2:");
-        char *t = xasprintf("%s%s%s%s", out ? out : "", out ? "," : "", typed ? "" : "v2:", m);
-        free(out);
-        out = t;
-    }
-    return out;
-}
-
 /* Connect as the request's user and open its pool and namespace.  A pool
  * that does not exist is -ENOENT (the caller words it). */
 static int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
@@ -397,7 +382,7 @@ static int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
     int r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg);
     if (r < 0)
         return r == -ENOENT ? -EINVAL : r;
-    host = mon_host(mons);
+    host = qsd_rbd_mon_host(mons);
     quiet_stderr(k);
     if ((r = rados_create(&k->cluster, q->cred.user)) < 0) {
         *ret_msg = xasprintf("librados: cannot create a cluster handle: %s", strerror(-r));
