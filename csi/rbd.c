@@ -7,8 +7,9 @@
  * admin socket; connection and operations bounded by RBD_CONNECT_S and
  * RBD_OP_S, the worker by RBD_WORKER_MS) and does the operation with
  * librbd.  The worker's errno becomes the gRPC code (rbd_code).
- * NodeStageVolume's worker only checks (rbd_stage); the node's record, the
- * key file and the QSD (rbd_export_opts) are made on the loop after it. */
+ * NodeStageVolume's workers only check (rbd_stage, rbd_confirm_fn: the rule
+ * is rbd_lock.c's); the node's record, the key file and the QSD
+ * (rbd_export_opts) are made on the loop between them. */
 #include "rbd.h"
 #include "rbd_lock.h"
 #include "params.h"
@@ -814,24 +815,32 @@ int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
     return 0;
 }
 
-/* The image exists, is ours, and this node may serve it (rbd_lock.h: no
- * other live client; a dead lock holder is fenced); its size and the
- * cluster's monitors. */
+/* The image of q exists, is ours, and this node may serve it (rbd_lock.h:
+ * no other live client than its own `own`; a dead lock holder is fenced,
+ * listed in *ret_fenced); its size. */
+static int claim(const struct rbd_req *q, size_t own, uint64_t *ret_size, json_t **ret_fenced,
+                 char **ret_msg)
+{
+    struct conn k = {0};
+    rbd_image_t img;
+    int r = open_volume(q, true, &k, &img, ret_size, ret_msg);
+    if (r < 0)
+        return r;
+    r = rbd_lock_claim(img, q->loc.image, own, ret_fenced, ret_msg);
+    rbd_close(img);
+    conn_close(&k);
+    return r;
+}
+
+/* Before the QSD starts: claim, and the cluster's monitors. */
 static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
     const struct rbd_req *q = op->rbd;
-    struct conn k = {0};
-    rbd_image_t img;
     uint64_t size = 0;
     json_t *fenced = NULL;
-    int r = open_volume(q, true, &k, &img, &size, ret_msg);
-    if (r < 0)
-        return r;
-    r = rbd_lock_claim(img, q->loc.image, 0, &fenced, ret_msg);
-    rbd_close(img);
-    conn_close(&k);
     _cleanup_free_ char *mons = NULL;
+    int r = claim(q, 0, &size, &fenced, ret_msg);
     if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
         *ret_result = json_pack("{s:I, s:s, s:o*}", "size", (json_int_t)size, "monitors", mons,
                                 "fenced", fenced);
@@ -843,17 +852,9 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
-    struct conn k = {0};
-    rbd_image_t img;
     uint64_t size = 0;
     json_t *fenced = NULL;
-    int r = open_volume(q, true, &k, &img, &size, ret_msg);
-    if (r < 0)
-        return r;
-    r = rbd_lock_claim(img, q->loc.image, 1, &fenced, ret_msg);
-    rbd_close(img);
-    conn_close(&k);
+    int r = claim(op->rbd, 1, &size, &fenced, ret_msg);
     *ret_result = json_pack("{s:o*}", "fenced", fenced);
     return r;
 }

@@ -71,9 +71,9 @@ void rbd_expand_volume(struct csi *c, struct grpc_call *call,
 
 /* NodeStageVolume of an RBD volume (id already a record name) not staged
  * here: in a worker, connect with the node-stage secret and check the image
- * (ours, its size, no other client holding its exclusive lock), then make
- * the node's record and the private key file, and go on as for any volume
- * (node_stage_new). */
+ * (ours, its size, no other live client: rbd_lock.h), then make the
+ * node's record and the private key file, and go on as for any volume
+ * (node_stage_new, which checks again once the QSD runs). */
 struct Csi__V1__NodeStageVolumeRequest;
 void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in,
                int gid, bool ro);
