@@ -21,7 +21,8 @@ Scenario "loss":
 Scenario "qsd":
   - kill -9 of an RBD volume's QSD: the plugin restarts it, the data reads
     back, and the restarted QSD gets the image's lock (its write waits until
-    Ceph expired the dead QSD's watch; librbd then blocklists it);
+    Ceph expired the dead QSD's watch; librbd then blocklists it); the same
+    with plugin and QSD killed at once (the next plugin, same node id);
   - a read-only staging and publication: reads back, writes fail;
   - a wrong key in the node-stage secret: UNAUTHENTICATED before any QSD
     starts, bounded.
@@ -51,7 +52,7 @@ SIZE = 64 * MiB
 C = grpc.StatusCode
 WATCH_TIMEOUT = 10      # osd_client_watch_timeout of the test cluster (30 s by default)
 RETRY_BOUND = 60        # a stage refused for a dead holder succeeds within this
-ROUNDS = 4              # concurrent stages of one volume on two nodes
+ROUNDS = 3              # concurrent stages of one volume on two nodes
 
 
 class Node:
@@ -122,9 +123,9 @@ def blocklist(ceph):
     return ceph.ceph("osd", "blocklist", "ls")
 
 
-def stage_until(node, req, what):
-    """NodeStage, retried while refused FAILED_PRECONDITION, bounded: the
-    refusals' messages and the time it took."""
+def stage_until(node, req, what, code=C.FAILED_PRECONDITION):
+    """NodeStage, retried while refused with code (as kubelet retries),
+    bounded: the refusals' messages and the time it took."""
     t0 = time.monotonic()
     refusals = []
     while True:
@@ -132,7 +133,7 @@ def stage_until(node, req, what):
             node.c.NodeStageVolume(req, timeout=csilib.CALL_TIMEOUT)
             return refusals, time.monotonic() - t0
         except grpc.RpcError as e:
-            if e.code() != C.FAILED_PRECONDITION or time.monotonic() - t0 > RETRY_BOUND:
+            if e.code() != code or time.monotonic() - t0 > RETRY_BOUND:
                 raise AssertionError("%s: %s %s after %.0f s" % (what, e.code(), e.details(),
                                                                  time.monotonic() - t0))
             refusals.append(e.details())
@@ -277,6 +278,18 @@ def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     assert len(new) == 1 and new[0]["address"] != old[0]["address"], (old, new)
     assert old[0]["address"] in blocklist(ceph), "the dead QSD was not blocklisted"
     verify(qsdctl, sock, 2)
+    # The same node loses plugin and QSD at once (kill -9 of both): the next
+    # plugin (same node id) serves the volume again, the data is there and
+    # the new QSD gets the lock (the dead one provably gone).
+    pid = n1.env.qsd_pids()[rec]
+    n1.env.stop(signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    n1.start()  # restarts the dead QSD of the staged volume
+    stage_until(n1, n1.stage_req(vid, "q", secrets), "stage again on node-1", C.UNAVAILABLE)
+    assert n1.env.qsd_pids().get(rec) not in (None, pid), n1.env.qsd_pids()
+    verify(qsdctl, sock, 2, timeout_ms=30000)
+    verify(qsdctl, sock, 3, write=True, timeout_ms=60000)
+    verify(qsdctl, sock, 3)
     n1.unstage(vid, "q")
     assert not n1.env.running_qsds()
 
@@ -284,10 +297,10 @@ def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     ro_cap = mount_cap(pb, mode=pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY)
     n1.c.NodeStageVolume(n1.stage_req(vid, "q", secrets, cap=ro_cap), timeout=csilib.CALL_TIMEOUT)
     sock = n1.publish(vid, "q", cap=ro_cap, ro=True)
-    verify(qsdctl, sock, 2)
-    r = verify(qsdctl, sock, 3, write=True, check=False)
+    verify(qsdctl, sock, 3)
+    r = verify(qsdctl, sock, 4, write=True, check=False)
     assert r.returncode != 0, "wrote through a read-only publication"
-    verify(qsdctl, sock, 2)
+    verify(qsdctl, sock, 3)
     assert lockers(ceph, "q") == [] or lockers(ceph, "q")[0]["address"] != old[0]["address"]
     n1.unstage(vid, "q")
 
