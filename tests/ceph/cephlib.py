@@ -3,6 +3,8 @@
 under one temporary directory.
 
     with Cluster() as ceph:          # up within START_TIMEOUT, or an exception
+                                     # (watch_timeout=S: the OSD drops a dead
+                                     # client's watch after S s, default 30)
         ceph.monitors                # "127.0.0.1:PORT"
         ceph.user, ceph.key          # restricted client: profile rbd on POOL/NAMESPACE
         ceph.rbd("create", ...)      # rbd/ceph CLI as client.admin, bounded
