@@ -52,7 +52,7 @@ SIZE = 64 * MiB
 C = grpc.StatusCode
 WATCH_TIMEOUT = 10      # osd_client_watch_timeout of the test cluster (30 s by default)
 RETRY_BOUND = 60        # a stage refused for a dead holder succeeds within this
-ROUNDS = 3              # concurrent stages of one volume on two nodes
+ROUNDS = 2              # concurrent stages of one volume on two nodes
 
 
 class Node:
