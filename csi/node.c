@@ -280,7 +280,13 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
         else if (v->qsd && !vol_live(v) && !qsd_idle(v->qsd))
             grpc_call_fail(call, GRPC_UNAVAILABLE,
                            "the QSD of volume %s is being (re)started: retry", v->id);
-        else if (!vol_live(v)) {
+        else if (!vol_live(v) && rbd_record(v)) {
+            /* Restarted after the check only (rbd_lock.h): try it now. */
+            const char *refused = rbd_guard_refused(v);
+            grpc_call_fail(call, refused ? GRPC_FAILED_PRECONDITION : GRPC_UNAVAILABLE,
+                           "volume %s is %s", v->id, refused ? refused : "being restarted: retry");
+            rbd_restart(c, v);
+        } else if (!vol_live(v)) {
             /* Staged, not served (its QSD could not be restarted): OK only
              * once its socket accepts again. */
             struct op *op = op_begin(c, call);
@@ -370,6 +376,7 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     vol_clear_staging(v);
     if (rbd_record(v)) {
         /* The node's record of an RBD volume lives while it is staged. */
+        rbd_guard_free(v);
         log_info("node", "volume unstaged", "volume=%s", v->id);
         op->vol = NULL;
         store_remove_vol(c->store, v);
@@ -706,6 +713,9 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s (pid %d) is hung: %s", v->id,
                       (int)qsd_get_pid(v->qsd), hung);
+    } else if (!vol_live(v) && rbd_guard_refused(v)) {
+        cond.abnormal = true;
+        m = xasprintf("volume %s is %s", v->id, rbd_guard_refused(v));
     } else if (v->qsd && qsd_crash_looping(v->qsd)) {
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s keeps dying at start (crash loop, retried "

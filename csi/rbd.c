@@ -816,19 +816,25 @@ int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
 }
 
 /* The image of q exists, is ours, and this node may serve it (rbd_lock.h:
- * no other live client than its own `own`; a dead lock holder is fenced,
- * listed in *ret_fenced); its size. */
-static int claim(const struct rbd_req *q, size_t own, uint64_t *ret_size, json_t **ret_fenced,
+ * no other live client than its own `own`, the watch of our reaped QSD at
+ * address dead not counted; a dead lock holder is fenced): the result
+ * {size, fenced?, addr?} (addr: our QSD's, when own is 1). */
+static int claim(const struct rbd_req *q, size_t own, const char *dead, json_t **ret_result,
                  char **ret_msg)
 {
     struct conn k = {0};
     rbd_image_t img;
-    int r = open_volume(q, true, &k, &img, ret_size, ret_msg);
+    uint64_t size = 0;
+    json_t *fenced = NULL;
+    _cleanup_free_ char *addr = NULL;
+    int r = open_volume(q, true, &k, &img, &size, ret_msg);
     if (r < 0)
         return r;
-    r = rbd_lock_claim(img, q->loc.image, own, ret_fenced, ret_msg);
+    r = rbd_lock_claim(img, q->loc.image, own, dead, &fenced, &addr, ret_msg);
     rbd_close(img);
     conn_close(&k);
+    *ret_result = json_pack("{s:I, s:o*, s:s*}", "size", (json_int_t)size, "fenced", fenced,
+                            "addr", addr);
     return r;
 }
 
@@ -837,26 +843,69 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
     const struct rbd_req *q = op->rbd;
-    uint64_t size = 0;
-    json_t *fenced = NULL;
     _cleanup_free_ char *mons = NULL;
-    int r = claim(q, 0, &size, &fenced, ret_msg);
+    int r = claim(q, 0, NULL, ret_result, ret_msg);
     if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
-        *ret_result = json_pack("{s:I, s:s, s:o*}", "size", (json_int_t)size, "monitors", mons,
-                                "fenced", fenced);
-    else
-        json_decref(fenced);
+        json_object_set_new(*ret_result, "monitors", json_string(mons));
     return r;
 }
 
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    uint64_t size = 0;
-    json_t *fenced = NULL;
-    int r = claim(op->rbd, 1, &size, &fenced, ret_msg);
-    *ret_result = json_pack("{s:o*}", "fenced", fenced);
-    return r;
+    return claim(op->rbd, 1, NULL, ret_result, ret_msg);
+}
+
+/* A check of a staged volume's record (rbd_lock.c's restarts): the
+ * record's location, user and key file (read in the worker). */
+struct rbd_check {
+    struct rbd_req q;
+    char *key_file, *dead;
+    size_t own;
+};
+
+struct rbd_check *rbd_check_new(struct csi *c, const struct vol *v, size_t own, const char *dead)
+{
+    struct rbd_check *k = xcalloc(1, sizeof(*k));
+    _cleanup_free_ char *msg = NULL;
+    if (loc_from_name(v->id, &k->q.loc, &msg) < 0) { /* records are made from valid ids */
+        free(k);
+        return NULL;
+    }
+    struct qsd_paths p;
+    qsd_paths_init(c->cfg->run_dir, v->id, &p);
+    k->key_file = xstrdup(p.rbd_key);
+    qsd_paths_clear(&p);
+    k->q.cred.user = xstrdup_or_null(json_string_value(json_object_get(v->parameters, "user")));
+    k->q.clusters = c->cfg->rbd_clusters;
+    k->dead = xstrdup_or_null(dead);
+    k->own = own;
+    return k;
+}
+
+void rbd_check_free(struct rbd_check *k)
+{
+    if (!k)
+        return;
+    rbd_loc_clear(&k->q.loc);
+    rbd_cred_clear(&k->q.cred);
+    free(k->key_file);
+    free(k->dead);
+    free(k);
+}
+
+int rbd_check_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct rbd_check *k = arg;
+    size_t len;
+    int r = read_file(k->key_file, 256, &k->q.cred.key, &len);
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot read the volume's key file %s: %s (stage the volume again)",
+                             k->key_file, strerror(-r));
+        return r;
+    }
+    k->q.cred.key[strcspn(k->q.cred.key, "\n")] = '\0';
+    return claim(&k->q, k->own, k->dead, ret_result, ret_msg);
 }
 
 static void stage_done(int status, const char *msg, json_t *result, void *opaque)

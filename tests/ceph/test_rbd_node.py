@@ -124,8 +124,10 @@ def blocklist(ceph):
 
 
 def stage_until(node, req, what, code=C.FAILED_PRECONDITION):
-    """NodeStage, retried while refused with code (as kubelet retries),
-    bounded: the refusals' messages and the time it took."""
+    """NodeStage, retried while refused with code (or one of a tuple of
+    codes; as kubelet retries), bounded: the refusals' messages and the
+    time it took."""
+    codes = code if isinstance(code, tuple) else (code,)
     t0 = time.monotonic()
     refusals = []
     while True:
@@ -133,7 +135,7 @@ def stage_until(node, req, what, code=C.FAILED_PRECONDITION):
             node.c.NodeStageVolume(req, timeout=csilib.CALL_TIMEOUT)
             return refusals, time.monotonic() - t0
         except grpc.RpcError as e:
-            if e.code() != code or time.monotonic() - t0 > RETRY_BOUND:
+            if e.code() not in codes or time.monotonic() - t0 > RETRY_BOUND:
                 raise AssertionError("%s: %s %s after %.0f s" % (what, e.code(), e.details(),
                                                                  time.monotonic() - t0))
             refusals.append(e.details())
@@ -206,9 +208,45 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     verify(qsdctl, socks2["b"], 2)                   # node-2's data intact
     os.kill(pid_b, signal.SIGKILL)
 
+    # Plugin 1 comes back (same node id and state) while node-2 serves a and
+    # b: their QSDs on node-1 are dead; restarting them would give the old
+    # VM a new, unfenced client, to which node-2's QSD would hand the lock.
+    # The check refuses: no QSD, the condition names node-2's QSD.
+    n1.start()
+    pb = n1.env.pb
+    holders2 = {v: lockers(ceph, v)[0] for v in vids}
+    t0 = time.monotonic()
+    for v, vid in vids.items():
+        _, tgt = n1.paths(v)
+        while True:
+            st = n1.c.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
+                volume_id=vid, volume_path=tgt), timeout=csilib.CALL_TIMEOUT)
+            m = st.volume_condition.message
+            if "not served" in m:
+                break
+            assert time.monotonic() - t0 < RETRY_BOUND, "no refusal on node-1: %s" % m
+            time.sleep(0.2)
+        print("node-1 after its restart, volume %s: %s" % (v, m))
+        assert st.volume_condition.abnormal, st
+        assert holders2[v]["locker"] in m and holders2[v]["address"] in m, (holders2[v], m)
+        # A NodeStage retry does not serve it either; it says why.
+        try:
+            n1.c.NodeStageVolume(n1.stage_req(vid, v, secrets), timeout=csilib.CALL_TIMEOUT)
+            raise AssertionError("node-1 staged %s again while node-2 serves it" % v)
+        except grpc.RpcError as e:
+            assert e.code() in (C.FAILED_PRECONDITION, C.ABORTED), (e.code(), e.details())
+            assert "not served" in e.details() or "in progress" in e.details(), e.details()
+    assert not n1.env.running_qsds(), n1.env.running_qsds()
+    assert n1.log().count("restart refused") >= 2, n1.log()[-3000:]
+    for v in vids:
+        verify(qsdctl, socks2[v], 2)                 # node-2's data intact
+        verify(qsdctl, socks2[v], 4, write=True)     # and node-2 writes
+        verify(qsdctl, socks2[v], 4)
+        assert lockers(ceph, v) == [holders2[v]], (holders2[v], lockers(ceph, v))
+    assert not n1.env.running_qsds(), n1.env.running_qsds()
+
     # Two nodes staging one volume at the same moment: never both.  Each
     # round both plugins stage it at once; whoever wins unstages it again.
-    n1.start()
     vid = create(n1, ceph, "c", secrets)
     rec = vid.replace(":", "_")
     late = 0  # refusals by the second check, once the QSD ran
@@ -285,7 +323,9 @@ def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     n1.env.stop(signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
     n1.start()  # restarts the dead QSD of the staged volume
-    stage_until(n1, n1.stage_req(vid, "q", secrets), "stage again on node-1", C.UNAVAILABLE)
+    # (UNAVAILABLE while it is being restarted, ABORTED while its check runs)
+    stage_until(n1, n1.stage_req(vid, "q", secrets), "stage again on node-1",
+                (C.UNAVAILABLE, C.ABORTED))
     assert n1.env.qsd_pids().get(rec) not in (None, pid), n1.env.qsd_pids()
     verify(qsdctl, sock, 2, timeout_ms=30000)
     verify(qsdctl, sock, 3, write=True, timeout_ms=60000)

@@ -1142,7 +1142,8 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
     if (qsd_read_state(q->paths.state, NULL, &desired, NULL, NULL) < 0 || !desired ||
         !q->supervised) {
         q->state = QS_STOPPED;
-        emit(q, QSD_EV_STOPPED, "not restarted: desired state is stopped");
+        emit(q, QSD_EV_STOPPED, q->supervised ? "not restarted: desired state is stopped"
+                                              : "not restarted: not supervised");
         return;
     }
     /* Back off only when it keeps dying quickly; past CRASH_LOOP_AFTER
