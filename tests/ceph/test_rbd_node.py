@@ -43,6 +43,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "csi"))
 import cephlib  # noqa: E402
 import csilib  # noqa: E402
+import test_csi_metrics as metrics  # noqa: E402
 from csilib import expect_code, mount_cap  # noqa: E402
 
 import grpc  # noqa: E402
@@ -64,8 +65,8 @@ class Node:
         self.clusters = clusters
         self.c = None
 
-    def start(self):
-        self.c = self.env.start(extra=["--rbd-clusters", self.clusters])
+    def start(self, extra=()):
+        self.c = self.env.start(extra=["--rbd-clusters", self.clusters, *extra])
         return self.c
 
     def paths(self, vol):
@@ -211,8 +212,10 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     # Plugin 1 comes back (same node id and state) while node-2 serves a and
     # b: their QSDs on node-1 are dead; restarting them would give the old
     # VM a new, unfenced client, to which node-2's QSD would hand the lock.
-    # The check refuses: no QSD, the condition names node-2's QSD.
-    n1.start()
+    # The check refuses: no QSD, the condition names node-2's QSD, the
+    # metrics say "refused".
+    port = cephlib._free_port()
+    n1.start(["--http-endpoint", "127.0.0.1:%d" % port, "--metrics-interval", "1"])
     pb = n1.env.pb
     holders2 = {v: lockers(ceph, v)[0] for v in vids}
     t0 = time.monotonic()
@@ -238,6 +241,12 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
             assert "not served" in e.details() or "in progress" in e.details(), e.details()
     assert not n1.env.running_qsds(), n1.env.running_qsds()
     assert n1.log().count("restart refused") >= 2, n1.log()[-3000:]
+    samples, _ = metrics.scrape(port)
+    for v, vid in vids.items():
+        rec = vid.replace(":", "_")  # the node's record of it
+        st = {x: metrics.value(samples, "qsd_csi_volume_qsd_state", volume_id=rec, state=x)
+              for x in ("running", "restarting", "refused")}
+        assert st == {"running": 0, "restarting": 0, "refused": 1}, (vid, st)
     for v in vids:
         verify(qsdctl, socks2[v], 2)                 # node-2's data intact
         verify(qsdctl, socks2[v], 4, write=True)     # and node-2 writes
