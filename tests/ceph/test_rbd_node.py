@@ -252,6 +252,21 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
         verify(qsdctl, socks2[v], 4, write=True)     # and node-2 writes
         verify(qsdctl, socks2[v], 4)
         assert lockers(ceph, v) == [holders2[v]], (holders2[v], lockers(ceph, v))
+    # kubelet on node-1 unstages them (their pods run on node-2): done
+    # (ABORTED while a retry's check runs); a stage is a first one again.
+    for v, vid in vids.items():
+        t0 = time.monotonic()
+        while True:
+            try:
+                n1.unstage(vid, v)
+                break
+            except grpc.RpcError as e:
+                assert e.code() == C.ABORTED and time.monotonic() - t0 < 30, (e.code(),
+                                                                             e.details())
+                time.sleep(0.2)
+        m = expect_code(n1.c.NodeStageVolume, n1.stage_req(vid, v, secrets),
+                        C.FAILED_PRECONDITION, "first stage on node-1 while node-2 serves")
+        assert "in use" in m and "not served" not in m, m
     assert not n1.env.running_qsds(), n1.env.running_qsds()
 
     # Two nodes staging one volume at the same moment: never both.  Each
