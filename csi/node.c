@@ -655,6 +655,19 @@ static bool path_is_vol(const struct vol *v, const char *path)
     return (v->staging_path && streq(v->staging_path, path)) || vol_find_pub(v, path) >= 0;
 }
 
+/* The volume id, staged or published at path; NOT_FOUND otherwise. */
+static struct vol *find_at_path_or_fail(struct csi *c, struct grpc_call *call, const char *id,
+                                        const char *path)
+{
+    struct vol *v = find_or_fail(c, call, id);
+    if (v && !path_is_vol(v, path)) {
+        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s is not staged or published at %s", v->id,
+                       path);
+        return NULL;
+    }
+    return v;
+}
+
 /* NodeGetVolumeStats reads the volume's chain of layers (file sizes, qcow2
  * headers) in a worker: a hung pool disk must not stall the loop. */
 #define STATS_TIMEOUT_MS 10000
@@ -747,14 +760,9 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     }
     if (bridge_stats(c, call, in->volume_id, in->volume_path))
         return;
-    struct vol *v = find_or_fail(c, call, in->volume_id);
+    struct vol *v = find_at_path_or_fail(c, call, in->volume_id, in->volume_path);
     if (!v)
         return;
-    if (!path_is_vol(v, in->volume_path)) {
-        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s is not staged or published at %s", v->id,
-                       in->volume_path);
-        return;
-    }
     struct op *op = op_begin(c, call);
     op->vol_id = xstrdup(v->id); /* not busy: stats run beside any operation */
     op_worker(op, stats_fn, STATS_TIMEOUT_MS, stats_done);
@@ -894,14 +902,9 @@ static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVol
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
         return;
     }
-    struct vol *v = find_or_fail(c, call, in->volume_id);
+    struct vol *v = find_at_path_or_fail(c, call, in->volume_id, in->volume_path);
     if (!v)
         return;
-    if (!path_is_vol(v, in->volume_path)) {
-        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s is not staged or published at %s", v->id,
-                       in->volume_path);
-        return;
-    }
     if (!not_busy(call, v))
         return;
     uint64_t size = v->size;
