@@ -15,10 +15,13 @@
  * DeleteVolume moves an image that clones still need to the RBD trash, and
  * the removal of its last dependent takes it out of the trash.  A volume
  * restored from N is a clone of N's image at SNAP_NAME; a volume cloned from
- * a volume is made like a snapshot's image.  A new image with more than
+ * a volume is made like a snapshot's image.  An image with more than
  * RBD_DEPTH_MAX ancestors is flattened by a worker that outlives the
- * request (bounded by FLATTEN_MS); a flatten cut short leaves a correct
- * clone, and the next request for the image (a retry) flattens it again.
+ * request (an operation without a call, bounded by FLATTEN_MS); until it is
+ * flat, CreateVolume answers ABORTED and CreateSnapshot ready_to_use false,
+ * so the CO retries, and a retry finding the image still deep and no
+ * flatten running (the plugin was killed: a flatten cut short leaves a
+ * correct clone) starts it again.
  *
  * Every Ceph operation runs in a worker (rbd.c's connection and bounds);
  * the loop only validates and replies. */
@@ -267,9 +270,9 @@ int rbd_image_remove(rados_ioctx_t io, const char *name, char **ret_msg)
     return r;
 }
 
-/* A snapshot's image (open): {size, sec, nsec, source}; -EAGAIN when its
- * snapshot is not made yet. */
-static int describe(rbd_image_t img, json_t **ret)
+/* A snapshot's image (open): {size, sec, nsec, source, flatten: whether it
+ * is too deep}; -EAGAIN when its snapshot is not made yet. */
+static int describe(rados_ioctx_t io, rbd_image_t img, json_t **ret)
 {
     uint64_t sid;
     struct timespec ts;
@@ -287,8 +290,9 @@ static int describe(rbd_image_t img, json_t **ret)
         r = rbd_metadata_get(img, META_SOURCE, src, &sl);
     if (r < 0)
         return r;
-    *ret = json_pack("{s:I, s:I, s:i, s:s}", "size", (json_int_t)info.size, "sec",
-                     (json_int_t)ts.tv_sec, "nsec", (int)ts.tv_nsec, "source", src);
+    *ret = json_pack("{s:I, s:I, s:i, s:s, s:b}", "size", (json_int_t)info.size, "sec",
+                     (json_int_t)ts.tv_sec, "nsec", (int)ts.tv_nsec, "source", src, "flatten",
+                     chain_depth(io, img) > RBD_DEPTH_MAX);
     return 0;
 }
 
@@ -364,11 +368,10 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
         *ret_msg = xasprintf("cannot snapshot image %s: %s", simg, strerror(-r));
         goto out;
     }
-    if ((r = describe(img, ret_result)) < 0) {
+    if ((r = describe(k.io, img, ret_result)) < 0) {
         *ret_msg = xasprintf("cannot read snapshot %s: %s", simg, strerror(-r));
         goto out;
     }
-    json_object_set_new(*ret_result, "flatten", json_boolean(chain_depth(k.io, img) > RBD_DEPTH_MAX));
 out:
     if (img)
         rbd_close(img);
@@ -601,7 +604,7 @@ static int list_fn(void *arg, char **ret_msg, json_t **ret_result)
             continue;
         const char *sname = iname + strlen(SNAP_IMAGE_PREFIX);
         if (meta_is(img, META_SNAP, sname) > 0 &&
-            (one || meta_is(img, META_SOURCE, src_id) > 0) && describe(img, &d) == 0) {
+            (one || meta_is(img, META_SOURCE, src_id) > 0) && describe(k.io, img, &d) == 0) {
             json_object_set_new(d, "name", json_string(sname));
             json_array_append_new(out, d);
         }
@@ -630,10 +633,24 @@ static void flatten_done(int status, const char *msg, json_t *result, void *opaq
     op_end(op);
 }
 
-/* Flatten image of q's pool in the background: an operation without a
- * call, cancelled (its worker killed) when the plugin stops. */
+/* Whether a flatten of image (in l's pool and namespace) runs. */
+static bool flatten_running(struct csi *c, const struct rbd_loc *l, const char *image)
+{
+    for (struct op *o = c->ops; o; o = o->next)
+        if (!o->call && o->rbd && streq(o->rbd->loc.cluster, l->cluster) &&
+            streq(o->rbd->loc.pool, l->pool) && streq(o->rbd->loc.ns, l->ns) &&
+            streq(o->rbd->loc.image, image))
+            return true;
+    return false;
+}
+
+/* Flatten image of q's pool in the background, unless that runs already:
+ * an operation without a call, cancelled (its worker killed) when the
+ * plugin stops. */
 static void flatten_start(struct csi *c, const struct rbd_req *from, const char *image)
 {
+    if (flatten_running(c, &from->loc, image))
+        return;
     struct rbd_req *q = xcalloc(1, sizeof(*q));
     loc_copy(&q->loc, &from->loc);
     free(q->loc.image);
@@ -654,8 +671,13 @@ static void flatten_start(struct csi *c, const struct rbd_req *from, const char 
 static void clone_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
-    if (status == 0 && json_is_true(json_object_get(result, "flatten")))
+    if (status == 0 && json_is_true(json_object_get(result, "flatten"))) {
         flatten_start(op->csi, op->rbd, op->rbd->loc.image);
+        grpc_call_fail(op->call, GRPC_ABORTED, "volume %s is being flattened (a clone chain "
+                       "deeper than %d); retry", op->rbd->loc.image, RBD_DEPTH_MAX);
+        op_end(op);
+        return;
+    }
     rbd_create_done(status, msg, result, op);
 }
 
@@ -700,6 +722,11 @@ void rbd_clone_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolu
         rbd_req_free(q);
         return;
     }
+    if (flatten_running(c, &q->loc, q->loc.image)) {
+        grpc_call_fail(call, GRPC_ABORTED, "volume %s is being flattened; retry", in->name);
+        rbd_req_free(q);
+        return;
+    }
     rbd_start(c, call, q, 0, clone_fn, clone_done);
 }
 
@@ -720,7 +747,9 @@ static void snapshot_msg(const struct rbd_loc *l, json_t *d,
     s->source_volume_id = (char *)src;
     s->size_bytes = size;
     s->creation_time = ts;
-    s->ready_to_use = true; /* an RBD snapshot is complete when made */
+    /* An RBD snapshot is complete when made; one of a deep chain is ready
+     * once its image is flattened. */
+    s->ready_to_use = !json_is_true(json_object_get(d, "flatten"));
 }
 
 static void snapshot_done(int status, const char *msg, json_t *result, void *opaque)
@@ -739,8 +768,8 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
     Google__Protobuf__Timestamp ts;
     _cleanup_free_ char *id = NULL;
     snapshot_msg(&l, result, &s, &ts, &id);
-    log_info("rbd", "snapshot created", "snapshot=%s volume=%s size=%" PRId64, id,
-             s.source_volume_id, s.size_bytes);
+    log_info("rbd", "snapshot created", "snapshot=%s volume=%s size=%" PRId64 " ready=%s", id,
+             s.source_volume_id, s.size_bytes, s.ready_to_use ? "true" : "false");
     Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
     out.snapshot = &s;
     grpc_call_reply_pb(op->call, &out.base);

@@ -20,9 +20,11 @@ clones"):
     source (ALREADY_EXISTS); DeleteSnapshot idempotent;
   - ListSnapshots by snapshot id and by source volume id (with secrets),
     paginated; GetCapacity for rbd parameters;
-  - a clone chain deeper than 4 is flattened in the background; a kill -9
-    of the plugin and its worker right after such a CreateVolume leaves a
-    correct clone, and the retry on the next plugin flattens it;
+  - a clone chain deeper than 4 is flattened in the background:
+    CreateVolume answers ABORTED and CreateSnapshot ready_to_use false
+    until it is flat; a kill -9 of the plugin and its worker during the
+    flatten leaves a correct clone, and the retry on the next plugin
+    flattens it;
   - the key is in no log line and on no command line.
 
 usage: test_csi_rbd_snap.py PLUGIN_BINARY PROTO_DIR QSDCTL"""
@@ -47,12 +49,22 @@ C = grpc.StatusCode
 T = csilib.CALL_TIMEOUT
 
 
-def children(pid):
+def workers(pid):
+    """The plugin's worker processes: children running its own binary."""
     try:
         with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(x) for x in f.read().split()]
+            kids = [int(x) for x in f.read().split()]
+        exe = os.readlink("/proc/%d/exe" % pid)
     except OSError:
         return []
+    out = []
+    for k in kids:
+        try:
+            if os.readlink("/proc/%d/exe" % k) == exe:
+                out.append(k)
+        except OSError:
+            pass
+    return out
 
 
 def main():
@@ -62,6 +74,10 @@ def main():
         csilib.skip("Ceph " + why + " (scripts/setup.sh installs it)")
     env = csilib.Env(plugin, proto)
     ceph = cephlib.Cluster()
+    began = time.monotonic()
+
+    def lap(what):
+        print("%5.1f s: %s" % (time.monotonic() - began, what), flush=True)
     try:
         ceph.start()
         print("ceph up in %.1f s" % ceph.start_seconds)
@@ -147,7 +163,7 @@ def main():
             verify(sock, "--check", seed, size)
             unstage(v)
 
-        # --- a volume with data, snapshotted while its QSD serves a client
+        lap("a volume with data, snapshotted while its QSD serves a client")
         v1 = c.CreateVolume(create("v1"), timeout=T).volume.volume_id
         assert v1 == vid("v1"), v1
         sock = stage(v1)
@@ -160,12 +176,13 @@ def main():
         again = c.CreateSnapshot(snapshot("s1", v1), timeout=T).snapshot
         assert again == snap, (again, snap)
         verify(sock, "--write", 6)  # after the snapshot: not in it
+        c.CreateSnapshot(snapshot("s0", v1), timeout=T)
         unstage(v1)
         assert "csi-snap.s1" in images(), images()
         src_snaps = ceph.rbd("snap", "ls", spec + "v1").split()
         assert src_snaps == [], "the source keeps a user snapshot: %s" % src_snaps
 
-        # --- snapshot codes
+        lap("snapshot codes")
         m = expect_code(c.CreateSnapshot, snapshot("s2", v1, s={}), C.INVALID_ARGUMENT,
                         "snapshot without secrets")
         assert "userID" in m, m
@@ -184,7 +201,7 @@ def main():
             snapshot_id="rbdsnap:c1:x/y::s", secrets=S), C.INVALID_ARGUMENT, "malformed id")
         assert "snapshot_id" in m, m
 
-        # --- restore and clone, sizes, codes
+        lap("restore and clone, sizes, codes")
         r1 = c.CreateVolume(create("r1", snap=sid("s1")), timeout=T).volume
         assert r1.volume_id == vid("r1") and r1.capacity_bytes == 64 * MiB, r1
         again = c.CreateVolume(create("r1", snap=sid("s1")), timeout=T).volume
@@ -221,7 +238,7 @@ def main():
         cl = c.CreateVolume(create("cl", vol=v1), timeout=T).volume
         assert cl.capacity_bytes == 64 * MiB, cl
 
-        # --- the source goes, its snapshot and clone stay usable
+        lap("the source goes, its snapshot and clone stay usable")
         c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v1, secrets=S), timeout=T)
         c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v1, secrets=S), timeout=T)
         assert "v1" not in images(), images()
@@ -231,21 +248,21 @@ def main():
         # (r2, grown, is not checked: verify's chunks are spread by capacity)
         check_volume(cl.volume_id, 6, 64 * MiB)
 
-        # --- ListSnapshots: by id, by source, paginated; secrets required
+        lap("ListSnapshots: by id, by source, paginated; secrets required")
         ls = c.ListSnapshots(pb.ListSnapshotsRequest(snapshot_id=sid("s1"), secrets=S),
                              timeout=T)
         assert [e.snapshot for e in ls.entries] == [snap], ls
-        c.CreateSnapshot(snapshot("s0", vid("v2")), timeout=T)
-        c.CreateSnapshot(snapshot("s3", vid("v2")), timeout=T)
-        ls = c.ListSnapshots(pb.ListSnapshotsRequest(source_volume_id=vid("v2"), secrets=S,
+        # by source (deleted: its snapshots are still its), a page at a time
+        ls = c.ListSnapshots(pb.ListSnapshotsRequest(source_volume_id=v1, secrets=S,
                                                      max_entries=1), timeout=T)
         assert [e.snapshot.snapshot_id for e in ls.entries] == [sid("s0")], ls
-        ls = c.ListSnapshots(pb.ListSnapshotsRequest(source_volume_id=vid("v2"), secrets=S,
+        ls = c.ListSnapshots(pb.ListSnapshotsRequest(source_volume_id=v1, secrets=S,
                                                      starting_token=ls.next_token), timeout=T)
-        assert [e.snapshot.snapshot_id for e in ls.entries] == [sid("s3")], ls
-        assert ls.next_token == "", ls
-        ls = c.ListSnapshots(pb.ListSnapshotsRequest(source_volume_id=v1, secrets=S), timeout=T)
         assert [e.snapshot.snapshot_id for e in ls.entries] == [sid("s1")], ls
+        assert ls.next_token == "", ls
+        ls = c.ListSnapshots(pb.ListSnapshotsRequest(source_volume_id=vid("v2"), secrets=S),
+                             timeout=T)
+        assert list(ls.entries) == [], ls
         m = expect_code(c.ListSnapshots, pb.ListSnapshotsRequest(snapshot_id=sid("s1")),
                         C.INVALID_ARGUMENT, "list without secrets")
         assert "userID" in m, m
@@ -255,36 +272,51 @@ def main():
         expect_code(c.GetCapacity, pb.GetCapacityRequest(parameters=dict(params, pool="")),
                     C.INVALID_ARGUMENT, "capacity with a bad pool")
 
-        # --- delete everything: the trash empties with the last dependent
-        for s in ("s1", "s0", "s3", "s1"):
+        lap("delete everything: the trash empties with the last dependent")
+        for s in ("s1", "s0", "s1"):
             c.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=sid(s), secrets=S), timeout=T)
-        check_volume(r1.volume_id, 5, 64 * MiB)  # its snapshot is gone, not its data
         for v in ("r1", "r2", "r4", "cl", "v2"):
             c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid(v), secrets=S), timeout=T)
         assert images() == [] and trash() == [], (images(), trash())
 
-        # --- a chain deeper than 4 is flattened in the background
-        size = 256 * MiB
+        lap("a chain deeper than 4 is flattened in the background")
+        size = 128 * MiB
         c.CreateVolume(create("d0", size=size), timeout=T)
         for i in range(1, 5):
             c.CreateVolume(create("d%d" % i, size=size, vol=vid("d%d" % (i - 1))), timeout=T)
         assert "parent" in info("d4"), info("d4")  # depth 4: left as it is
 
-        def flattened(image, within=60):
+        def until_ok(req, within=60):
+            """CreateVolume answers ABORTED while the image is flattened."""
             deadline = time.monotonic() + within
-            while time.monotonic() < deadline:
-                if "parent" not in info(image):
-                    return True
+            while True:
+                try:
+                    return c.CreateVolume(req, timeout=T).volume
+                except grpc.RpcError as e:
+                    if e.code() != C.ABORTED or time.monotonic() > deadline:
+                        raise
+                    assert "flatten" in e.details(), e.details()
                 time.sleep(0.2)
-            return False
 
-        c.CreateVolume(create("d5", size=size, vol=vid("d4")), timeout=T)
-        assert flattened("d5"), info("d5")
-        # A kill -9 of the plugin and of its workers right after: the image
-        # is a correct clone still, and the retry flattens it.
-        c.CreateVolume(create("d6", size=size, vol=vid("d4")), timeout=T)
+        expect_code(c.CreateVolume, create("d5", size=size, vol=vid("d4")), C.ABORTED,
+                    "depth 5: flattened first")
+        assert until_ok(create("d5", size=size, vol=vid("d4"))).capacity_bytes == size
+        assert "parent" not in info("d5"), info("d5")
+        # A snapshot of d4 (its image at depth 5) is ready once flattened.
+        sd = c.CreateSnapshot(snapshot("sd", vid("d4")), timeout=T).snapshot
+        assert not sd.ready_to_use, sd
+        deadline = time.monotonic() + 60
+        while not sd.ready_to_use and time.monotonic() < deadline:
+            time.sleep(0.2)
+            sd = c.CreateSnapshot(snapshot("sd", vid("d4")), timeout=T).snapshot
+        assert sd.ready_to_use and "parent" not in info("csi-snap.sd"), sd
+        c.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=sid("sd"), secrets=S), timeout=T)
+        # A kill -9 of the plugin and of its workers during a flatten: the
+        # image is a correct clone still, and the retry flattens it.
+        expect_code(c.CreateVolume, create("d6", size=size, vol=vid("d4")), C.ABORTED,
+                    "depth 5 again")
         pid = env.proc.pid
-        kids = children(pid)
+        kids = workers(pid)
         for k in kids:
             os.kill(k, signal.SIGKILL)
         env.stop(signal.SIGKILL)
@@ -292,14 +324,14 @@ def main():
         print("kill -9 with %d worker(s) running; flatten %s" %
               (len(kids), "cut short" if cut else "already done"))
         c = env.start(extra=extra)
-        c.CreateVolume(create("d6", size=size, vol=vid("d4")), timeout=T)
-        assert flattened("d6"), info("d6")
+        assert until_ok(create("d6", size=size, vol=vid("d4"))).capacity_bytes == size
+        assert "parent" not in info("d6"), info("d6")
         for i in range(6, -1, -1):
             c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid("d%d" % i), secrets=S),
                            timeout=T)
         assert images() == [] and trash() == [], (images(), trash())
 
-        # --- the key: in no log line, on no command line
+        lap("the key: in no log line, on no command line")
         env.stop()
         with open(os.path.join(env.root, "plugin.log")) as f:
             log = f.read()
