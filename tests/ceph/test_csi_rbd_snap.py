@@ -193,11 +193,11 @@ def main():
         m = expect_code(c.CreateSnapshot, snapshot("s1", vid("v2")), C.ALREADY_EXISTS,
                         "snapshot name used for another source")
         m = expect_code(c.CreateSnapshot, snapshot("s_1", v1), C.INVALID_ARGUMENT, "bad name")
+        assert "name" in m, m
         m = expect_code(c.CreateSnapshot, pb.CreateSnapshotRequest(
             name="s2", source_volume_id=v1, secrets=S, parameters={"pool": "x"}),
             C.INVALID_ARGUMENT, "snapshot parameter")
         assert "'pool'" in m, m
-        assert "name" in m, m
         m = expect_code(c.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id=sid("s1")),
                         C.INVALID_ARGUMENT, "delete snapshot without secrets")
         assert "userID" in m, m
