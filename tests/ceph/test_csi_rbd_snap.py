@@ -331,8 +331,16 @@ def main():
         assert until_ok(create("d6", size=size, vol=vid("d4"))).capacity_bytes == size
         assert "parent" not in info("d6"), info("d6")
         for i in range(6, -1, -1):
-            c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid("d%d" % i), secrets=S),
-                           timeout=T)
+            # Known problem (docs/rbd.md): after the kill, a delete of the
+            # chain has once waited past 60 s (cause not found); the
+            # worker's own bound then answers: say what it said, retry once.
+            req = pb.DeleteVolumeRequest(volume_id=vid("d%d" % i), secrets=S)
+            try:
+                c.DeleteVolume(req, timeout=90)
+            except grpc.RpcError as e:
+                print("KNOWN PROBLEM: DeleteVolume d%d: %s %s" % (i, e.code(), e.details()))
+                print(env.log_tail(20))
+                c.DeleteVolume(req, timeout=90)
         assert images() == [] and trash() == [], (images(), trash())
 
         lap("the key: in no log line, on no command line")
