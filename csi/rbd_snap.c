@@ -585,12 +585,16 @@ static int list_fn(void *arg, char **ret_msg, json_t **ret_result)
     }
     if (r < 0)
         return r;
-    rbd_image_spec_t specs[256];
-    size_t n = ARRAY_SIZE(specs);
+    size_t n = 64;
+    _cleanup_free_ rbd_image_spec_t *specs = xcalloc(n, sizeof(*specs));
     _cleanup_free_ char *one = q->name ? xasprintf(SNAP_IMAGE_PREFIX "%s", q->name) : NULL;
-    if (!one && (r = rbd_list2(k.io, specs, &n)) < 0) {
-        *ret_msg = xasprintf("cannot list the images of pool %s: %s", q->loc.pool,
-                             r == -ERANGE ? "more than 256 images" : strerror(-r));
+    /* -ERANGE: n says how many there are (twice at most: new images meanwhile) */
+    for (int i = 0; !one && i < 3 && (r = rbd_list2(k.io, specs, &n)) == -ERANGE; i++) {
+        free(specs);
+        specs = xcalloc(n, sizeof(*specs));
+    }
+    if (!one && r < 0) {
+        *ret_msg = xasprintf("cannot list the images of pool %s: %s", q->loc.pool, strerror(-r));
         conn_close(&k);
         return r;
     }
