@@ -2,7 +2,7 @@
  *
  * NodeStageVolume starts the volume's qemu-storage-daemon (one per volume,
  * supervised on the plugin's loop: restarted on the same socket path if it
- * dies); NodePublishVolume bind-mounts the volume's export directory (the
+ * dies; an RBD volume's only after the check of rbd_lock.h); NodePublishVolume bind-mounts the volume's export directory (the
  * socket's directory, never the socket file: a restarted QSD re-creates the
  * socket) onto the target path.  Staging and publications are recorded in
  * the volume's record before acting, so a restarted plugin knows them. */

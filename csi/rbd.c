@@ -9,7 +9,9 @@
  * librbd.  The worker's errno becomes the gRPC code (rbd_code).
  * NodeStageVolume's workers only check (rbd_stage, rbd_confirm_fn: the rule
  * is rbd_lock.c's); the node's record, the key file and the QSD
- * (rbd_export_opts) are made on the loop between them. */
+ * (rbd_export_opts) are made on the loop between them.  The restarts of a
+ * staged volume's QSD check with the record's user and key file
+ * (rbd_check_fn). */
 #include "rbd.h"
 #include "rbd_int.h"
 #include "rbd_lock.h"
