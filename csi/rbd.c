@@ -812,7 +812,8 @@ int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
 /* The image of q exists, is ours, and this node may serve it (rbd_lock.h:
  * no other live client than its own `own`, the watch of our reaped QSD at
  * address dead not counted; a dead lock holder is fenced): the result
- * {size, fenced?, addr?} (addr: our QSD's, when own is 1). */
+ * {size, fenced?, addr?, held} (addr: our QSD's, when own is 1; held: a
+ * live client holds the lock). */
 static int claim(const struct rbd_req *q, size_t own, const char *dead, json_t **ret_result,
                  char **ret_msg)
 {
@@ -821,14 +822,15 @@ static int claim(const struct rbd_req *q, size_t own, const char *dead, json_t *
     uint64_t size = 0;
     json_t *fenced = NULL;
     _cleanup_free_ char *addr = NULL;
+    bool held = false;
     int r = open_volume(q, true, &k, &img, &size, ret_msg);
     if (r < 0)
         return r;
-    r = rbd_lock_claim(img, q->loc.image, own, dead, &fenced, &addr, ret_msg);
+    r = rbd_lock_claim(img, q->loc.image, own, dead, &fenced, &addr, &held, ret_msg);
     rbd_close(img);
     conn_close(&k);
-    *ret_result = json_pack("{s:I, s:o*, s:s*}", "size", (json_int_t)size, "fenced", fenced,
-                            "addr", addr);
+    *ret_result = json_pack("{s:I, s:o*, s:s*, s:b}", "size", (json_int_t)size, "fenced", fenced,
+                            "addr", addr, "held", held);
     return r;
 }
 

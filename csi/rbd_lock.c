@@ -61,7 +61,7 @@ static size_t drop_dead(rbd_image_watcher_t *w, size_t nw, const char *dead)
 }
 
 int rbd_lock_claim(rbd_image_t img, const char *name, size_t own, const char *dead,
-                   json_t **ret_fenced, char **ret_own, char **ret_msg)
+                   json_t **ret_fenced, char **ret_own, bool *ret_held, char **ret_msg)
 {
     rbd_image_watcher_t w[WATCHERS_MAX];
     size_t all = WATCHERS_MAX, nw;
@@ -94,6 +94,7 @@ int rbd_lock_claim(rbd_image_t img, const char *name, size_t own, const char *de
                                  "or stop that node: Ceph drops a dead client's watch after "
                                  "osd_client_watch_timeout (docs/rbd.md, node loss)", name, cli,
                                  ad);
+            *ret_held = true;
             r = -EBUSY;
         } else if ((r = rbd_break_lock(img, cli, ck)) < 0 && r != -ENOENT) {
             *ret_msg = xasprintf("cannot fence %s at %s, the dead holder of image %s's lock "
@@ -222,6 +223,7 @@ struct rbd_guard {
     struct loop_timer *timer;
     uint64_t delay_ms;      /* until the next try after a refusal */
     char *refused;          /* why the volume is not served, or NULL */
+    bool taken;             /* refused: another live client holds the lock */
 };
 
 static struct rbd_guard *guard_of(struct csi *c, struct vol *v)
@@ -267,9 +269,15 @@ static void retry(struct rbd_guard *g)
 static void refuse(struct rbd_guard *g, int status, const char *msg)
 {
     free(g->refused);
-    g->refused = xasprintf("not served (its QSD is not restarted; retried within %llu s, or "
-                           "unstage the volume): %s",
-                           (unsigned long long)g->delay_ms / 1000, msg ? msg : strerror(-status));
+    if (g->taken) /* its guest's view of the disk is stale: no automatic retry */
+        g->refused = xasprintf("not served: another node took it over, its QSD is not "
+                               "restarted (unstage the volume here; a NodeStageVolume checks "
+                               "again): %s", msg);
+    else
+        g->refused = xasprintf("not served (its QSD is not restarted; retried within %llu s, or "
+                               "unstage the volume): %s",
+                               (unsigned long long)g->delay_ms / 1000,
+                               msg ? msg : strerror(-status));
     _cleanup_free_ char *q = log_quote(g->refused);
     log_warn("rbd", "restart refused", "volume=%s error=%s", g->id, q);
 }
@@ -321,7 +329,8 @@ static void guard_stopped(struct qsd *q, int status, const char *msg, void *opaq
                  g->id, msg ? msg : strerror(-status));
     if (v)
         v->busy = false;
-    retry(g);
+    if (!g->taken)
+        retry(g);
 }
 
 static void check_done(int status, const char *msg, json_t *result, void *opaque)
@@ -336,6 +345,7 @@ static void check_done(int status, const char *msg, json_t *result, void *opaque
         return;
     v->busy = false;
     rbd_log_fenced(v->id, json_object_get(result, "fenced"));
+    g->taken = status < 0 && json_is_true(json_object_get(result, "held"));
     if (status < 0) {
         refuse(g, status, msg);
         if (g->confirming && v->qsd && !qsd_idle(v->qsd)) {
@@ -344,7 +354,8 @@ static void check_done(int status, const char *msg, json_t *result, void *opaque
                 return;
             v->busy = false;
         }
-        retry(g);
+        if (!g->taken)
+            retry(g);
         return;
     }
     if (g->confirming) {

@@ -27,10 +27,11 @@ struct vol;
  * QSD runs, 1 after); a watch at address dead (our QSD, reaped: provably
  * dead) is not counted, a lock it holds is broken.  0: this node may serve
  * it; *ret_fenced (a new reference, or NULL) lists the dead holders whose
- * lock was broken; with own 1, *ret_own (malloc'd) is our QSD's address.
+ * lock was broken; with own 1, *ret_own (malloc'd) is our QSD's address;
+ * *ret_held is set when the refusal is for a live lock holder.
  * -EBUSY (FAILED_PRECONDITION) with *ret_msg naming the live client. */
 int rbd_lock_claim(rbd_image_t img, const char *name, size_t own, const char *dead,
-                   json_t **ret_fenced, char **ret_own, char **ret_msg);
+                   json_t **ret_fenced, char **ret_own, bool *ret_held, char **ret_msg);
 
 /* On the loop, when the QSD of a first NodeStageVolume of an RBD volume
  * (op->vol, op->rbd) has started: check again in a worker (rbd_confirm_fn)
@@ -44,7 +45,10 @@ void rbd_stage_confirm(struct op *op);
  * check, not counted; dead holders fenced), then the QSD starts, then the
  * check again with its watch; a refusal leaves the volume staged, not
  * served (rbd_guard_refused: its condition), retried after 2 s doubling to
- * 60 s until it is unstaged.  The record is busy while a step runs. */
+ * 60 s until it is unstaged, except when another live client holds the
+ * image's lock (another node took the volume over: the guest's view of the
+ * disk is stale), which only a NodeStageVolume retries.  The record is busy
+ * while a step runs. */
 void rbd_restart(struct csi *c, struct vol *v);
 /* An adopted QSD never checked after its start (a plugin killed before
  * that check): check it now; stopped (and retried as above) if refused. */

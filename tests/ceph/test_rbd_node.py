@@ -213,7 +213,7 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     # b: their QSDs on node-1 are dead; restarting them would give the old
     # VM a new, unfenced client, to which node-2's QSD would hand the lock.
     # The check refuses: no QSD, the condition names node-2's QSD, the
-    # metrics say "refused".
+    # metrics say "refused"; no automatic retry (node-2's QSD holds the lock).
     port = cephlib._free_port()
     n1.start(["--http-endpoint", "127.0.0.1:%d" % port, "--metrics-interval", "1"])
     pb = n1.env.pb
@@ -232,6 +232,7 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
         print("node-1 after its restart, volume %s: %s" % (v, m))
         assert st.volume_condition.abnormal, st
         assert holders2[v]["locker"] in m and holders2[v]["address"] in m, (holders2[v], m)
+        assert "took it over" in m, m  # not retried by itself (its guest's view is stale)
         # A NodeStage retry does not serve it either; it says why.
         try:
             n1.c.NodeStageVolume(n1.stage_req(vid, v, secrets), timeout=csilib.CALL_TIMEOUT)
