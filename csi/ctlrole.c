@@ -1,0 +1,215 @@
+/* ctlrole.c: see ctlrole.h.
+ *
+ * Each handler decodes the request, decides whether it concerns an RBD
+ * volume (by the StorageClass parameters or the "rbd:" id) and then hands
+ * the same bytes to controller.c's handler, which dispatches to rbd.c (and
+ * to the RBD snapshot code) exactly as in the node role.  Local volumes are
+ * node-local: their controller calls belong to the csi-provisioner and
+ * csi-snapshotter of the volume's node (--node-deployment), which the
+ * central sidecars cannot be told to leave alone, so:
+ *
+ *   CreateVolume, DeleteVolume, CreateSnapshot, DeleteSnapshot of a local
+ *   volume: FAILED_PRECONDITION.  A final code: the central provisioner
+ *   neither retries it as "in progress" (UNAVAILABLE, ABORTED, ...) nor
+ *   reschedules (RESOURCE_EXHAUSTED with topology; the controller role
+ *   reports no topology), and DeleteVolume never answers OK for a volume it
+ *   did not delete (the PV would go, the file would stay).
+ *   ControllerExpandVolume of a local volume: OK with
+ *   node_expansion_required and the requested size, nothing done: the
+ *   resizer then leaves the growth to NodeExpandVolume on the volume's node,
+ *   as it does when the node plugin advertises no EXPAND_VOLUME.  So one
+ *   resizer, in the controller Deployment, serves both backends. */
+#include "ctlrole.h"
+#include "csi.pb-c.h"
+#include "qsd/base/log.h"
+#include "rbd.h"
+#include "service.h"
+#include "qsd/base/util.h"
+
+#include <inttypes.h>
+
+#define LOCAL_REFUSED                                                                         \
+    "local volumes are created, deleted and snapshotted by the csi-provisioner and "        \
+    "csi-snapshotter of their node (node plugin, --role node); this is the controller role, " \
+    "which serves backend rbd only"
+
+struct ctlrole {
+    struct csi *csi;
+    const struct grpc_method *inner; /* controller.c's table */
+    size_t n_inner;
+    struct grpc_method methods[6];
+};
+
+static struct ctlrole g_role;
+
+struct csi *ctlrole_csi_new(const struct plugin_config *cfg, struct loop *loop)
+{
+    struct csi *c = xcalloc(1, sizeof(*c));
+    c->cfg = cfg;
+    c->loop = loop;
+    c->kubelet_fd = -1;
+    c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
+    /* Empty: lookups of local records find nothing. */
+    c->store = xcalloc(1, sizeof(*c->store));
+    return c;
+}
+
+/* controller.c's handler of method (below /csi.v1.Controller/). */
+static void forward(struct grpc_call *call, const char *method, const uint8_t *req, size_t len)
+{
+    _cleanup_free_ char *path = xasprintf("/csi.v1.Controller/%s", method);
+    for (size_t i = 0; i < g_role.n_inner; i++)
+        if (streq(g_role.inner[i].path, path)) {
+            g_role.inner[i].handler(call, req, len, g_role.inner[i].opaque);
+            return;
+        }
+    grpc_call_fail(call, GRPC_INTERNAL, "no handler for %s", method);
+}
+
+/* Decode into a message of type d; NULL (call failed) when it does not. */
+#define DECODE(Type, type) (Type *)csi_request_unpack(call, &type##__descriptor, req, len)
+
+static void create_volume(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__CreateVolumeRequest *in =
+        DECODE(Csi__V1__CreateVolumeRequest, csi__v1__create_volume_request);
+    if (!in)
+        return;
+    bool rbd = rbd_selected(in->n_parameters, in->parameters);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    if (rbd)
+        forward(call, "CreateVolume", req, len);
+    else
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "parameters: no backend rbd: " LOCAL_REFUSED);
+}
+
+static void delete_volume(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__DeleteVolumeRequest *in =
+        DECODE(Csi__V1__DeleteVolumeRequest, csi__v1__delete_volume_request);
+    if (!in)
+        return;
+    bool rbd = rbd_is_id(in->volume_id);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    if (rbd)
+        forward(call, "DeleteVolume", req, len);
+    else
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "volume_id is no RBD volume: " LOCAL_REFUSED);
+}
+
+static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__ControllerExpandVolumeRequest *in =
+        DECODE(Csi__V1__ControllerExpandVolumeRequest, csi__v1__controller_expand_volume_request);
+    if (!in)
+        return;
+    if (rbd_is_id(in->volume_id)) {
+        protobuf_c_message_free_unpacked(&in->base, NULL);
+        forward(call, "ControllerExpandVolume", req, len);
+        return;
+    }
+    /* A local volume: the node grows it (NodeExpandVolume). */
+    int64_t size = in->capacity_range ? in->capacity_range->required_bytes : 0;
+    if (size <= 0 && in->capacity_range)
+        size = in->capacity_range->limit_bytes;
+    if (id_ok(call, "volume_id", in->volume_id)) {
+        if (size <= 0) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                           "capacity_range: required_bytes or limit_bytes must be positive");
+        } else {
+            log_info("controller", "local volume: expansion left to its node",
+                     "volume=%s size=%" PRId64, in->volume_id, size);
+            Csi__V1__ControllerExpandVolumeResponse out =
+                CSI__V1__CONTROLLER_EXPAND_VOLUME_RESPONSE__INIT;
+            out.capacity_bytes = size;
+            out.node_expansion_required = true;
+            grpc_call_reply_pb(call, &out.base);
+        }
+    }
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+}
+
+static void create_snapshot(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__CreateSnapshotRequest *in =
+        DECODE(Csi__V1__CreateSnapshotRequest, csi__v1__create_snapshot_request);
+    if (!in)
+        return;
+    bool rbd = rbd_is_id(in->source_volume_id);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    if (rbd)
+        forward(call, "CreateSnapshot", req, len);
+    else
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "source_volume_id is no RBD volume: " LOCAL_REFUSED);
+}
+
+static void delete_snapshot(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__DeleteSnapshotRequest *in =
+        DECODE(Csi__V1__DeleteSnapshotRequest, csi__v1__delete_snapshot_request);
+    if (!in)
+        return;
+    bool rbd = startswith(in->snapshot_id, RBD_ID_PREFIX);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    if (rbd)
+        forward(call, "DeleteSnapshot", req, len);
+    else
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "snapshot_id is no RBD snapshot: " LOCAL_REFUSED);
+}
+
+/* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it. */
+static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__ControllerGetCapabilitiesRequest *in = DECODE(
+        Csi__V1__ControllerGetCapabilitiesRequest, csi__v1__controller_get_capabilities_request);
+    if (!in)
+        return;
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
+    };
+    Csi__V1__ControllerServiceCapability__RPC rpc[ARRAY_SIZE(types)];
+    Csi__V1__ControllerServiceCapability caps[ARRAY_SIZE(types)], *list[ARRAY_SIZE(types)];
+    for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
+        rpc[i] = (Csi__V1__ControllerServiceCapability__RPC)
+            CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__INIT;
+        rpc[i].type = types[i];
+        caps[i] = (Csi__V1__ControllerServiceCapability)CSI__V1__CONTROLLER_SERVICE_CAPABILITY__INIT;
+        caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
+        caps[i].rpc = &rpc[i];
+        list[i] = &caps[i];
+    }
+    Csi__V1__ControllerGetCapabilitiesResponse out =
+        CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
+    out.n_capabilities = ARRAY_SIZE(types);
+    out.capabilities = list;
+    grpc_call_reply_pb(call, &out.base);
+}
+
+const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
+{
+    struct ctlrole *r = &g_role;
+    r->csi = c;
+    r->inner = controller_methods(c, &r->n_inner);
+    size_t n = 0;
+#define M(path, fn) r->methods[n++] = (struct grpc_method){"/csi.v1.Controller/" path, fn, c, LOG_INFO}
+    M("CreateVolume", create_volume);
+    M("DeleteVolume", delete_volume);
+    M("ControllerExpandVolume", expand_volume);
+    M("ControllerGetCapabilities", get_capabilities);
+    M("CreateSnapshot", create_snapshot);
+    M("DeleteSnapshot", delete_snapshot);
+#undef M
+    *ret_n = n;
+    return r->methods;
+}
