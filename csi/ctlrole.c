@@ -178,22 +178,7 @@ static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t 
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
     };
-    Csi__V1__ControllerServiceCapability__RPC rpc[ARRAY_SIZE(types)];
-    Csi__V1__ControllerServiceCapability caps[ARRAY_SIZE(types)], *list[ARRAY_SIZE(types)];
-    for (size_t i = 0; i < ARRAY_SIZE(types); i++) {
-        rpc[i] = (Csi__V1__ControllerServiceCapability__RPC)
-            CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__INIT;
-        rpc[i].type = types[i];
-        caps[i] = (Csi__V1__ControllerServiceCapability)CSI__V1__CONTROLLER_SERVICE_CAPABILITY__INIT;
-        caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
-        caps[i].rpc = &rpc[i];
-        list[i] = &caps[i];
-    }
-    Csi__V1__ControllerGetCapabilitiesResponse out =
-        CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
-    out.n_capabilities = ARRAY_SIZE(types);
-    out.capabilities = list;
-    grpc_call_reply_pb(call, &out.base);
+    reply_controller_caps(call, types, ARRAY_SIZE(types));
 }
 
 const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)

@@ -210,28 +210,32 @@ def _rules(ns, group, resources, verbs, why):
     return {(ns, group, r, v): why for r in resources for v in verbs}
 
 
+# csi-provisioner v6.4 in both modes.
+_PROVISIONER_RBAC = [
+    _rules(None, "", ["persistentvolumes"],
+           ["get", "list", "watch", "create", "patch", "delete"], "csi-provisioner"),
+    _rules(None, "", ["persistentvolumeclaims"], ["get", "list", "watch", "update"],
+           "csi-provisioner"),
+    _rules(None, "storage.k8s.io", ["storageclasses", "volumeattributesclasses"],
+           ["get", "list", "watch"], "csi-provisioner"),
+    _rules(None, "", ["events"], ["list", "watch", "create", "update", "patch"],
+           "csi-provisioner, csi-resizer, csi-snapshotter"),
+    _rules(None, "snapshot.storage.k8s.io", ["volumesnapshots"],
+           ["get", "list", "watch", "update"],
+           "csi-provisioner (restore; watch/update: snapshot source protection, v6.1.1)"),
+    _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"], ["get", "list"],
+           "csi-provisioner (restore)")]
 SIDECAR_RBAC = {}   # the node DaemonSet's
-for _r in (
-        # csi-provisioner v6.4 (--node-deployment, --enable-capacity, Topology)
-        _rules(None, "", ["persistentvolumes"],
-               ["get", "list", "watch", "create", "patch", "delete"], "csi-provisioner"),
-        _rules(None, "", ["persistentvolumeclaims"], ["get", "list", "watch", "update"],
+for _r in _PROVISIONER_RBAC + [
+        # csi-provisioner v6.4 per node (--node-deployment, --enable-capacity, Topology)
+        _rules(None, "storage.k8s.io", ["csinodes"], ["get", "list", "watch"],
                "csi-provisioner"),
-        _rules(None, "storage.k8s.io", ["storageclasses", "volumeattributesclasses", "csinodes"],
-               ["get", "list", "watch"], "csi-provisioner"),
         _rules(None, "", ["nodes"], ["get", "list", "watch"], "csi-provisioner (topology)"),
-        _rules(None, "", ["events"], ["list", "watch", "create", "update", "patch"],
-               "csi-provisioner, csi-resizer, csi-snapshotter"),
-        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshots"],
-               ["get", "list", "watch", "update"],
-               "csi-provisioner (restore; watch/update: snapshot source protection, v6.1.1)"),
-        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"], ["get", "list"],
-               "csi-provisioner (restore)"),
         _rules("ns", "storage.k8s.io", ["csistoragecapacities"],
                ["get", "list", "watch", "create", "update", "patch", "delete"],
                "csi-provisioner (--enable-capacity)"),
         _rules("ns", "", ["pods"], ["get"], "csi-provisioner (--capacity-ownerref-level)"),
-        _rules("ns", "apps", ["daemonsets"], ["get"], "csi-provisioner (--capacity-ownerref-level=1)")):
+        _rules("ns", "apps", ["daemonsets"], ["get"], "csi-provisioner (--capacity-ownerref-level=1)")]:
     SIDECAR_RBAC.update({k: SIDECAR_RBAC.get(k, v) for k, v in _r.items()})
 # csi-snapshotter v8.7, both modes (no group snapshots: the plugin has no
 # group controller).
@@ -247,22 +251,9 @@ _SNAPSHOTTER_RBAC = [
 for _r in _SNAPSHOTTER_RBAC:
     SIDECAR_RBAC.update({k: SIDECAR_RBAC.get(k, v) for k, v in _r.items()})
 CONTROLLER_RBAC = {}  # the controller Deployment's
-for _r in [
-        # csi-provisioner v6.4, central: no capacity, no topology (the
-        # controller role reports none: no Nodes, no CSINodes)
-        _rules(None, "", ["persistentvolumes"],
-               ["get", "list", "watch", "create", "patch", "delete"], "csi-provisioner"),
-        _rules(None, "", ["persistentvolumeclaims"], ["get", "list", "watch", "update"],
-               "csi-provisioner"),
-        _rules(None, "storage.k8s.io", ["storageclasses", "volumeattributesclasses"],
-               ["get", "list", "watch"], "csi-provisioner"),
-        _rules(None, "", ["events"], ["list", "watch", "create", "update", "patch"],
-               "csi-provisioner, csi-resizer, csi-snapshotter"),
-        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshots"],
-               ["get", "list", "watch", "update"],
-               "csi-provisioner (restore; watch/update: snapshot source protection, v6.1.1)"),
-        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"], ["get", "list"],
-               "csi-provisioner (restore)"),
+# csi-provisioner central: no capacity, no topology (the controller role
+# reports none: no Nodes, no CSINodes).
+for _r in _PROVISIONER_RBAC + [
         _rules(None, "", ["secrets"], ["get"],
                "csi-provisioner, csi-resizer, csi-snapshotter (the classes' *-secret-name)"),
         # csi-resizer v2.3 (--handle-volume-inuse-error=false: no pods)
