@@ -99,6 +99,17 @@ static void delete_volume(struct grpc_call *call, const uint8_t *req, size_t len
         grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "volume_id is no RBD volume: " LOCAL_REFUSED);
 }
 
+/* A local volume id: NAME or NAME@NODE (service.h csi_id_out), whichever
+ * node: the controller has none. */
+static bool local_id_ok(struct grpc_call *call, const char *id)
+{
+    _cleanup_free_ char *name = xstrdup(id ? id : "");
+    char *at = strchr(name, '@');
+    if (at)
+        *at++ = '\0';
+    return id_ok(call, "volume_id", name) && (!at || id_ok(call, "volume_id's node", at));
+}
+
 static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
 {
     (void)opaque;
@@ -115,7 +126,7 @@ static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len
     int64_t size = in->capacity_range ? in->capacity_range->required_bytes : 0;
     if (size <= 0 && in->capacity_range)
         size = in->capacity_range->limit_bytes;
-    if (id_ok(call, "volume_id", in->volume_id)) {
+    if (local_id_ok(call, in->volume_id)) {
         if (size <= 0) {
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
                            "capacity_range: required_bytes or limit_bytes must be positive");

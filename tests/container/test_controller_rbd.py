@@ -7,7 +7,9 @@ the container on the host network to reach it):
   - the container is unprivileged: user 65532, no capabilities (CapEff 0),
     no_new_privs, read-only root filesystem without tmpfs, no device of the
     host (no block device in its /dev), only the socket directory and the
-    cluster file mounted; it becomes ready (Probe) like that;
+    cluster file mounted, no seccomp filter (as the manifest: podman's
+    default profile refuses io_uring, the plugin's event loop); it becomes
+    ready (Probe) like that;
   - Identity: no VOLUME_ACCESSIBILITY_CONSTRAINTS, CONTROLLER_SERVICE and
     online expansion; ControllerGetCapabilities: create/delete volume,
     expand, create/delete snapshot; the Node service is not served;
@@ -74,7 +76,8 @@ def deployment_plugin():
     if spec.get("securityContext", {}).get("runAsUser") != UID:
         problems.append("runAsUser is not %d" % UID)
     if sc.get("privileged") or not sc.get("readOnlyRootFilesystem") or \
-            sc.get("capabilities", {}).get("drop") != ["ALL"]:
+            sc.get("capabilities", {}).get("drop") != ["ALL"] or \
+            sc.get("seccompProfile", {}).get("type") != "Unconfined":
         problems.append("securityContext %r" % sc)
     if problems:
         raise Failure("%s changed shape, update this test: %s" % (DEPLOYMENT,
@@ -183,6 +186,8 @@ def main():
         podman("run", "-d", "--name", name, "--user", "%d:%d" % (UID, UID),
                "--read-only", "--read-only-tmpfs=false", "--cap-drop=ALL",
                "--security-opt", "no-new-privileges", "--network=host",
+               # The manifest's seccompProfile Unconfined (io_uring).
+               "--security-opt", "seccomp=unconfined",
                *ctrlib.sanitizer_env(),
                "-v", "%s:/csi" % sockdir, "-v", "%s:/etc/qsd-csi/rbd:ro" % rbddir,
                image, *args)

@@ -890,6 +890,10 @@ class Checker:
                 self.err(cw, "drop ALL capabilities")
             if not sc.get("readOnlyRootFilesystem"):
                 self.err(cw, "set readOnlyRootFilesystem: true (it writes nothing)")
+            if c is not plugin and (sc.get("seccompProfile") or {}).get("type") not in \
+                    (None, "RuntimeDefault"):
+                self.err(cw, "seccomp %s: only the plugin (io_uring) may leave RuntimeDefault"
+                         % sc["seccompProfile"].get("type"))
         endpoint = flags.get("endpoint") or "unix:///run/qsd-csi/csi.sock"
         sock = re.sub(r"^unix:(//)?", "", endpoint)
         mv = self.mount_of(plugin, spec, sock)
@@ -1462,6 +1466,11 @@ def self_check(root, make_checker, with_launcher):
             spec["volumes"].append({"name": "dev", "hostPath": {"path": "/dev"}})
             spec["containers"][0]["volumeMounts"].append({"name": "dev", "mountPath": "/dev"})
 
+    def _ctl_unconfined_sidecar(d):
+        for c in _containers(d):
+            if c["name"] == "csi-provisioner" and d.get("kind") == "Deployment":
+                c["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+
     def _rbd_class(fn):
         def mutate(d):
             if d.get("kind") == "StorageClass" and d["parameters"].get("backend") == "rbd":
@@ -1540,6 +1549,8 @@ def self_check(root, make_checker, with_launcher):
         ("controller plugin privileged", "privileged or added capabilities", ctl,
          _ctl_privileged),
         ("controller with the host's /dev", "hostPath volume dev", ctl, _ctl_dev),
+        ("controller sidecar without seccomp", "only the plugin (io_uring)", ctl,
+         _ctl_unconfined_sidecar),
         ("controller plugin in the node role", "needs --role=controller", ctl,
          _edit_args("qsd-csi-plugin", lambda a: [x for x in a if not x.startswith("--role")])),
         ("central provisioner in node mode", "--node-deployment in the controller", ctl,
