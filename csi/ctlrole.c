@@ -54,49 +54,75 @@ struct csi *ctlrole_csi_new(const struct plugin_config *cfg, struct loop *loop)
     return c;
 }
 
-/* controller.c's handler of method (below /csi.v1.Controller/). */
-static void forward(struct grpc_call *call, const char *method, const uint8_t *req, size_t len)
+#define CTL "/csi.v1.Controller/"
+
+/* controller.c's handler of path. */
+static void forward(struct grpc_call *call, const char *path, const uint8_t *req, size_t len)
 {
-    _cleanup_free_ char *path = xasprintf("/csi.v1.Controller/%s", method);
     for (size_t i = 0; i < g_role.n_inner; i++)
         if (streq(g_role.inner[i].path, path)) {
             g_role.inner[i].handler(call, req, len, g_role.inner[i].opaque);
             return;
         }
-    grpc_call_fail(call, GRPC_INTERNAL, "no handler for %s", method);
+    grpc_call_fail(call, GRPC_INTERNAL, "no handler for %s", path);
 }
 
 /* Decode into a message of type d; NULL (call failed) when it does not. */
 #define DECODE(Type, type) (Type *)csi_request_unpack(call, &type##__descriptor, req, len)
 
-static void create_volume(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+/* CreateVolume, DeleteVolume, CreateSnapshot, DeleteSnapshot: passed on for
+ * RBD volumes, refused for local ones. */
+struct route {
+    const char *path;
+    const ProtobufCMessageDescriptor *desc;
+    bool (*is_rbd)(const ProtobufCMessage *m);
+    const char *refusal; /* what is not RBD */
+};
+
+static bool create_rbd(const ProtobufCMessage *m)
 {
-    (void)opaque;
-    Csi__V1__CreateVolumeRequest *in =
-        DECODE(Csi__V1__CreateVolumeRequest, csi__v1__create_volume_request);
-    if (!in)
-        return;
-    bool rbd = rbd_selected(in->n_parameters, in->parameters);
-    protobuf_c_message_free_unpacked(&in->base, NULL);
-    if (rbd)
-        forward(call, "CreateVolume", req, len);
-    else
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "parameters: no backend rbd: " LOCAL_REFUSED);
+    const Csi__V1__CreateVolumeRequest *r = (const Csi__V1__CreateVolumeRequest *)m;
+    return rbd_selected(r->n_parameters, r->parameters);
 }
 
-static void delete_volume(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+static bool delete_rbd(const ProtobufCMessage *m)
 {
-    (void)opaque;
-    Csi__V1__DeleteVolumeRequest *in =
-        DECODE(Csi__V1__DeleteVolumeRequest, csi__v1__delete_volume_request);
+    return rbd_is_id(((const Csi__V1__DeleteVolumeRequest *)m)->volume_id);
+}
+
+static bool snapshot_rbd(const ProtobufCMessage *m)
+{
+    return rbd_is_id(((const Csi__V1__CreateSnapshotRequest *)m)->source_volume_id);
+}
+
+static bool delete_snapshot_rbd(const ProtobufCMessage *m)
+{
+    return startswith(((const Csi__V1__DeleteSnapshotRequest *)m)->snapshot_id, RBD_ID_PREFIX);
+}
+
+static const struct route routes[] = {
+    {CTL "CreateVolume", &csi__v1__create_volume_request__descriptor, create_rbd,
+     "parameters: no backend rbd"},
+    {CTL "DeleteVolume", &csi__v1__delete_volume_request__descriptor, delete_rbd,
+     "volume_id is no RBD volume"},
+    {CTL "CreateSnapshot", &csi__v1__create_snapshot_request__descriptor, snapshot_rbd,
+     "source_volume_id is no RBD volume"},
+    {CTL "DeleteSnapshot", &csi__v1__delete_snapshot_request__descriptor, delete_snapshot_rbd,
+     "snapshot_id is no RBD snapshot"},
+};
+
+static void routed(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    const struct route *rt = opaque;
+    ProtobufCMessage *in = csi_request_unpack(call, rt->desc, req, len);
     if (!in)
         return;
-    bool rbd = rbd_is_id(in->volume_id);
-    protobuf_c_message_free_unpacked(&in->base, NULL);
+    bool rbd = rt->is_rbd(in);
+    protobuf_c_message_free_unpacked(in, NULL);
     if (rbd)
-        forward(call, "DeleteVolume", req, len);
+        forward(call, rt->path, req, len);
     else
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "volume_id is no RBD volume: " LOCAL_REFUSED);
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "%s: " LOCAL_REFUSED, rt->refusal);
 }
 
 /* A local volume id: NAME or NAME@NODE (service.h csi_id_out), whichever
@@ -119,7 +145,7 @@ static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len
         return;
     if (rbd_is_id(in->volume_id)) {
         protobuf_c_message_free_unpacked(&in->base, NULL);
-        forward(call, "ControllerExpandVolume", req, len);
+        forward(call, CTL "ControllerExpandVolume", req, len);
         return;
     }
     /* A local volume: the node grows it (NodeExpandVolume). */
@@ -141,38 +167,6 @@ static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len
         }
     }
     protobuf_c_message_free_unpacked(&in->base, NULL);
-}
-
-static void create_snapshot(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
-{
-    (void)opaque;
-    Csi__V1__CreateSnapshotRequest *in =
-        DECODE(Csi__V1__CreateSnapshotRequest, csi__v1__create_snapshot_request);
-    if (!in)
-        return;
-    bool rbd = rbd_is_id(in->source_volume_id);
-    protobuf_c_message_free_unpacked(&in->base, NULL);
-    if (rbd)
-        forward(call, "CreateSnapshot", req, len);
-    else
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                       "source_volume_id is no RBD volume: " LOCAL_REFUSED);
-}
-
-static void delete_snapshot(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
-{
-    (void)opaque;
-    Csi__V1__DeleteSnapshotRequest *in =
-        DECODE(Csi__V1__DeleteSnapshotRequest, csi__v1__delete_snapshot_request);
-    if (!in)
-        return;
-    bool rbd = startswith(in->snapshot_id, RBD_ID_PREFIX);
-    protobuf_c_message_free_unpacked(&in->base, NULL);
-    if (rbd)
-        forward(call, "DeleteSnapshot", req, len);
-    else
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                       "snapshot_id is no RBD snapshot: " LOCAL_REFUSED);
 }
 
 /* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it. */
@@ -198,13 +192,12 @@ const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
     r->csi = c;
     r->inner = controller_methods(c, &r->n_inner);
     size_t n = 0;
-#define M(path, fn) r->methods[n++] = (struct grpc_method){"/csi.v1.Controller/" path, fn, c, LOG_INFO}
-    M("CreateVolume", create_volume);
-    M("DeleteVolume", delete_volume);
-    M("ControllerExpandVolume", expand_volume);
-    M("ControllerGetCapabilities", get_capabilities);
-    M("CreateSnapshot", create_snapshot);
-    M("DeleteSnapshot", delete_snapshot);
+#define M(path, fn, o) r->methods[n++] = (struct grpc_method){CTL path, fn, o, LOG_INFO}
+    M("ControllerExpandVolume", expand_volume, c);
+    M("ControllerGetCapabilities", get_capabilities, c);
+    for (size_t i = 0; i < ARRAY_SIZE(routes); i++)
+        r->methods[n++] = (struct grpc_method){routes[i].path, routed, (void *)&routes[i],
+                                               LOG_INFO};
 #undef M
     *ret_n = n;
     return r->methods;
