@@ -97,7 +97,7 @@ static bool snapshot_rbd(const ProtobufCMessage *m)
 
 static bool delete_snapshot_rbd(const ProtobufCMessage *m)
 {
-    return startswith(((const Csi__V1__DeleteSnapshotRequest *)m)->snapshot_id, RBD_ID_PREFIX);
+    return rbd_is_snap_id(((const Csi__V1__DeleteSnapshotRequest *)m)->snapshot_id);
 }
 
 static const struct route routes[] = {
@@ -169,7 +169,9 @@ static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len
     protobuf_c_message_free_unpacked(&in->base, NULL);
 }
 
-/* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it. */
+/* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it;
+ * CLONE_VOLUME: csi-provisioner refuses a claim cloned from a claim without
+ * it (RBD clones, rbd_snap.c). */
 static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
 {
     (void)opaque;
@@ -182,6 +184,7 @@ static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t 
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
     };
     reply_controller_caps(call, types, ARRAY_SIZE(types));
 }

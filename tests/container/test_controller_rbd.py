@@ -12,7 +12,7 @@ the container on the host network to reach it):
     ready (Probe) like that;
   - Identity: no VOLUME_ACCESSIBILITY_CONSTRAINTS, CONTROLLER_SERVICE and
     online expansion; ControllerGetCapabilities: create/delete volume,
-    expand, create/delete snapshot; the Node service is not served;
+    expand, create/delete snapshot, clone; the Node service is not served;
   - through its socket (python3-grpcio): CreateVolume of an RBD volume (the
     image exists with that size; the answer has no accessible_topology),
     ControllerExpandVolume (the image grows, node expansion required),
@@ -227,7 +227,8 @@ def main():
         cc = c.ControllerGetCapabilities(pb.ControllerGetCapabilitiesRequest(), timeout=10)
         R = pb.ControllerServiceCapability.RPC
         got = {x.rpc.type for x in cc.capabilities}
-        assert got == {R.CREATE_DELETE_VOLUME, R.EXPAND_VOLUME, R.CREATE_DELETE_SNAPSHOT}, got
+        assert got == {R.CREATE_DELETE_VOLUME, R.EXPAND_VOLUME, R.CREATE_DELETE_SNAPSHOT,
+                       R.CLONE_VOLUME}, got
         expect_code(c.NodeGetInfo, pb.NodeGetInfoRequest(), C.UNIMPLEMENTED, "Node service")
 
         # --- an RBD volume: create, expand, delete

@@ -7,7 +7,7 @@ host, without Ceph, in both builds (the ASan build checks its leaks):
   - Probe is ready while the cluster file is readable, not ready without it;
   - GetPluginCapabilities: no VOLUME_ACCESSIBILITY_CONSTRAINTS;
     ControllerGetCapabilities: create/delete volume, expand, create/delete
-    snapshot; no Node service, no ListVolumes;
+    snapshot, clone; no Node service, no ListVolumes;
   - local volumes: CreateVolume, DeleteVolume, CreateSnapshot,
     DeleteSnapshot FAILED_PRECONDITION; ControllerExpandVolume OK with node
     expansion required (NAME and NAME@NODE ids), bad ids and missing
@@ -65,7 +65,8 @@ def main():
         R = pb.ControllerServiceCapability.RPC
         got = {x.rpc.type for x in c.ControllerGetCapabilities(
             pb.ControllerGetCapabilitiesRequest(), timeout=10).capabilities}
-        assert got == {R.CREATE_DELETE_VOLUME, R.EXPAND_VOLUME, R.CREATE_DELETE_SNAPSHOT}, got
+        assert got == {R.CREATE_DELETE_VOLUME, R.EXPAND_VOLUME, R.CREATE_DELETE_SNAPSHOT,
+                       R.CLONE_VOLUME}, got
         expect_code(c.NodeGetInfo, pb.NodeGetInfoRequest(), C.UNIMPLEMENTED, "NodeGetInfo")
         expect_code(c.ListVolumes, pb.ListVolumesRequest(), C.UNIMPLEMENTED, "ListVolumes")
 
