@@ -16,7 +16,9 @@ the container on the host network to reach it):
   - through its socket (python3-grpcio): CreateVolume of an RBD volume (the
     image exists with that size; the answer has no accessible_topology),
     ControllerExpandVolume (the image grows, node expansion required),
-    DeleteVolume (the image is gone; again: OK);
+    CreateSnapshot (an "rbdsnap:" id, ready), CreateVolume from it,
+    DeleteVolume and DeleteSnapshot (no image left in the namespace; again:
+    OK);
   - local volumes, which the central sidecars see too: CreateVolume,
     DeleteVolume and CreateSnapshot refused with FAILED_PRECONDITION,
     ControllerExpandVolume answered "node expansion required";
@@ -268,10 +270,28 @@ def main():
         assert r.capacity_bytes == 128 * MiB and r.node_expansion_required, r
         log("local volumes: create/delete/snapshot refused, expansion left to the node")
 
+        # --- RBD snapshot and restore (rbd_snap.c behind the controller role)
+        snap = c.CreateSnapshot(pb.CreateSnapshotRequest(
+            name="snap-ctl", source_volume_id=vid, secrets=secrets),
+            timeout=csilib.CALL_TIMEOUT).snapshot
+        assert snap.snapshot_id.startswith("rbdsnap:") and snap.ready_to_use, snap
+        restore = pb.CreateVolumeRequest(
+            name="pvc-ctl-restore", capacity_range=pb.CapacityRange(required_bytes=96 * MiB),
+            volume_capabilities=[mount_cap(pb)], parameters=params, secrets=secrets,
+            volume_content_source=pb.VolumeContentSource(
+                snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id=snap.snapshot_id)))
+        rvol = c.CreateVolume(restore, timeout=csilib.CALL_TIMEOUT).volume
+        assert rvol.volume_id.endswith(":pvc-ctl-restore") and not rvol.accessible_topology, rvol
+        c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=rvol.volume_id, secrets=secrets),
+                       timeout=csilib.CALL_TIMEOUT)
+        c.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id, secrets=secrets),
+                         timeout=csilib.CALL_TIMEOUT)
+        log("RBD snapshot %s taken, restored into a volume, both deleted" % snap.snapshot_id)
+
         c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets),
                        timeout=csilib.CALL_TIMEOUT)
         names = ceph.rbd("ls", "%s/%s" % (ceph.pool, ceph.namespace)).split()
-        assert "pvc-ctl" not in names, names
+        assert names == [], names
         c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets),
                        timeout=csilib.CALL_TIMEOUT)
         log("RBD volume deleted (and again: OK)")
