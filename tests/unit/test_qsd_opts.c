@@ -23,7 +23,7 @@ static void test_defaults_argv(void **state)
     const char *want[] = {
         "qemu-storage-daemon",
         "--blockdev",
-        "{\"aio\":\"native\",\"cache\":{\"direct\":true,\"no-flush\":false},\"discard\":\"unmap\","
+        "{\"aio\":\"io_uring\",\"cache\":{\"direct\":true,\"no-flush\":false},\"discard\":\"unmap\","
         "\"driver\":\"file\",\"filename\":\"/pool/volumes/v1.qcow2\",\"node-name\":\"file0\","
         "\"read-only\":false}",
         "--blockdev",
@@ -132,28 +132,30 @@ static void expect_bad(const char *key, const char *value, const char *in_msg)
     qsd_opts_clear(&o);
 }
 
-/* The I/O engine by default: Linux AIO where it is valid (O_DIRECT),
- * io_uring elsewhere; a value set explicitly wins; the options record holds
- * the engine the QSD runs with. */
+/* The I/O engine by default: Linux AIO where it is valid (O_DIRECT) and
+ * the export does not flush every write, io_uring elsewhere; a value set
+ * explicitly wins; the options record holds the engine the QSD runs with. */
 static void test_default_aio(void **state)
 {
     (void)state;
     static const struct {
-        const char *cache, *aio;
+        const char *format, *cache, *aio;
     } cases[] = {
-        {"none", "native"},       {"directsync", "native"}, {"writeback", "io_uring"},
-        {"writethrough", "io_uring"}, {"unsafe", "io_uring"},
+        {"raw", "none", "native"},           {"raw", "directsync", "io_uring"},
+        {"raw", "writeback", "io_uring"},    {"raw", "writethrough", "io_uring"},
+        {"raw", "unsafe", "io_uring"},       {"qcow2", "none", "io_uring"},
+        {"qcow2", "directsync", "io_uring"}, {"qcow2", "writeback", "io_uring"},
     };
     char *msg = NULL;
     for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
         struct qsd_opts o;
         qsd_opts_init(&o);
-        o.image = xstrdup("/i.raw");
-        o.format = xstrdup("raw");
+        o.image = xstrdup("/i.img");
+        o.format = xstrdup(cases[i].format);
         assert_int_equal(qsd_opts_set(&o, "cache", cases[i].cache, &msg), 0);
         assert_int_equal(qsd_opts_validate(&o, &msg), 0);
         assert_string_equal(qsd_opts_aio(&o), cases[i].aio);
-        json_t *node = qsd_file_node_json(&o, "f", "/i.raw");
+        json_t *node = qsd_file_node_json(&o, "f", "/i.img");
         assert_string_equal(json_string_value(json_object_get(node, "aio")), cases[i].aio);
         json_decref(node);
         json_t *j = qsd_opts_to_json(&o);

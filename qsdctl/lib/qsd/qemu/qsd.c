@@ -207,11 +207,15 @@ bool qsd_opts_direct(const struct qsd_opts *o)
 
 const char *qsd_opts_aio(const struct qsd_opts *o)
 {
-    /* Linux AIO where it is valid (O_DIRECT): measured faster than io_uring
-     * for small writes and as fast for reads (docs/bench/README.md). */
+    /* Linux AIO where it is valid (O_DIRECT) and the export does not flush
+     * every write: there it measured faster than io_uring for small writes
+     * and no slower for reads.  Exports that flush every write (qcow2,
+     * directsync) measured 0.5-0.9x with it: QEMU 10.0 sends each flush as
+     * its own io_submit (IO_CMD_FDSYNC), which the kernel completes from a
+     * workqueue.  Figures: docs/bench/README.md. */
     if (o->aio)
         return o->aio;
-    return qsd_opts_direct(o) ? "native" : "io_uring";
+    return qsd_opts_direct(o) && !qsd_export_writethrough(o) ? "native" : "io_uring";
 }
 
 json_t *qsd_opts_to_json(const struct qsd_opts *o)

@@ -53,7 +53,8 @@ int qsd_opts_validate(const struct qsd_opts *o, char **ret_msg);
 /* Whether the file is opened with O_DIRECT (cache none or directsync). */
 bool qsd_opts_direct(const struct qsd_opts *o);
 /* The I/O engine the file nodes use: the aio option if set, else native
- * (Linux AIO) with O_DIRECT and io_uring without (native needs O_DIRECT).
+ * (Linux AIO; it needs O_DIRECT) for O_DIRECT exports that do not flush
+ * every write (raw with cache none), io_uring for the others (why: qsd.c).
  * The options record (qsd_opts_to_json) holds this resolved value. */
 const char *qsd_opts_aio(const struct qsd_opts *o);
 json_t *qsd_opts_to_json(const struct qsd_opts *o);
