@@ -64,20 +64,33 @@ def writeback(argv):
     return out
 
 
+def pinned(cpus):
+    """The QSD on CPUS only (taskset execs it: same pid; its io_uring and
+    AIO helper threads inherit the mask)."""
+    return lambda argv: ["taskset", "-c", cpus] + argv
+
+
 def main_loop(argv, **props):
     return argv[:1] + ["--object", json.dumps({"qom-type": "main-loop", "id": "ml0", **props})] + argv[1:]
 
 
-# name, image format, StorageClass parameters, client queues, patch of the shipped argv
+# name, image format, StorageClass parameters, client queues, patch of the
+# shipped argv, CPUs of the client (None: unpinned, like the limit)
 CONFIGS = [
-    ("shipped-qcow2", "qcow2", {}, 1, None),
-    ("shipped-raw", "raw", {}, 1, None),
-    ("raw-aio-native", "raw", {"aio": "native"}, 1, None),
-    ("raw-2q", "raw", {"numQueues": "2"}, 2, None),
-    ("raw-batch32", "raw", {}, 1, lambda a: main_loop(a, **{"aio-max-batch": 32})),
-    ("raw-iothread", "raw", {}, 1, lambda a: add_iothread(a)),
-    ("raw-iothread-nopoll", "raw", {}, 1, lambda a: add_iothread(a, **{"poll-max-ns": 0})),
-    ("qcow2-writeback", "qcow2", {}, 1, writeback),
+    ("shipped-qcow2", "qcow2", {}, 1, None, None),
+    ("qcow2-native", "qcow2", {"aio": "native"}, 1, None, None),
+    ("shipped-raw", "raw", {}, 1, None, None),
+    ("raw-io_uring", "raw", {"aio": "io_uring"}, 1, None, None),
+    ("raw-2q", "raw", {"numQueues": "2"}, 2, None, None),
+    ("raw-batch32", "raw", {}, 1, lambda a: main_loop(a, **{"aio-max-batch": 32}), None),
+    ("raw-iothread", "raw", {}, 1, lambda a: add_iothread(a), None),
+    ("raw-iothread-nopoll", "raw", {}, 1, lambda a: add_iothread(a, **{"poll-max-ns": 0}), None),
+    ("qcow2-writeback", "qcow2", {}, 1, writeback, None),
+    # CPU placement of the QSD relative to its client (the VM): both on one
+    # CPU, on different CPUs, the QSD alone pinned; unpinned is shipped-raw.
+    ("raw-pin-same", "raw", {}, 1, pinned("0"), "0"),
+    ("raw-pin-other", "raw", {}, 1, pinned("0"), "1"),
+    ("raw-pin-qsd", "raw", {}, 1, pinned("0"), None),
 ]
 MULTI_CONFIGS = ["shipped-raw", "shipped-qcow2"]
 
@@ -158,9 +171,10 @@ class Bench:
                 v[k] = None
         self.psi.append(v)
 
-    def qsdctl_cmd(self, target, test, queues=1, qsd_pid=None):
-        c = [self.a.qsdctl, "bench", "--json", "--runtime-ms", str(self.a.runtime_ms), "--ramp-ms",
-             str(self.a.ramp_ms), "--tests", test, "--queues", str(queues)]
+    def qsdctl_cmd(self, target, test, queues=1, qsd_pid=None, cpus=None):
+        c = (["taskset", "-c", cpus] if cpus else []) + [
+            self.a.qsdctl, "bench", "--json", "--runtime-ms", str(self.a.runtime_ms), "--ramp-ms",
+            str(self.a.ramp_ms), "--tests", test, "--queues", str(queues)]
         if qsd_pid:
             c += ["--qsd-pid", str(qsd_pid)]
         return c + [target]
@@ -248,7 +262,7 @@ class Bench:
         os.sync()
 
     def single(self, rnd):
-        for name, fmt, params, queues, patch in self.configs:
+        for name, fmt, params, queues, patch, cpus in self.configs:
             image = self.raw[0] if fmt == "raw" else self.qcow2[0]
             sock, pid, argv = self.start_qsd(name, image, params, patch)
             self.argvs[name] = argv
@@ -256,7 +270,7 @@ class Bench:
             for t in TESTS:
                 lim = self.run_many([self.qsdctl_cmd(self.raw[0], t)])[0]
                 self.record("single", "limit@" + name, rnd, t, 1, [lim])
-                res = self.run_many([self.qsdctl_cmd(sock, t, queues, pid)],
+                res = self.run_many([self.qsdctl_cmd(sock, t, queues, pid, cpus)],
                                     count_pid=pid if t.endswith("qd32") else None)[0]
                 self.record("single", name, rnd, t, 1, [res])
             self.stop_qsd(name)
@@ -272,7 +286,7 @@ class Bench:
     def multi(self, rnd):
         by_name = {c[0]: c for c in CONFIGS}
         for name in [c for c in MULTI_CONFIGS if c in by_name and c in self.names]:
-            _, fmt, params, queues, patch = by_name[name]
+            _, fmt, params, queues, patch, _ = by_name[name]
             for n in (1, 2, 4):
                 print("bench: round %d: %d x %s" % (rnd, n, name), file=sys.stderr)
                 imgs = (self.raw if fmt == "raw" else self.qcow2)[:n]

@@ -20,8 +20,9 @@
 #     --quiet             podman build output to a log file, not the terminal
 #
 # Prints, at the end, one line per image:  IMAGE <kind> <name> <id> <seconds>
-# The build stage is kept as PREFIX/qsd-csi-build:TAG (it is the layer cache
-# of the compile step; the one it replaces is removed).
+# The build image is PREFIX/qsd-csi-build:TAG (deploy/images/build/: the
+# compile step, whose binaries both runtime images copy; the one it replaces
+# is removed).
 # Needs root and podman configured for this machine (scripts/setup.sh writes
 # /etc/containers/containers.conf: runc, cgroupfs, explicit ulimits).
 set -euo pipefail
@@ -120,11 +121,11 @@ build() { # KIND NAME
     t0=$(now)
     old_id=$(podman image inspect -f '{{.Id}}' "$name" 2>/dev/null || true)
     log "building $name (base $base${cmake_args:+, CMake: $cmake_args})"
-    local args=(build --layers -f "$dir/Containerfile" --ignorefile "$dir/Containerfile.dockerignore"
-        --build-arg "BASE_IMAGE=$base" --build-arg "CMAKE_ARGS=$cmake_args"
+    local args=(build --layers -f "$dir/Containerfile"
+        --build-arg "BUILD_IMAGE=$stage" --build-arg "BASE_IMAGE=$base"
         --build-arg "RUNTIME_EXTRA_PKGS=$runtime_pkgs" --build-arg "IMAGE_REVISION=$revision"
         --label "org.opencontainers.image.revision=$revision"
-        "${extra[@]}" -t "$name" "$repo_root")
+        "${extra[@]}" -t "$name" "$dir")
     if ((quiet)); then
         logf=$(mktemp "${TMPDIR:-/tmp}/qsd-images-$kind.XXXXXX.log")
         podman "${args[@]}" >"$logf" 2>&1 || { tail -40 "$logf" >&2; echo "build-images.sh: $name failed (log $logf)" >&2; exit 1; }
@@ -142,16 +143,16 @@ build() { # KIND NAME
     id=${id:0:12}
     results+=("IMAGE $kind $name $id $(secs "$t0")")
 }
-# The build stage (the same in both Containerfiles), tagged so that the one
-# built from older sources for this tag can be removed: each one holds a
-# whole build tree (~0.7 GB) that would otherwise pile up as an untagged
-# image on every source change.
+# The build image (deploy/images/build/Containerfile), which both runtime
+# images copy their binaries from; the one built from older sources for
+# this tag is removed: each holds a whole build tree (~0.7 GB) that would
+# otherwise pile up as an untagged image on every source change.
 stage="$prefix/qsd-csi-build:$tag"
 old_stage=$(podman image inspect -f '{{.Id}}' "$stage" 2>/dev/null || true)
 t0=$(now)
 log "build stage $stage"
-stage_args=(build --layers --target build -f "$repo_root/deploy/images/plugin/Containerfile"
-    --ignorefile "$repo_root/deploy/images/plugin/Containerfile.dockerignore"
+stage_args=(build --layers -f "$repo_root/deploy/images/build/Containerfile"
+    --ignorefile "$repo_root/deploy/images/build/Containerfile.dockerignore"
     --build-arg "BASE_IMAGE=$base" --build-arg "CMAKE_ARGS=$cmake_args" "${extra[@]}"
     -t "$stage" "$repo_root")
 if ((quiet)); then

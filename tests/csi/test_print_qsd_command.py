@@ -38,7 +38,7 @@ def main():
     check(ex[0]["addr"]["path"] == "/run/x/exports/pvc-1/vhost.sock", "raw: socket %s" % ex[0])
     check(ex[1]["addr"]["path"] == "/run/x/exports-ro/pvc-1/vhost.sock", "raw: ro socket %s" % ex[1])
     node = json.loads(argv[2])
-    check(node["filename"] == "/pool/volumes/pvc-1.raw" and node["aio"] == "io_uring" and
+    check(node["filename"] == "/pool/volumes/pvc-1.raw" and node["aio"] == "native" and
           node["cache"] == {"direct": True, "no-flush": False}, "raw: file node %s" % node)
 
     # qcow2 with parameters: write-through, the parameters applied.
@@ -49,7 +49,18 @@ def main():
     check([e["writethrough"] for e in ex] == [True, True], "qcow2: writethrough %s" % ex)
     check(ex[0]["num-queues"] == 2, "qcow2: num-queues %s" % ex[0])
     check(json.loads(argv[2])["aio"] == "native", "qcow2: aio %s" % argv[2])
+    r = run(plugin, "/pool/volumes/pvc-2.qcow2")  # write-through: io_uring by default
+    check(r.returncode == 0 and json.loads(json.loads(r.stdout)[2])["aio"] == "io_uring",
+          "qcow2 default: %s %s" % (r.stdout, r.stderr))
     check(json.loads(argv[4])["driver"] == "qcow2", "qcow2: format node %s" % argv[4])
+
+    # Without O_DIRECT Linux AIO is not valid: the default is io_uring there.
+    # (Defaults: raw above, write-back with O_DIRECT: native; qcow2 below.)
+    r = run(plugin, "/pool/volumes/pvc-3.raw", '{"cache": "writeback"}')
+    check(r.returncode == 0, "writeback: exit %d: %s" % (r.returncode, r.stderr))
+    node = json.loads(json.loads(r.stdout)[2])
+    check(node["aio"] == "io_uring" and node["cache"]["direct"] is False,
+          "writeback: file node %s" % node)
 
     # Refusals: exit 2, a message naming what is wrong, nothing on stdout.
     for args, word in ((["/p/v.raw", '{"aio": "bogus"}'], "aio"),

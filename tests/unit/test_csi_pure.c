@@ -43,7 +43,7 @@ static void test_params_defaults(void **state)
     assert_int_equal(p.opts.num_queues, 1);
     assert_int_equal(p.opts.logical_block_size, 512);
     assert_string_equal(p.opts.cache, "none");
-    assert_string_equal(p.opts.aio, "io_uring");
+    assert_null(p.opts.aio); /* the default, resolved by qsd_opts_aio() */
     assert_string_equal(p.opts.discard, "unmap");
     assert_string_equal(p.opts.detect_zeroes, "off");
     assert_null(p.opts.image);

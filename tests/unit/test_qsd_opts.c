@@ -132,6 +132,46 @@ static void expect_bad(const char *key, const char *value, const char *in_msg)
     qsd_opts_clear(&o);
 }
 
+/* The I/O engine by default: Linux AIO where it is valid (O_DIRECT) and
+ * the export does not flush every write, io_uring elsewhere; a value set
+ * explicitly wins; the options record holds the engine the QSD runs with. */
+static void test_default_aio(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *format, *cache, *aio;
+    } cases[] = {
+        {"raw", "none", "native"},           {"raw", "directsync", "io_uring"},
+        {"raw", "writeback", "io_uring"},    {"raw", "writethrough", "io_uring"},
+        {"raw", "unsafe", "io_uring"},       {"qcow2", "none", "io_uring"},
+        {"qcow2", "directsync", "io_uring"}, {"qcow2", "writeback", "io_uring"},
+    };
+    char *msg = NULL;
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        struct qsd_opts o;
+        qsd_opts_init(&o);
+        o.image = xstrdup("/i.img");
+        o.format = xstrdup(cases[i].format);
+        assert_int_equal(qsd_opts_set(&o, "cache", cases[i].cache, &msg), 0);
+        assert_int_equal(qsd_opts_validate(&o, &msg), 0);
+        assert_string_equal(qsd_opts_aio(&o), cases[i].aio);
+        json_t *node = qsd_file_node_json(&o, "f", "/i.img");
+        assert_string_equal(json_string_value(json_object_get(node, "aio")), cases[i].aio);
+        json_decref(node);
+        json_t *j = qsd_opts_to_json(&o);
+        assert_string_equal(json_string_value(json_object_get(j, "aio")), cases[i].aio);
+        json_decref(j);
+        qsd_opts_clear(&o);
+    }
+    struct qsd_opts o;
+    qsd_opts_init(&o);
+    o.image = xstrdup("/i.raw");
+    o.format = xstrdup("raw");
+    assert_int_equal(qsd_opts_set(&o, "aio", "io_uring", &msg), 0);
+    assert_string_equal(qsd_opts_aio(&o), "io_uring"); /* with O_DIRECT too */
+    qsd_opts_clear(&o);
+}
+
 static void test_bad_options(void **state)
 {
     expect_bad("num-queues", "0", "num-queues");
@@ -234,6 +274,7 @@ static void test_rbd(void **state)
     assert_string_equal(conf, "[global]\nmon_host = v2:10.0.0.1:3300,v2:[::1]:6789\n"
                               "client_mount_timeout = 10\n");
     assert_non_null(strstr(argv[4], "\"key-secret\":\"rbd-key0\""));
+    assert_null(strstr(argv[4], "aio")); /* not a file: no I/O engine */
     assert_non_null(strstr(argv[6], "\"driver\":\"raw\""));
     qsd_argv_free(argv);
     qsd_paths_clear(&p);
@@ -275,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_defaults_argv),
         cmocka_unit_test(test_cache_modes_and_readonly),
         cmocka_unit_test(test_export_writethrough),
+        cmocka_unit_test(test_default_aio),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_validate_combinations),
         cmocka_unit_test(test_json_roundtrip),

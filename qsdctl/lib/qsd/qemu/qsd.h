@@ -35,7 +35,7 @@ struct qsd_opts {
     unsigned logical_block_size; /* 512 | 4096, default 512 */
     bool read_only;
     char *cache;          /* none (default) | writeback | writethrough | directsync | unsafe */
-    char *aio;            /* io_uring (default) | native | threads */
+    char *aio;            /* io_uring | native | threads; NULL: qsd_opts_aio()'s default */
     char *discard;        /* unmap (default) | ignore */
     char *detect_zeroes;  /* off (default) | on | unmap */
     bool iothread;        /* run the export in its own iothread (default true) */
@@ -50,6 +50,13 @@ void qsd_opts_copy(struct qsd_opts *dst, const struct qsd_opts *src);
  * ("num-queues", "2"); the rbd- options are rbdsrc.h's.  Unknown keys and bad values: -EINVAL with a message. */
 int qsd_opts_set(struct qsd_opts *o, const char *key, const char *value, char **ret_msg);
 int qsd_opts_validate(const struct qsd_opts *o, char **ret_msg);
+/* Whether the file is opened with O_DIRECT (cache none or directsync). */
+bool qsd_opts_direct(const struct qsd_opts *o);
+/* The I/O engine the file nodes use: the aio option if set, else native
+ * (Linux AIO; it needs O_DIRECT) for O_DIRECT exports that do not flush
+ * every write (raw with cache none), io_uring for the others (why: qsd.c).
+ * The options record (qsd_opts_to_json) holds this resolved value. */
+const char *qsd_opts_aio(const struct qsd_opts *o);
 json_t *qsd_opts_to_json(const struct qsd_opts *o);
 int qsd_opts_from_json(json_t *j, struct qsd_opts *ret, char **ret_msg);
 
