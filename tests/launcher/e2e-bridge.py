@@ -264,6 +264,15 @@ class E2E:
                 pass
         print("--- plugin log\n" + self.env.log_tail(60))
 
+    def cleanup(self, ok):
+        """Launcher and QEMU, plugin and QSDs stopped by PID, mounts and the
+        root removed; the logs printed when the test failed."""
+        self.stop_launcher()
+        if not ok:
+            self.dump()
+        self.save_cache()
+        self.env.cleanup()
+
     # ------------------------------------------------------------ the VM pod
     def vm_pod(self, root_vid):
         """The VM pod's layout: its bridge (inline volume) and its own PVC
@@ -414,11 +423,11 @@ class E2E:
         print("PASS")
 
 
-def main():
+def main(cls=E2E):
     if len(sys.argv) != 3:
-        print(__doc__)
+        print(sys.modules[cls.__module__].__doc__)
         return 2
-    e = E2E(sys.argv[1], sys.argv[2])
+    e = cls(sys.argv[1], sys.argv[2])
     ok = False
     try:
         e.run()
@@ -429,11 +438,7 @@ def main():
         import traceback
         traceback.print_exc()
     finally:
-        e.stop_launcher()
-        if not ok:
-            e.dump()
-        e.save_cache()
-        e.env.cleanup()
+        e.cleanup(ok)
     return 0 if ok else 1
 
 

@@ -168,17 +168,10 @@ class RbdE2E(bridge.E2E):
         """The key on no command line, in no log, in no file under our root
         but the plugin's private key files (expect_key_files of them)."""
         key = self.ceph.key.encode()
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/cmdline" % d, "rb") as f:
-                    cmd = f.read()
-            except OSError:
-                continue
+        for pid, cmd in csilib.cmdlines():
             if key in cmd:
-                raise Fail("the key is on the command line of pid %s: %s" %
-                           (d, cmd.split(b"\0")[0].decode(errors="replace")))
+                raise Fail("the key is on the command line of pid %d: %s" %
+                           (pid, cmd.split(b"\0")[0].decode(errors="replace")))
         allowed = os.path.join(self.env.run, "ctl")
         found, files = [], 0
         for top, dirs, names in os.walk(self.work):
@@ -207,6 +200,10 @@ class RbdE2E(bridge.E2E):
             if not os.path.getsize(lg):
                 raise Fail("%s is empty: the key check read nothing" % lg)
         return files
+
+    def cleanup(self, ok):
+        super().cleanup(ok)
+        self.ceph.stop()
 
     # ------------------------------------------------------------ the test
     def run(self):
@@ -342,29 +339,5 @@ class RbdE2E(bridge.E2E):
         print("PASS")
 
 
-def main():
-    if len(sys.argv) != 3:
-        print(__doc__)
-        return 2
-    e = RbdE2E(sys.argv[1], sys.argv[2])
-    ok = False
-    try:
-        e.run()
-        ok = True
-    except SystemExit:
-        raise
-    except Exception:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-    finally:
-        e.stop_launcher()
-        if not ok:
-            e.dump()
-        e.save_cache()
-        e.env.cleanup()     # plugin, QSDs (by PID), mounts, the root
-        e.ceph.stop()
-    return 0 if ok else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bridge.main(RbdE2E))
