@@ -8,8 +8,8 @@
  * copies, offline resize, snapshots) runs in a worker process (worker.h) so
  * the loop never blocks; records are written with phase "creating" before
  * and "ready" after, so a crash leaves nothing half-created (service.c).
- * Volumes of backend rbd (StorageClass parameter, or an "rbd:" id) are
- * handed to rbd.c. */
+ * Volumes of backend rbd (StorageClass parameter, or an "rbd:" id) and
+ * their snapshots ("rbdsnap:" ids) are handed to rbd.c and rbd_snap.c. */
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
 #include "imageclass.h"
@@ -417,6 +417,14 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_content_source has no type");
             goto out;
         }
+        if (rbd_is_id(sid) || rbd_is_snap_id(sid)) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                           "volume_content_source.%s: %s is an RBD %s: it is the source of RBD "
+                           "volumes only (StorageClass parameter backend: rbd)",
+                           streq(st, "snapshot") ? "snapshot.snapshot_id" : "volume.volume_id",
+                           sid, st);
+            goto out;
+        }
         if (!source_here(c, call, st, sid))
             goto out;
     }
@@ -717,6 +725,11 @@ static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVol
 
 static void get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapacityRequest *in)
 {
+    if (rbd_selected(in->n_parameters,
+                     (Csi__V1__CreateVolumeRequest__ParametersEntry **)in->parameters)) {
+        rbd_get_capacity(call, in);
+        return;
+    }
     /* Same entry layout as CreateVolume's parameters (key, value). */
     json_t *params = params_json(in->n_parameters,
                                  (Csi__V1__CreateVolumeRequest__ParametersEntry **)in->parameters);
@@ -911,6 +924,10 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
                             Csi__V1__CreateSnapshotRequest *in)
 {
     const char *why;
+    if (rbd_is_id(in->source_volume_id)) {
+        rbd_create_snapshot(c, call, in);
+        return;
+    }
     if (!in->name || !*in->name) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "name is missing");
         return;
@@ -1003,6 +1020,10 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in)
 {
     Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
+    if (rbd_is_snap_id(in->snapshot_id)) {
+        rbd_delete_snapshot(c, call, in);
+        return;
+    }
     if (!csi_id_ok(c, call, "snapshot_id", in->snapshot_id))
         return;
     struct snap *sn = store_find_snap(c->store, in->snapshot_id);
@@ -1039,6 +1060,10 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
 static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in)
 {
     const char *after;
+    if (rbd_is_snap_id(in->snapshot_id) || rbd_is_id(in->source_volume_id)) {
+        rbd_list_snapshots(c, call, in); /* needs secrets; unfiltered lists are local */
+        return;
+    }
     if (in->max_entries < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
         return;

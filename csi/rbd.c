@@ -10,6 +10,7 @@
  * NodeStageVolume's worker only checks (rbd_stage); the node's record, the
  * key file and the QSD (rbd_export_opts) are made on the loop after it. */
 #include "rbd.h"
+#include "rbd_int.h"
 #include "params.h"
 #include "service.h"
 #include "qsd/base/log.h"
@@ -26,23 +27,7 @@
 
 #define RBD_CONNECT_S "10"            /* client_mount_timeout, rados_mon_op_timeout */
 #define RBD_OP_S "30"                 /* rados_osd_op_timeout */
-#define RBD_WORKER_MS (60ull * 1000)  /* the whole operation */
 #define RBD_CLUSTERS_MAX (64 * 1024)  /* the cluster file */
-#define RBD_META_KEY "qsd-csi.volume" /* image metadata: the volume name (ours) */
-#define RBD_FEATURES (RBD_FEATURE_LAYERING | RBD_FEATURE_EXCLUSIVE_LOCK | RBD_FEATURE_OBJECT_MAP | \
-                      RBD_FEATURE_FAST_DIFF | RBD_FEATURE_DEEP_FLATTEN)
-#define K8S_PREFIX "csi.storage.k8s.io/"
-
-struct rbd_req {
-    struct rbd_loc loc;
-    struct rbd_cred cred;
-    const char *clusters; /* the cluster file (plugin configuration) */
-    int64_t required, limit;
-    char *name;           /* NodeStage: the record's name, staging path, group, mode */
-    char *path;
-    int gid;
-    bool ro;
-};
 
 /* ------------------------------------------------------------ pure parts */
 
@@ -311,6 +296,7 @@ void rbd_req_free(struct rbd_req *q)
     if (!q)
         return;
     rbd_loc_clear(&q->loc);
+    rbd_loc_clear(&q->src);
     rbd_cred_clear(&q->cred);
     free(q->name);
     free(q->path);
@@ -321,7 +307,7 @@ void rbd_req_free(struct rbd_req *q)
 
 /* errno of the worker -> gRPC code.  EKEYREJECTED: cephx refused the user
  * or key; EACCES/EPERM: the user may not do this. */
-static enum grpc_code rbd_code(int status)
+enum grpc_code rbd_code(int status)
 {
     switch (-status) {
     case EINVAL: return GRPC_INVALID_ARGUMENT;
@@ -342,15 +328,7 @@ static enum grpc_code rbd_code(int status)
     }
 }
 
-struct conn {
-    rados_t cluster;
-    rados_ioctx_t io;
-    int saved_stderr; /* librados prints some errors to stderr whatever its
-                         settings: the plugin's log is logfmt, so they go to
-                         /dev/null while connected (-1: not redirected) */
-};
-
-static void conn_close(struct conn *k)
+void conn_close(struct conn *k)
 {
     if (k->io)
         rados_ioctx_destroy(k->io);
@@ -389,7 +367,7 @@ static char *mon_host(const char *mons)
 
 /* Connect as the request's user and open its pool and namespace.  A pool
  * that does not exist is -ENOENT (the caller words it). */
-static int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
+int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
 {
     _cleanup_free_ char *mons = NULL, *host = NULL;
     k->saved_stderr = -1;
@@ -443,7 +421,7 @@ static int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
 }
 
 /* Whether image holds our mark; its size. */
-static int image_ours(rbd_image_t img, const char *name, uint64_t *ret_size)
+int image_ours(rbd_image_t img, const char *name, uint64_t *ret_size)
 {
     char val[NAME_MAX_LEN + 1];
     size_t vl = sizeof(val);
@@ -567,11 +545,8 @@ static int delete_fn(void *arg, char **ret_msg, json_t **ret_result)
         }
     }
     rbd_close(img);
-    if (r == 0 && (r = rbd_remove(k.io, name)) < 0 && r != -ENOENT)
-        *ret_msg = xasprintf("cannot remove image %s: %s%s", name, strerror(-r),
-                             r == -ENOTEMPTY ? " (it has snapshots)"
-                             : r == -EBUSY   ? " (a client opened it meanwhile)"
-                                             : "");
+    if (r == 0) /* to the trash while snapshots or clones need it (rbd_snap.c) */
+        r = rbd_image_remove(k.io, name, ret_msg);
     conn_close(&k);
     return r == -ENOENT ? 0 : r;
 }
@@ -579,8 +554,8 @@ static int delete_fn(void *arg, char **ret_msg, json_t **ret_result)
 /* Connect and open the image of q, a volume of ours, and read its size.
  * -ENODEV (NOT_FOUND): no such pool or image, or not ours.  On success k
  * and *img are open. */
-static int open_volume(const struct rbd_req *q, struct conn *k, rbd_image_t *img,
-                       uint64_t *ret_size, char **ret_msg)
+int open_volume(const struct rbd_req *q, struct conn *k, rbd_image_t *img, uint64_t *ret_size,
+                char **ret_msg)
 {
     const char *name = q->loc.image;
     int r = conn_open(q, k, ret_msg);
@@ -635,7 +610,7 @@ static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
 
 /* ------------------------------------------------------------ loop side */
 
-static void create_done(int status, const char *msg, json_t *result, void *opaque)
+void rbd_create_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
     op->worker = NULL;
@@ -658,8 +633,8 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
     op_end(op);
 }
 
-static void start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_t size,
-                  worker_fn fn, worker_done done)
+void rbd_start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_t size,
+               worker_fn fn, worker_done done)
 {
     q->clusters = c->cfg->rbd_clusters;
     struct op *op = op_begin(c, call);
@@ -679,11 +654,6 @@ void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
     }
     if (!caps_ok(call, in->n_volume_capabilities, in->volume_capabilities))
         return;
-    if (in->volume_content_source) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "volume_content_source: backend rbd does not restore or clone yet");
-        return;
-    }
     struct rbd_req *q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
     uint64_t size;
@@ -702,7 +672,10 @@ void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
         rbd_req_free(q);
         return;
     }
-    start(c, call, q, size, create_fn, create_done);
+    if (in->volume_content_source)
+        rbd_clone_volume(c, call, in, q); /* rbd_snap.c */
+    else
+        rbd_start(c, call, q, size, create_fn, rbd_create_done);
 }
 
 static void delete_done(int status, const char *msg, json_t *result, void *opaque)
@@ -734,7 +707,7 @@ void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVol
         rbd_req_free(q);
         return;
     }
-    start(c, call, q, 0, delete_fn, delete_done);
+    rbd_start(c, call, q, 0, delete_fn, delete_done);
 }
 
 static void expand_done(int status, const char *msg, json_t *result, void *opaque)
@@ -786,7 +759,26 @@ void rbd_expand_volume(struct csi *c, struct grpc_call *call,
         rbd_req_free(q);
         return;
     }
-    start(c, call, q, size, expand_fn, expand_done);
+    rbd_start(c, call, q, size, expand_fn, expand_done);
+}
+
+/* GetCapacity carries no secrets: the plugin cannot ask the cluster.  It
+ * checks the parameters and answers 0 available with no maximum: a
+ * StorageClass of backend rbd is not for capacity tracking (Ceph's quotas
+ * and full ratios apply at CreateVolume). */
+void rbd_get_capacity(struct grpc_call *call, Csi__V1__GetCapacityRequest *in)
+{
+    struct rbd_loc l = {0};
+    _cleanup_free_ char *msg = NULL;
+    if (rbd_params_parse(in->n_parameters,
+                         (Csi__V1__CreateVolumeRequest__ParametersEntry **)in->parameters,
+                         "capacity", &l, &msg) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
+        return;
+    }
+    rbd_loc_clear(&l);
+    Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+    grpc_call_reply_pb(call, &out.base);
 }
 
 /* ------------------------------------------------------------ node side */
@@ -932,5 +924,5 @@ void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRe
     q->path = xstrdup(in->staging_target_path);
     q->gid = gid;
     q->ro = ro;
-    start(c, call, q, 0, stage_fn, stage_done);
+    rbd_start(c, call, q, 0, stage_fn, stage_done);
 }

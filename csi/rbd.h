@@ -7,8 +7,9 @@
  * cluster ids to monitors (--rbd-clusters), the credentials taken from an
  * RPC's secrets (userID, userKey: kept in memory only, wiped after use,
  * never logged), CreateVolume/DeleteVolume/ControllerExpandVolume of
- * RBD images, and the node's record of a staged RBD volume, through
- * librados/librbd's C API in a worker process (worker.h), each bounded. */
+ * RBD images, GetCapacity for RBD parameters, and the node's record of a staged RBD volume, through
+ * librados/librbd's C API in a worker process (worker.h), each bounded.
+ * Snapshots and clones: rbd_snap.c (declared here too). */
 #pragma once
 
 #include "csi.pb-c.h"
@@ -67,6 +68,17 @@ void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
 void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in);
 void rbd_expand_volume(struct csi *c, struct grpc_call *call,
                        Csi__V1__ControllerExpandVolumeRequest *in);
+/* GetCapacity with backend: rbd parameters (no secrets: the cluster is not
+ * asked; docs/rbd.md). */
+void rbd_get_capacity(struct grpc_call *call, Csi__V1__GetCapacityRequest *in);
+
+/* Snapshots (rbd_snap.c): ids "rbdsnap:<clusterID>:<pool>:<namespace>:<name>". */
+#define RBD_SNAP_ID_PREFIX "rbdsnap:"
+bool rbd_is_snap_id(const char *id);
+void rbd_create_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__CreateSnapshotRequest *in);
+void rbd_delete_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__DeleteSnapshotRequest *in);
+/* ListSnapshots filtered by an RBD snapshot id or an RBD source volume id. */
+void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in);
 
 /* NodeStageVolume of an RBD volume (id already a record name) not staged
  * here: in a worker, connect with the node-stage secret and check the image

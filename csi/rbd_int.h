@@ -1,0 +1,62 @@
+/* rbd_int.h: what rbd.c (volumes) and rbd_snap.c (snapshots, clones) share:
+ * the request a worker runs, the worker's connection to the cluster, the
+ * image mark and the loop-side start of a request.  Not for other files. */
+#pragma once
+
+#include "rbd.h"
+#include "qsd/base/worker.h"
+
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+
+#define RBD_WORKER_MS (60ull * 1000)  /* the whole operation */
+#define RBD_META_KEY "qsd-csi.volume" /* image metadata: the volume name (ours) */
+#define RBD_FEATURES (RBD_FEATURE_LAYERING | RBD_FEATURE_EXCLUSIVE_LOCK | RBD_FEATURE_OBJECT_MAP | \
+                      RBD_FEATURE_FAST_DIFF | RBD_FEATURE_DEEP_FLATTEN)
+#define K8S_PREFIX "csi.storage.k8s.io/"
+
+struct rbd_req {
+    struct rbd_loc loc;
+    struct rbd_cred cred;
+    const char *clusters; /* the cluster file (plugin configuration) */
+    int64_t required, limit;
+    char *name;           /* NodeStage: the record's name, staging path, group, mode;
+                             CreateSnapshot: the snapshot's name */
+    char *path;
+    int gid;
+    bool ro;
+    struct rbd_loc src;   /* CreateVolume from a source: the source volume or
+                             snapshot (image = its name) */
+    bool src_snap;        /* the source is a snapshot */
+};
+
+struct conn {
+    rados_t cluster;
+    rados_ioctx_t io;
+    int saved_stderr; /* librados prints some errors to stderr whatever its
+                         settings: the plugin's log is logfmt, so they go to
+                         /dev/null while connected (-1: not redirected) */
+};
+
+/* Worker side (rbd.c). */
+int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg);
+void conn_close(struct conn *k);
+int image_ours(rbd_image_t img, const char *name, uint64_t *ret_size);
+int open_volume(const struct rbd_req *q, struct conn *k, rbd_image_t *img, uint64_t *ret_size,
+                char **ret_msg);
+/* Remove image name (no other client has it open): its snapshots first;
+ * while clones still need them, the image goes to the RBD trash instead,
+ * and leaves it with the last of them (rbd_snap.c). */
+int rbd_image_remove(rados_ioctx_t io, const char *name, char **ret_msg);
+
+/* Loop side (rbd.c). */
+enum grpc_code rbd_code(int status);
+/* Run fn in a worker for call, with q (owned) as op->rbd. */
+void rbd_start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_t size,
+               worker_fn fn, worker_done done);
+/* Replies a CreateVolumeRequest from a {"size": N} result. */
+void rbd_create_done(int status, const char *msg, json_t *result, void *opaque);
+/* CreateVolume with a volume_content_source (rbd_snap.c); q holds the
+ * parsed location, credentials and range. */
+void rbd_clone_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in,
+                      struct rbd_req *q);
