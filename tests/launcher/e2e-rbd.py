@@ -33,11 +33,8 @@ layout and the launcher as in e2e-bridge.py.
   the launcher exits 0; everything unpublished and unstaged; on the host, the
   images hold what the guest wrote (rbd export: root's boot filesystem and
   blocks, data's B and E, the restore's A); every volume deleted, no image
-  left.
+  left, none in the trash.
 
-The snapshot and restore steps need RBD CreateSnapshot / CreateVolume from
-a snapshot in the plugin (RBD_SNAPSHOTS below); without them they are
-skipped with a message (SKIP-STEP) and the rest runs.
 Processes are stopped by PID, mounts and directories removed, the cluster
 stopped, also on failure.
 
@@ -65,8 +62,6 @@ import grpc  # noqa: E402
 MiB = 1 << 20
 T = csilib.CALL_TIMEOUT
 log, Fail = bridge.log, bridge.Fail
-# RBD CreateSnapshot and CreateVolume from a snapshot (issue 16, item 2).
-RBD_SNAPSHOTS = False
 STUB = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 ESP_MIB = 32          # the boot filesystem at the start of root
 CMDLINE = "console=ttyS0 panic=-1 quiet"
@@ -253,17 +248,11 @@ class RbdE2E(bridge.E2E):
         self.wait_console("DATA name=vdb ok", 1, 60)
         log("data hot-plugged (vdb), pattern A written and read back")
 
-        snap = None
-        if RBD_SNAPSHOTS:
-            snap = self.c.CreateSnapshot(self.pb.CreateSnapshotRequest(
-                source_volume_id=data, name="snap-data", secrets=self.secrets),
-                timeout=T).snapshot
-            if not snap.ready_to_use or snap.source_volume_id != data:
-                raise Fail("CreateSnapshot: %s" % snap)
-            log("snapshot of data: %s" % snap.snapshot_id)
-        else:
-            print("SKIP-STEP: snapshot and restore: the plugin has no RBD CreateSnapshot / "
-                  "CreateVolume from a snapshot yet (RBD_SNAPSHOTS)", flush=True)
+        snap = self.c.CreateSnapshot(self.pb.CreateSnapshotRequest(
+            source_volume_id=data, name="snap-data", secrets=self.secrets), timeout=T).snapshot
+        if not snap.ready_to_use or snap.source_volume_id != data:
+            raise Fail("CreateSnapshot: %s" % snap)
+        log("snapshot of data: %s" % snap.snapshot_id)
 
         # Online resize: the controller grows the image, the node's QSD tells
         # the guest (block_resize); the guest writes B and E.
@@ -285,20 +274,18 @@ class RbdE2E(bridge.E2E):
         log("data grown online to 48 MiB, seen by the guest in %.0f ms; B and E written" %
             resize_ms)
 
-        restore = rest_req = rest_pvc = None
-        if snap:
-            restore = self.create("restore", 32 * MiB, source=snap.snapshot_id)
-            self.stage(restore)
-            rest_req, rest_pvc = self.attach_pod(2, restore, "restore", request_first=False)
-            self.wait_console("ADD name=vdc size=%d" % (32 * MiB // 512), 1, 60)
-            self.wait_console("RESTORED name=vdc size=%d ok" % (32 * MiB // 512), 1, 60)
-            log("restore from the snapshot hot-plugged (vdc): pattern A, as at the snapshot")
-        files = self.key_checks(expect_key_files=3 if snap else 2)
+        restore = self.create("restore", 32 * MiB, source=snap.snapshot_id)
+        self.stage(restore)
+        rest_req, rest_pvc = self.attach_pod(2, restore, "restore", request_first=False)
+        self.wait_console("ADD name=vdc size=%d" % (32 * MiB // 512), 1, 60)
+        self.wait_console("RESTORED name=vdc size=%d ok" % (32 * MiB // 512), 1, 60)
+        log("restore from the snapshot hot-plugged (vdc): pattern A, as at the snapshot")
+        files = self.key_checks(expect_key_files=3)
         log("key: on no command line, in none of %d files but the private key files" % files)
 
         # Unplug, power off, unpublish, unstage.
-        plugged = [(data, data_req, data_pvc)] + ([(restore, rest_req, rest_pvc)] if snap else [])
-        for k, (vid, req, pvc) in enumerate(plugged, 1):
+        for k, (vid, req, pvc) in enumerate([(data, data_req, data_pvc),
+                                             (restore, rest_req, rest_pvc)], 1):
             self.unplug(vid, pvc, time.monotonic())
             self.wait_console("DEL name=", k, 30)
             self.unpublish(*req)
@@ -314,19 +301,18 @@ class RbdE2E(bridge.E2E):
         img = self.export("data", 48 * MiB)
         self.expect_blocks("data", img, 0, 8, 101)
         self.expect_blocks("data", img, 47, 1, 238)
-        if snap:
-            self.expect_blocks("restore", self.export("restore", 32 * MiB), 0, 8, 1)
+        self.expect_blocks("restore", self.export("restore", 32 * MiB), 0, 8, 1)
         log("rbd export: the images hold the guest's data")
 
-        for vid in [v for v in (restore, data, root) if v]:
+        for vid in (restore, data, root):
             self.c.DeleteVolume(self.pb.DeleteVolumeRequest(volume_id=vid, secrets=self.secrets),
                                 timeout=T)
-        if snap:
-            self.c.DeleteSnapshot(self.pb.DeleteSnapshotRequest(
-                snapshot_id=snap.snapshot_id, secrets=self.secrets), timeout=T)
-        left = self.ceph.rbd("ls", "%s/%s" % (self.ceph.pool, self.ceph.namespace)).split()
+        self.c.DeleteSnapshot(self.pb.DeleteSnapshotRequest(
+            snapshot_id=snap.snapshot_id, secrets=self.secrets), timeout=T)
+        ns = "%s/%s" % (self.ceph.pool, self.ceph.namespace)
+        left = self.ceph.rbd("ls", ns).split() + self.ceph.rbd("trash", "ls", ns).split()
         if left:
-            raise Fail("images left after DeleteVolume: %s" % left)
+            raise Fail("images left after DeleteVolume / DeleteSnapshot: %s" % left)
         errors = [ln for ln in open(self.llog) if "level=error" in ln]
         if errors:
             raise Fail("launcher errors: %s" % errors)
