@@ -43,46 +43,45 @@ put vda 48 8 201
 echo "ROOT $(verdict $(check vda 48 8 201))"
 
 echo "MONITOR-START"
-: > /tmp/prev
+# Each disk's last seen size in /tmp/size.NAME: new -> ADD, changed -> SIZE,
+# gone -> DEL; vda gone -> BYE (the host's last step).
 n=0 adds=0 data=
 while [ $n -lt 6000 ]; do
-    : > /tmp/cur
     for d in /sys/block/vd*; do
         [ -e "$d" ] || continue
-        echo "$(basename $d) $(cat $d/size 2>/dev/null)" >> /tmp/cur
-    done
-    if ! cmp -s /tmp/prev /tmp/cur; then
-        while read name size; do
-            old=$(grep "^$name " /tmp/prev)
-            if [ -z "$old" ]; then
-                echo "ADD name=$name size=$size"
-                [ "$name" = vda ] && continue
-                adds=$((adds + 1))
-                if [ $adds = 1 ]; then
-                    data=$name
-                    put $name 0 8 1
-                    echo "DATA name=$name $(verdict $(check $name 0 8 1))"
-                elif [ $adds = 2 ]; then
-                    echo "RESTORED name=$name size=$size $(verdict $(check $name 0 8 1))"
-                fi
-            elif [ "$old" != "$name $size" ]; then
-                echo "SIZE name=$name size=$size"
-                if [ "$name" = "$data" ]; then
-                    bad=$(check $name 0 8 1)
-                    put $name 0 8 101
-                    last=$((size / 2048 - 1))
-                    put $name $last 1 238
-                    bad=$((bad + $(check $name 0 8 101) + $(check $name $last 1 238)))
-                    echo "RESIZED name=$name size=$size $(verdict $bad)"
-                fi
+        name=${d##*/}
+        size=$(cat $d/size 2>/dev/null)
+        if [ ! -e /tmp/size.$name ]; then
+            echo $size > /tmp/size.$name
+            echo "ADD name=$name size=$size"
+            [ $name = vda ] && continue
+            adds=$((adds + 1))
+            if [ $adds = 1 ]; then
+                data=$name
+                put $name 0 8 1
+                echo "DATA name=$name $(verdict $(check $name 0 8 1))"
+            elif [ $adds = 2 ]; then
+                echo "RESTORED name=$name size=$size $(verdict $(check $name 0 8 1))"
             fi
-        done < /tmp/cur
-        while read name rest; do
-            grep -q "^$name " /tmp/cur || echo "DEL name=$name"
-        done < /tmp/prev
-        cp /tmp/cur /tmp/prev
-    fi
-    grep -q '^vda ' /tmp/cur || { echo "BYE"; exit 0; }
+        elif [ "$(cat /tmp/size.$name)" != "$size" ]; then
+            echo $size > /tmp/size.$name
+            echo "SIZE name=$name size=$size"
+            if [ $name = "$data" ]; then
+                bad=$(check $name 0 8 1)
+                put $name 0 8 101
+                last=$((size / 2048 - 1))
+                put $name $last 1 238
+                bad=$((bad + $(check $name 0 8 101) + $(check $name $last 1 238)))
+                echo "RESIZED name=$name size=$size $(verdict $bad)"
+            fi
+        fi
+    done
+    for f in /tmp/size.*; do
+        [ -e "$f" ] || continue
+        name=${f#/tmp/size.}
+        [ -e /sys/block/$name ] || { rm -f $f; echo "DEL name=$name"; }
+    done
+    [ -e /sys/block/vda ] || { echo "BYE"; exit 0; }
     sleep 0.1
     n=$((n + 1))
 done
