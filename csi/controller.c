@@ -924,6 +924,13 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
                             Csi__V1__CreateSnapshotRequest *in)
 {
     const char *why;
+    for (size_t i = 0; i < in->n_parameters; i++)
+        if (!startswith(in->parameters[i]->key, K8S_PREFIX)) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                           "unknown parameter '%s' (snapshots take no parameters)",
+                           in->parameters[i]->key);
+            return;
+        }
     if (rbd_is_id(in->source_volume_id)) {
         rbd_create_snapshot(c, call, in);
         return;
@@ -940,13 +947,6 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
     }
     if (!csi_id_ok(c, call, "source_volume_id", in->source_volume_id))
         return;
-    for (size_t i = 0; i < in->n_parameters; i++)
-        if (!startswith(in->parameters[i]->key, K8S_PREFIX)) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                           "unknown parameter '%s' (snapshots take no parameters)",
-                           in->parameters[i]->key);
-            return;
-        }
     struct snap *sn = store_find_snap(c->store, in->name);
     if (sn) {
         if (sn->busy || sn->phase != PHASE_READY)

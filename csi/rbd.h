@@ -7,8 +7,9 @@
  * cluster ids to monitors (--rbd-clusters), the credentials taken from an
  * RPC's secrets (userID, userKey: kept in memory only, wiped after use,
  * never logged), CreateVolume/DeleteVolume/ControllerExpandVolume of
- * RBD images, GetCapacity for RBD parameters, and the node's record of a staged RBD volume, through
- * librados/librbd's C API in a worker process (worker.h), each bounded.
+ * RBD images, GetCapacity for RBD parameters, and the node's record of a
+ * staged RBD volume, through librados/librbd's C API in a worker process
+ * (worker.h), each bounded.
  * Snapshots and clones: rbd_snap.c (declared here too). */
 #pragma once
 

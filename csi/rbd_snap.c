@@ -585,12 +585,16 @@ static int list_fn(void *arg, char **ret_msg, json_t **ret_result)
     }
     if (r < 0)
         return r;
-    rbd_image_spec_t specs[256];
-    size_t n = ARRAY_SIZE(specs);
+    size_t n = 64;
+    _cleanup_free_ rbd_image_spec_t *specs = xcalloc(n, sizeof(*specs));
     _cleanup_free_ char *one = q->name ? xasprintf(SNAP_IMAGE_PREFIX "%s", q->name) : NULL;
-    if (!one && (r = rbd_list2(k.io, specs, &n)) < 0) {
-        *ret_msg = xasprintf("cannot list the images of pool %s: %s", q->loc.pool,
-                             r == -ERANGE ? "more than 256 images" : strerror(-r));
+    /* -ERANGE: n says how many there are (twice at most: new images meanwhile) */
+    for (int i = 0; !one && i < 3 && (r = rbd_list2(k.io, specs, &n)) == -ERANGE; i++) {
+        free(specs);
+        specs = xcalloc(n, sizeof(*specs));
+    }
+    if (!one && r < 0) {
+        *ret_msg = xasprintf("cannot list the images of pool %s: %s", q->loc.pool, strerror(-r));
         conn_close(&k);
         return r;
     }
@@ -618,6 +622,31 @@ static int list_fn(void *arg, char **ret_msg, json_t **ret_result)
 }
 
 /* -------------------------------------------------------------- loop side */
+
+/* Fail the call of op with the worker's error and end op; false when
+ * status is success. */
+static bool failed(struct op *op, int status, const char *msg)
+{
+    op->worker = NULL;
+    if (status >= 0)
+        return false;
+    grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
+    op_end(op);
+    return true;
+}
+
+/* Start fn for q when the checks on the loop passed (r == 0), else fail
+ * call with INVALID_ARGUMENT and msg. */
+static void start_checked(struct csi *c, struct grpc_call *call, struct rbd_req *q, int r,
+                          const char *msg, worker_fn fn, worker_done done)
+{
+    if (r < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
+        rbd_req_free(q);
+        return;
+    }
+    rbd_start(c, call, q, 0, fn, done);
+}
 
 static void flatten_done(int status, const char *msg, json_t *result, void *opaque)
 {
@@ -717,21 +746,16 @@ void rbd_clone_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolu
                         q->src.cluster, q->src.pool, q->src.ns);
         r = -EINVAL;
     }
-    if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
-    if (flatten_running(c, &q->loc, q->loc.image)) {
+    if (r == 0 && flatten_running(c, &q->loc, q->loc.image)) {
         grpc_call_fail(call, GRPC_ABORTED, "volume %s is being flattened; retry", in->name);
         rbd_req_free(q);
         return;
     }
-    rbd_start(c, call, q, 0, clone_fn, clone_done);
+    start_checked(c, call, q, r, msg, clone_fn, clone_done);
 }
 
-static void snapshot_msg(const struct rbd_loc *l, json_t *d,
-                           Csi__V1__Snapshot *s, Google__Protobuf__Timestamp *ts, char **id)
+static void snapshot_msg(const struct rbd_loc *l, json_t *d, Csi__V1__Snapshot *s,
+                         Google__Protobuf__Timestamp *ts, char **id)
 {
     json_int_t size = 0, sec = 0;
     int nsec = 0;
@@ -756,12 +780,8 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
 {
     struct op *op = opaque;
     struct rbd_req *q = op->rbd;
-    op->worker = NULL;
-    if (status < 0) {
-        grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
-        op_end(op);
+    if (failed(op, status, msg))
         return;
-    }
     struct rbd_loc l = q->loc; /* the snapshot's place: its source's */
     l.image = q->name;
     Csi__V1__Snapshot s;
@@ -780,6 +800,7 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
     op_end(op);
 }
 
+/* (controller.c checked the parameters: none but the CO's.) */
 void rbd_create_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__CreateSnapshotRequest *in)
 {
     const char *why;
@@ -790,13 +811,6 @@ void rbd_create_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__CreateS
                        : strchr(in->name, '_') ? "must not contain '_'" : why);
         return;
     }
-    for (size_t i = 0; i < in->n_parameters; i++)
-        if (!startswith(in->parameters[i]->key, K8S_PREFIX)) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                           "unknown parameter '%s' (snapshots take no parameters)",
-                           in->parameters[i]->key);
-            return;
-        }
     struct rbd_req *q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL, *sid = NULL;
     int r = rbd_id_parse(in->source_volume_id, "source_volume_id", &q->loc, &msg);
@@ -809,28 +823,20 @@ void rbd_create_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__CreateS
     if (r == 0)
         r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
                            "snapshotter", &q->cred, &msg);
-    if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
     q->name = xstrdup(in->name);
-    rbd_start(c, call, q, 0, snapshot_fn, snapshot_done);
+    start_checked(c, call, q, r, msg, snapshot_fn, snapshot_done);
 }
 
 static void delete_snapshot_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
     (void)result;
-    op->worker = NULL;
-    if (status < 0) {
-        grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
-    } else {
-        _cleanup_free_ char *id = snap_id_format(&op->rbd->loc, op->rbd->loc.image);
-        log_info("rbd", "snapshot deleted", "snapshot=%s", id);
-        Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
-        grpc_call_reply_pb(op->call, &out.base);
-    }
+    if (failed(op, status, msg))
+        return;
+    _cleanup_free_ char *id = snap_id_format(&op->rbd->loc, op->rbd->loc.image);
+    log_info("rbd", "snapshot deleted", "snapshot=%s", id);
+    Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
+    grpc_call_reply_pb(op->call, &out.base);
     op_end(op);
 }
 
@@ -842,24 +848,15 @@ void rbd_delete_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__DeleteS
     if (r == 0)
         r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
                            "snapshotter", &q->cred, &msg);
-    if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
-    rbd_start(c, call, q, 0, delete_snapshot_fn, delete_snapshot_done);
+    start_checked(c, call, q, r, msg, delete_snapshot_fn, delete_snapshot_done);
 }
 
 static void list_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
     struct rbd_req *q = op->rbd;
-    op->worker = NULL;
-    if (status < 0) {
-        grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
-        op_end(op);
+    if (failed(op, status, msg))
         return;
-    }
     /* Sorted by name; the page after q->path (a token's name), at most
      * q->limit entries (0: all). */
     size_t cap = json_array_size(result), n = 0, i;
@@ -937,12 +934,7 @@ void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnap
     if (r == 0)
         r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
                            "snapshotter-list", &q->cred, &msg);
-    if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
     q->limit = in->max_entries;
     q->path = tok ? xstrdup(tok + strlen(LIST_TOKEN)) : NULL;
-    rbd_start(c, call, q, 0, list_fn, list_done);
+    start_checked(c, call, q, r, msg, list_fn, list_done);
 }

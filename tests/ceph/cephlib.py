@@ -227,3 +227,15 @@ class Cluster:
             self.stop_seconds = time.monotonic() - t0
         if alive:
             raise RuntimeError("Ceph daemons still running after SIGKILL: %s" % alive)
+
+
+def assert_key_hidden(key, log_text):
+    """The cephx key is in no log text and on no process's command line."""
+    assert key not in log_text, "the key is in the plugin's log"
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    assert key.encode() not in f.read(), "key on a command line"
+            except OSError:
+                pass
