@@ -230,11 +230,21 @@ class Env:
         it (our temporary root is unique, so this never matches another's)."""
         found = {}
         needle = ("path=%s/ctl/" % self.run.replace(",", ",,")).encode()
-        for pid, cmd in cmdlines():
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    cmd = f.read()
+                with open("/proc/%s/stat" % d) as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        continue
+            except (OSError, IndexError):
+                continue
             i = cmd.find(needle)
             if i >= 0:
                 rest = cmd[i + len(needle):]
-                found[pid] = rest.split(b"/", 1)[0].decode()
+                found[int(d)] = rest.split(b"/", 1)[0].decode()
         return found
 
     def log_tail(self, n=60):
@@ -281,23 +291,6 @@ class Env:
                 pass
         time.sleep(0.1)
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def cmdlines():
-    """(pid, command line as NUL-separated bytes) of every live process of
-    the machine (zombies left out)."""
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                cmd = f.read()
-            with open("/proc/%s/stat" % d) as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except (OSError, IndexError):
-            continue
-        yield int(d), cmd
 
 
 def local_id(i):
