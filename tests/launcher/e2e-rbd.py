@@ -57,7 +57,6 @@ bridge = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bridge)   # exits 77 itself when QSD_E2E=0
 import cephlib  # noqa: E402
 import csilib  # noqa: E402
-import grpc  # noqa: E402
 
 MiB = 1 << 20
 T = csilib.CALL_TIMEOUT
