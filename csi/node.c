@@ -655,29 +655,26 @@ static bool path_is_vol(const struct vol *v, const char *path)
     return (v->staging_path && streq(v->staging_path, path)) || vol_find_pub(v, path) >= 0;
 }
 
-static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeStatsRequest *in)
+/* The volume id, staged or published at path; NOT_FOUND otherwise. */
+static struct vol *find_at_path_or_fail(struct csi *c, struct grpc_call *call, const char *id,
+                                        const char *path)
 {
-    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
-        return;
-    if (!in->volume_path || !*in->volume_path) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
-        return;
-    }
-    if (bridge_stats(c, call, in->volume_id, in->volume_path))
-        return;
-    struct vol *v = find_or_fail(c, call, in->volume_id);
-    if (!v)
-        return;
-    if (!path_is_vol(v, in->volume_path)) {
+    struct vol *v = find_or_fail(c, call, id);
+    if (v && !path_is_vol(v, path)) {
         grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s is not staged or published at %s", v->id,
-                       in->volume_path);
-        return;
+                       path);
+        return NULL;
     }
-    uint64_t used = 0;
-    struct stat st;
-    /* The data the volume sees: its whole chain of layers, shared ones
-     * included (they are its data too), at most its capacity. */
-    (void)vol_allocated(c, v->id, &used);
+    return v;
+}
+
+/* NodeGetVolumeStats reads the volume's chain of layers (file sizes, qcow2
+ * headers) in a worker: a hung pool disk must not stall the loop. */
+#define STATS_TIMEOUT_MS 10000
+
+static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bool have_used,
+                        uint64_t used)
+{
     uint64_t total = v->image_size;
     used = MIN(used, total);
     Csi__V1__VolumeUsage u = CSI__V1__VOLUME_USAGE__INIT, *ul[1] = {&u};
@@ -687,6 +684,7 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     u.available = (int64_t)(total > used ? total - used : 0);
     Csi__V1__VolumeCondition cond = CSI__V1__VOLUME_CONDITION__INIT;
     struct qsd_paths p;
+    struct stat st;
     qsd_paths_init(c->cfg->run_dir, v->id, &p);
     _cleanup_free_ char *m = NULL;
     const char *hung = volstats_hung_reason(c->vstats, v);
@@ -706,6 +704,10 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     } else if (stat(p.socket, &st) < 0 || !S_ISSOCK(st.st_mode)) {
         cond.abnormal = true;
         m = xasprintf("vhost-user socket %s is missing", p.socket);
+    } else if (!have_used) {
+        cond.abnormal = true;
+        m = xasprintf("the pool did not tell the volume's allocation within %d s (a hung disk?)",
+                      STATS_TIMEOUT_MS / 1000);
     } else if ((m = volstats_pool_problem(c->vstats, v, used))) {
         cond.abnormal = true;
     } else {
@@ -719,6 +721,51 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     out.usage = ul;
     out.volume_condition = &cond;
     grpc_call_reply_pb(call, &out.base);
+}
+
+/* In the worker: the data the volume sees, its whole chain of layers,
+ * shared ones included (they are its data too). */
+static int stats_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    (void)ret_msg;
+    struct op *op = arg;
+    uint64_t used = 0;
+    int r = vol_allocated(op->csi, op->vol_id, &used);
+    *ret_result = json_pack("{s:b, s:I}", "known", r == 0, "allocated", (json_int_t)used);
+    return 0;
+}
+
+static void stats_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    (void)msg;
+    struct op *op = opaque;
+    struct vol *v = find_or_fail(op->csi, op->call, op->vol_id);
+    if (v) {
+        /* A failed read of the chain (a layer gone meanwhile) counts 0 used,
+         * as before; a worker that did not finish makes the volume abnormal. */
+        json_t *a = json_object_get(result, "allocated");
+        stats_reply(op->csi, op->call, v, status == 0,
+                    a ? (uint64_t)json_integer_value(a) : 0);
+    }
+    op_end(op);
+}
+
+static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeStatsRequest *in)
+{
+    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
+        return;
+    if (!in->volume_path || !*in->volume_path) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
+        return;
+    }
+    if (bridge_stats(c, call, in->volume_id, in->volume_path))
+        return;
+    struct vol *v = find_at_path_or_fail(c, call, in->volume_id, in->volume_path);
+    if (!v)
+        return;
+    struct op *op = op_begin(c, call);
+    op->vol_id = xstrdup(v->id); /* not busy: stats run beside any operation */
+    op_worker(op, stats_fn, STATS_TIMEOUT_MS, stats_done);
 }
 
 static void expand_finish(struct op *op, int status, const char *msg)
@@ -855,14 +902,9 @@ static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVol
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
         return;
     }
-    struct vol *v = find_or_fail(c, call, in->volume_id);
+    struct vol *v = find_at_path_or_fail(c, call, in->volume_id, in->volume_path);
     if (!v)
         return;
-    if (!path_is_vol(v, in->volume_path)) {
-        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s is not staged or published at %s", v->id,
-                       in->volume_path);
-        return;
-    }
     if (!not_busy(call, v))
         return;
     uint64_t size = v->size;

@@ -22,8 +22,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <time.h>
 
 #define RECORD_MAX (1u << 20)
+#define RECORDS_EXIT_WAIT_S 10 /* records_free() waits this long for the flusher */
 
 struct pending {
     char *path;            /* DIR/<id>.json */
@@ -231,7 +233,18 @@ void records_free(struct records *r)
     r->stop = true;
     pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    pthread_join(r->thread, NULL); /* after the last batch */
+    /* After the last batch, within a bound: on a hung disk the flusher's
+     * fsync never returns, and the plugin must still exit (its QSDs run on;
+     * the next plugin reads what reached the disk). */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += RECORDS_EXIT_WAIT_S;
+    if (pthread_timedjoin_np(r->thread, NULL, &until) != 0) {
+        log_error("state", "record flusher still busy at exit: not waiting",
+                  "waited_s=%d pending=%zu", RECORDS_EXIT_WAIT_S, r->n_pending);
+        loop_watch_remove(r->watch);
+        return; /* the flusher still uses r: left to the exiting process */
+    }
     loop_watch_remove(r->watch);
     close(r->efd);
     for (size_t i = 0; i < r->n_pending; i++)

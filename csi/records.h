@@ -28,7 +28,8 @@ struct records;
 /* Start the flusher on loop.  A NULL store (tests, tools) is accepted by
  * every function below: changes are then made durable before returning. */
 int records_new(struct loop *l, struct records **ret);
-/* Waits for the changes made so far to be durable, then stops the flusher. */
+/* Waits (at most 10 s: a hung disk must not keep the plugin from exiting)
+ * for the changes made so far to be durable, then stops the flusher. */
 void records_free(struct records *r);
 
 /* Replace DIR/<id>.json with j (taken) written as indented JSON. */

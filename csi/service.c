@@ -46,6 +46,7 @@ void op_end(struct op *op)
     qmp_close(op->qmp);
     free(op->node);
     free(op->image);
+    free(op->vol_id);
     rbd_req_free(op->rbd);
     free(op);
 }

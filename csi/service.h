@@ -62,6 +62,7 @@ struct op {
     bool flag;             /* live (through the QSD) / connection failure seen */
     char *node;            /* the QSD's exported node (NodeExpandVolume) */
     char *image;           /* image class: sha256 of the base it needs (imageclass.h) */
+    char *vol_id;          /* a volume looked up again when done, not held busy (stats) */
     struct rbd_req *rbd;   /* RBD backend: the request, credentials included (rbd.h) */
     bool image_lead;       /* its worker may download the base; others wait for it */
     struct op *next;

@@ -192,6 +192,15 @@ def main():
         c.CreateVolume(create("v2", size=32 * MiB), timeout=T)
         m = expect_code(c.CreateSnapshot, snapshot("s1", vid("v2")), C.ALREADY_EXISTS,
                         "snapshot name used for another source")
+        # An image of a snapshot's name the plugin did not make: neither
+        # answered as a snapshot nor deleted.
+        ceph.rbd("create", "--size", "16M", spec + "csi-snap.foreign")
+        expect_code(c.CreateSnapshot, snapshot("foreign", vid("v2")), C.ALREADY_EXISTS,
+                    "foreign image of the snapshot's name")
+        expect_code(c.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id=sid("foreign"),
+                                                               secrets=S),
+                    C.FAILED_PRECONDITION, "delete a foreign image")
+        ceph.rbd("rm", spec + "csi-snap.foreign")
         m = expect_code(c.CreateSnapshot, snapshot("s_1", v1), C.INVALID_ARGUMENT, "bad name")
         assert "name" in m, m
         m = expect_code(c.CreateSnapshot, pb.CreateSnapshotRequest(

@@ -121,6 +121,16 @@ def expect_code(fn, req, code, what=""):
     raise AssertionError("%s: expected %s, call succeeded" % (what, code))
 
 
+def ctest_register_root(root):
+    """Name a temporary root to tests/strays.py (the ctest/strays fixture),
+    which removes it, and stops what still runs or is mounted under it,
+    should this test be killed before its own cleanup runs."""
+    roots = os.environ.get("QSD_CSI_CTEST_ROOTS")
+    if roots:
+        with open(roots, "a") as f:
+            f.write(root + "\n")
+
+
 class Env:
     """A temporary root: state, pool, run dir, kubelet root, the plugin."""
 
@@ -131,6 +141,7 @@ class Env:
             skip("qemu-storage-daemon or qemu-img missing")
         self.plugin = plugin
         self.root = tempfile.mkdtemp(prefix=prefix)
+        ctest_register_root(self.root)
         self.pb = compile_proto(proto_dir, self.root)
         self.state = os.path.join(self.root, "state")
         self.pool = os.path.join(self.root, "pool")
