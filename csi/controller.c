@@ -796,22 +796,7 @@ static void get_capabilities(struct csi *c, struct grpc_call *call,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME, /* keep last */
     };
-    size_t n = ARRAY_SIZE(types) - (c->cfg->controller_expansion ? 0 : 1);
-    Csi__V1__ControllerServiceCapability__RPC rpc[ARRAY_SIZE(types)];
-    Csi__V1__ControllerServiceCapability caps[ARRAY_SIZE(types)], *list[ARRAY_SIZE(types)];
-    for (size_t i = 0; i < n; i++) {
-        rpc[i] = (Csi__V1__ControllerServiceCapability__RPC)
-            CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__INIT;
-        rpc[i].type = types[i];
-        caps[i] = (Csi__V1__ControllerServiceCapability)CSI__V1__CONTROLLER_SERVICE_CAPABILITY__INIT;
-        caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
-        caps[i].rpc = &rpc[i];
-        list[i] = &caps[i];
-    }
-    Csi__V1__ControllerGetCapabilitiesResponse out = CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
-    out.n_capabilities = n;
-    out.capabilities = list;
-    grpc_call_reply_pb(call, &out.base);
+    reply_controller_caps(call, types, ARRAY_SIZE(types) - (c->cfg->controller_expansion ? 0 : 1));
 }
 
 /* ------------------------------------------------------ CreateSnapshot */

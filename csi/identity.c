@@ -68,6 +68,13 @@ static int check_executable(const char *bin)
 int plugin_check_ready(const struct plugin_config *cfg, const char **ret_reason)
 {
     int r;
+    if (cfg->role == PLUGIN_ROLE_CONTROLLER) {
+        if (!cfg->rbd_clusters || access(cfg->rbd_clusters, R_OK) < 0) {
+            *ret_reason = "RBD cluster file (--rbd-clusters) missing or not readable";
+            return cfg->rbd_clusters ? -errno : -ENOENT;
+        }
+        return 0;
+    }
     if ((r = check_dir(cfg->state_dir)) < 0) {
         *ret_reason = "state directory missing or not writable";
         return r;
@@ -98,9 +105,13 @@ static void get_plugin_info(struct grpc_call *call, const uint8_t *req, size_t l
     grpc_call_reply_pb(call, &out.base);
 }
 
+/* The controller role reports no VOLUME_ACCESSIBILITY_CONSTRAINTS: RBD
+ * volumes are reachable from every node, and without it csi-provisioner
+ * sends no topology and never reschedules a claim on our errors. */
 static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, size_t len,
                                     void *opaque)
 {
+    struct identity *id = opaque;
     ProtobufCMessage *in = csi_request_unpack(call, &csi__v1__get_plugin_capabilities_request__descriptor, req, len);
     if (!in)
         return;
@@ -127,10 +138,10 @@ static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, 
     caps[1].service = &svc[1];
     caps[2].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_VOLUME_EXPANSION;
     caps[2].volume_expansion = &exp;
-    Csi__V1__PluginCapability *list[3] = {&caps[0], &caps[1], &caps[2]};
+    Csi__V1__PluginCapability *list[3] = {&caps[0], &caps[2], &caps[1]};
 
     Csi__V1__GetPluginCapabilitiesResponse out = CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
-    out.n_capabilities = ARRAY_SIZE(list);
+    out.n_capabilities = ARRAY_SIZE(list) - (id->cfg->role == PLUGIN_ROLE_CONTROLLER ? 1 : 0);
     out.capabilities = list;
     grpc_call_reply_pb(call, &out.base);
 }

@@ -1,9 +1,12 @@
 /* main.c: qsd-csi-plugin, the CSI node/controller plugin binary.
  *
- * Parses flags, serves gRPC on a unix socket from one io_uring loop, and on
+ * Parses flags, sets up the role's services (--role node: Identity,
+ * Controller, Node on the node's state; --role controller: Identity and the
+ * RBD Controller, ctlrole.h), serves gRPC on a unix socket from one io_uring loop, and on
  * SIGTERM/SIGINT (read through a signalfd in the loop) shuts down gracefully:
  * GOAWAY, calls in flight finish within a bounded grace period, exit 0. */
 #include "config.h"
+#include "ctlrole.h"
 #include "grpc.h"
 #include "http.h"
 #include "metrics.h"
@@ -46,6 +49,10 @@ static void usage(FILE *f)
     fprintf(f,
             "Usage: qsd-csi-plugin [OPTIONS]\n"
             "CSI plugin serving volumes through qemu-storage-daemon (vhost-user-blk).\n\n"
+            "  --role ROLE           node (default): Identity, Node, and the Controller for\n"
+            "                        the node's local volumes (and RBD ones); controller:\n"
+            "                        Identity and the Controller for RBD volumes only, no\n"
+            "                        node state, no privileges (docs/rbd.md \"Deploying\")\n"
             "  --endpoint URL        gRPC endpoint (default unix:///run/qsd-csi/csi.sock)\n"
             "  --nodeid ID           node id (default: hostname)\n"
             "  --driver-name NAME    CSI driver name (default qsd.csi.qsd-csi.dev); the\n"
@@ -212,7 +219,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
            O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
-           O_PRINT, O_RBDCLUSTERS };
+           O_PRINT, O_RBDCLUSTERS, O_ROLE };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -235,6 +242,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"image-max-size", required_argument, NULL, O_IMGMAX},
         {"image-timeout", required_argument, NULL, O_IMGTIME},
         {"rbd-clusters", required_argument, NULL, O_RBDCLUSTERS},
+        {"role", required_argument, NULL, O_ROLE},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
         {"version", no_argument, NULL, O_VERSION},
@@ -270,6 +278,17 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
                 return 2;
             }
             cfg->rbd_clusters = optarg;
+            break;
+        case O_ROLE:
+            if (streq(optarg, "node")) {
+                cfg->role = PLUGIN_ROLE_NODE;
+            } else if (streq(optarg, "controller")) {
+                cfg->role = PLUGIN_ROLE_CONTROLLER;
+            } else {
+                fprintf(stderr, "qsd-csi-plugin: invalid --role '%s' (node or controller)\n",
+                        optarg);
+                return 2;
+            }
             break;
         case O_POOL: cfg->pool_dir = optarg; break;
         case O_RUN: cfg->run_dir = optarg; break;
@@ -411,6 +430,10 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         fprintf(stderr, "qsd-csi-plugin: --qsd-cpu-weight and --qsd-memory-max need --qsd-cgroup\n");
         return 2;
     }
+    if (cfg->role == PLUGIN_ROLE_CONTROLLER && !cfg->rbd_clusters) {
+        fprintf(stderr, "qsd-csi-plugin: --role controller needs --rbd-clusters\n");
+        return 2;
+    }
     if (strlen(cfg->node_id) > 192) {
         fprintf(stderr, "qsd-csi-plugin: --nodeid longer than 192 bytes\n");
         return 2;
@@ -479,7 +502,8 @@ int main(int argc, char **argv)
     int r = parse_args(argc, argv, &pl.cfg, &hostname);
     if (r >= 0)
         return r;
-    if (kernel_check() < 0)
+    /* The controller role opens, mounts and spawns nothing of the node's. */
+    if (pl.cfg.role == PLUGIN_ROLE_NODE && kernel_check() < 0)
         return 1;
 
     int ret = 1;
@@ -512,7 +536,16 @@ int main(int argc, char **argv)
         log_error("plugin", "method table rejected", "error=\"%s\"", strerror(-r));
         goto out;
     }
-    {
+    if (pl.cfg.role == PLUGIN_ROLE_CONTROLLER) {
+        pl.csi = ctlrole_csi_new(&pl.cfg, pl.loop);
+        m = ctlrole_methods(pl.csi, &n);
+        if ((r = grpc_server_add_methods(pl.srv, m, n)) < 0) {
+            log_error("plugin", "method table rejected", "error=\"%s\"", strerror(-r));
+            goto out;
+        }
+        log_info("plugin", "controller role: RBD volumes only", "clusters=%s",
+                 pl.cfg.rbd_clusters);
+    } else {
         _cleanup_free_ char *msg = NULL;
         if ((r = csi_new(&pl.cfg, pl.loop, &pl.csi, &msg)) < 0) {
             _cleanup_free_ char *q = log_quote(msg);
@@ -530,8 +563,10 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    volstats_new(pl.csi, pl.cfg.metrics_interval_ms, &pl.vstats);
-    pl.csi->vstats = pl.vstats;
+    if (pl.cfg.role == PLUGIN_ROLE_NODE) {
+        volstats_new(pl.csi, pl.cfg.metrics_interval_ms, &pl.vstats);
+        pl.csi->vstats = pl.vstats;
+    }
     metrics_new(pl.csi, &pl.metrics);
     grpc_server_set_observer(pl.srv, metrics_rpc_observe, pl.metrics);
 
@@ -560,8 +595,8 @@ int main(int argc, char **argv)
     }
     pl.sigwatch = loop_watch_fd(pl.loop, pl.sigfd, POLLIN, on_signal, &pl);
 
-    log_info("plugin", "serving", "endpoint=%s http=%s driver=%s node=%s version=%s",
-             pl.cfg.endpoint, pl.cfg.http_endpoint ? pl.cfg.http_endpoint : "none",
+    log_info("plugin", "serving", "role=%s endpoint=%s http=%s driver=%s node=%s version=%s",
+             pl.cfg.role == PLUGIN_ROLE_CONTROLLER ? "controller" : "node", pl.cfg.endpoint, pl.cfg.http_endpoint ? pl.cfg.http_endpoint : "none",
              pl.cfg.driver_name, pl.cfg.node_id, QSD_CSI_VERSION);
     r = loop_run(pl.loop);
     if (r < 0) {

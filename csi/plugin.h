@@ -11,7 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* --role: node (default) serves Identity, Node and the Controller for
+ * local volumes (and RBD ones); controller serves Identity and the
+ * Controller for RBD volumes only, with no node state (ctlrole.h). */
+enum plugin_role { PLUGIN_ROLE_NODE, PLUGIN_ROLE_CONTROLLER };
+
 struct plugin_config {
+    enum plugin_role role;
     const char *endpoint;     /* unix:///run/qsd-csi/csi.sock */
     const char *socket_path;  /* endpoint without the scheme */
     const char *node_id;
@@ -44,8 +50,9 @@ void identity_free(struct identity *id);
 const struct grpc_method *identity_methods(struct identity *id, size_t *ret_n);
 
 /* Readiness: 0 when the plugin can serve, else a negative errno and a static
- * reason.  Checks: state and pool directories exist and are writable, the
- * qemu-storage-daemon binary is executable.  Extend here. */
+ * reason.  Checks, node role: state and pool directories exist and are
+ * writable, the qemu-storage-daemon binary is executable; controller role:
+ * the cluster file (--rbd-clusters) is readable.  Extend here. */
 int plugin_check_ready(const struct plugin_config *cfg, const char **ret_reason);
 
 /* Validate a CSI driver name: 1..63 chars of [A-Za-z0-9.-], alphanumeric at

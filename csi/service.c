@@ -725,3 +725,25 @@ void csi_free(struct csi *c)
     free(c->topo_key);
     free(c);
 }
+
+void reply_controller_caps(struct grpc_call *call,
+                           const Csi__V1__ControllerServiceCapability__RPC__Type *types, size_t n)
+{
+    Csi__V1__ControllerServiceCapability__RPC rpc[16];
+    Csi__V1__ControllerServiceCapability caps[16], *list[16];
+    n = MIN(n, ARRAY_SIZE(rpc));
+    for (size_t i = 0; i < n; i++) {
+        rpc[i] = (Csi__V1__ControllerServiceCapability__RPC)
+            CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__INIT;
+        rpc[i].type = types[i];
+        caps[i] = (Csi__V1__ControllerServiceCapability)CSI__V1__CONTROLLER_SERVICE_CAPABILITY__INIT;
+        caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
+        caps[i].rpc = &rpc[i];
+        list[i] = &caps[i];
+    }
+    Csi__V1__ControllerGetCapabilitiesResponse out =
+        CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
+    out.n_capabilities = n;
+    out.capabilities = list;
+    grpc_call_reply_pb(call, &out.base);
+}

@@ -165,5 +165,8 @@ bool vol_live(const struct vol *v);
  * Records of the volume or ephemeral volume id `except` are not counted. */
 char *csi_path_owner(struct csi *c, const char *path, const char *except);
 
+/* Answer ControllerGetCapabilities with these RPC capabilities (at most 16). */
+void reply_controller_caps(struct grpc_call *call,
+                           const Csi__V1__ControllerServiceCapability__RPC__Type *types, size_t n);
 const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n);
 const struct grpc_method *node_methods(struct csi *c, size_t *ret_n);

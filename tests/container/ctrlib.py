@@ -113,7 +113,8 @@ class Failure(AssertionError):
 DAEMONSET = os.path.join(HERE, "..", "..", "deploy", "kubernetes", "30-node-daemonset.yaml")
 # What the test gives the plugin container for each of the DaemonSet's mounts.
 PLUGIN_MOUNTS = {"/csi", "/var/lib/kubelet/pods", "/var/lib/kubelet/plugins", "/run/qsd-csi",
-                 "/var/lib/qsd-csi/state", "/var/lib/qsd-csi/pool", "/dev", "/sys/fs/cgroup"}
+                 "/var/lib/qsd-csi/state", "/var/lib/qsd-csi/pool", "/dev", "/sys/fs/cgroup",
+                 "/etc/qsd-csi/rbd"}
 
 
 def daemonset_plugin():
@@ -246,6 +247,11 @@ class Stack:
             os.makedirs(d, exist_ok=True)
         for d in ("etc", "volumes", "lroot", "guest", "console"):
             os.makedirs(os.path.join(self.vm, d))
+        # The RBD cluster ConfigMap's directory: an empty cluster list.
+        self.rbd_dir = os.path.join(self.root, "rbd")
+        os.makedirs(self.rbd_dir)
+        with open(os.path.join(self.rbd_dir, "clusters.json"), "w") as f:
+            f.write("[]\n")
         # kubelet's root is a shared mount (kubelet makes it so); so is the
         # run dir, both given to the plugin as Bidirectional (rshared).  /
         # is private on these machines: bind each onto itself first.
@@ -280,6 +286,7 @@ class Stack:
                 *["-v=%s/%s:%s/%s" % (self.data, d, self.data, d) for d in ("state", "pool")],
                 "-v", "/dev:/dev",
                 "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+                "-v", "%s:/etc/qsd-csi/rbd:ro" % self.rbd_dir,
                 image]
         # The manifest's arguments, its host paths mapped to this test's.
         paths = [("/var/lib/kubelet", self.kubelet), ("/run/qsd-csi", self.run),

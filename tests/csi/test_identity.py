@@ -26,7 +26,7 @@ except ImportError:
 
 START_TIMEOUT = 10.0
 CALL_TIMEOUT = 10.0
-EXIT_TIMEOUT = 10.0
+EXIT_TIMEOUT = 20.0
 
 
 def compile_proto(proto_dir, out_dir):
@@ -219,7 +219,9 @@ def main():
         stalled.close()
         assert rc == 0, "exit code %d" % rc
         assert not os.path.exists(sock), "socket left behind"
-        assert 4.0 <= took <= 8.0, "shutdown took %.2fs, want the 5 s grace" % took
+        # At least the grace period; the upper bound only catches a hang (an
+        # ASan build on a loaded machine spends seconds in its exit checks).
+        assert 4.0 <= took <= 15.0, "shutdown took %.2fs, want the 5 s grace" % took
         print("ok SIGTERM -> exit 0 in %.2fs (stalled stream cut at the grace period)" % took)
         proc = None
         for c in chans + [ch]:

@@ -102,6 +102,7 @@ KINDS = {
     "PersistentVolumeClaim": ("v1", True),
     "Pod": ("v1", True),
     "DaemonSet": ("apps/v1", True),
+    "Deployment": ("apps/v1", True),
     "ClusterRole": ("rbac.authorization.k8s.io/v1", False),
     "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", False),
     "Role": ("rbac.authorization.k8s.io/v1", True),
@@ -170,7 +171,8 @@ SIDECAR_RELEASES = {
     "csi-resizer": "v2.3.0",                 # CVE-2026-42508 fixed
     "csi-snapshotter": "v8.7.0",             # v8.6.0 deletion race; v8.7.0 Go CVEs
 }
-# Flags each sidecar must have here (flag -> value, None: any value).
+# Flags each sidecar must have in the node DaemonSet (flag -> value, None:
+# any value).  The resizer is not there: one resizer, in the controller.
 SIDECAR_REQUIRED_FLAGS = {
     "csi-node-driver-registrar": {"csi-address": None, "kubelet-registration-path": None,
                                   "http-endpoint": None},
@@ -179,15 +181,27 @@ SIDECAR_REQUIRED_FLAGS = {
                         "leader-election": "false", "feature-gates": "Topology=true",
                         "strict-topology": "true", "enable-capacity": "true",
                         "capacity-ownerref-level": "1", "http-endpoint": None},
-    # Without it the resizer lists and watches every pod in the cluster
-    # (and its RBAC must allow that), to retry in-use errors the plugin never
-    # returns (it expands on the node).
-    "csi-resizer": {"csi-address": None, "leader-election": "true",
-                    "handle-volume-inuse-error": "false", "http-endpoint": None},
     "csi-snapshotter": {"csi-address": None, "node-deployment": "true",
                         "leader-election": "false", "http-endpoint": None},
 }
-# What the node ServiceAccount may do: the rules each sidecar's own
+# ...and in the controller Deployment: central mode, leader election.
+CONTROLLER_SIDECAR_FLAGS = {
+    "livenessprobe": {"csi-address": None, "http-endpoint": None},
+    "csi-provisioner": {"csi-address": None, "leader-election": "true",
+                        "leader-election-namespace": None, "http-endpoint": None},
+    # Without it the resizer lists and watches every pod in the cluster
+    # (and its RBAC must allow that), to retry in-use errors the plugin never
+    # returns.
+    "csi-resizer": {"csi-address": None, "leader-election": "true",
+                    "leader-election-namespace": None,
+                    "handle-volume-inuse-error": "false", "http-endpoint": None},
+    "csi-snapshotter": {"csi-address": None, "leader-election": "true",
+                        "leader-election-namespace": None, "http-endpoint": None},
+}
+# Flags of the node mode the central sidecars must not have.
+NODE_ONLY_FLAGS = {"node-deployment", "node-deployment-immediate-binding", "enable-capacity",
+                   "capacity-ownerref-level"}
+# What each ServiceAccount may do: the rules each sidecar's own
 # deploy/kubernetes/rbac.yaml asks for at the release above, in the mode it
 # runs in here, as (apiGroup, resource, verb) -> why.  Granted rules must be
 # exactly these (nothing missing, nothing more); a namespace of None is a
@@ -196,28 +210,52 @@ def _rules(ns, group, resources, verbs, why):
     return {(ns, group, r, v): why for r in resources for v in verbs}
 
 
-SIDECAR_RBAC = {}
-for _r in (
-        # csi-provisioner v6.4 (--node-deployment, --enable-capacity, Topology)
-        _rules(None, "", ["persistentvolumes"],
-               ["get", "list", "watch", "create", "patch", "delete"], "csi-provisioner"),
-        _rules(None, "", ["persistentvolumeclaims"], ["get", "list", "watch", "update"],
+# csi-provisioner v6.4 in both modes.
+_PROVISIONER_RBAC = [
+    _rules(None, "", ["persistentvolumes"],
+           ["get", "list", "watch", "create", "patch", "delete"], "csi-provisioner"),
+    _rules(None, "", ["persistentvolumeclaims"], ["get", "list", "watch", "update"],
+           "csi-provisioner"),
+    _rules(None, "storage.k8s.io", ["storageclasses", "volumeattributesclasses"],
+           ["get", "list", "watch"], "csi-provisioner"),
+    _rules(None, "", ["events"], ["list", "watch", "create", "update", "patch"],
+           "csi-provisioner, csi-resizer, csi-snapshotter"),
+    _rules(None, "snapshot.storage.k8s.io", ["volumesnapshots"],
+           ["get", "list", "watch", "update"],
+           "csi-provisioner (restore; watch/update: snapshot source protection, v6.1.1)"),
+    _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"], ["get", "list"],
+           "csi-provisioner (restore)")]
+SIDECAR_RBAC = {}   # the node DaemonSet's
+for _r in _PROVISIONER_RBAC + [
+        # csi-provisioner v6.4 per node (--node-deployment, --enable-capacity, Topology)
+        _rules(None, "storage.k8s.io", ["csinodes"], ["get", "list", "watch"],
                "csi-provisioner"),
-        _rules(None, "storage.k8s.io", ["storageclasses", "volumeattributesclasses", "csinodes"],
-               ["get", "list", "watch"], "csi-provisioner"),
         _rules(None, "", ["nodes"], ["get", "list", "watch"], "csi-provisioner (topology)"),
-        _rules(None, "", ["events"], ["list", "watch", "create", "update", "patch"],
-               "csi-provisioner, csi-resizer, csi-snapshotter"),
-        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshots"],
-               ["get", "list", "watch", "update"],
-               "csi-provisioner (restore; watch/update: snapshot source protection, v6.1.1)"),
-        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"], ["get", "list"],
-               "csi-provisioner (restore)"),
         _rules("ns", "storage.k8s.io", ["csistoragecapacities"],
                ["get", "list", "watch", "create", "update", "patch", "delete"],
                "csi-provisioner (--enable-capacity)"),
         _rules("ns", "", ["pods"], ["get"], "csi-provisioner (--capacity-ownerref-level)"),
-        _rules("ns", "apps", ["daemonsets"], ["get"], "csi-provisioner (--capacity-ownerref-level=1)"),
+        _rules("ns", "apps", ["daemonsets"], ["get"], "csi-provisioner (--capacity-ownerref-level=1)")]:
+    SIDECAR_RBAC.update({k: SIDECAR_RBAC.get(k, v) for k, v in _r.items()})
+# csi-snapshotter v8.7, both modes (no group snapshots: the plugin has no
+# group controller).
+_SNAPSHOTTER_RBAC = [
+    _rules(None, "", ["events"], ["list", "watch", "create", "update", "patch"],
+           "csi-snapshotter"),
+    _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotclasses"],
+           ["get", "list", "watch"], "csi-snapshotter"),
+    _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"],
+           ["get", "list", "watch", "update", "patch"], "csi-snapshotter"),
+    _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents/status"],
+           ["update", "patch"], "csi-snapshotter")]
+for _r in _SNAPSHOTTER_RBAC:
+    SIDECAR_RBAC.update({k: SIDECAR_RBAC.get(k, v) for k, v in _r.items()})
+CONTROLLER_RBAC = {}  # the controller Deployment's
+# csi-provisioner central: no capacity, no topology (the controller role
+# reports none: no Nodes, no CSINodes).
+for _r in _PROVISIONER_RBAC + [
+        _rules(None, "", ["secrets"], ["get"],
+               "csi-provisioner, csi-resizer, csi-snapshotter (the classes' *-secret-name)"),
         # csi-resizer v2.3 (--handle-volume-inuse-error=false: no pods)
         _rules(None, "", ["persistentvolumes"], ["get", "list", "watch", "patch"], "csi-resizer"),
         _rules(None, "", ["persistentvolumeclaims"], ["get", "list", "watch"], "csi-resizer"),
@@ -225,15 +263,15 @@ for _r in (
         _rules(None, "storage.k8s.io", ["volumeattributesclasses"], ["get", "list", "watch"],
                "csi-resizer"),
         _rules("ns", "coordination.k8s.io", ["leases"], ["get", "create", "update"],
-               "csi-resizer (leader election)"),
-        # csi-snapshotter v8.7 (no group snapshots: the plugin has no group controller)
-        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotclasses"],
-               ["get", "list", "watch"], "csi-snapshotter"),
-        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"],
-               ["get", "list", "watch", "update", "patch"], "csi-snapshotter"),
-        _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents/status"],
-               ["update", "patch"], "csi-snapshotter")):
-    SIDECAR_RBAC.update({k: SIDECAR_RBAC.get(k, v) for k, v in _r.items()})
+               "csi-provisioner, csi-resizer, csi-snapshotter (leader election)")] + \
+        _SNAPSHOTTER_RBAC:
+    CONTROLLER_RBAC.update({k: CONTROLLER_RBAC.get(k, v) for k, v in _r.items()})
+WORKLOAD_RBAC = {"DaemonSet": SIDECAR_RBAC, "Deployment": CONTROLLER_RBAC}
+# StorageClass parameters of backend rbd (docs/rbd.md) and the secrets such
+# a class must name (each with -name and -namespace).
+RBD_PARAMS = {"backend", "clusterID", "pool", "radosNamespace"}
+RBD_SECRETS = ("provisioner", "controller-expand", "node-stage")
+RBD_SECRET_KEYS = {"userID", "userKey"}
 # Cluster-scoped kinds kustomize does not know (custom resources): its
 # `namespace:` sets their metadata.namespace, which the API server clears
 # for cluster-scoped objects.
@@ -402,9 +440,16 @@ class Checker:
     def shape_StorageClass(self, where, d):
         if not d.get("provisioner"):
             self.err(where, "no provisioner")
-        if d.get("volumeBindingMode") != "WaitForFirstConsumer":
-            self.err(where, "volumeBindingMode must be WaitForFirstConsumer (node-local volumes)")
         params = d.get("parameters") or {}
+        if params.get("backend") == "rbd":
+            # The controller's provisioner takes Immediate claims; with
+            # WaitForFirstConsumer the node's would create the image too.
+            if d.get("volumeBindingMode") != "Immediate":
+                self.err(where, "volumeBindingMode must be Immediate (RBD volumes: the "
+                         "controller Deployment provisions them, the node provisioners take "
+                         "only WaitForFirstConsumer claims)")
+        elif d.get("volumeBindingMode") != "WaitForFirstConsumer":
+            self.err(where, "volumeBindingMode must be WaitForFirstConsumer (node-local volumes)")
         for k, v in params.items():
             if not isinstance(v, str):
                 self.err(where, "parameter %s: value %r is not a string (quote it)" % (k, v))
@@ -437,6 +482,8 @@ class Checker:
         if not sel or any(labels.get(k) != v for k, v in sel.items()):
             self.err(where, "selector.matchLabels do not match the template's labels")
         self.check_podspec(where, tmpl.get("spec") or {}, d["metadata"]["namespace"])
+
+    shape_Deployment = shape_DaemonSet
 
     def shape_Pod(self, where, d):
         self.check_podspec(where, d.get("spec") or {}, d["metadata"]["namespace"])
@@ -482,7 +529,7 @@ class Checker:
         """(where, podspec, container, owner doc) for every container."""
         out = []
         for f, i, d in self.docs:
-            if d.get("kind") == "DaemonSet":
+            if d.get("kind") in ("DaemonSet", "Deployment"):
                 spec = ((d.get("spec") or {}).get("template") or {}).get("spec") or {}
             elif d.get("kind") == "Pod":
                 spec = d.get("spec") or {}
@@ -620,7 +667,13 @@ class Checker:
         if not plugins:
             self.err("deploy/", "no container runs qsd-csi-plugin")
         for where, spec, c, owner in plugins:
-            self.check_node_pod(where, spec, c, driver)
+            if owner.get("kind") == "Deployment":
+                self.check_controller_pod(where, spec, c, driver)
+            else:
+                self.check_node_pod(where, spec, c, driver)
+        if not any(o.get("kind") == "Deployment" for _, _, _, o in plugins):
+            self.err("deploy/", "no controller Deployment runs qsd-csi-plugin --role=controller "
+                     "(RBD volumes have no node provisioner)")
         for where, spec, c, owner in self.all_containers():
             if self.binary_of(c) == "qsd-vm-launcher":
                 self.check_vm_pod(where, spec, c, owner, driver)
@@ -757,9 +810,15 @@ class Checker:
                     if e not in env:
                         self.err(cw, "--enable-capacity needs the %s env variable" % e)
         for want in ("csi-node-driver-registrar", "livenessprobe", "csi-provisioner",
-                     "csi-resizer", "csi-snapshotter"):
+                     "csi-snapshotter"):
             if want not in seen:
                 self.err(where, "no %s sidecar next to the plugin" % want)
+        if "csi-resizer" in seen:
+            self.err(where, "a csi-resizer in the node DaemonSet: the resizer has no per-node "
+                     "mode; the one resizer of the driver runs in the controller Deployment")
+        if flags.get("role") not in (None, "node"):
+            self.err(where, "--role=%s in the node DaemonSet" % flags.get("role"))
+        self.check_rbd_clusters(where, spec, plugin, flags)
         self.check_sidecars(where, spec)
         self.check_ports(where, spec, plugin, flags)
         for c in spec.get("initContainers") or []:
@@ -767,8 +826,113 @@ class Checker:
                 self.err(where, "privileged init container %s (hostPath type "
                          "DirectoryOrCreate makes directories)" % c.get("name"))
 
-    def check_sidecars(self, where, spec):
+    def check_rbd_clusters(self, where, spec, plugin, flags):
+        """--rbd-clusters: a file of a ConfigMap of deploy/, its directory
+        mounted whole (no subPath: edits reach it)."""
+        path = flags.get("rbd-clusters")
+        if not path:
+            self.err(where, "no --rbd-clusters (the cluster ids of RBD StorageClasses)")
+            return
+        mv = self.mount_of(plugin, spec, path)
+        cm = ((mv[1] or {}).get("configMap") or {}) if mv else {}
+        if not cm.get("name"):
+            self.err(where, "--rbd-clusters %s is not on a ConfigMap volume" % path)
+            return
+        if mv[0].get("subPath"):
+            self.err(where, "--rbd-clusters: subPath mount, a ConfigMap edit would not reach it")
+        doc = self.find("ConfigMap", cm["name"], self.namespace_of(plugin))
+        key = path[len(mv[0]["mountPath"].rstrip("/")) + 1:]
+        data = ((doc or {}).get("data") or {}).get(key)
+        if data is None:
+            self.err(where, "--rbd-clusters %s: no ConfigMap %s with a key %s in deploy/" %
+                     (path, cm["name"], key))
+            return
+        try:
+            ids = {e["clusterID"] for e in json.loads(data)}
+        except (ValueError, KeyError, TypeError) as e:
+            self.err("ConfigMap %s" % cm["name"], "%s is no cluster list: %s" % (key, e))
+            return
+        self.rbd_cluster_ids = ids
+
+    def namespace_of(self, container):
+        for _, _, c, owner in self.all_containers():
+            if c is container:
+                return owner["metadata"].get("namespace")
+        return None
+
+    def check_controller_pod(self, where, spec, plugin, driver):
+        """The controller Deployment: the plugin in its controller role with
+        the central sidecars, nothing privileged, no host path."""
+        flags = self.parse_args(where, plugin)
+        if flags.get("role") != "controller":
+            self.err(where, "the controller Deployment's plugin needs --role=controller")
+        if (flags.get("driver-name") or DRIVER_DEFAULT) != driver:
+            self.err(where, "--driver-name %r != CSIDriver %r" % (flags.get("driver-name"), driver))
+        for k in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(k):
+                self.err(where, "%s: the controller needs nothing of the host" % k)
+        for v in spec.get("volumes") or []:
+            if "hostPath" in v:
+                self.err(where, "hostPath volume %s: the controller needs no node state or /dev"
+                         % v.get("name"))
+        psc = spec.get("securityContext") or {}
+        if not psc.get("runAsNonRoot") or not psc.get("runAsUser"):
+            self.err(where, "the controller pod must run as a non-root user (runAsNonRoot, "
+                     "runAsUser)")
+        for c in spec.get("containers") or []:
+            sc = c.get("securityContext") or {}
+            cw = "%s (container %s)" % (where.rsplit(" container ", 1)[0], c.get("name"))
+            if sc.get("privileged") or (sc.get("capabilities") or {}).get("add"):
+                self.err(cw, "privileged or added capabilities in the controller")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                self.err(cw, "set allowPrivilegeEscalation: false")
+            if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+                self.err(cw, "drop ALL capabilities")
+            if not sc.get("readOnlyRootFilesystem"):
+                self.err(cw, "set readOnlyRootFilesystem: true (it writes nothing)")
+            if c is not plugin and (sc.get("seccompProfile") or {}).get("type") not in \
+                    (None, "RuntimeDefault"):
+                self.err(cw, "seccomp %s: only the plugin (io_uring) may leave RuntimeDefault"
+                         % sc["seccompProfile"].get("type"))
+        endpoint = flags.get("endpoint") or "unix:///run/qsd-csi/csi.sock"
+        sock = re.sub(r"^unix:(//)?", "", endpoint)
+        mv = self.mount_of(plugin, spec, sock)
+        if not mv or not mv[1] or "emptyDir" not in mv[1]:
+            self.err(where, "the CSI socket %s is not on an emptyDir shared with the sidecars"
+                     % sock)
+            return
+        seen = set()
+        for c in spec.get("containers") or []:
+            m = SIDECAR_IMAGE.match(str(c.get("image", "")))
+            if c is plugin or not m:
+                continue
+            name = m.group(1)
+            seen.add(name)
+            cw = "%s (sidecar %s)" % (where.rsplit(" container ", 1)[0], c.get("name"))
+            f = self.parse_args(cw, c)
+            addr = re.sub(r"^unix:(//)?", "", f.get("csi-address") or "")
+            cm = self.mount_of(c, spec, addr) if addr else None
+            if not cm or cm[0].get("name") != mv[0].get("name") or \
+                    addr[len(cm[0]["mountPath"].rstrip("/")):] != \
+                    sock[len(mv[0]["mountPath"].rstrip("/")):]:
+                self.err(cw, "--csi-address %r is not the plugin's socket %s" % (addr, sock))
+            for flag in sorted(NODE_ONLY_FLAGS):
+                if f.get(flag) not in (None, "false"):
+                    self.err(cw, "--%s in the controller: central mode only (node-local "
+                             "volumes are the node sidecars')" % flag)
+            env = {e.get("name") for e in c.get("env") or []}
+            if "$(NAMESPACE)" in str(c.get("args")) and "NAMESPACE" not in env:
+                self.err(cw, "uses $(NAMESPACE) without the NAMESPACE env variable")
+        for want in CONTROLLER_SIDECAR_FLAGS:
+            if want not in seen:
+                self.err(where, "no %s sidecar in the controller" % want)
+        self.check_rbd_clusters(where, spec, plugin, flags)
+        self.check_sidecars(where, spec, CONTROLLER_SIDECAR_FLAGS, privileged=False)
+        self.check_ports(where, spec, plugin, flags)
+
+    def check_sidecars(self, where, spec, required=None, privileged=True):
         """Release, required flags and SELinux-compatible access of each sidecar."""
+        required = SIDECAR_REQUIRED_FLAGS if required is None else required
         for c in spec.get("containers") or []:
             m = SIDECAR_IMAGE.match(str(c.get("image", "")))
             if not m:
@@ -780,14 +944,14 @@ class Checker:
                          "(%s): update the tag in kustomization.yaml (and SIDECAR_RELEASES after "
                          "reading the release notes)" % (name, tag, SIDECAR_RELEASES[name]))
             f = self.parse_args(cw, c)
-            for flag, want in SIDECAR_REQUIRED_FLAGS.get(name, {}).items():
+            for flag, want in required.get(name, {}).items():
                 have = f.get(flag)
                 if have is None:
                     self.err(cw, "--%s%s is missing" % (flag, "=" + want if want else ""))
                 elif want is not None and want not in str(have).split(","):
                     self.err(cw, "--%s=%s, this deployment needs %s" % (flag, have, want))
             sc = c.get("securityContext") or {}
-            if not sc.get("privileged"):
+            if privileged and not sc.get("privileged"):
                 self.err(cw, "not privileged: on SELinux nodes it cannot connect to the "
                          "privileged plugin's socket")
             if not sc.get("readOnlyRootFilesystem"):
@@ -833,8 +997,9 @@ class Checker:
                 self.err(where, "priorityClassName %s is not a PriorityClass in deploy/" % pc)
 
     def check_rbac(self):
-        """What the node DaemonSet's ServiceAccount may do == SIDECAR_RBAC."""
-        for f, i, ds in self.of_kind("DaemonSet"):
+        """What each workload's ServiceAccount may do == WORKLOAD_RBAC[kind]."""
+        for f, i, ds in self.of_kind("DaemonSet") + self.of_kind("Deployment"):
+            want = WORKLOAD_RBAC[ds["kind"]]
             ns = ds["metadata"].get("namespace")
             sa = ((ds["spec"].get("template") or {}).get("spec") or {}).get("serviceAccountName")
             granted = {}
@@ -859,11 +1024,11 @@ class Checker:
             def show(k):
                 return "%s %s %s%s" % (k[3], k[2], "(group %r) " % k[1] if k[1] else "",
                                        "in its namespace" if k[0] else "cluster-wide")
-            for k, why in sorted(SIDECAR_RBAC.items(), key=lambda x: str(x[0])):
+            for k, why in sorted(want.items(), key=lambda x: str(x[0])):
                 if k not in granted:
                     self.err(where, "may not %s: %s needs it" % (show(k), why))
             for k, src in sorted(granted.items(), key=lambda x: str(x[0])):
-                if k not in SIDECAR_RBAC:
+                if k not in want:
                     self.err(where, "may %s (%s): no sidecar needs it (least privilege)" %
                              (show(k), src))
 
@@ -1141,6 +1306,9 @@ class Checker:
                              "%s (help: %s)" % (name, v, sub, opt, line.strip()))
         for _, _, sc in self.of_kind("StorageClass"):
             where = "StorageClass %s" % sc["metadata"]["name"]
+            if (sc.get("parameters") or {}).get("backend") == "rbd":
+                self.check_rbd_class(where, sc.get("parameters") or {})
+                continue
             for k, v in (sc.get("parameters") or {}).items():
                 if k.startswith("csi.storage.k8s.io/"):
                     continue
@@ -1159,6 +1327,45 @@ class Checker:
                         self.err(where, "%s=%r outside %s" % (k, v, rng[0]))
                 elif str(v) not in allowed:
                     self.err(where, "%s=%r, allowed: %s" % (k, v, ", ".join(allowed)))
+
+    def check_secret_ref(self, where, params, which):
+        """csi.storage.k8s.io/WHICH-secret-{name,namespace}: a Secret of
+        deploy/ with the keys the plugin reads."""
+        pre = "csi.storage.k8s.io/%s-secret-" % which
+        name, ns = params.get(pre + "name"), params.get(pre + "namespace")
+        if not name or not ns:
+            self.err(where, "%sname and %snamespace are both needed" % (pre, pre))
+            return
+        sec = self.find("Secret", name, ns)
+        if not sec:
+            self.err(where, "%sname: no Secret %s/%s in deploy/" % (pre, ns, name))
+            return
+        keys = set(sec.get("stringData") or {}) | set(sec.get("data") or {})
+        if not RBD_SECRET_KEYS <= keys:
+            self.err("Secret %s/%s" % (ns, name), "lacks %s (docs/rbd.md)" %
+                     ", ".join(sorted(RBD_SECRET_KEYS - keys)))
+
+    def check_rbd_class(self, where, params):
+        for k in params:
+            if not k.startswith("csi.storage.k8s.io/") and k not in RBD_PARAMS:
+                self.err(where, "parameter %s is not one of backend rbd (%s)" %
+                         (k, ", ".join(sorted(RBD_PARAMS))))
+        for k in ("clusterID", "pool"):
+            if not params.get(k):
+                self.err(where, "backend rbd needs the parameter %s" % k)
+        ids = getattr(self, "rbd_cluster_ids", None)
+        if ids is not None and params.get("clusterID") not in ids:
+            self.err(where, "clusterID %r is not in the cluster file (%s)" %
+                     (params.get("clusterID"), ", ".join(sorted(ids))))
+        for which in RBD_SECRETS:
+            self.check_secret_ref(where, params, which)
+
+    def check_snapshot_classes(self):
+        for _, _, vsc in self.of_kind("VolumeSnapshotClass"):
+            params = vsc.get("parameters") or {}
+            if any(k.startswith("csi.storage.k8s.io/snapshotter-secret-") for k in params):
+                self.check_secret_ref("VolumeSnapshotClass %s" % vsc["metadata"]["name"],
+                                      params, "snapshotter")
 
     def check_topology(self, plugin_bin):
         """Informational: does the plugin binary know the topology key yet?"""
@@ -1180,6 +1387,7 @@ class Checker:
         self.check_priority()
         self.check_rbac()
         self.check_parameters()
+        self.check_snapshot_classes()
         return not self.errors
 
 
@@ -1193,7 +1401,7 @@ def help_flags(binary, *sub):
 
 
 def _containers(doc):
-    if doc.get("kind") == "DaemonSet":
+    if doc.get("kind") in ("DaemonSet", "Deployment"):
         return doc["spec"]["template"]["spec"]["containers"]
     if doc.get("kind") == "Pod":
         return doc["spec"]["containers"]
@@ -1231,7 +1439,7 @@ def self_check(root, make_checker, with_launcher):
          _edit_args("node-driver-registrar", lambda a: [
              x.replace("/csi.sock", "/other.sock") for x in a])),
         ("sidecar flag that does not exist", "--node-deployment is not a flag", ds,
-         _edit_args("csi-resizer", lambda a: a + ["--node-deployment=true"])),
+         _edit_args("livenessprobe", lambda a: a + ["--node-deployment=true"])),
         ("StorageClass value qsdctl refuses", "cache='fast'",
          "deploy/kubernetes/40-storageclass.yaml", _set_param("cache", "fast")),
         ("undocumented StorageClass parameter", "readOnly",
@@ -1244,6 +1452,45 @@ def self_check(root, make_checker, with_launcher):
                   "  attachRequired: true\n"))
     rbac = "deploy/kubernetes/20-rbac.yaml"
     kust = "deploy/kubernetes/kustomization.yaml"
+    ctl = "deploy/kubernetes/35-controller-deployment.yaml"
+    rbd = "deploy/examples/rbd.yaml"
+
+    def _ctl_privileged(d):
+        for c in _containers(d):
+            if c["name"] == "qsd-csi-plugin":
+                c["securityContext"] = {"privileged": True}
+
+    def _ctl_dev(d):
+        if d.get("kind") == "Deployment":
+            spec = d["spec"]["template"]["spec"]
+            spec["volumes"].append({"name": "dev", "hostPath": {"path": "/dev"}})
+            spec["containers"][0]["volumeMounts"].append({"name": "dev", "mountPath": "/dev"})
+
+    def _ctl_unconfined_sidecar(d):
+        for c in _containers(d):
+            if c["name"] == "csi-provisioner" and d.get("kind") == "Deployment":
+                c["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+
+    def _rbd_class(fn):
+        def mutate(d):
+            if d.get("kind") == "StorageClass" and d["parameters"].get("backend") == "rbd":
+                fn(d)
+        return mutate
+
+    def _resizer_in_ds(d):
+        if d.get("kind") == "DaemonSet":
+            cs = d["spec"]["template"]["spec"]["containers"]
+            r = dict(cs[-1])
+            r["name"] = "csi-resizer"
+            r["image"] = "registry.k8s.io/sig-storage/csi-resizer"
+            r["args"] = ["--csi-address=/csi/csi.sock", "--leader-election=true",
+                         "--http-endpoint=:9812"]
+            cs.append(r)
+
+    def _ctl_secrets_list(d):
+        if d.get("kind") == "ClusterRole" and d["metadata"]["name"] == \
+                "qsd-csi-controller-secrets":
+            d["rules"][0]["verbs"] = ["get", "list", "watch"]
 
     def _old_snapshotter(d):
         for im in d.get("images") or []:
@@ -1289,7 +1536,7 @@ def self_check(root, make_checker, with_launcher):
 
     cases += [
         ("sidecar behind its latest release", "is not the release", kust, _old_snapshotter),
-        ("resizer watching every pod", "--handle-volume-inuse-error=false is missing", ds,
+        ("resizer watching every pod", "--handle-volume-inuse-error=false is missing", ctl,
          _edit_args("csi-resizer", lambda a: [x for x in a if "inuse" not in x])),
         ("provisioner without snapshot source protection", "may not watch volumesnapshots",
          rbac, _rule("qsd-csi-provisioner", "volumesnapshots", lambda v: ["get", "list"])),
@@ -1299,6 +1546,30 @@ def self_check(root, make_checker, with_launcher):
         ("privileged init container", "privileged init container", ds, _init_mkdir),
         ("unprivileged sidecar", "not privileged", ds, _unprivileged("liveness-probe")),
         ("system-node-critical outside kube-system", "outside kube-system", ds, _priority),
+        ("controller plugin privileged", "privileged or added capabilities", ctl,
+         _ctl_privileged),
+        ("controller with the host's /dev", "hostPath volume dev", ctl, _ctl_dev),
+        ("controller sidecar without seccomp", "only the plugin (io_uring)", ctl,
+         _ctl_unconfined_sidecar),
+        ("controller plugin in the node role", "needs --role=controller", ctl,
+         _edit_args("qsd-csi-plugin", lambda a: [x for x in a if not x.startswith("--role")])),
+        ("central provisioner in node mode", "--node-deployment in the controller", ctl,
+         _edit_args("csi-provisioner", lambda a: a + ["--node-deployment=true"])),
+        ("central snapshotter without leader election", "--leader-election=true is missing",
+         ctl, _edit_args("csi-snapshotter", lambda a: [
+             x for x in a if not x.startswith("--leader-election=")])),
+        ("a resizer in the DaemonSet too", "a csi-resizer in the node DaemonSet", ds,
+         _resizer_in_ds),
+        ("controller may list Secrets", "no sidecar needs it", rbac, _ctl_secrets_list),
+        ("RBD class waiting for a consumer", "must be Immediate", rbd,
+         _rbd_class(lambda d: d.update(volumeBindingMode="WaitForFirstConsumer"))),
+        ("RBD class without node-stage secret", "node-stage-secret-name and", rbd,
+         _rbd_class(lambda d: d["parameters"].pop(
+             "csi.storage.k8s.io/node-stage-secret-namespace"))),
+        ("RBD class with a cluster the cluster file lacks", "is not in the cluster file", rbd,
+         _rbd_class(lambda d: d["parameters"].update(clusterID="ceph-zz"))),
+        ("RBD class with a local parameter", "is not one of backend rbd", rbd,
+         _rbd_class(lambda d: d["parameters"].update(cache="none"))),
         ("metrics endpoint not on the metrics port", "is not the plugin's container port", ds,
          _edit_args("qsd-csi-plugin", lambda a: [
              "--http-endpoint=:9999" if x.startswith("--http-endpoint") else x for x in a])),

@@ -1,0 +1,207 @@
+/* ctlrole.c: see ctlrole.h.
+ *
+ * Each handler decodes the request, decides whether it concerns an RBD
+ * volume (by the StorageClass parameters or the "rbd:" id) and then hands
+ * the same bytes to controller.c's handler, which dispatches to rbd.c (and
+ * to the RBD snapshot code) exactly as in the node role.  Local volumes are
+ * node-local: their controller calls belong to the csi-provisioner and
+ * csi-snapshotter of the volume's node (--node-deployment), which the
+ * central sidecars cannot be told to leave alone, so:
+ *
+ *   CreateVolume, DeleteVolume, CreateSnapshot, DeleteSnapshot of a local
+ *   volume: FAILED_PRECONDITION.  A final code: the central provisioner
+ *   neither retries it as "in progress" (UNAVAILABLE, ABORTED, ...) nor
+ *   reschedules (RESOURCE_EXHAUSTED with topology; the controller role
+ *   reports no topology), and DeleteVolume never answers OK for a volume it
+ *   did not delete (the PV would go, the file would stay).
+ *   ControllerExpandVolume of a local volume: OK with
+ *   node_expansion_required and the requested size, nothing done: the
+ *   resizer then leaves the growth to NodeExpandVolume on the volume's node,
+ *   as it does when the node plugin advertises no EXPAND_VOLUME.  So one
+ *   resizer, in the controller Deployment, serves both backends. */
+#include "ctlrole.h"
+#include "csi.pb-c.h"
+#include "qsd/base/log.h"
+#include "rbd.h"
+#include "service.h"
+#include "qsd/base/util.h"
+
+#include <inttypes.h>
+
+#define LOCAL_REFUSED                                                                         \
+    "local volumes are created, deleted and snapshotted by the csi-provisioner and "        \
+    "csi-snapshotter of their node (node plugin, --role node); this is the controller role, " \
+    "which serves backend rbd only"
+
+struct ctlrole {
+    struct csi *csi;
+    const struct grpc_method *inner; /* controller.c's table */
+    size_t n_inner;
+    struct grpc_method methods[6];
+};
+
+static struct ctlrole g_role;
+
+struct csi *ctlrole_csi_new(const struct plugin_config *cfg, struct loop *loop)
+{
+    struct csi *c = xcalloc(1, sizeof(*c));
+    c->cfg = cfg;
+    c->loop = loop;
+    c->kubelet_fd = -1;
+    c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
+    /* Empty: lookups of local records find nothing. */
+    c->store = xcalloc(1, sizeof(*c->store));
+    return c;
+}
+
+#define CTL "/csi.v1.Controller/"
+
+/* controller.c's handler of path. */
+static void forward(struct grpc_call *call, const char *path, const uint8_t *req, size_t len)
+{
+    for (size_t i = 0; i < g_role.n_inner; i++)
+        if (streq(g_role.inner[i].path, path)) {
+            g_role.inner[i].handler(call, req, len, g_role.inner[i].opaque);
+            return;
+        }
+    grpc_call_fail(call, GRPC_INTERNAL, "no handler for %s", path);
+}
+
+/* Decode into a message of type d; NULL (call failed) when it does not. */
+#define DECODE(Type, type) (Type *)csi_request_unpack(call, &type##__descriptor, req, len)
+
+/* CreateVolume, DeleteVolume, CreateSnapshot, DeleteSnapshot: passed on for
+ * RBD volumes, refused for local ones. */
+struct route {
+    const char *path;
+    const ProtobufCMessageDescriptor *desc;
+    bool (*is_rbd)(const ProtobufCMessage *m);
+    const char *refusal; /* what is not RBD */
+};
+
+static bool create_rbd(const ProtobufCMessage *m)
+{
+    const Csi__V1__CreateVolumeRequest *r = (const Csi__V1__CreateVolumeRequest *)m;
+    return rbd_selected(r->n_parameters, r->parameters);
+}
+
+static bool delete_rbd(const ProtobufCMessage *m)
+{
+    return rbd_is_id(((const Csi__V1__DeleteVolumeRequest *)m)->volume_id);
+}
+
+static bool snapshot_rbd(const ProtobufCMessage *m)
+{
+    return rbd_is_id(((const Csi__V1__CreateSnapshotRequest *)m)->source_volume_id);
+}
+
+static bool delete_snapshot_rbd(const ProtobufCMessage *m)
+{
+    return rbd_is_snap_id(((const Csi__V1__DeleteSnapshotRequest *)m)->snapshot_id);
+}
+
+static const struct route routes[] = {
+    {CTL "CreateVolume", &csi__v1__create_volume_request__descriptor, create_rbd,
+     "parameters: no backend rbd"},
+    {CTL "DeleteVolume", &csi__v1__delete_volume_request__descriptor, delete_rbd,
+     "volume_id is no RBD volume"},
+    {CTL "CreateSnapshot", &csi__v1__create_snapshot_request__descriptor, snapshot_rbd,
+     "source_volume_id is no RBD volume"},
+    {CTL "DeleteSnapshot", &csi__v1__delete_snapshot_request__descriptor, delete_snapshot_rbd,
+     "snapshot_id is no RBD snapshot"},
+};
+
+static void routed(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    const struct route *rt = opaque;
+    ProtobufCMessage *in = csi_request_unpack(call, rt->desc, req, len);
+    if (!in)
+        return;
+    bool rbd = rt->is_rbd(in);
+    protobuf_c_message_free_unpacked(in, NULL);
+    if (rbd)
+        forward(call, rt->path, req, len);
+    else
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "%s: " LOCAL_REFUSED, rt->refusal);
+}
+
+/* A local volume id: NAME or NAME@NODE (service.h csi_id_out), whichever
+ * node: the controller has none. */
+static bool local_id_ok(struct grpc_call *call, const char *id)
+{
+    _cleanup_free_ char *name = xstrdup(id ? id : "");
+    char *at = strchr(name, '@');
+    if (at)
+        *at++ = '\0';
+    return id_ok(call, "volume_id", name) && (!at || id_ok(call, "volume_id's node", at));
+}
+
+static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__ControllerExpandVolumeRequest *in =
+        DECODE(Csi__V1__ControllerExpandVolumeRequest, csi__v1__controller_expand_volume_request);
+    if (!in)
+        return;
+    if (rbd_is_id(in->volume_id)) {
+        protobuf_c_message_free_unpacked(&in->base, NULL);
+        forward(call, CTL "ControllerExpandVolume", req, len);
+        return;
+    }
+    /* A local volume: the node grows it (NodeExpandVolume). */
+    int64_t size = in->capacity_range ? in->capacity_range->required_bytes : 0;
+    if (size <= 0 && in->capacity_range)
+        size = in->capacity_range->limit_bytes;
+    if (local_id_ok(call, in->volume_id)) {
+        if (size <= 0) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                           "capacity_range: required_bytes or limit_bytes must be positive");
+        } else {
+            log_info("controller", "local volume: expansion left to its node",
+                     "volume=%s size=%" PRId64, in->volume_id, size);
+            Csi__V1__ControllerExpandVolumeResponse out =
+                CSI__V1__CONTROLLER_EXPAND_VOLUME_RESPONSE__INIT;
+            out.capacity_bytes = size;
+            out.node_expansion_required = true;
+            grpc_call_reply_pb(call, &out.base);
+        }
+    }
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+}
+
+/* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it;
+ * CLONE_VOLUME: csi-provisioner refuses a claim cloned from a claim without
+ * it (RBD clones, rbd_snap.c). */
+static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__ControllerGetCapabilitiesRequest *in = DECODE(
+        Csi__V1__ControllerGetCapabilitiesRequest, csi__v1__controller_get_capabilities_request);
+    if (!in)
+        return;
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
+    };
+    reply_controller_caps(call, types, ARRAY_SIZE(types));
+}
+
+const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
+{
+    struct ctlrole *r = &g_role;
+    r->csi = c;
+    r->inner = controller_methods(c, &r->n_inner);
+    size_t n = 0;
+#define M(path, fn, o) r->methods[n++] = (struct grpc_method){CTL path, fn, o, LOG_INFO}
+    M("ControllerExpandVolume", expand_volume, c);
+    M("ControllerGetCapabilities", get_capabilities, c);
+    for (size_t i = 0; i < ARRAY_SIZE(routes); i++)
+        r->methods[n++] = (struct grpc_method){routes[i].path, routed, (void *)&routes[i],
+                                               LOG_INFO};
+#undef M
+    *ret_n = n;
+    return r->methods;
+}

@@ -1,0 +1,22 @@
+/* ctlrole.h: the plugin's controller role (--role controller).
+ *
+ * Owns: what the binary serves when it runs as the cluster-wide controller
+ * beside csi-provisioner, csi-resizer and csi-snapshotter in their central
+ * (non-distributed) mode: the Controller service for RBD volumes only, on a
+ * struct csi that has no node state (no pool, no records, no QSD, no
+ * kubelet directories, no cgroup).  Requests for local volumes, which the
+ * central sidecars see as well (one driver name), are refused or passed to
+ * the node (docs/rbd.md "Deploying"). */
+#pragma once
+
+#include "grpc.h"
+#include "plugin.h"
+
+struct csi;
+struct loop;
+
+/* A struct csi for the controller role: an empty record store, nothing
+ * opened on disk.  Freed with csi_free. */
+struct csi *ctlrole_csi_new(const struct plugin_config *cfg, struct loop *loop);
+/* The Controller method table of the controller role (valid while c lives). */
+const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n);
