@@ -31,8 +31,10 @@ BASE_PKGS=(
     # submission syscalls per I/O); both optional there.
     fio linux-perf
     # The launcher: passt (user-mode networking, started by libvirt),
-    # dosfstools + mtools (the cloud-init cidata image), ovmf (UEFI guests).
-    passt dosfstools mtools ovmf
+    # dosfstools + mtools (the cloud-init cidata image), ovmf (UEFI guests),
+    # systemd-boot-efi (its EFI stub: launcher/e2e-rbd boots a unified
+    # kernel image from an RBD volume).
+    passt dosfstools mtools ovmf systemd-boot-efi
     # The plugin downloads the images of image classes with curl.
     curl ca-certificates
     # The plugin's RBD backend links librbd/librados (docs/rbd.md).

@@ -4,9 +4,14 @@
 Every test of a build tree runs with QSD_CSI_CTEST=<tag> in its environment
 (tests/CMakeLists.txt, qsd_contain_tests()); the plugin, qsdctl and the QSDs
 they start inherit it.  Tests also append their temporary roots to the file
-named by QSD_CSI_CTEST_ROOTS (csilib.Env, cephlib, the shell libraries), so
+named by QSD_CSI_CTEST_ROOTS (csilib.Env, tests/integration/lib.sh,
+vhost_lib.sh, tests/launcher/e2e-lib.sh), so
 that what does not inherit the environment (a QEMU started by libvirt) and
 what is not a process (mounts, loop devices, directories) is found too.
+
+Another ctest run in the same build tree may be running meanwhile: a
+process that still has a ctest ancestor, and a root whose registering test
+process is alive, belong to it and are left alone.
 
 A test that passes cleans up after itself; one that ctest killed at its
 timeout cannot, and the QSDs its plugin started outlive it by design.  This
@@ -24,16 +29,41 @@ import sys
 import time
 
 
-def registered_roots(path):
+def pid_alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def read_roots(path):
+    """(roots of tests that are gone, lines of tests still running).  Lines
+    are "PID ROOT": the test process that made ROOT."""
+    gone, live = set(), []
     try:
         with open(path) as f:
-            roots = {line.strip() for line in f}
+            lines = f.read().splitlines()
     except FileNotFoundError:
-        return []
+        return [], []
+    for line in lines:
+        pid, _, root = line.strip().partition(" ")
+        if not pid.isdigit():
+            continue
+        if pid_alive(int(pid)):
+            live.append(line)
+        else:
+            gone.add(root)
     # Only directories a test made under /tmp: never act on anything else,
     # whatever the file says.
-    return sorted(r for r in roots
-                  if r.startswith("/tmp/") and "/.." not in r and len(r) > len("/tmp/"))
+    return sorted(r for r in gone
+                  if r.startswith("/tmp/") and "/.." not in r and len(r) > len("/tmp/")), live
+
+
+def parent_and_comm(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        head, tail = f.read().rsplit(")", 1)
+    return int(tail.split()[1]), head.split("(", 1)[1]
 
 
 def ancestors():
@@ -41,11 +71,24 @@ def ancestors():
     while pid > 1:
         pids.add(pid)
         try:
-            with open("/proc/%d/stat" % pid) as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            pid = parent_and_comm(pid)[0]
         except (OSError, ValueError, IndexError):
             break
     return pids
+
+
+def under_ctest(pid):
+    """Whether a ctest process is an ancestor of pid (a running test's)."""
+    try:
+        anc, _ = parent_and_comm(pid)
+        while anc > 1:
+            parent, comm = parent_and_comm(anc)
+            if comm == "ctest":
+                return True
+            anc = parent
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def matching_processes(tag, roots):
@@ -67,7 +110,7 @@ def matching_processes(tag, roots):
                 env = f.read().split(b"\0")
         except (OSError, IndexError):
             continue
-        if marker in env or any(n in cmd for n in needles):
+        if (marker in env or any(n in cmd for n in needles)) and not under_ctest(pid):
             found[pid] = cmd.replace(b"\0", b" ").decode(errors="replace")[:200]
     return found
 
@@ -158,15 +201,20 @@ def main():
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
     what, tag, roots_file = sys.argv[1:]
-    roots = registered_roots(roots_file)
+    roots, live = read_roots(roots_file)
     procs = stop_processes(tag, roots)
     mounts = unmount(roots)
     loops = detach_loops(roots)
     remove(roots)
-    try:
-        os.unlink(roots_file)
-    except FileNotFoundError:
-        pass
+    if live:
+        with open(roots_file + ".new", "w") as f:
+            f.write("".join(line + "\n" for line in live))
+        os.rename(roots_file + ".new", roots_file)
+    else:
+        try:
+            os.unlink(roots_file)
+        except FileNotFoundError:
+            pass
     for pid, cmd in sorted(procs.items()):
         print("strays: killed pid %d: %s" % (pid, cmd))
     for m in mounts:

@@ -128,7 +128,7 @@ def ctest_register_root(root):
     roots = os.environ.get("QSD_CSI_CTEST_ROOTS")
     if roots:
         with open(roots, "a") as f:
-            f.write(root + "\n")
+            f.write("%d %s\n" % (os.getpid(), root))
 
 
 class Env:

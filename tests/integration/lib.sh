@@ -5,7 +5,7 @@ set -uo pipefail
 
 QSDCTL=${QSDCTL:-qsdctl}
 T=$(mktemp -d /tmp/qsd-it-XXXXXX)
-if [[ -n ${QSD_CSI_CTEST_ROOTS:-} ]]; then echo "$T" >>"$QSD_CSI_CTEST_ROOTS"; fi  # tests/strays.py
+if [[ -n ${QSD_CSI_CTEST_ROOTS:-} ]]; then echo "$$ $T" >>"$QSD_CSI_CTEST_ROOTS"; fi  # tests/strays.py
 export QSDCTL_RUN_DIR=$T/run QSDCTL_POOL=$T/pool
 BG_PIDS=()
 FAILURES=0

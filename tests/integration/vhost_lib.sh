@@ -11,7 +11,7 @@ command -v qemu-img >/dev/null || { echo "SKIP: qemu-img not installed"; exit 77
 [ -x "$PY" ] || { echo "SKIP: $PY not installed"; exit 77; }
 
 T=$(mktemp -d /tmp/qsd-vt.XXXXXX)
-if [[ -n ${QSD_CSI_CTEST_ROOTS:-} ]]; then echo "$T" >>"$QSD_CSI_CTEST_ROOTS"; fi  # tests/strays.py
+if [[ -n ${QSD_CSI_CTEST_ROOTS:-} ]]; then echo "$$ $T" >>"$QSD_CSI_CTEST_ROOTS"; fi  # tests/strays.py
 QSD_PIDS=()
 cleanup() {
     local rc=$?

@@ -57,7 +57,7 @@ class Fail(Exception):
 
 
 class E2E:
-    def __init__(self, plugin, proto):
+    def __init__(self, plugin, proto, prefix="qsd-e2e-bridge-"):
         self.launcher_bin = os.environ.get("LAUNCHER")
         self.cache = os.environ.get("BUILD_CACHE")
         if not self.launcher_bin or not self.cache:
@@ -65,7 +65,7 @@ class E2E:
         for t in ("qemu-system-x86_64",):
             if not shutil.which(t):
                 csilib.skip("%s not installed (scripts/setup.sh)" % t)
-        self.env = csilib.Env(plugin, proto, prefix="qsd-e2e-bridge-")
+        self.env = csilib.Env(plugin, proto, prefix=prefix)
         self.work = self.env.root
         # passt (the guest's network, started by libvirt) runs as nobody and
         # must reach its directory inside the launcher's root (docs/launcher.md).
@@ -181,9 +181,13 @@ class E2E:
             time.sleep(0.05)
         raise Fail("launcher log: no %r (x%d) within %ds" % (text, count, timeout))
 
+    GUEST_SCRIPT = "guest-bridge.sh"
+
     def build_guest(self):
+        """The guest (kernel, initramfs with GUEST_SCRIPT as /test.sh), the
+        VM's description (vm_spec()) and the launcher's embedded-driver cache."""
         r = subprocess.run(["bash", os.path.join(HERE, "..", "guest", "build-guest.sh"),
-                            os.path.join(self.cache, "guest"), os.path.join(HERE, "guest-bridge.sh"),
+                            os.path.join(self.cache, "guest"), os.path.join(HERE, self.GUEST_SCRIPT),
                             os.path.join(self.work, "initrd.img")], capture_output=True, text=True,
                            timeout=600)
         if r.returncode == 77:
@@ -192,16 +196,19 @@ class E2E:
             raise Fail("guest build failed: " + r.stderr)
         shutil.copy(os.path.join(self.cache, "guest", "vmlinuz"), os.path.join(self.work, "vmlinuz"))
         with open(os.path.join(self.work, "vm.json"), "w") as f:
-            json.dump({"name": "bridge", "memory_mib": 256, "accel": "tcg",
-                       "boot": {"kernel": os.path.join(self.work, "vmlinuz"),
-                                "initrd": os.path.join(self.work, "initrd.img"),
-                                "cmdline": "console=ttyS0 panic=-1 quiet"},
-                       "disks": [{"volume": "root"}], "console_log": self.console,
-                       "hotplug_slots": 2}, f)
+            json.dump(self.vm_spec(), f)
         seed = os.path.join(self.cache, "embed-cache", "qemu")
         if os.path.isdir(seed):
             os.makedirs(os.path.join(self.vroot, "cache"))
             shutil.copytree(seed, os.path.join(self.vroot, "cache", "qemu"), symlinks=True)
+
+    def vm_spec(self):
+        return {"name": "bridge", "memory_mib": 256, "accel": "tcg",
+                "boot": {"kernel": os.path.join(self.work, "vmlinuz"),
+                         "initrd": os.path.join(self.work, "initrd.img"),
+                         "cmdline": "console=ttyS0 panic=-1 quiet"},
+                "disks": [{"volume": "root"}], "console_log": self.console,
+                "hotplug_slots": 2}
 
     def start_launcher(self):
         self.lf = open(self.llog, "a")
@@ -257,19 +264,22 @@ class E2E:
                 pass
         print("--- plugin log\n" + self.env.log_tail(60))
 
-    # ------------------------------------------------------------ the test
-    def run(self):
-        self.build_guest()
-        self.c = self.env.start(["--unplug-timeout", "60"])
-        for vid, size in (("pvc-root", 64 * MiB), ("pvc-data", 32 * MiB)):
-            self.c.CreateVolume(self.pb.CreateVolumeRequest(
-                name=vid, capacity_range=self.pb.CapacityRange(required_bytes=size),
-                volume_capabilities=[self.cap]), timeout=T)
-            self.stage(vid)
-        # The VM pod: its bridge, seen by its container through a read-only
-        # rslave bind, and its own PVC, bound read-only beside the bridge.
+    def cleanup(self, ok):
+        """Launcher and QEMU, plugin and QSDs stopped by PID, mounts and the
+        root removed; the logs printed when the test failed."""
+        self.stop_launcher()
+        if not ok:
+            self.dump()
+        self.save_cache()
+        self.env.cleanup()
+
+    # ------------------------------------------------------------ the VM pod
+    def vm_pod(self, root_vid):
+        """The VM pod's layout: its bridge (inline volume) and its own PVC
+        (root_vid, staged) published and bound read-only as its container
+        sees them.  Returns what vm_pod_end() takes."""
         bvid, btgt = self.inline(VM_UID, VM, {"bridge": "true"})
-        root_pvc = self.pvc("pvc-root", VM_UID, VM)
+        root_pvc = self.pvc(root_vid, VM_UID, VM)
         os.mkdir(self.bridge)
         os.mkdir(self.vols)
         vroot = os.path.join(self.vols, "root")   # the runtime's mount point: not in the bridge
@@ -285,9 +295,54 @@ class E2E:
             except OSError:
                 pass
         if not os.path.exists(os.path.join(vroot, "vhost.sock")):
-            raise Fail("pvc-root not visible in the VM container's volumes directory")
+            raise Fail("the root volume not visible in the VM container's volumes directory")
         if os.listdir(self.bridge):
             raise Fail("the bridge is not empty: %s" % os.listdir(self.bridge))
+        return bvid, btgt, root_pvc, vroot
+
+    def vm_pod_end(self, root_vid, bvid, btgt, root_pvc, vroot):
+        """The root volume's mount leaves the container's view: the guest
+        powers off, the launcher exits 0; the VM pod's volumes unpublished,
+        the root unstaged; no mount and no QSD left."""
+        subprocess.run(["umount", vroot], check=True)
+        os.rmdir(vroot)
+        self.wait_console("BYE", 1, 60)
+        rc = self.launcher.wait(timeout=60)
+        if rc != 0:
+            raise Fail("launcher exit status %d, want 0" % rc)
+        self.unpublish(root_vid, root_pvc)       # the VM pod is gone
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.unstage(root_vid)
+                break
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        subprocess.run(["umount", self.bridge], check=True)
+        self.unpublish(bvid, btgt)
+        with open("/proc/self/mountinfo") as f:
+            left = [ln.split()[4] for ln in f if self.work in ln.split()[4]]
+        if left:
+            raise Fail("mounts left: %s" % left)
+        if self.env.qsd_pids():
+            pids = [p for p in self.env.qsd_pids().values() if os.path.exists("/proc/%d" % p)]
+            if pids:
+                raise Fail("QSDs left: %s" % pids)
+
+    # ------------------------------------------------------------ the test
+    def run(self):
+        self.build_guest()
+        self.c = self.env.start(["--unplug-timeout", "60"])
+        for vid, size in (("pvc-root", 64 * MiB), ("pvc-data", 32 * MiB)):
+            self.c.CreateVolume(self.pb.CreateVolumeRequest(
+                name=vid, capacity_range=self.pb.CapacityRange(required_bytes=size),
+                volume_capabilities=[self.cap]), timeout=T)
+            self.stage(vid)
+        # The VM pod: its bridge, seen by its container through a read-only
+        # rslave bind, and its own PVC, bound read-only beside the bridge.
+        pod = self.vm_pod("pvc-root")
         self.start_launcher()
         self.wait_console("DISK name=vda size=%d" % (64 * MiB // 512), 1, 180)
         self.wait_console("MONITOR-START", 1, 60)
@@ -345,32 +400,7 @@ class E2E:
 
         # Last disk goes (its mount leaves the container's view): the guest
         # powers off, the launcher exits 0.
-        subprocess.run(["umount", vroot], check=True)
-        os.rmdir(vroot)
-        self.wait_console("BYE", 1, 60)
-        rc = self.launcher.wait(timeout=60)
-        if rc != 0:
-            raise Fail("launcher exit status %d, want 0" % rc)
-        self.unpublish("pvc-root", root_pvc)       # the VM pod is gone
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.unstage("pvc-root")
-                break
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        subprocess.run(["umount", self.bridge], check=True)
-        self.unpublish(bvid, btgt)
-        with open("/proc/self/mountinfo") as f:
-            left = [ln.split()[4] for ln in f if self.work in ln.split()[4]]
-        if left:
-            raise Fail("mounts left: %s" % left)
-        if self.env.qsd_pids():
-            pids = [p for p in self.env.qsd_pids().values() if os.path.exists("/proc/%d" % p)]
-            if pids:
-                raise Fail("QSDs left: %s" % pids)
+        self.vm_pod_end("pvc-root", *pod)
         # Each disk came from its own directory: root from the PVCs', data
         # from the bridge.
         attached = [ln.strip() for ln in open(self.llog) if 'msg="disk attached"' in ln]
@@ -393,11 +423,11 @@ class E2E:
         print("PASS")
 
 
-def main():
+def main(cls=E2E):
     if len(sys.argv) != 3:
-        print(__doc__)
+        print(sys.modules[cls.__module__].__doc__)
         return 2
-    e = E2E(sys.argv[1], sys.argv[2])
+    e = cls(sys.argv[1], sys.argv[2])
     ok = False
     try:
         e.run()
@@ -408,11 +438,7 @@ def main():
         import traceback
         traceback.print_exc()
     finally:
-        e.stop_launcher()
-        if not ok:
-            e.dump()
-        e.save_cache()
-        e.env.cleanup()
+        e.cleanup(ok)
     return 0 if ok else 1
 
 

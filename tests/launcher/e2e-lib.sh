@@ -16,7 +16,7 @@ done
 PY=$(command -v /usr/bin/python3 || command -v python3)
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/qsd-e2e.XXXXXX")
-if [[ -n ${QSD_CSI_CTEST_ROOTS:-} ]]; then echo "$WORK" >>"$QSD_CSI_CTEST_ROOTS"; fi  # tests/strays.py
+if [[ -n ${QSD_CSI_CTEST_ROOTS:-} ]]; then echo "$$ $WORK" >>"$QSD_CSI_CTEST_ROOTS"; fi  # tests/strays.py
 # passt (the guest's network, started by libvirt) drops to "nobody": it must
 # be able to reach its directory inside ROOT (docs/launcher.md).
 chmod 755 "$WORK"
