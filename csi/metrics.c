@@ -239,7 +239,7 @@ enum {
 static const struct vol_series vol_series[VOL_N] = {
     [VOL_STATE] = {"qsd_csi_volume_qsd_state", "gauge",
                    "State of the volume's QSD: 1 for the current one of running, restarting, "
-                   "crash-loop, hung."},
+                   "crash-loop, hung, refused (an RBD volume another client holds: docs/rbd.md)."},
     [VOL_RESTARTS] = {"qsd_csi_volume_qsd_restarts_total", "counter",
                       "Times the volume's QSD was restarted after dying, since the plugin "
                       "started."},
@@ -281,7 +281,7 @@ static void render_vol(FILE *f, int k, struct csi *c, const struct vol *v, const
     case VOL_STATE:
         if (s == VS_NONE)
             return;
-        for (enum vol_state x = VS_RUNNING; x <= VS_HUNG; x++) {
+        for (enum vol_state x = VS_RUNNING; x <= VS_REFUSED; x++) {
             _cleanup_free_ char *l2 = metrics_labels("volume_id", v->id, "state",
                                                      vol_state_name(x), NULL);
             metrics_sample(f, name, l2, x == s);

@@ -2,7 +2,7 @@
  *
  * NodeStageVolume starts the volume's qemu-storage-daemon (one per volume,
  * supervised on the plugin's loop: restarted on the same socket path if it
- * dies); NodePublishVolume bind-mounts the volume's export directory (the
+ * dies; an RBD volume's only after the check of rbd_lock.h); NodePublishVolume bind-mounts the volume's export directory (the
  * socket's directory, never the socket file: a restarted QSD re-creates the
  * socket) onto the target path.  Staging and publications are recorded in
  * the volume's record before acting, so a restarted plugin knows them. */
@@ -14,6 +14,7 @@
 #include "params.h"
 #include "paths.h"
 #include "rbd.h"
+#include "rbd_lock.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
@@ -148,6 +149,10 @@ static void stage_failed(struct op *op, int status, const char *msg)
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
+    if (status == 0 && op->rbd) {
+        rbd_stage_confirm(op); /* answers, or stops the QSD */
+        return;
+    }
     if (status == 0) {
         log_info("node", op->flag ? "staged volume repaired: its QSD serves again"
                                   : "volume staged", "volume=%s pid=%d", v->id,
@@ -275,7 +280,13 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
         else if (v->qsd && !vol_live(v) && !qsd_idle(v->qsd))
             grpc_call_fail(call, GRPC_UNAVAILABLE,
                            "the QSD of volume %s is being (re)started: retry", v->id);
-        else if (!vol_live(v)) {
+        else if (!vol_live(v) && rbd_record(v)) {
+            /* Restarted after the check only (rbd_lock.h): try it now. */
+            const char *refused = rbd_guard_refused(v);
+            grpc_call_fail(call, refused ? GRPC_FAILED_PRECONDITION : GRPC_UNAVAILABLE,
+                           "volume %s is %s", v->id, refused ? refused : "being restarted: retry");
+            rbd_restart(c, v);
+        } else if (!vol_live(v)) {
             /* Staged, not served (its QSD could not be restarted): OK only
              * once its socket accepts again. */
             struct op *op = op_begin(c, call);
@@ -287,17 +298,18 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
             reply_empty(call);
         return;
     }
-    node_stage_new(c, call, v, in->staging_target_path, gid, ro);
+    node_stage_new(c, call, v, in->staging_target_path, gid, ro, NULL);
 }
 
 void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
-                    int gid, bool ro)
+                    int gid, bool ro, struct rbd_req *rbd)
 {
     {
         _cleanup_free_ char *other = csi_path_owner(c, path, v->id);
         if (other) {
             grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
                            "staging_target_path %s is already used by %s", path, other);
+            rbd_req_free(rbd);
             return;
         }
     }
@@ -312,12 +324,14 @@ void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const 
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
                            "volume id %s is too long to be served under run directory %s "
                            "(unix socket path of %zu bytes)", v->id, c->cfg->run_dir, longest);
+            rbd_req_free(rbd);
             return;
         }
     }
     if (c->cfg->max_volumes > 0 && staged_count(c) >= (size_t)c->cfg->max_volumes) {
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "this node serves at most %" PRId64 " volumes",
                        c->cfg->max_volumes);
+        rbd_req_free(rbd);
         return;
     }
     v->staging_path = xstrdup(path);
@@ -328,10 +342,12 @@ void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const 
         vol_clear_staging(v);
         grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
                        "cannot write the volume record: %s", strerror(-r));
+        rbd_req_free(rbd);
         return;
     }
     struct op *op = op_begin(c, call);
     op->vol = v;
+    op->rbd = rbd;
     v->busy = true;
     if (v->image_size < v->size) {
         /* An expansion recorded while it was not served. */
@@ -360,6 +376,7 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     vol_clear_staging(v);
     if (rbd_record(v)) {
         /* The node's record of an RBD volume lives while it is staged. */
+        rbd_guard_free(v);
         log_info("node", "volume unstaged", "volume=%s", v->id);
         op->vol = NULL;
         store_remove_vol(c->store, v);
@@ -694,6 +711,9 @@ static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bo
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s (pid %d) is hung: %s", v->id,
                       (int)qsd_get_pid(v->qsd), hung);
+    } else if (!vol_live(v) && rbd_guard_refused(v)) {
+        cond.abnormal = true;
+        m = xasprintf("volume %s is %s", v->id, rbd_guard_refused(v));
     } else if (v->qsd && qsd_crash_looping(v->qsd)) {
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s keeps dying at start (crash loop, retried "

@@ -7,10 +7,14 @@
  * admin socket; connection and operations bounded by RBD_CONNECT_S and
  * RBD_OP_S, the worker by RBD_WORKER_MS) and does the operation with
  * librbd.  The worker's errno becomes the gRPC code (rbd_code).
- * NodeStageVolume's worker only checks (rbd_stage); the node's record, the
- * key file and the QSD (rbd_export_opts) are made on the loop after it. */
+ * NodeStageVolume's workers only check (rbd_stage, rbd_confirm_fn: the rule
+ * is rbd_lock.c's); the node's record, the key file and the QSD
+ * (rbd_export_opts) are made on the loop between them.  The restarts of a
+ * staged volume's QSD check with the record's user and key file
+ * (rbd_check_fn). */
 #include "rbd.h"
 #include "rbd_int.h"
+#include "rbd_lock.h"
 #include "params.h"
 #include "service.h"
 #include "qsd/base/log.h"
@@ -350,21 +354,6 @@ static void quiet_stderr(struct conn *k)
         dup2(null, STDERR_FILENO);
 }
 
-/* "[v1:|v2:]host:port,..." -> librados' mon_host, v2 (msgr2) unless said. */
-static char *mon_host(const char *mons)
-{
-    char *out = NULL;
-    _cleanup_free_ char *copy = xstrdup(mons);
-    char *save = NULL;
-    for (char *m = strtok_r(copy, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
-        bool typed = startswith(m, "v1:") || startswith(m, "v2:");
-        char *t = xasprintf("%s%s%s%s", out ? out : "", out ? "," : "", typed ? "" : "v2:", m);
-        free(out);
-        out = t;
-    }
-    return out;
-}
-
 /* Connect as the request's user and open its pool and namespace.  A pool
  * that does not exist is -ENOENT (the caller words it). */
 int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
@@ -374,7 +363,7 @@ int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
     int r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg);
     if (r < 0)
         return r == -ENOENT ? -EINVAL : r;
-    host = mon_host(mons);
+    host = qsd_rbd_mon_host(mons);
     quiet_stderr(k);
     if ((r = rados_create(&k->cluster, q->cred.user)) < 0) {
         *ret_msg = xasprintf("librados: cannot create a cluster handle: %s", strerror(-r));
@@ -393,6 +382,7 @@ int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg)
         {"log_file", ""},
         {"admin_socket", ""},
         {"keyring", ""},
+        {"rbd_blocklist_on_break_lock", "true"}, /* rbd_lock.c: fence, then break */
     };
     for (size_t i = 0; i < ARRAY_SIZE(conf); i++)
         if ((r = rados_conf_set(k->cluster, conf[i][0], conf[i][1])) < 0) {
@@ -551,17 +541,18 @@ static int delete_fn(void *arg, char **ret_msg, json_t **ret_result)
     return r == -ENOENT ? 0 : r;
 }
 
-/* Connect and open the image of q, a volume of ours, and read its size.
- * -ENODEV (NOT_FOUND): no such pool or image, or not ours.  On success k
- * and *img are open. */
-int open_volume(const struct rbd_req *q, struct conn *k, rbd_image_t *img, uint64_t *ret_size,
-                char **ret_msg)
+/* Connect and open the image of q, a volume of ours, and read its size;
+ * read-only (ro) adds no watch.  -ENODEV (NOT_FOUND): no such pool or
+ * image, or not ours.  On success k and *img are open. */
+int open_volume(const struct rbd_req *q, bool ro, struct conn *k, rbd_image_t *img,
+                uint64_t *ret_size, char **ret_msg)
 {
     const char *name = q->loc.image;
     int r = conn_open(q, k, ret_msg);
     if (r < 0)
         return r == -ENOENT ? -ENODEV : r;
-    if ((r = rbd_open(k->io, name, img, NULL)) < 0) {
+    if ((r = ro ? rbd_open_read_only(k->io, name, img, NULL) : rbd_open(k->io, name, img, NULL)) <
+        0) {
         *ret_msg = xasprintf("cannot open image %s: %s", name,
                              r == -ENOENT ? "no such volume" : strerror(-r));
         conn_close(k);
@@ -586,7 +577,7 @@ static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
     struct conn k = {0};
     rbd_image_t img;
     uint64_t size = 0;
-    int r = open_volume(q, &k, &img, &size, ret_msg);
+    int r = open_volume(q, false, &k, &img, &size, ret_msg);
     if (r < 0)
         return r;
     if (q->limit > 0 && size > (uint64_t)q->limit) {
@@ -818,41 +809,99 @@ int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
     return 0;
 }
 
-/* The image exists, is ours, and no other client holds its exclusive lock
- * (two nodes never write at once: librbd's lock alone is cooperative and
- * would be handed over); its size and the cluster's monitors. */
+/* The image of q exists, is ours, and this node may serve it (rbd_lock.h:
+ * no other live client than its own `own`, the watch of our reaped QSD at
+ * address dead not counted; a dead lock holder is fenced): the result
+ * {size, fenced?, addr?, held} (addr: our QSD's, when own is 1; held: a
+ * live client holds the lock). */
+static int claim(const struct rbd_req *q, size_t own, const char *dead, json_t **ret_result,
+                 char **ret_msg)
+{
+    struct conn k = {0};
+    rbd_image_t img;
+    uint64_t size = 0;
+    json_t *fenced = NULL;
+    _cleanup_free_ char *addr = NULL;
+    bool held = false;
+    int r = open_volume(q, true, &k, &img, &size, ret_msg);
+    if (r < 0)
+        return r;
+    r = rbd_lock_claim(img, q->loc.image, own, dead, &fenced, &addr, &held, ret_msg);
+    rbd_close(img);
+    conn_close(&k);
+    *ret_result = json_pack("{s:I, s:o*, s:s*, s:b}", "size", (json_int_t)size, "fenced", fenced,
+                            "addr", addr, "held", held);
+    return r;
+}
+
+/* Before the QSD starts: claim, and the cluster's monitors. */
 static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
     const struct rbd_req *q = op->rbd;
-    const char *name = q->loc.image;
-    struct conn k = {0};
-    rbd_image_t img;
-    uint64_t size = 0;
-    int r = open_volume(q, &k, &img, &size, ret_msg);
-    if (r < 0)
-        return r;
-    rbd_lock_mode_t mode;
-    char *owners[4];
-    size_t n = ARRAY_SIZE(owners);
-    r = rbd_lock_get_owners(img, &mode, owners, &n);
-    if (r == -ENOENT || (r == 0 && n == 0)) {
-        r = 0;
-    } else if (r == 0) {
-        *ret_msg = xasprintf("volume %s is in use: client %s holds the image's lock (staged on "
-                             "another node?); unstage it there, or fence that node", name,
-                             owners[0]);
-        rbd_lock_get_owners_cleanup(owners, n);
-        r = -EBUSY;
-    } else {
-        *ret_msg = xasprintf("cannot read the lock of image %s: %s", name, strerror(-r));
-    }
-    rbd_close(img);
-    conn_close(&k);
     _cleanup_free_ char *mons = NULL;
+    int r = claim(q, 0, NULL, ret_result, ret_msg);
     if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
-        *ret_result = json_pack("{s:I, s:s}", "size", (json_int_t)size, "monitors", mons);
+        json_object_set_new(*ret_result, "monitors", json_string(mons));
     return r;
+}
+
+int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    return claim(op->rbd, 1, NULL, ret_result, ret_msg);
+}
+
+/* A check of a staged volume's record (rbd_lock.c's restarts): the
+ * record's location, user and key file (read in the worker). */
+struct rbd_check {
+    struct rbd_req q;
+    char *key_file, *dead;
+    size_t own;
+};
+
+struct rbd_check *rbd_check_new(struct csi *c, const struct vol *v, size_t own, const char *dead)
+{
+    struct rbd_check *k = xcalloc(1, sizeof(*k));
+    _cleanup_free_ char *msg = NULL;
+    if (loc_from_name(v->id, &k->q.loc, &msg) < 0) { /* records are made from valid ids */
+        free(k);
+        return NULL;
+    }
+    struct qsd_paths p;
+    qsd_paths_init(c->cfg->run_dir, v->id, &p);
+    k->key_file = xstrdup(p.rbd_key);
+    qsd_paths_clear(&p);
+    k->q.cred.user = xstrdup_or_null(json_string_value(json_object_get(v->parameters, "user")));
+    k->q.clusters = c->cfg->rbd_clusters;
+    k->dead = xstrdup_or_null(dead);
+    k->own = own;
+    return k;
+}
+
+void rbd_check_free(struct rbd_check *k)
+{
+    if (!k)
+        return;
+    rbd_loc_clear(&k->q.loc);
+    rbd_cred_clear(&k->q.cred);
+    free(k->key_file);
+    free(k->dead);
+    free(k);
+}
+
+int rbd_check_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct rbd_check *k = arg;
+    size_t len;
+    int r = read_file(k->key_file, 256, &k->q.cred.key, &len);
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot read the volume's key file %s: %s (stage the volume again)",
+                             k->key_file, strerror(-r));
+        return r;
+    }
+    k->q.cred.key[strcspn(k->q.cred.key, "\n")] = '\0';
+    return claim(&k->q, k->own, k->dead, ret_result, ret_msg);
 }
 
 static void stage_done(int status, const char *msg, json_t *result, void *opaque)
@@ -866,6 +915,7 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     const char *mons = NULL;
     if (status == 0 && json_unpack(result, "{s:I, s:s}", "size", &size, "monitors", &mons) < 0)
         status = -EBADMSG, msg = "worker returned no size";
+    rbd_log_fenced(q->name, json_object_get(result, "fenced"));
     struct vol *v = store_find_vol(c->store, q->name);
     if (status == 0 && v && (v->staging_path || v->busy))
         status = -EAGAIN, msg = "an operation on the volume is in progress";
@@ -892,13 +942,15 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     _cleanup_free_ char *path = xstrdup(q->path);
     int gid = q->gid;
     bool ro = q->ro;
-    op_end(op); /* the key is wiped; the call goes on in node_stage_new */
+    op->rbd = NULL; /* kept for the check once the QSD runs (rbd_stage_confirm) */
+    op_end(op);     /* the call goes on in node_stage_new */
     if (r < 0) {
         grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume's key file: %s",
                        strerror(-r));
+        rbd_req_free(q);
     } else {
         log_info("rbd", "staging", "volume=%s size=%" PRId64, v->id, (int64_t)size);
-        node_stage_new(c, call, v, path, gid, ro);
+        node_stage_new(c, call, v, path, gid, ro, q);
     }
     if (!v->staging_path) { /* refused before it was staged: no record, no key */
         csi_remove_runtime(c, v->id);

@@ -16,6 +16,7 @@
 #include "csi.pb-c.h"
 #include "grpc.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -83,9 +84,9 @@ void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnap
 
 /* NodeStageVolume of an RBD volume (id already a record name) not staged
  * here: in a worker, connect with the node-stage secret and check the image
- * (ours, its size, no other client holding its exclusive lock), then make
- * the node's record and the private key file, and go on as for any volume
- * (node_stage_new). */
+ * (ours, its size, no other live client: rbd_lock.h), then make the
+ * node's record and the private key file, and go on as for any volume
+ * (node_stage_new, which checks again once the QSD runs). */
 struct Csi__V1__NodeStageVolumeRequest;
 void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in,
                int gid, bool ro);
@@ -94,6 +95,19 @@ struct vol;
 struct qsd_opts;
 bool rbd_record(const struct vol *v);
 int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
+
+/* Worker of rbd_stage_confirm (rbd_lock.h): op->rbd's image may be
+ * served by the QSD this node just started. */
+int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result);
+/* The check of a staged volume's record for its restarts (rbd_lock.c):
+ * own and dead as rbd_lock_claim's; the key is read from the record's key
+ * file in the worker.  NULL if the record's name is no RBD id. */
+struct rbd_check;
+struct rbd_check *rbd_check_new(struct csi *c, const struct vol *v, size_t own, const char *dead);
+void rbd_check_free(struct rbd_check *k);
+int rbd_check_fn(void *arg, char **ret_msg, json_t **ret_result);
+/* errno of a worker -> gRPC code. */
+enum grpc_code rbd_code(int status);
 
 /* A request's data while its worker runs (struct op's rbd; op_end frees). */
 struct rbd_req;

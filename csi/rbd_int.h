@@ -42,8 +42,11 @@ struct conn {
 int conn_open(const struct rbd_req *q, struct conn *k, char **ret_msg);
 void conn_close(struct conn *k);
 int image_ours(rbd_image_t img, const char *name, uint64_t *ret_size);
-int open_volume(const struct rbd_req *q, struct conn *k, rbd_image_t *img, uint64_t *ret_size,
-                char **ret_msg);
+/* Connect and open the image of q, a volume of ours, and read its size;
+ * read-only (ro) adds no watch.  -ENODEV (NOT_FOUND): no such pool or
+ * image, or not ours.  On success k and *img are open. */
+int open_volume(const struct rbd_req *q, bool ro, struct conn *k, rbd_image_t *img,
+                uint64_t *ret_size, char **ret_msg);
 /* Remove image name (no other client has it open): its snapshots first;
  * while clones still need them, the image goes to the RBD trash instead,
  * and leaves it with the last of them (rbd_snap.c). */

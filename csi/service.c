@@ -6,6 +6,7 @@
 #include "qsd/base/names.h"
 #include "params.h"
 #include "rbd.h"
+#include "rbd_lock.h"
 #include "records.h"
 #include "qsd/qemu/thin.h"
 #include "pbcheck.h"
@@ -365,6 +366,12 @@ int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
 
 static void qsd_event(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque)
 {
+    struct csi *c = opaque;
+    struct vol *v = store_find_vol(c->store, qsd_get_volume(q));
+    /* An RBD volume's QSD is not supervised: the plugin restarts it after
+     * the check (a first start that fails is its starter's). */
+    if (ev == QSD_EV_DIED && v && rbd_record(v) && v->staging_path && !v->start_ctx)
+        rbd_restart(c, v);
     static const char *const names[] = {"ready", "died", "restarted", "start failed", "stopped",
                                         "crash loop: retried every 30 s"};
     _cleanup_free_ char *d = detail ? log_quote(detail) : NULL;
@@ -411,6 +418,7 @@ int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaqu
     if (!v->qsd) {
         qsd_new(c->loop, &c->qcfg, v->id, &o, &v->qsd);
         qsd_set_event_handler(v->qsd, qsd_event, c);
+        qsd_set_supervised(v->qsd, !rbd_record(v)); /* rbd_restart's */
     }
     qsd_opts_clear(&o);
     struct start_ctx *s = xcalloc(1, sizeof(*s));
@@ -604,10 +612,19 @@ static void recover(struct csi *c)
         qsd_new(c->loop, &c->qcfg, v->id, &o, &v->qsd);
         qsd_opts_clear(&o);
         qsd_set_event_handler(v->qsd, qsd_event, c);
+        qsd_set_supervised(v->qsd, !rbd_record(v));
         if (qsd_adopt(v->qsd) == 0) {
             log_info("plugin", "adopted the QSD of a staged volume", "volume=%s pid=%d", v->id,
                      (int)qsd_get_pid(v->qsd));
             recover_layers(c, v, true);
+            if (rbd_record(v))
+                rbd_adopted(c, v);
+            continue;
+        }
+        if (rbd_record(v)) { /* started after the check (rbd_lock.h) */
+            log_info("plugin", "QSD of a staged RBD volume is not running, checking before "
+                     "starting it", "volume=%s", v->id);
+            rbd_restart(c, v);
             continue;
         }
         log_info("plugin", "QSD of a staged volume is not running, starting it", "volume=%s",
@@ -712,6 +729,7 @@ void csi_free(struct csi *c)
         v->qsd = NULL;
         free(v->start_ctx);
         v->start_ctx = NULL;
+        rbd_guard_free(v);
     }
     worker_cancel(c->gc);
     c->gc = NULL;

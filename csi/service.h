@@ -140,9 +140,11 @@ bool cap_read_only(const Csi__V1__VolumeCapability *cap);
 int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);
 
 /* NodeStageVolume of volume v, not staged yet, at path (node.c): checks,
- * records the staging, starts its QSD, answers call. */
+ * records the staging, starts its QSD, answers call.  rbd (taken over, or
+ * NULL): an RBD volume's request, checked again once its QSD runs
+ * (rbd_stage_confirm). */
 void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
-                    int gid, bool ro);
+                    int gid, bool ro, struct rbd_req *rbd);
 
 /* Export options for a volume from its StorageClass parameters (a JSON
  * object of strings), image and format (both taken over, freed on error),

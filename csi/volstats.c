@@ -13,6 +13,7 @@
 #include "qsd/base/util.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/qemu/qmp.h"
+#include "rbd_lock.h"
 #include "service.h"
 
 #include <inttypes.h>
@@ -54,6 +55,7 @@ const char *vol_state_name(enum vol_state s)
     case VS_RESTARTING: return "restarting";
     case VS_CRASH_LOOP: return "crash-loop";
     case VS_HUNG: return "hung";
+    case VS_REFUSED: return "refused";
     default: return "none";
     }
 }
@@ -349,6 +351,8 @@ enum vol_state volstats_state(struct volstats *vs, const struct vol *v)
 {
     if (!v->staging_path)
         return VS_NONE;
+    if (!vol_live(v) && rbd_guard_refused(v))
+        return VS_REFUSED;
     if (v->qsd && qsd_crash_looping(v->qsd))
         return VS_CRASH_LOOP;
     if (!vol_live(v))

@@ -27,7 +27,8 @@ struct vol;
 
 #define VOLSTATS_PROBE_TIMEOUT_MS 3000
 
-enum vol_state { VS_NONE, VS_RUNNING, VS_RESTARTING, VS_CRASH_LOOP, VS_HUNG };
+/* VS_REFUSED: an RBD volume whose restart the rule refused (rbd_lock.h). */
+enum vol_state { VS_NONE, VS_RUNNING, VS_RESTARTING, VS_CRASH_LOOP, VS_HUNG, VS_REFUSED };
 const char *vol_state_name(enum vol_state s); /* "running"... */
 
 /* Cached figures of one volume (valid while the loop does not run). */

@@ -3,6 +3,8 @@
 under one temporary directory.
 
     with Cluster() as ceph:          # up within START_TIMEOUT, or an exception
+                                     # (watch_timeout=S: the OSD drops a dead
+                                     # client's watch after S s, default 30)
         ceph.monitors                # "127.0.0.1:PORT"
         ceph.user, ceph.key          # restricted client: profile rbd on POOL/NAMESPACE
         ceph.rbd("create", ...)      # rbd/ceph CLI as client.admin, bounded
@@ -81,11 +83,12 @@ osd objectstore = memstore
 memstore device bytes = 2147483648
 osd op num shards = 1
 osd op num threads per shard = 2
+osd client watch timeout = {watch_timeout}
 """
 
 
 class Cluster:
-    def __init__(self, prefix="qsd-ceph-test-"):
+    def __init__(self, prefix="qsd-ceph-test-", watch_timeout=30):
         why = have_ceph()
         if why:
             raise RuntimeError("Ceph " + why)
@@ -96,6 +99,7 @@ class Cluster:
         self.user = USER
         self.pool = POOL
         self.namespace = NAMESPACE
+        self.watch_timeout = watch_timeout  # osd_client_watch_timeout: a dead client's watch
         self.start_seconds = None
         self.stop_seconds = None
         self.env = dict(os.environ, CEPH_CONF=os.path.join(self.dir, "ceph.conf"))
@@ -172,7 +176,7 @@ class Cluster:
         self.port = _free_port()
         fsid = str(uuid.uuid4())
         with open(os.path.join(d, "ceph.conf"), "w") as f:
-            f.write(CONF.format(fsid=fsid, port=self.port, d=d))
+            f.write(CONF.format(fsid=fsid, port=self.port, d=d, watch_timeout=self.watch_timeout))
         kr = os.path.join(d, "keyring")
         self.run("ceph-authtool", "--create-keyring", kr, "--gen-key", "-n", "mon.",
                  "--cap", "mon", "allow *")

@@ -267,8 +267,12 @@ static void test_rbd(void **state)
     assert_string_equal(argv[3], "--blockdev");
     assert_non_null(strstr(argv[4], "\"driver\":\"rbd\""));
     assert_non_null(strstr(argv[4], "\"namespace\":\"ns1\""));
-    assert_non_null(strstr(argv[4], "\"server\":[{\"host\":\"10.0.0.1\",\"port\":\"3300\"},"
-                                    "{\"host\":\"::1\",\"port\":\"6789\"}]"));
+    /* Monitors in the volume's own configuration file, with their protocol. */
+    assert_non_null(strstr(argv[4], "\"conf\":\"/run/q/ctl/v1/rbd.conf\""));
+    assert_null(strstr(argv[4], "\"server\""));
+    _cleanup_free_ char *conf = qsd_rbd_conf(o.rbd);
+    assert_string_equal(conf, "[global]\nmon_host = v2:10.0.0.1:3300,v2:[::1]:6789\n"
+                              "client_mount_timeout = 10\n");
     assert_non_null(strstr(argv[4], "\"key-secret\":\"rbd-key0\""));
     assert_null(strstr(argv[4], "aio")); /* not a file: no I/O engine */
     assert_non_null(strstr(argv[6], "\"driver\":\"raw\""));

@@ -293,12 +293,14 @@ void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *r
     p.log = xasprintf("%s/qsd.log", p.ctl_dir);
     p.lock = xasprintf("%s/lock", p.ctl_dir);
     p.rbd_key = xasprintf("%s/rbd.key", p.ctl_dir);
+    p.rbd_conf = xasprintf("%s/rbd.conf", p.ctl_dir);
     *ret = p;
 }
 
 void qsd_paths_clear(struct qsd_paths *p)
 {
     free(p->rbd_key);
+    free(p->rbd_conf);
     free(p->run_dir);
     free(p->export_dir);
     free(p->socket);
@@ -405,7 +407,7 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
         argv[i++] = xstrdup("--object");
         argv[i++] = json_arg(qsd_rbd_secret_json(o->rbd));
         json_t *f = qsd_file_node_json(o, "file0", "-");
-        json_t *n = qsd_rbd_node_json(o->rbd, "file0");
+        json_t *n = qsd_rbd_node_json(o->rbd, "file0", p->rbd_conf);
         json_object_set(n, "cache", json_object_get(f, "cache"));
         json_object_set(n, "discard", json_object_get(f, "discard"));
         json_object_set(n, "read-only", json_object_get(f, "read-only"));
@@ -914,12 +916,17 @@ static int prepare_dirs(struct qsd *q)
     int r = mkdir_p(q->cfg.run_dir, 0711); /* configuration: trusted */
     if (r < 0)
         return r;
-    _cleanup_close_ int run = -1, ctl = -1;
+    _cleanup_close_ int run = -1, ctl = -1, vol = -1;
     if ((r = run_dir_open(q->cfg.run_dir, &run)) < 0 ||
         (r = fsat_mkdirs(run, "ctl", 0700, &ctl)) < 0 ||
-        (r = fsat_mkdirs(ctl, q->volume, 0700, NULL)) < 0 ||
+        (r = fsat_mkdirs(ctl, q->volume, 0700, &vol)) < 0 ||
         (r = fsat_chown_mode(ctl, q->volume, -1, 0700)) < 0)
         return r;
+    if (q->opts.rbd) {
+        _cleanup_free_ char *conf = qsd_rbd_conf(q->opts.rbd);
+        if ((r = fsat_write_replace(vol, "rbd.conf", conf, strlen(conf), 0600, -1)) < 0)
+            return r;
+    }
     for (int ro = 0; ro <= (q->opts.read_only ? 0 : 1); ro++) {
         _cleanup_close_ int parent = -1;
         if ((r = fsat_mkdirs(run, ro ? "exports-ro" : "exports", 0711, &parent)) < 0 ||
@@ -1152,7 +1159,8 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
     if (qsd_read_state(q->paths.state, NULL, &desired, NULL, NULL) < 0 || !desired ||
         !q->supervised) {
         q->state = QS_STOPPED;
-        emit(q, QSD_EV_STOPPED, "not restarted: desired state is stopped");
+        emit(q, QSD_EV_STOPPED, q->supervised ? "not restarted: desired state is stopped"
+                                              : "not restarted: not supervised");
         return;
     }
     /* Back off only when it keeps dying quickly; past CRASH_LOOP_AFTER

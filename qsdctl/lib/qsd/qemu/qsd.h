@@ -74,6 +74,7 @@ struct qsd_paths {
     char *log;        /* ctl_dir/qsd.log */
     char *lock;       /* ctl_dir/lock */
     char *rbd_key;    /* ctl_dir/rbd.key: an RBD volume's key (rbdsrc.h) */
+    char *rbd_conf;   /* ctl_dir/rbd.conf: its Ceph configuration (rbdsrc.h) */
 };
 /* volume must already be validated (names.h). */
 void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *ret);

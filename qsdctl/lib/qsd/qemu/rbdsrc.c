@@ -175,27 +175,33 @@ json_t *qsd_rbd_secret_json(const struct qsd_rbd *r)
                      "file", r->key_file, "format", "base64");
 }
 
-json_t *qsd_rbd_node_json(const struct qsd_rbd *r, const char *node)
+char *qsd_rbd_mon_host(const char *monitors)
 {
-    /* QEMU's server list: host (no brackets) and port; QEMU makes mon_host. */
-    json_t *servers = json_array();
-    _cleanup_free_ char *copy = xstrdup(r->monitors);
+    char *out = NULL;
+    _cleanup_free_ char *copy = xstrdup(monitors);
     char *save = NULL;
     for (char *m = strtok_r(copy, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
-        if (startswith(m, "v1:") || startswith(m, "v2:"))
-            m += 3;
-        char *colon = strrchr(m, ':');
-        *colon = '\0';
-        if (m[0] == '[') {
-            m++;
-            m[strlen(m) - 1] = '\0';
-        }
-        json_array_append_new(servers, json_pack("{s:s, s:s}", "host", m, "port", colon + 1));
+        bool typed = startswith(m, "v1:") || startswith(m, "v2:");
+        char *t = xasprintf("%s%s%s%s", out ? out : "", out ? "," : "", typed ? "" : "v2:", m);
+        free(out);
+        out = t;
     }
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:o, s:s, s:[s], s:s}", "driver", "rbd",
+    return out;
+}
+
+char *qsd_rbd_conf(const struct qsd_rbd *r)
+{
+    _cleanup_free_ char *host = qsd_rbd_mon_host(r->monitors);
+    return xasprintf("[global]\nmon_host = %s\nclient_mount_timeout = %d\n", host,
+                     QSD_RBD_CONNECT_S);
+}
+
+json_t *qsd_rbd_node_json(const struct qsd_rbd *r, const char *node, const char *conf)
+{
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:[s], s:s}", "driver", "rbd",
                           "node-name", node, "pool", r->pool, "image", r->image, "user", r->user,
-                          "server", servers, "key-secret", QSD_RBD_SECRET_ID,
-                          "auth-client-required", "cephx", "conf", "/dev/null");
+                          "key-secret", QSD_RBD_SECRET_ID, "auth-client-required", "cephx",
+                          "conf", conf);
     if (*r->ns)
         json_object_set_new(j, "namespace", json_string(r->ns));
     return j;

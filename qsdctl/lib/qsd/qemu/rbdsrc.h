@@ -38,4 +38,14 @@ int qsd_rbd_write_key(const char *run_dir, const char *volume, const char *key);
 #define QSD_RBD_SECRET_ID "rbd-key0"
 /* QSD's --object of the key and its --blockdev of the image (node). */
 json_t *qsd_rbd_secret_json(const struct qsd_rbd *r);
-json_t *qsd_rbd_node_json(const struct qsd_rbd *r, const char *node);
+/* QSD reads no host configuration: conf is the volume's own Ceph
+ * configuration file (qsd_paths.rbd_conf, written by qsd_rbd_conf at each
+ * start): monitors with their protocol, so that a refused key fails the
+ * start at once (librados given bare host:port monitors keeps hunting
+ * until its mount timeout), and a bounded connection. */
+json_t *qsd_rbd_node_json(const struct qsd_rbd *r, const char *node, const char *conf);
+#define QSD_RBD_CONNECT_S 10 /* client_mount_timeout of a QSD */
+/* The text of that file (not secret: no key). */
+char *qsd_rbd_conf(const struct qsd_rbd *r);
+/* "[v1:|v2:]host:port,..." -> librados' mon_host, v2 (msgr2) unless said. */
+char *qsd_rbd_mon_host(const char *monitors);
