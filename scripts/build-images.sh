@@ -20,7 +20,7 @@
 #     --quiet             podman build output to a log file, not the terminal
 #
 # Prints, at the end, one line per image:  IMAGE <kind> <name> <id> <seconds>
-# The build image is PREFIX/qsd-csi-build:TAG (deploy/images/build/: the
+# The build image is PREFIX/qsd-csi-build:TAG (deploy/images/builder/: the
 # compile step, whose binaries both runtime images copy; the one it replaces
 # is removed).
 # Needs root and podman configured for this machine (scripts/setup.sh writes
@@ -143,7 +143,7 @@ build() { # KIND NAME
     id=${id:0:12}
     results+=("IMAGE $kind $name $id $(secs "$t0")")
 }
-# The build image (deploy/images/build/Containerfile), which both runtime
+# The build image (deploy/images/builder/Containerfile), which both runtime
 # images copy their binaries from; the one built from older sources for
 # this tag is removed: each holds a whole build tree (~0.7 GB) that would
 # otherwise pile up as an untagged image on every source change.
@@ -151,8 +151,8 @@ stage="$prefix/qsd-csi-build:$tag"
 old_stage=$(podman image inspect -f '{{.Id}}' "$stage" 2>/dev/null || true)
 t0=$(now)
 log "build stage $stage"
-stage_args=(build --layers -f "$repo_root/deploy/images/build/Containerfile"
-    --ignorefile "$repo_root/deploy/images/build/Containerfile.dockerignore"
+stage_args=(build --layers -f "$repo_root/deploy/images/builder/Containerfile"
+    --ignorefile "$repo_root/deploy/images/builder/Containerfile.dockerignore"
     --build-arg "BASE_IMAGE=$base" --build-arg "CMAKE_ARGS=$cmake_args" "${extra[@]}"
     -t "$stage" "$repo_root")
 if ((quiet)); then
