@@ -76,9 +76,7 @@ class RbdBench:
     def setup(self):
         self.ceph.start()
         print("bench-rbd: ceph up in %.1f s" % self.ceph.start_seconds, file=sys.stderr)
-        clusters = os.path.join(self.env.root, "clusters.json")
-        with open(clusters, "w") as f:
-            json.dump([{"clusterID": "c1", "monitors": [self.ceph.monitors]}], f)
+        clusters = self.ceph.write_clusters(self.env.root)
         self.keyring = os.path.join(self.env.root, "keyring")
         with open(os.open(self.keyring, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write("[client.%s]\n\tkey = %s\n" % (self.ceph.user, self.ceph.key))

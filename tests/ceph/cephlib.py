@@ -15,6 +15,7 @@ by PID, waits for them, and removes the directory.  Needs the Debian
 packages ceph-mon, ceph-osd and ceph-common (scripts/setup.sh); without them
 the caller skips (have_ceph)."""
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -155,6 +156,19 @@ class Cluster:
                 return
             time.sleep(0.2)
         raise RuntimeError("timeout waiting for %s:\n%s" % (what, self.log_tail()))
+
+    def write_clusters(self, directory, cluster_id="c1", extra=()):
+        """The plugin's --rbd-clusters file in directory, naming this cluster
+        cluster_id (and the extra entries): its path."""
+        path = os.path.join(directory, "clusters.json")
+        with open(path, "w") as f:
+            json.dump([{"clusterID": cluster_id, "monitors": [self.monitors]}, *extra], f)
+        return path
+
+    @property
+    def secrets(self):
+        """The CSI secrets of the test user (userID, userKey)."""
+        return {"userID": self.user, "userKey": self.key}
 
     def log_tail(self, n=20):
         out = []

@@ -60,14 +60,11 @@ def main():
         ceph.start()
         print("ceph up in %.1f s" % ceph.start_seconds)
         # A cluster file: ours, and one whose monitor port nobody listens on.
-        clusters = os.path.join(env.root, "clusters.json")
-        with open(clusters, "w") as f:
-            json.dump([{"clusterID": "c1", "monitors": [ceph.monitors]},
-                       {"clusterID": "dead", "monitors": ["127.0.0.1:%d" % cephlib._free_port()]}],
-                      f)
+        clusters = ceph.write_clusters(env.root, extra=[
+            {"clusterID": "dead", "monitors": ["127.0.0.1:%d" % cephlib._free_port()]}])
         c = env.start(extra=["--rbd-clusters", clusters])
         pb = env.pb
-        secrets = {"userID": ceph.user, "userKey": ceph.key}
+        secrets = ceph.secrets
         params = {"backend": "rbd", "clusterID": "c1", "pool": ceph.pool,
                   "radosNamespace": ceph.namespace,
                   "csi.storage.k8s.io/pvc/name": "claim"}

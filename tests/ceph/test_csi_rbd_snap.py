@@ -81,13 +81,10 @@ def main():
     try:
         ceph.start()
         print("ceph up in %.1f s" % ceph.start_seconds)
-        clusters = os.path.join(env.root, "clusters.json")
-        with open(clusters, "w") as f:
-            json.dump([{"clusterID": "c1", "monitors": [ceph.monitors]}], f)
-        extra = ["--rbd-clusters", clusters]
+        extra = ["--rbd-clusters", ceph.write_clusters(env.root)]
         c = env.start(extra=extra)
         pb = env.pb
-        S = {"userID": ceph.user, "userKey": ceph.key}
+        S = ceph.secrets
         params = {"backend": "rbd", "clusterID": "c1", "pool": ceph.pool,
                   "radosNamespace": ceph.namespace}
         place = "c1:%s:%s:" % (ceph.pool, ceph.namespace)

@@ -390,10 +390,8 @@ def main():
     try:
         ceph.start()
         print("ceph up in %.1f s" % ceph.start_seconds)
-        clusters = os.path.join(probe.root, "clusters.json")
-        with open(clusters, "w") as f:
-            json.dump([{"clusterID": "c1", "monitors": [ceph.monitors]}], f)
-        secrets = {"userID": ceph.user, "userKey": ceph.key}
+        clusters = ceph.write_clusters(probe.root)
+        secrets = ceph.secrets
         {"loss": scenario_loss, "qsd": scenario_qsd}[scenario](
             plugin, proto, qsdctl, ceph, clusters, secrets, nodes)
         for n in nodes:

@@ -177,8 +177,7 @@ def main():
         check_libraries(image)
         ceph.start()
         log("ceph up in %.1f s" % ceph.start_seconds)
-        with open(os.path.join(rbddir, "clusters.json"), "w") as f:
-            json.dump([{"clusterID": "ceph-a", "monitors": [ceph.monitors]}], f)
+        ceph.write_clusters(rbddir, "ceph-a")
         # The manifest's arguments; its metrics port taken from the loopback
         # (the container shares the host's network to reach Ceph).
         port = ctrlib.free_port()
@@ -234,7 +233,7 @@ def main():
         expect_code(c.NodeGetInfo, pb.NodeGetInfoRequest(), C.UNIMPLEMENTED, "Node service")
 
         # --- an RBD volume: create, expand, delete
-        secrets = {"userID": ceph.user, "userKey": ceph.key}
+        secrets = ceph.secrets
         params = {"backend": "rbd", "clusterID": "ceph-a", "pool": ceph.pool,
                   "radosNamespace": ceph.namespace}
         img = "%s/%s/pvc-ctl" % (ceph.pool, ceph.namespace)

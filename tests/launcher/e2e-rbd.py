@@ -204,11 +204,9 @@ class RbdE2E(bridge.E2E):
         esp = self.boot_image()
         self.ceph.start()
         log("ceph up in %.1f s" % self.ceph.start_seconds)
-        clusters = os.path.join(self.work, "clusters.json")
-        with open(clusters, "w") as f:
-            json.dump([{"clusterID": "c1", "monitors": [self.ceph.monitors]}], f)
+        clusters = self.ceph.write_clusters(self.work)
         self.c = self.env.start(["--unplug-timeout", "60", "--rbd-clusters", clusters])
-        self.secrets = {"userID": self.ceph.user, "userKey": self.ceph.key}
+        self.secrets = self.ceph.secrets
         self.params = {"backend": "rbd", "clusterID": "c1", "pool": self.ceph.pool,
                        "radosNamespace": self.ceph.namespace}
         root = self.create("root", 64 * MiB)
