@@ -63,6 +63,10 @@ static void usage(FILE *f)
             "  --run-dir DIR         runtime root (default /run/qsd-csi)\n"
             "  --kubelet-root DIR    kubelet root (default /var/lib/kubelet)\n"
             "  --qsd-binary PATH     qemu-storage-daemon (default: found in PATH)\n"
+            "  --vhost-filter PATH   the vhost-user filter between each VM pod and its QSD\n"
+            "                        (default: $QSD_VHOST_FILTER, else qsd-vhost-filter\n"
+            "                        beside this program; \"none\" lets tenants talk to the\n"
+            "                        QSD directly: measurements only, docs/security.md)\n"
             "  --max-volumes N       volumes this node serves at most (default 128)\n"
             "  --controller-expansion  advertise ControllerExpandVolume (only with a\n"
             "                        resizer that runs on the volume's node)\n"
@@ -174,9 +178,15 @@ static int print_qsd_command(const struct plugin_config *cfg, const char *image,
             qsd_opts_clear(&o);
         return 2;
     }
+    _cleanup_free_ char *filter = NULL;
+    if (qsd_filter_resolve(cfg->vhost_filter, &filter, &msg) < 0) {
+        fprintf(stderr, "qsd-csi-plugin: --print-qsd-command: %s\n", msg);
+        qsd_opts_clear(&o);
+        return 2;
+    }
     struct qsd_paths p;
     qsd_paths_init(cfg->run_dir, base, &p);
-    char **argv = qsd_argv(cfg->qsd_binary, &o, &p);
+    char **argv = qsd_unit_argv(filter, cfg->qsd_binary, &o, &p);
     json_t *out = json_array();
     for (char **a = argv; *a; a++)
         json_array_append_new(out, json_string(*a));
@@ -219,7 +229,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
            O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
-           O_PRINT, O_RBDCLUSTERS, O_ROLE };
+           O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -229,6 +239,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"run-dir", required_argument, NULL, O_RUN},
         {"kubelet-root", required_argument, NULL, O_KUBELET},
         {"qsd-binary", required_argument, NULL, O_QSD},
+        {"vhost-filter", required_argument, NULL, O_FILTER},
         {"max-volumes", required_argument, NULL, O_MAXVOL},
         {"controller-expansion", no_argument, NULL, O_CEXP},
         {"unplug-timeout", required_argument, NULL, O_UNPLUG},
@@ -294,6 +305,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_RUN: cfg->run_dir = optarg; break;
         case O_KUBELET: cfg->kubelet_root = optarg; break;
         case O_QSD: cfg->qsd_binary = optarg; break;
+        case O_FILTER: cfg->vhost_filter = optarg; break;
         case O_CEXP: cfg->controller_expansion = true; break;
         case O_UNPLUG: {
             uint64_t v;
@@ -480,6 +492,7 @@ static void on_http(const char *path, int *ret_status, const char **ret_type, ch
 
 static void plugin_free(struct plugin *pl)
 {
+    free(pl->cfg.filter_path);
     http_server_free(pl->http);
     grpc_listener_free(pl->ln);
     volstats_free(pl->vstats);
@@ -505,6 +518,16 @@ int main(int argc, char **argv)
     /* The controller role opens, mounts and spawns nothing of the node's. */
     if (pl.cfg.role == PLUGIN_ROLE_NODE && kernel_check() < 0)
         return 1;
+    if (pl.cfg.role == PLUGIN_ROLE_NODE) {
+        _cleanup_free_ char *msg = NULL;
+        if (qsd_filter_resolve(pl.cfg.vhost_filter, &pl.cfg.filter_path, &msg) < 0) {
+            log_error("plugin", "no vhost-user filter", "error=\"%s\"", msg);
+            return 1;
+        }
+        if (!pl.cfg.filter_path)
+            log_warn("plugin", "tenants talk to their QSDs directly (--vhost-filter none): "
+                     "a VM pod can reach QEMU's vhost-user parser", "filter=none");
+    }
 
     int ret = 1;
     sigset_t mask;

@@ -27,6 +27,10 @@ struct plugin_config {
     const char *run_dir;
     const char *kubelet_root;
     const char *qsd_binary;   /* name (looked up in PATH) or absolute path */
+    const char *vhost_filter; /* --vhost-filter as given, NULL: the default (qsd.h
+                                 qsd_filter_resolve) */
+    char *filter_path;        /* resolved at start (node role): the filter every
+                                 export is served through, NULL: none */
     int64_t max_volumes;      /* NodeGetInfo max_volumes_per_node; staged volumes at most */
     bool controller_expansion; /* advertise the Controller EXPAND_VOLUME capability */
     int64_t unplug_timeout_ms; /* NodeUnstage stops a QSD with a connected client after this

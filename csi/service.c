@@ -651,7 +651,8 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     struct csi *c = xcalloc(1, sizeof(*c));
     c->cfg = cfg;
     c->loop = loop;
-    c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary};
+    c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary,
+                                  .filter = cfg->filter_path};
     c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
     mounts_open(c);
     int r = 0;

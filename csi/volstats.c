@@ -219,7 +219,7 @@ static int collect_fn(void *arg, char **ret_msg, json_t **ret_result)
         if (vol_allocated(c, v->id, &alloc) == 0)
             json_object_set_new(o, "allocated", json_integer((json_int_t)alloc));
         struct proc_io io;
-        if (vol_live(v) && proc_io(qsd_get_pid(v->qsd), &io) == 0)
+        if (vol_live(v) && proc_io(qsd_get_qsd_pid(v->qsd), &io) == 0)
             json_object_set_new(o, "io",
                                 json_pack("{s:I, s:I, s:I, s:I, s:f}", "read_bytes",
                                           (json_int_t)io.read_bytes, "write_bytes",

@@ -80,9 +80,23 @@ static void print_json(json_t *j)
     json_decref(j);
 }
 
+static const char *g_filter_flag; /* --vhost-filter as given */
+
+/* The configuration every QSD this command starts or adopts gets; the
+ * vhost-user filter is resolved on first use (commands that start no QSD do
+ * not need one), and a missing one ends the command. */
 static struct qsd_config qsd_cfg(void)
 {
-    return (struct qsd_config){.run_dir = g_opts.run_dir, .binary = g_qsd_binary};
+    static char *filter;
+    static bool resolved;
+    if (!resolved) {
+        _cleanup_free_ char *msg = NULL;
+        if (qsd_filter_resolve(g_filter_flag, &filter, &msg) < 0)
+            exit(fail(EXIT_FAILURE_GENERIC, "%s", msg));
+        resolved = true;
+    }
+    return (struct qsd_config){.run_dir = g_opts.run_dir, .binary = g_qsd_binary,
+                               .filter = filter};
 }
 
 /* Per-volume lock, shared with `qsdctl supervise`: held while a command
@@ -1356,6 +1370,9 @@ static void usage(FILE *f)
             "                     resize, snapshot, merge and snapshot-delete refuse them\n"
             "  --force            act on the plugin's volumes and snapshots anyway\n"
             "  --qsd-binary PATH  qemu-storage-daemon to run (default: from PATH)\n"
+            "  --vhost-filter PATH  the vhost-user filter in front of every export (default:\n"
+            "                     $QSD_VHOST_FILTER, else qsd-vhost-filter beside qsdctl;\n"
+            "                     \"none\": clients talk to the QSD directly)\n"
             "  --json             machine-readable output on stdout\n"
             "  --log-level LEVEL  debug, info (default), warn, error\n"
             "  --version, --help\n\nCommands:\n");
@@ -1373,7 +1390,7 @@ int main(int argc, char **argv)
         {"state-dir", required_argument, 0, 'S'}, {"force", no_argument, 0, 'f'},
         {"qsd-binary", required_argument, 0, 'B'}, {"json", no_argument, 0, 'j'},
         {"log-level", required_argument, 0, 'L'}, {"version", no_argument, 0, 'V'},
-        {"help", no_argument, 0, 'h'}, {0}};
+        {"help", no_argument, 0, 'h'}, {"vhost-filter", required_argument, 0, 'F'}, {0}};
     signal(SIGPIPE, SIG_IGN);
     if (getenv("QSDCTL_RUN_DIR"))
         g_opts.run_dir = getenv("QSDCTL_RUN_DIR");
@@ -1390,6 +1407,7 @@ int main(int argc, char **argv)
         case 'S': g_opts.state_dir = optarg; break;
         case 'f': g_opts.force = true; break;
         case 'B': g_qsd_binary = optarg; break;
+        case 'F': g_filter_flag = optarg; break;
         case 'j': g_opts.json = true; break;
         case 'L':
             if (log_parse_level(optarg, &lvl) < 0)

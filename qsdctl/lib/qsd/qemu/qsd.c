@@ -294,6 +294,8 @@ void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *r
     p.lock = xasprintf("%s/lock", p.ctl_dir);
     p.rbd_key = xasprintf("%s/rbd.key", p.ctl_dir);
     p.rbd_conf = xasprintf("%s/rbd.conf", p.ctl_dir);
+    p.upstream = xasprintf("%s/vhost.sock", p.ctl_dir);
+    p.ro_upstream = xasprintf("%s/vhost-ro.sock", p.ctl_dir);
     *ret = p;
 }
 
@@ -301,6 +303,8 @@ void qsd_paths_clear(struct qsd_paths *p)
 {
     free(p->rbd_key);
     free(p->rbd_conf);
+    free(p->upstream);
+    free(p->ro_upstream);
     free(p->run_dir);
     free(p->export_dir);
     free(p->socket);
@@ -395,7 +399,9 @@ bool qsd_export_writethrough(const struct qsd_opts *o)
     return !(o->format && streq(o->format, "raw"));
 }
 
-char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p)
+/* The QSD's argv with its exports listening on socket and ro_socket. */
+static char **argv_at(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p,
+                      const char *socket, const char *ro_socket)
 {
     bool writethrough = qsd_export_writethrough(o);
     char **argv = xcalloc(24, sizeof(char *));
@@ -426,7 +432,7 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
     }
     json_t *exp = json_pack("{s:s, s:s, s:s, s:{s:s, s:s}, s:b, s:b, s:I, s:I}", "type",
                             "vhost-user-blk", "id", QSD_EXPORT_ID, "node-name", QSD_NODE, "addr",
-                            "type", "unix", "path", p->socket, "writable", !o->read_only,
+                            "type", "unix", "path", socket, "writable", !o->read_only,
                             "writethrough", writethrough, "num-queues", (json_int_t)o->num_queues,
                             "logical-block-size", (json_int_t)o->logical_block_size);
     if (o->iothread)
@@ -438,7 +444,7 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
         /* The same node again, read-only, on a socket of its own. */
         json_object_set_new(ro, "id", json_string(QSD_RO_EXPORT_ID));
         json_object_set_new(ro, "writable", json_false());
-        json_object_set_new(json_object_get(ro, "addr"), "path", json_string(p->ro_socket));
+        json_object_set_new(json_object_get(ro, "addr"), "path", json_string(ro_socket));
         argv[i++] = xstrdup("--export");
         argv[i++] = json_arg(ro);
     }
@@ -448,6 +454,37 @@ char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_p
     argv[i++] = xstrdup("--monitor");
     argv[i++] = xstrdup("chardev=qmp0");
     argv[i] = NULL;
+    return argv;
+}
+
+char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p)
+{
+    return argv_at(binary, o, p, p->socket, p->ro_socket);
+}
+
+char **qsd_unit_argv(const char *filter, const char *binary, const struct qsd_opts *o,
+                     const struct qsd_paths *p)
+{
+    if (!filter)
+        return qsd_argv(binary, o, p);
+    char **qsd = argv_at(binary, o, p, p->upstream, p->ro_upstream);
+    size_t n = 0;
+    while (qsd[n])
+        n++;
+    char **argv = xcalloc(n + 10, sizeof(char *));
+    int i = 0;
+    argv[i++] = xstrdup(filter);
+    argv[i++] = xstrdup("--export");
+    argv[i++] = xasprintf("%s=%s", p->socket, p->upstream);
+    if (!o->read_only) {
+        argv[i++] = xstrdup("--export");
+        argv[i++] = xasprintf("%s=%s", p->ro_socket, p->ro_upstream);
+    }
+    argv[i++] = xstrdup("--queues");
+    argv[i++] = xasprintf("%u", o->num_queues);
+    argv[i++] = xstrdup("--");
+    memcpy(argv + i, qsd, n * sizeof(char *));
+    free(qsd); /* its strings now belong to argv */
     return argv;
 }
 
@@ -531,9 +568,27 @@ bool qsd_pid_is_ours(pid_t pid, uint64_t starttime, const char *qmp_path)
     return memmem(cmd, len, needle, strlen(needle)) != NULL;
 }
 
-/* Call fn for every running (not zombie) process whose command line names
- * a QMP socket under run_dir/ctl/: every QSD started for run_dir, whether or
- * not its pid was ever recorded.  volume is parsed from the socket path. */
+/* Whether pid's command line names needle (a QMP socket option). */
+static bool cmdline_names(pid_t pid, const char *needle)
+{
+    _cleanup_free_ char *cmd = NULL;
+    size_t len;
+    return proc_cmdline(pid, &cmd, &len) == 0 && memmem(cmd, len, needle, strlen(needle));
+}
+
+/* The QSD a filter's head forked names the same monitor as its head: the
+ * unit is the head (its pid is the one recorded, watched and stopped). */
+static bool forked_by_head(pid_t pid, const char *needle)
+{
+    uint64_t ppid;
+    return proc_stat_fields(pid, 4, 1, &ppid) == 0 && ppid > 1 &&
+           cmdline_names((pid_t)ppid, needle);
+}
+
+/* Call fn for every running (not zombie) process unit whose command line
+ * names a QMP socket under run_dir/ctl/: every QSD (or filter head of one)
+ * started for run_dir, whether or not its pid was ever recorded.  volume is
+ * parsed from the socket path. */
 static void scan_qsds(const char *run_dir,
                       void (*fn)(pid_t pid, uint64_t starttime, const char *volume, void *arg),
                       void *arg)
@@ -560,6 +615,9 @@ static void scan_qsds(const char *run_dir,
         if (!end || !startswith(end, "/qmp.sock,"))
             continue;
         _cleanup_free_ char *v = xstrndup(vol, (size_t)(end - vol));
+        _cleanup_free_ char *own = xstrndup(m, (size_t)(end - m) + strlen("/qmp.sock,"));
+        if (forked_by_head(pid, own))
+            continue;
         statp = xasprintf("/proc/%d/stat", (int)pid);
         uint64_t st;
         const char *paren;
@@ -635,6 +693,40 @@ int qsd_stop_orphans(const struct qsd_config *cfg,
     return (int)o.n;
 }
 
+int qsd_filter_resolve(const char *explicit, char **ret, char **ret_msg)
+{
+    /* ret_msg is required here. */
+    const char *want = explicit ? explicit : getenv("QSD_VHOST_FILTER");
+    _cleanup_free_ char *found = NULL;
+    if (want && streq(want, "none")) {
+        *ret = NULL;
+        return 0;
+    }
+    if (want && want[0]) {
+        found = xstrdup(want);
+    } else {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n <= 0) {
+            *ret_msg = xasprintf("cannot find qsd-vhost-filter: /proc/self/exe: %s",
+                                 strerror(errno));
+            return -ENOENT;
+        }
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        *slash = '\0';
+        found = xasprintf("%s/qsd-vhost-filter", self);
+    }
+    if (found[0] != '/' || access(found, X_OK) < 0) {
+        *ret_msg = xasprintf("vhost-user filter %s: %s (install qsd-vhost-filter beside this "
+                             "program, or name it with --vhost-filter PATH or $QSD_VHOST_FILTER)",
+                             found, found[0] != '/' ? "not an absolute path" : strerror(errno));
+        return -ENOENT;
+    }
+    *ret = TAKE_PTR(found);
+    return 0;
+}
+
 /* ----------------------------------------------------------- live QSD */
 
 enum qsd_state { QS_IDLE, QS_STARTING, QS_RUNNING, QS_BACKOFF, QS_STOPPING, QS_STOPPED };
@@ -656,6 +748,7 @@ struct qsd {
     struct qsd_paths paths;
     enum qsd_state state;
     pid_t pid;
+    pid_t qsd_pid;              /* the filter head's QSD child (qsd_get_qsd_pid) */
     uint64_t starttime;
     int pidfd;
     struct loop_watch *pid_watch;
@@ -734,6 +827,30 @@ const struct qsd_paths *qsd_get_paths(struct qsd *q) { return &q->paths; }
 const struct qsd_opts *qsd_get_opts(struct qsd *q) { return &q->opts; }
 const char *qsd_get_volume(struct qsd *q) { return q->volume; }
 pid_t qsd_get_pid(struct qsd *q) { return q->pid; }
+pid_t qsd_get_qsd_pid(struct qsd *q)
+{
+    if (!q->pid || !q->cfg.filter)
+        return q->pid;
+    /* The head's only child: remembered, checked again on every call. */
+    uint64_t ppid;
+    if (q->qsd_pid && proc_stat_fields(q->qsd_pid, 4, 1, &ppid) == 0 && ppid == (uint64_t)q->pid)
+        return q->qsd_pid;
+    q->qsd_pid = 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        uint64_t pid;
+        if (parse_uint(de->d_name, 2, INT32_MAX, &pid) == 0 &&
+            proc_stat_fields((pid_t)pid, 4, 1, &ppid) == 0 && ppid == (uint64_t)q->pid) {
+            q->qsd_pid = (pid_t)pid;
+            break;
+        }
+    }
+    closedir(d);
+    return q->qsd_pid;
+}
 bool qsd_running(struct qsd *q) { return q->state == QS_RUNNING; }
 bool qsd_crash_looping(struct qsd *q)
 {

@@ -75,6 +75,9 @@ struct qsd_paths {
     char *lock;       /* ctl_dir/lock */
     char *rbd_key;    /* ctl_dir/rbd.key: an RBD volume's key (rbdsrc.h) */
     char *rbd_conf;   /* ctl_dir/rbd.conf: its Ceph configuration (rbdsrc.h) */
+    char *upstream;    /* ctl_dir/vhost.sock: the QSD's own export socket when the
+                          vhost-user filter serves `socket` (private) */
+    char *ro_upstream; /* ctl_dir/vhost-ro.sock: the same for `ro_socket` */
 };
 /* volume must already be validated (names.h). */
 void qsd_paths_init(const char *run_dir, const char *volume, struct qsd_paths *ret);
@@ -83,8 +86,15 @@ void qsd_paths_clear(struct qsd_paths *p);
 /* Whether the export flushes every write (its "writethrough" option):
  * false for raw images, true for qcow2 (why: qsd.c). */
 bool qsd_export_writethrough(const struct qsd_opts *o);
-/* NULL-terminated argv for the QSD (free with qsd_argv_free). */
+/* NULL-terminated argv for the QSD (free with qsd_argv_free): its exports
+ * serve the tenant-facing sockets directly. */
 char **qsd_argv(const char *binary, const struct qsd_opts *o, const struct qsd_paths *p);
+/* The argv of a volume's process unit: with filter (qsd-vhost-filter) the
+ * filter's head serving the tenant-facing sockets, which forks the QSD whose
+ * exports listen on the private upstream sockets (`filter ... -- qsd-argv`);
+ * with filter NULL, qsd_argv(). */
+char **qsd_unit_argv(const char *filter, const char *binary, const struct qsd_opts *o,
+                     const struct qsd_paths *p);
 void qsd_argv_free(char **argv);
 /* The image's two nodes as QSD is given them (--blockdev or blockdev-add). */
 json_t *qsd_file_node_json(const struct qsd_opts *o, const char *node, const char *filename);
@@ -120,11 +130,20 @@ typedef void (*qsd_done_cb)(struct qsd *q, int status, const char *msg, void *op
 struct qsd_config {
     const char *run_dir;
     const char *binary;        /* qemu-storage-daemon (PATH searched) */
+    const char *filter;        /* qsd-vhost-filter in front of every export, or
+                                  NULL: tenants talk to the QSD directly */
     uint64_t start_timeout_ms; /* spawn -> socket accepting; default 10 s */
     uint64_t stop_timeout_ms;  /* QMP quit -> exit, then SIGKILL; default 5 s */
     const int *join_fds;       /* cgroup.procs files a QSD joins before exec (cgroup.h) */
     size_t n_join;
 };
+
+/* The vhost-user filter every export is served through (docs/security.md):
+ * explicit (a flag) if given, else $QSD_VHOST_FILTER, else qsd-vhost-filter
+ * beside the running executable.  "none" sets *ret NULL (tenants then talk to
+ * the QSD directly: for measurements and debugging only).  -ENOENT with a
+ * message when nothing is found or the file is not executable. */
+int qsd_filter_resolve(const char *explicit, char **ret, char **ret_msg);
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
             const struct qsd_opts *opts, struct qsd **ret);
@@ -132,7 +151,10 @@ void qsd_free(struct qsd *q); /* does not stop the process */
 const struct qsd_paths *qsd_get_paths(struct qsd *q);
 const struct qsd_opts *qsd_get_opts(struct qsd *q);
 const char *qsd_get_volume(struct qsd *q);
-pid_t qsd_get_pid(struct qsd *q);
+pid_t qsd_get_pid(struct qsd *q); /* the unit's head: the filter, or the QSD */
+/* The qemu-storage-daemon process itself (the head's child when filtered),
+ * for its I/O and CPU counters; 0 when there is none. */
+pid_t qsd_get_qsd_pid(struct qsd *q);
 bool qsd_running(struct qsd *q);
 /* Died quickly several times in a row: retried only every 30 s. */
 bool qsd_crash_looping(struct qsd *q);
