@@ -87,6 +87,48 @@ static void test_cache_modes_and_readonly(void **state)
     qsd_opts_clear(&o);
 }
 
+/* Behind the vhost-user filter: the head serves the tenant-facing sockets
+ * and the QSD's exports listen in the private control directory; a
+ * read-only volume has one of each. */
+static void test_unit_argv(void **state)
+{
+    struct qsd_opts o;
+    qsd_opts_init(&o);
+    o.image = xstrdup("/pool/volumes/v1.qcow2");
+    o.format = xstrdup("qcow2");
+    o.num_queues = 2;
+    struct qsd_paths p;
+    qsd_paths_init("/run", "v1", &p);
+    char **argv = qsd_unit_argv("/bin/qsd-vhost-filter", "qsd", &o, &p);
+    const char *head[] = {"/bin/qsd-vhost-filter", "--export",
+                          "/run/exports/v1/vhost.sock=/run/ctl/v1/vhost.sock", "--export",
+                          "/run/exports-ro/v1/vhost.sock=/run/ctl/v1/vhost-ro.sock", "--queues",
+                          "2", "--", "qsd", NULL};
+    for (int i = 0; head[i]; i++)
+        assert_string_equal(argv[i], head[i]);
+    int n = 0;
+    for (char **a = argv; *a; a++, n++) {
+        /* no export of the QSD itself is reachable from a pod's directory */
+        if (n > 8)
+            assert_null(strstr(*a, "/run/exports"));
+    }
+    assert_non_null(strstr(argv[16], "\"path\":\"/run/ctl/v1/vhost.sock\""));
+    qsd_argv_free(argv);
+    /* without a filter: exactly qsd_argv */
+    argv = qsd_unit_argv(NULL, "qsd", &o, &p);
+    char **direct = qsd_argv("qsd", &o, &p);
+    for (int i = 0; direct[i] || argv[i]; i++)
+        assert_string_equal(argv[i], direct[i]);
+    qsd_argv_free(direct);
+    qsd_argv_free(argv);
+    o.read_only = true;
+    argv = qsd_unit_argv("/f", "qsd", &o, &p);
+    assert_string_equal(argv[3], "--queues");
+    qsd_argv_free(argv);
+    qsd_paths_clear(&p);
+    qsd_opts_clear(&o);
+}
+
 /* The export flushes every write unless QSD holds nothing a crash could
  * lose (raw) or the mode says never flush (unsafe). */
 static void test_export_writethrough(void **state)
@@ -315,6 +357,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_argv),
         cmocka_unit_test(test_cache_modes_and_readonly),
+        cmocka_unit_test(test_unit_argv),
         cmocka_unit_test(test_export_writethrough),
         cmocka_unit_test(test_default_aio),
         cmocka_unit_test(test_bad_options),
