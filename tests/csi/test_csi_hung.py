@@ -172,6 +172,7 @@ def run(env, qsdctl, stopped):
         log = f.read()
     assert log.count("QSD hung: killed") == 1, "expected one kill in the log"
     assert "killed by the plugin, hung" in log
+    assert env.stop() == 0, "the plugin did not exit cleanly (a sanitizer report?)"
     print("OK")
 
 
