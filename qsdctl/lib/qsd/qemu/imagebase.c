@@ -527,6 +527,11 @@ static int download_once(const struct imagebase_fetch *f, const char *part, stru
             return 1;
         char *next = NULL;
         int r = fetch_hop(f, url, part, pg, deadline - now, &next, ret_msg);
+        if (r < 0 && hop > 0 && *ret_msg) { /* say where the refused URL came from */
+            char *m = *ret_msg;
+            *ret_msg = xasprintf("%s redirects: %s", pg->url, m);
+            free(m);
+        }
         if (r != 3)
             return r;
         _cleanup_free_ char *to = imagebase_url_redact(next);
