@@ -121,8 +121,10 @@ static void kill_hung(struct entry *e)
 static void set_hung(struct entry *e, const char *what)
 {
     free(e->hung_reason);
-    e->hung_reason = xasprintf("its QMP monitor %s within %u ms", what,
-                               VOLSTATS_PROBE_TIMEOUT_MS);
+    e->hung_reason = streq(what, "accepted no connection")
+                         ? xstrdup("its QMP monitor accepts no connection (its backlog is full)")
+                         : xasprintf("its QMP monitor %s within %u ms", what,
+                                     VOLSTATS_PROBE_TIMEOUT_MS);
     if (!e->hung)
         log_warn("qsd", "QSD does not answer on its monitor (hung)", "volume=%s reason=\"%s\"",
                  e->id, e->hung_reason);

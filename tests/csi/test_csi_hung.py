@@ -153,7 +153,7 @@ def run(env, qsdctl, stopped):
                 break
             assert time.monotonic() < deadline, "condition: %s %s" % (abnormal, msg)
             time.sleep(0.2)
-        assert "did not" in msg or "accepted no connection" in msg, msg
+        assert "did not" in msg or "accepts no connection" in msg, msg
         print("condition:", msg)
         assert metric(port, "qsd_csi_volume_qsd_hung_kills_total", "pvc-hung") == 1
         assert metric(port, "qsd_csi_volume_qsd_restarts_total", "pvc-hung") == 1
