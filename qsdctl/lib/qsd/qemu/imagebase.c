@@ -456,7 +456,7 @@ static int fetch_hop(const struct imagebase_fetch *f, const char *url, const cha
     /* The kernel's bound on the file curl writes (SIGXFSZ past it). */
     snprintf(fsize, sizeof(fsize), "--fsize=%" PRIu64 ":%" PRIu64, pg->max + 1, pg->max + 1);
     char *argv[] = {"prlimit", fsize, "--", "curl", "--silent", "--show-error", "--fail",
-                    "--max-redirs", "0", "--proto", "=http,https", "--proto-redir",
+                    "--noproxy", "*", "--max-redirs", "0", "--proto", "=http,https", "--proto-redir",
                     "=http,https", "--connect-timeout", CONNECT_TIMEOUT_S,
                     "--speed-limit", STALL_BYTES_S, "--speed-time", STALL_S, "--max-time", maxt,
                     "--max-filesize", maxs, "--write-out",
