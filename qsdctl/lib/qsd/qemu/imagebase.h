@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "qsd/qemu/fetchaddr.h"
 #include "qsd/qemu/image.h"
 #include "qsd/qemu/layers.h"
 
@@ -36,20 +37,6 @@
 /* Pure checks (the StorageClass parameters).  NULL when fine, else why. */
 const char *imagebase_url_problem(const char *url);
 const char *imagebase_sha_problem(const char *sha256);
-
-/* An address range (CIDR) a download may reach although it is refused by
- * default (imagebase_fetch): for tests with a server on loopback. */
-struct imagebase_net {
-    int family;            /* AF_INET or AF_INET6 */
-    uint8_t addr[16];
-    unsigned prefix;
-};
-/* "A.B.C.D/N" or "IPV6/N" (N optional: the whole address).  -EINVAL. */
-int imagebase_parse_net(const char *s, struct imagebase_net *ret);
-
-/* The URL as it may be shown (errors, logs): user information and query
- * string replaced by "***", fragment dropped (malloc'd). */
-char *imagebase_url_redact(const char *url);
 
 struct imagebase_fetch {
     const char *url;       /* http:// or https:// */
