@@ -18,7 +18,8 @@
  * garbage collection removes temporaries no fetch holds (a killed plugin's).
  *
  * Owns: the images/ directory, the download (curl: bounded, retried, with
- * progress logs; the addresses it may reach), the checksum (sha256sum), the conversion and publication.
+ * progress logs, hop by hop through redirects, to addresses fetchaddr.h
+ * allows), the checksum (sha256sum), the conversion and publication.
  * Every function but the pure checks blocks: for workers and the CLI. */
 #pragma once
 
@@ -51,11 +52,11 @@ struct imagebase_fetch {
 
 /* Download, verify, probe, convert and publish the base of f->sha256.
  *
- * The download: curl, http(s) only, to an address we resolved and checked
- * (getaddrinfo here: call from a worker) and pin (--resolve), never to
- * loopback, link-local (cloud metadata), unspecified, multicast or one of
- * this node's own addresses unless f->allow names it; redirects are followed
- * by us, each hop checked the same way (at most 5).  Its size is bounded by
+ * The download: curl, http(s) only, no proxy, to an address resolved and
+ * checked by fetchaddr_resolve (it blocks: call from a worker) and pinned
+ * (--resolve), never to loopback, link-local (cloud metadata), unspecified,
+ * multicast or one of this node's own addresses unless f->allow names it;
+ * redirects are followed by us, each hop checked the same way (at most 5).  Its size is bounded by
  * max_bytes and by the pool's free space above keep_free, before (curl
  * --max-filesize on Content-Length) and during the transfer (RLIMIT_FSIZE on
  * curl, and a check of free space every second).  Errors and logs show the
