@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <strings.h>
 #include <sys/socket.h>
 
@@ -23,6 +24,8 @@ struct conn {
     size_t in_len;
     char *out;              /* the answer, once decided */
     size_t out_len, out_off;
+    struct sockaddr_storage peer; /* address only (port zeroed): the eviction's "who" */
+    uint64_t accepted_ms;
     struct conn *next, *prev;
 };
 
@@ -99,6 +102,7 @@ static const char *reason(int status)
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     case 505: return "HTTP Version Not Supported";
     default: return "Internal Server Error";
@@ -150,34 +154,70 @@ static void on_timeout(struct loop *l, void *opaque)
     conn_close(c); /* a reader that does not read */
 }
 
-/* A header field that would announce a body. */
-static bool has_body(const char *name, size_t nl, const char *value)
+/* RFC 9110 token characters (method, header field names). */
+static bool is_tchar(char ch)
 {
-    if (nl == 17 && strncasecmp(name, "transfer-encoding", nl) == 0)
-        return true;
-    if (nl == 14 && strncasecmp(name, "content-length", nl) == 0) {
-        while (*value == ' ' || *value == '\t')
-            value++;
-        return !(value[0] == '0' && (value[1] == '\0' || value[1] == ' ' || value[1] == '\t'));
-    }
-    return false;
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           (ch && strchr("!#$%&'*+-.^_`|~", ch));
 }
 
-/* The complete head is in c->in (NUL-terminated, CRLF lines). */
+static bool is_token(const char *p, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!is_tchar(p[i]))
+            return false;
+    return true;
+}
+
+/* Visible characters, spaces and tabs only (no CR, LF or other controls). */
+static bool is_field_value(const char *v)
+{
+    for (; *v; v++)
+        if ((unsigned char)*v < 0x20 ? *v != '\t' : *v == 0x7f)
+            return false;
+    return true;
+}
+
+/* Framing a header field announces: 0 for none, else the status to answer.
+ * No body is accepted: Transfer-Encoding in any form is 501 (not
+ * implemented), a Content-Length other than a single run of digits is 400,
+ * a non-zero one too (a GET has no body). */
+static int framing(const char *name, size_t nl, const char *value)
+{
+    if (nl == 17 && strncasecmp(name, "transfer-encoding", nl) == 0)
+        return 501;
+    if (nl == 14 && strncasecmp(name, "content-length", nl) == 0) {
+        value += strspn(value, " \t");
+        size_t d = strspn(value, "0123456789");
+        if (d == 0 || value[d + strspn(value + d, " \t")] != '\0')
+            return 400;
+        for (size_t i = 0; i < d; i++)
+            if (value[i] != '0')
+                return 400;
+    }
+    return 0;
+}
+
+/* The complete head is in c->in (NUL-terminated; CRLF lines checked by
+ * head_lines_ok). */
 static void conn_request(struct conn *c)
 {
     char *line_end = strstr(c->in, "\r\n");
     *line_end = '\0';
-    /* METHOD SP request-target SP HTTP-version */
+    /* METHOD SP request-target SP HTTP-version: single spaces, a token
+     * method, a target of visible characters. */
     char *method = c->in, *sp1 = strchr(method, ' ');
     char *target = sp1 ? sp1 + 1 : NULL, *sp2 = target ? strchr(target, ' ') : NULL;
-    if (!sp1 || !sp2 || strchr(sp2 + 1, ' ') || sp1 == method || sp2 == target) {
+    if (!sp1 || !sp2 || strchr(sp2 + 1, ' ') || !is_token(method, (size_t)(sp1 - method)) ||
+        sp2 == target) {
         conn_error(c, 400);
         return;
     }
     *sp1 = *sp2 = '\0';
     const char *version = sp2 + 1;
-    if (!startswith(version, "HTTP/")) {
+    if (!is_field_value(target) || strchr(target, '\t') || !startswith(version, "HTTP/")) {
         conn_error(c, 400);
         return;
     }
@@ -185,13 +225,22 @@ static void conn_request(struct conn *c)
         conn_error(c, 505);
         return;
     }
+    unsigned n_length = 0;
     for (char *h = line_end + 2; *h && !startswith(h, "\r\n");) {
         char *e = strstr(h, "\r\n");
         *e = '\0';
+        /* name ":" OWS value OWS; no space before the colon, no folding. */
         char *colon = strchr(h, ':');
-        if (!colon || colon == h || h[0] == ' ' || h[0] == '\t' ||
-            has_body(h, (size_t)(colon - h), colon + 1)) {
+        if (!colon || !is_token(h, (size_t)(colon - h)) || !is_field_value(colon + 1)) {
             conn_error(c, 400);
+            return;
+        }
+        size_t nl = (size_t)(colon - h);
+        int st = framing(h, nl, colon + 1);
+        if (nl == 14 && strncasecmp(h, "content-length", nl) == 0 && ++n_length > 1)
+            st = 400;
+        if (st) {
+            conn_error(c, st);
             return;
         }
         h = e + 2;
@@ -227,49 +276,103 @@ static void conn_drain(int fd)
         ;
 }
 
-static void on_conn(struct loop *l, int fd, uint32_t revents, void *opaque)
+/* Write what the socket takes of the answer; once all of it is written,
+ * close.  False when c is gone. */
+static bool conn_write(struct conn *c)
 {
-    struct conn *c = opaque;
-    if (c->out) {
-        while (c->out_off < c->out_len) {
-            ssize_t n = send(fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
-            if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                return;
-            if (n <= 0) {
-                conn_close(c);
-                return;
-            }
-            c->out_off += (size_t)n;
+    while (c->out_off < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return true;
+        if (n <= 0) {
+            conn_close(c);
+            return false;
         }
-        shutdown(fd, SHUT_WR);
-        conn_drain(fd);
-        conn_close(c);
-        return;
+        c->out_off += (size_t)n;
     }
+    shutdown(c->fd, SHUT_WR);
+    conn_drain(c->fd);
+    conn_close(c);
+    return false;
+}
+
+/* Read what the peer sent; answer once the head is complete.  False when
+ * c is gone. */
+static bool conn_read(struct conn *c)
+{
     for (;;) {
         size_t room = sizeof(c->in) - 1 - c->in_len;
         if (room == 0) {
             conn_error(c, 431);
-            return;
+            return true;
         }
-        ssize_t n = recv(fd, c->in + c->in_len, room, 0);
+        ssize_t n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
+            return true;
         if (n <= 0) {
             conn_close(c); /* closed or broken before a complete request */
-            return;
+            return false;
         }
         size_t from = c->in_len > 3 ? c->in_len - 3 : 0;
         c->in_len += (size_t)n;
         c->in[c->in_len] = '\0';
         if (memchr(c->in + from, '\0', c->in_len - from)) {
             conn_error(c, 400); /* a NUL byte in the head */
-            return;
+            return true;
         }
         if (strstr(c->in + from, "\r\n\r\n")) {
             conn_request(c);
-            return;
+            return true;
         }
+    }
+}
+
+/* Serve c as far as it goes without waiting: read, answer, write. */
+static void conn_step(struct conn *c)
+{
+    if (!c->out && !conn_read(c))
+        return;
+    if (c->out)
+        conn_write(c);
+}
+
+static void on_conn(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    conn_step(opaque);
+}
+
+static bool same_peer(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    return memcmp(a, b, sizeof(*a)) == 0;
+}
+
+/* At HTTP_MAX_CONNECTIONS, make room for a new connection from peer: close
+ * the oldest connection of the peer that holds the most (the newcomer's own
+ * peer counted with it), preferring one still sending its head.  A client
+ * that opens many slow connections thus only ever displaces its own, and a
+ * scraper from another address always gets a slot. */
+static void evict_one(struct http_server *s, const struct sockaddr_storage *peer)
+{
+    struct conn *victim = NULL;
+    unsigned victim_n = 0;
+    for (struct conn *c = s->conns; c; c = c->next) {
+        unsigned n = same_peer(&c->peer, peer);
+        for (struct conn *d = s->conns; d; d = d->next)
+            n += same_peer(&c->peer, &d->peer);
+        bool better = !victim || n > victim_n ||
+                      (n == victim_n && (!c->out && victim->out)) ||
+                      (n == victim_n && !c->out == !victim->out &&
+                       c->accepted_ms < victim->accepted_ms);
+        if (better) {
+            victim = c;
+            victim_n = n;
+        }
+    }
+    if (victim) {
+        log_debug("http", "connection limit: closing the oldest of the busiest peer",
+                  "peer_connections=%u reading=%s", victim_n, victim->out ? "no" : "yes");
+        conn_close(victim);
     }
 }
 
@@ -277,26 +380,26 @@ static void on_accept(struct loop *l, int fd, uint32_t revents, void *opaque)
 {
     struct http_server *s = opaque;
     for (;;) {
-        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer = {0};
+        socklen_t pl = sizeof(peer);
+        int cfd = accept4(fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) {
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                 log_warn("http", "accept failed", "error=\"%s\"", strerror(errno));
             return;
         }
-        if (s->n_conns >= HTTP_MAX_CONNECTIONS) {
-            /* Best effort, never waits: the socket buffer takes it. */
-            size_t len;
-            _cleanup_free_ char *r = format_response(503, "text/plain; charset=utf-8",
-                                                     "503 too many connections\n", 25, &len);
-            (void)!send(cfd, r, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-            shutdown(cfd, SHUT_WR);
-            conn_drain(cfd);
-            close(cfd);
-            continue;
-        }
+        /* The address identifies the peer, not the port. */
+        if (peer.ss_family == AF_INET)
+            ((struct sockaddr_in *)&peer)->sin_port = 0;
+        else if (peer.ss_family == AF_INET6)
+            ((struct sockaddr_in6 *)&peer)->sin6_port = 0;
+        if (s->n_conns >= HTTP_MAX_CONNECTIONS)
+            evict_one(s, &peer);
         struct conn *c = xcalloc(1, sizeof(*c));
         c->srv = s;
         c->fd = cfd;
+        c->peer = peer;
+        c->accepted_ms = now_ms();
         c->next = s->conns;
         if (s->conns)
             s->conns->prev = c;
@@ -304,6 +407,9 @@ static void on_accept(struct loop *l, int fd, uint32_t revents, void *opaque)
         s->n_conns++;
         c->watch = loop_watch_fd(l, cfd, POLLIN, on_conn, c);
         c->timer = loop_timer_add(l, HTTP_HEADER_TIMEOUT_MS, on_timeout, c);
+        /* With TCP_DEFER_ACCEPT the request is usually here already: a
+         * scraper is answered at once and never waits for a slot. */
+        conn_step(c);
     }
 }
 
@@ -322,6 +428,10 @@ int http_server_new(struct loop *l, const char *endpoint, http_handler_fn fn, vo
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 64) < 0)
         return -errno;
+    /* Wake accept only once the client has sent something (or after
+     * HTTP_DEFER_ACCEPT_S): a silent connection holds no slot meanwhile. */
+    int defer = HTTP_DEFER_ACCEPT_S;
+    setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
     struct http_server *s = xcalloc(1, sizeof(*s));
     s->loop = l;
     s->fd = TAKE_FD(fd);

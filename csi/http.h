@@ -2,13 +2,19 @@
  *
  * Owns: the TCP listener of --http-endpoint and its connections.  It is
  * reachable from the pod network, so every caller is treated as hostile and
- * everything it can make us hold is bounded: HTTP_MAX_CONNECTIONS at once
- * (one more is answered 503 and closed), a request head of at most
- * HTTP_MAX_REQUEST bytes (431 beyond), the whole head within
- * HTTP_HEADER_TIMEOUT_MS of the connection (slowloris: 408 and close), the
- * answer written within HTTP_WRITE_TIMEOUT_MS.  GET only (405 otherwise),
- * no request body (400), no keep-alive: one request per connection, then
- * close.  Never blocks: non-blocking sockets, fd watches and timers. */
+ * everything it can make us hold is bounded: HTTP_MAX_CONNECTIONS at once (a
+ * new one past that closes the oldest connection of the peer address that
+ * holds the most, so slow clients displace their own, never a scraper from
+ * elsewhere), a request head of at most HTTP_MAX_REQUEST bytes (431 beyond),
+ * the whole head within HTTP_HEADER_TIMEOUT_MS of the connection
+ * (slowloris: 408 and close), the answer written within
+ * HTTP_WRITE_TIMEOUT_MS.  The listener defers accept until the client has
+ * sent something (TCP_DEFER_ACCEPT), and a request already there is answered
+ * at accept.  GET only (405 otherwise), strict framing: a request line or
+ * header field that is not well-formed, a Content-Length that is not digits
+ * or not 0, or a second one: 400; any Transfer-Encoding: 501.  No keep-alive:
+ * one request per connection, then close.  Never blocks: non-blocking
+ * sockets, fd watches and timers. */
 #pragma once
 
 #include <stddef.h>
@@ -18,8 +24,9 @@
 
 #define HTTP_MAX_CONNECTIONS 16
 #define HTTP_MAX_REQUEST 8192
-#define HTTP_HEADER_TIMEOUT_MS 5000
-#define HTTP_WRITE_TIMEOUT_MS 10000
+#define HTTP_HEADER_TIMEOUT_MS 2000
+#define HTTP_WRITE_TIMEOUT_MS 5000
+#define HTTP_DEFER_ACCEPT_S 1
 
 /* Answer a GET of path (the query string removed).  Set *ret_status (200,
  * 404...), *ret_type (static) and *ret_body (malloc'd, *ret_len bytes). */

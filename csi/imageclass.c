@@ -39,6 +39,8 @@ static int image_fn(void *arg, char **ret_msg, json_t **ret_result)
             .timeout_ms = c->cfg->image_timeout_ms,
             .attempts = FETCH_ATTEMPTS,
             .keep_free = capacity_reserved_bytes(c), /* --capacity-reserve */
+            .allow = c->cfg->image_allow,
+            .n_allow = c->cfg->n_image_allow,
         };
         if ((r = imagebase_fetch(&c->pool, &f, ret_msg)) < 0) {
             char *m = *ret_msg;
@@ -135,6 +137,9 @@ bool imageclass_code(int status, enum grpc_code *ret)
     case -EFBIG:       /* above --image-max-size */
     case -EINVAL:      /* a URL curl refuses */
         *ret = GRPC_FAILED_PRECONDITION;
+        return true;
+    case -EADDRNOTAVAIL: /* the URL or a redirect leads to a refused address */
+        *ret = GRPC_INVALID_ARGUMENT;
         return true;
     case -EBUSY:       /* another download of the image runs */
         *ret = GRPC_ABORTED;

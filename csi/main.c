@@ -94,6 +94,9 @@ static void usage(FILE *f)
             "  --image-max-size SIZE largest image an image class may download (default 64G)\n"
             "  --image-timeout S     bound of one image download, retries included, 1-86400\n"
             "                        (default 3600)\n"
+            "  --image-download-allow-cidr CIDR  FOR TESTS: let image downloads reach this\n"
+            "                        range although it is refused (loopback, link-local,\n"
+            "                        this node's addresses); repeatable, at most 8\n"
             "  --rbd-clusters FILE   RBD backend: JSON list of {clusterID, monitors:\n"
             "                        [\"host:port\", ...]} (docs/rbd.md; read per request)\n"
             "  --log-level LEVEL     debug|info|warn|error (default info)\n"
@@ -229,7 +232,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
            O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
-           O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER };
+           O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -252,6 +255,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"overcommit-ratio", required_argument, NULL, O_OVERCOMMIT},
         {"image-max-size", required_argument, NULL, O_IMGMAX},
         {"image-timeout", required_argument, NULL, O_IMGTIME},
+        {"image-download-allow-cidr", required_argument, NULL, O_IMGALLOW},
         {"rbd-clusters", required_argument, NULL, O_RBDCLUSTERS},
         {"role", required_argument, NULL, O_ROLE},
         {"log-level", required_argument, NULL, O_LEVEL},
@@ -333,6 +337,15 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_IMGMAX:
             if (size_flag("image-max-size", optarg, 1, &cfg->image_max_bytes) < 0)
                 return 2;
+            break;
+        case O_IMGALLOW:
+            if (cfg->n_image_allow == PLUGIN_MAX_ALLOW ||
+                imagebase_parse_net(optarg, &cfg->image_allow[cfg->n_image_allow]) < 0) {
+                fprintf(stderr, "qsd-csi-plugin: invalid --image-download-allow-cidr '%s' "
+                                "(ADDRESS/PREFIX, at most %d)\n", optarg, PLUGIN_MAX_ALLOW);
+                return 2;
+            }
+            cfg->n_image_allow++;
             break;
         case O_IMGTIME: {
             uint64_t v;

@@ -233,7 +233,7 @@ struct vol_series {
 };
 
 enum {
-    VOL_STATE, VOL_RESTARTS, VOL_ALLOC, VOL_CAPACITY, VOL_RBYTES, VOL_WBYTES, VOL_RSYS, VOL_WSYS,
+    VOL_STATE, VOL_RESTARTS, VOL_HUNG_KILLS, VOL_ALLOC, VOL_CAPACITY, VOL_RBYTES, VOL_WBYTES, VOL_RSYS, VOL_WSYS,
     VOL_CPU, VOL_DISCARD_OPS, VOL_DISCARD_BYTES, VOL_PROBE, VOL_PROBE_FAILED, VOL_N
 };
 static const struct vol_series vol_series[VOL_N] = {
@@ -243,6 +243,9 @@ static const struct vol_series vol_series[VOL_N] = {
     [VOL_RESTARTS] = {"qsd_csi_volume_qsd_restarts_total", "counter",
                       "Times the volume's QSD was restarted after dying, since the plugin "
                       "started."},
+    [VOL_HUNG_KILLS] = {"qsd_csi_volume_qsd_hung_kills_total", "counter",
+                        "Times the volume's QSD was killed (and then restarted) because its "
+                        "monitor stopped answering, since the plugin started."},
     [VOL_ALLOC] = {"qsd_csi_volume_allocated_bytes", "gauge",
                    "Bytes allocated on the pool by the volume's chain of layers (shared "
                    "layers included)."},
@@ -290,6 +293,10 @@ static void render_vol(FILE *f, int k, struct csi *c, const struct vol *v, const
     case VOL_RESTARTS:
         if (v->qsd)
             metrics_sample(f, name, l, qsd_restart_count(v->qsd));
+        return;
+    case VOL_HUNG_KILLS:
+        if (v->qsd)
+            metrics_sample(f, name, l, qsd_hung_kill_count(v->qsd));
         return;
     case VOL_CAPACITY: metrics_sample(f, name, l, (double)v->size); return;
     }

@@ -730,6 +730,11 @@ static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bo
                       STATS_TIMEOUT_MS / 1000);
     } else if ((m = volstats_pool_problem(c->vstats, v, used))) {
         cond.abnormal = true;
+    } else if (qsd_hung_kill_count(v->qsd)) {
+        m = xasprintf("served by qemu-storage-daemon pid %d (restarts: %u; killed as hung %u "
+                      "times, last exit: %s)",
+                      (int)qsd_get_pid(v->qsd), qsd_restart_count(v->qsd),
+                      qsd_hung_kill_count(v->qsd), qsd_last_death(v->qsd));
     } else {
         m = xasprintf("served by qemu-storage-daemon pid %d (restarts: %u)",
                       (int)qsd_get_pid(v->qsd), qsd_restart_count(v->qsd));

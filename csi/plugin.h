@@ -6,6 +6,7 @@
 
 #include "capacity.h"
 #include "grpc.h"
+#include "qsd/qemu/imagebase.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,6 +16,8 @@
  * local volumes (and RBD ones); controller serves Identity and the
  * Controller for RBD volumes only, with no node state (ctlrole.h). */
 enum plugin_role { PLUGIN_ROLE_NODE, PLUGIN_ROLE_CONTROLLER };
+
+#define PLUGIN_MAX_ALLOW 8 /* --image-download-allow-cidr ranges */
 
 struct plugin_config {
     enum plugin_role role;
@@ -43,6 +46,10 @@ struct plugin_config {
     struct capacity_policy capacity; /* --capacity-reserve, --overcommit-ratio */
     uint64_t image_max_bytes; /* image classes: largest download (imageclass.h) */
     uint64_t image_timeout_ms; /* ...and the bound of one download, retries included */
+    /* --image-download-allow-cidr (tests only): refused addresses a download
+     * may reach anyway (imagebase.h) */
+    struct imagebase_net image_allow[PLUGIN_MAX_ALLOW];
+    size_t n_image_allow;
     const char *rbd_clusters; /* RBD backend: cluster id -> monitors file (rbd.h), or NULL */
 };
 

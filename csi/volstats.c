@@ -35,6 +35,7 @@ struct entry {
     uint64_t probe_start_us;
     bool hung;
     char *hung_reason;
+    unsigned fails;         /* probes in a row that found it hung */
     bool seen;              /* still a volume of the store (pruning) */
     struct entry *next;
 };
@@ -93,15 +94,43 @@ static void entry_free(struct entry *e)
 
 /* ------------------------------------------------------------ QMP probe */
 
+/* Past VOLSTATS_HUNG_KILL_AFTER hung probes in a row, the QSD is killed
+ * (qsd_kill_hung) and restarted like a dead one: by its supervision, or for
+ * an RBD volume by the plugin after the lock check (rbd_lock.h). */
+static void kill_hung(struct entry *e)
+{
+    struct vol *v = store_find_vol(e->vs->csi->store, e->id);
+    if (!v || !vol_live(v) || v->busy)
+        return;
+    _cleanup_free_ char *why = xasprintf("%s, %u probes in a row", e->hung_reason, e->fails);
+    pid_t pid = qsd_get_pid(v->qsd);
+    int r = qsd_kill_hung(v->qsd, why);
+    if (r < 0) {
+        if (r != -EALREADY)
+            log_warn("qsd", "cannot kill a hung QSD", "volume=%s pid=%d error=\"%s\"", e->id,
+                     (int)pid, strerror(-r));
+        return;
+    }
+    _cleanup_free_ char *q = log_quote(why);
+    log_error("qsd", "QSD hung: killed, to be restarted", "volume=%s pid=%d reason=%s", e->id,
+              (int)pid, q);
+    e->hung = false; /* the restart says what it is now */
+    e->fails = 0;
+}
+
 static void set_hung(struct entry *e, const char *what)
 {
     free(e->hung_reason);
-    e->hung_reason = xasprintf("its QMP monitor %s within %u ms", what,
-                               VOLSTATS_PROBE_TIMEOUT_MS);
+    e->hung_reason = streq(what, "accepted no connection")
+                         ? xstrdup("its QMP monitor accepts no connection (its backlog is full)")
+                         : xasprintf("its QMP monitor %s within %u ms", what,
+                                     VOLSTATS_PROBE_TIMEOUT_MS);
     if (!e->hung)
         log_warn("qsd", "QSD does not answer on its monitor (hung)", "volume=%s reason=\"%s\"",
                  e->id, e->hung_reason);
     e->hung = true;
+    if (++e->fails >= VOLSTATS_HUNG_KILL_AFTER)
+        kill_hung(e);
 }
 
 static void probe_end(struct entry *e)
@@ -142,6 +171,7 @@ static void on_probe_reply(struct qmp *q, const struct qmp_reply *r, void *opaqu
         if (e->hung)
             log_info("qsd", "QSD answers on its monitor again", "volume=%s", e->id);
         e->hung = false;
+        e->fails = 0;
     } else {
         e->st.probes_failed++;
     }
@@ -294,6 +324,7 @@ static void round_start(struct loop *l, void *opaque)
         e->seen = true;
         if (!vol_live(v)) {
             e->hung = false; /* not running: its supervision says what it is */
+            e->fails = 0;
             continue;
         }
         /* An operation in flight may hold the monitor (one client at a

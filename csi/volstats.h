@@ -7,6 +7,8 @@
  *    no operation holds): connect, query-blockstats, close, within
  *    VOLSTATS_PROBE_TIMEOUT_MS.  No answer in time, or a monitor that no
  *    longer accepts connections, makes the QSD "hung" until a probe answers;
+ *    VOLSTATS_HUNG_KILL_AFTER such probes in a row and it is killed
+ *    (qsd_kill_hung) and restarted like a dead QSD;
  *  - runs one worker (a forked child, worker.h) that reads what could block:
  *    each QSD's /proc/PID/io and CPU time, each volume's allocation (its
  *    chain of layers) and the pool filesystem's size and free space.
@@ -26,6 +28,12 @@ struct csi;
 struct vol;
 
 #define VOLSTATS_PROBE_TIMEOUT_MS 3000
+/* A healthy QSD answers a probe in milliseconds, also under full I/O load
+ * (its exports run in iothreads, the monitor in the main loop): three
+ * probes in a row unanswered for 3 s each, one per --metrics-interval
+ * (default 10 s, so 23-33 s from the hang to the kill) leave wide margin
+ * (docs/observability.md). */
+#define VOLSTATS_HUNG_KILL_AFTER 3
 
 /* VS_REFUSED: an RBD volume whose restart the rule refused (rbd_lock.h). */
 enum vol_state { VS_NONE, VS_RUNNING, VS_RESTARTING, VS_CRASH_LOOP, VS_HUNG, VS_REFUSED };

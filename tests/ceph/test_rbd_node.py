@@ -22,7 +22,9 @@ Scenario "qsd":
   - kill -9 of an RBD volume's QSD: the plugin restarts it, the data reads
     back, and the restarted QSD gets the image's lock (its write waits until
     Ceph expired the dead QSD's watch; librbd then blocklists it); the same
-    with plugin and QSD killed at once (the next plugin, same node id);
+    for a hung QSD (SIGSTOP: killed after 3 unanswered monitor probes, then
+    restarted through the lock check), and with plugin and QSD killed at
+    once (the next plugin, same node id);
   - a read-only staging and publication: reads back, writes fail;
   - a wrong key in the node-stage secret: UNAUTHENTICATED before any QSD
     starts, bounded.
@@ -311,7 +313,7 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
 def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     n1 = Node(plugin, proto, "node-1", clusters)
     nodes.append(n1)
-    n1.start()
+    n1.start(["--metrics-interval", "1"])  # probes every second (the hung QSD below)
     pb = n1.env.pb
     vid = create(n1, ceph, "q", secrets)
     n1.c.NodeStageVolume(n1.stage_req(vid, "q", secrets), timeout=csilib.CALL_TIMEOUT)
@@ -340,6 +342,34 @@ def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     new = lockers(ceph, "q")
     assert len(new) == 1 and new[0]["address"] != old[0]["address"], (old, new)
     assert old[0]["address"] in blocklist(ceph), "the dead QSD was not blocklisted"
+    verify(qsdctl, sock, 2)
+    # A hung QSD (SIGSTOP: alive, its monitor silent, as after a tenant's
+    # SET_MEM_TABLE of 2^32-1 regions) is killed after 3 unanswered probes
+    # and restarted through the same checked path as a dead one.
+    pid = n1.env.qsd_pids()[rec]
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        while True:  # killed, restarted and serving again
+            st = n1.c.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
+                volume_id=vid, volume_path=tgt), timeout=csilib.CALL_TIMEOUT)
+            if n1.env.qsd_pids().get(rec) not in (None, pid) and \
+                    not os.path.exists("/proc/%d" % pid) and not st.volume_condition.abnormal:
+                break
+            assert time.monotonic() - t0 < 40, "the hung QSD was not replaced: %s" % \
+                n1.log()[-2000:]
+            time.sleep(0.1)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+    print("hung RBD QSD killed and restarted after %.1f s: %s" % (time.monotonic() - t0,
+                                                                 st.volume_condition.message))
+    log = n1.log()
+    assert "QSD hung: killed" in log and "killed by the plugin, hung" in log, log[-2000:]
+    verify(qsdctl, sock, 2, timeout_ms=30000)
+    verify(qsdctl, sock, 2, write=True, timeout_ms=60000)  # the new QSD got the lock
     verify(qsdctl, sock, 2)
     # The same node loses plugin and QSD at once (kill -9 of both): the next
     # plugin (same node id) serves the volume again, the data is there and

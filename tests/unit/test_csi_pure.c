@@ -20,8 +20,10 @@
 #include "state.h"
 #include "qsd/base/loop.h"
 #include "qsd/base/util.h"
+#include "qsd/qemu/imagebase.h"
 
 #include <stdlib.h>
+#include <sys/socket.h>
 
 static int parse(const char *const *kv, size_t n, struct vol_params *p, char **msg)
 {
@@ -578,6 +580,36 @@ static void test_rbd_pure(void **state)
     unlink(path);
 }
 
+/* Issue 21: what an image URL shows of itself, and the allowed ranges. */
+static void test_imagebase_redact_net(void **state)
+{
+    static const char *const cases[][2] = {
+        {"http://h/x.img", "http://h/x.img"},
+        {"https://u:p@h:8443/x.img", "https://***@h:8443/x.img"},
+        {"http://u@h/x?token=abc#frag", "http://***@h/x?***"},
+        {"http://h/x#frag", "http://h/x"},
+        {"http://h?sig=1", "http://h?***"},
+        {"http://a@b@h/p@q", "http://***@h/p@q"},
+        {"https://[::1]:1/x", "https://[::1]:1/x"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        char *r = imagebase_url_redact(cases[i][0]);
+        assert_string_equal(r, cases[i][1]);
+        free(r);
+    }
+    struct imagebase_net n;
+    assert_int_equal(imagebase_parse_net("127.0.0.0/8", &n), 0);
+    assert_int_equal(n.family, AF_INET);
+    assert_int_equal(n.prefix, 8);
+    assert_int_equal(imagebase_parse_net("::1", &n), 0);
+    assert_int_equal(n.family, AF_INET6);
+    assert_int_equal(n.prefix, 128);
+    static const char *const bad[] = {"", "127.0.0.1/33", "::1/129", "host/8", "1.2.3.4/x",
+                                      "1.2.3/8"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+        assert_int_equal(imagebase_parse_net(bad[i], &n), -EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -593,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_records),
         cmocka_unit_test(test_rbd_pure),
+        cmocka_unit_test(test_imagebase_redact_net),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,9 +5,12 @@
 #include "qsd/base/util.h"
 #include "qsd/qemu/thin.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -19,6 +22,7 @@
 #define STALL_S "60"           /* ...for this long is a failure (retried) */
 #define PROGRESS_FIRST_MS 2000u  /* first progress line, then... */
 #define PROGRESS_EVERY_MS 10000u  /* ...one every 10 s */
+#define MAX_HOPS 5             /* redirects followed (each checked) */
 #define SHA_TIMEOUT_MS (10u * 60u * 1000u)
 #define CONVERT_TIMEOUT_MS (30u * 60u * 1000u)
 
@@ -105,9 +109,32 @@ int imagebase_name_layer(int dfd, const char *name, uint64_t keep_s,
 
 struct progress {
     int fd;               /* the .part file */
-    uint64_t max, next_log, start;
-    const char *url;
+    const char *dir;      /* the pool's images/ (free space) */
+    uint64_t max;         /* bytes the download may take: max_bytes, or... */
+    bool space_bound;     /* ...what the pool has above keep_free (smaller) */
+    uint64_t keep_free, next_log, start;
+    const char *url;      /* redacted */
 };
+
+static uint64_t pool_free(const char *dir)
+{
+    struct statvfs sv;
+    return statvfs(dir, &sv) == 0 ? (uint64_t)sv.f_bavail * sv.f_frsize : UINT64_MAX;
+}
+
+static int too_big(const struct progress *pg, char **ret_msg)
+{
+    char b1[32], b2[32];
+    if (!pg->space_bound) {
+        *ret_msg = xasprintf("%s is larger than %" PRIu64 " bytes", pg->url, pg->max);
+        return -EFBIG;
+    }
+    *ret_msg = xasprintf("%s does not fit in the pool: %s may be downloaded without entering "
+                         "the %s kept free (--capacity-reserve)", pg->url,
+                         format_size(pg->max, b1, sizeof(b1)),
+                         format_size(pg->keep_free, b2, sizeof(b2)));
+    return -ENOSPC;
+}
 
 static int on_tick(void *arg)
 {
@@ -116,7 +143,10 @@ static int on_tick(void *arg)
     if (fstat(pg->fd, &st) < 0)
         return 0;
     if ((uint64_t)st.st_size > pg->max)
-        return -EFBIG;
+        return pg->space_bound ? -ENOSPC : -EFBIG;
+    /* Others write to the pool meanwhile: stop before the reserve. */
+    if (pool_free(pg->dir) < pg->keep_free)
+        return -ENOSPC;
     if (now_ms() >= pg->next_log) {
         pg->next_log = now_ms() + PROGRESS_EVERY_MS;
         char b[32];
@@ -126,84 +156,172 @@ static int on_tick(void *arg)
     return 0;
 }
 
-/* One curl run into the .part file (resuming what is there).  Returns 0,
- * a negative errno (final), or 1 (transient: retry) / 2 (restart from 0). */
-static int download_once(const struct imagebase_fetch *f, const char *part, struct progress *pg,
-                         uint64_t remaining_ms, char **ret_msg)
+/* The outcome of a curl run (exit rc, HTTP code): see fetch_hop. */
+static int curl_status(int rc, int code, const char *why, const char *shown,
+                       const struct progress *pg, char **ret_msg)
 {
-    char maxs[32], maxt[32];
-    snprintf(maxs, sizeof(maxs), "%" PRIu64, pg->max);
-    snprintf(maxt, sizeof(maxt), "%" PRIu64, remaining_ms / 1000 + 1);
-    char *argv[] = {"curl", "--silent", "--show-error", "--fail", "--location",
-                    "--max-redirs", "5", "--proto", "=http,https", "--proto-redir", "=http,https",
-                    "--connect-timeout", CONNECT_TIMEOUT_S, "--speed-limit", STALL_BYTES_S,
-                    "--speed-time", STALL_S, "--max-time", maxt, "--max-filesize", maxs,
-                    "--write-out", "%{http_code}", "--continue-at", "-", "--output",
-                    (char *)part, "--", (char *)f->url, NULL};
-    struct proc_result res = {0};
-    free(*ret_msg);
-    *ret_msg = NULL;
-    int r = proc_run_watch(argv, remaining_ms + 5000, on_tick, pg, &res);
-    if (r == -EFBIG) {
-        *ret_msg = xasprintf("%s is larger than %" PRIu64 " bytes", f->url, pg->max);
-        return r;
-    }
-    if (r == -ETIMEDOUT) {
-        *ret_msg = xasprintf("downloading %s did not finish in time", f->url);
-        return -ECONNREFUSED;
-    }
-    if (r < 0) {
-        *ret_msg = xasprintf("cannot run curl: %s", strerror(-r));
-        return r;
-    }
-    int code = atoi(res.out);
-    char line[512];
-    const char *why = proc_last_line(res.err, line, sizeof(line));
-    int rc = res.exit_code;
-    proc_result_clear(&res);
     switch (rc) {
     case 0:
         return 0;
     case 22: /* --fail: HTTP >= 400 */
         if (code == 404 || code == 410) {
-            *ret_msg = xasprintf("%s does not exist (HTTP %d)", f->url, code);
+            *ret_msg = xasprintf("%s does not exist (HTTP %d)", shown, code);
             return -ENOENT;
         }
         if (code == 408 || code == 429 || code >= 500) {
-            *ret_msg = xasprintf("the server of %s failed (HTTP %d)", f->url, code);
+            *ret_msg = xasprintf("the server of %s failed (HTTP %d)", shown, code);
             return 1;
         }
-        *ret_msg = xasprintf("the server refuses %s (HTTP %d)", f->url, code);
+        *ret_msg = xasprintf("the server refuses %s (HTTP %d)", shown, code);
         return -EACCES;
-    case 63:
-        *ret_msg = xasprintf("%s is larger than %" PRIu64 " bytes", f->url, pg->max);
-        return -EFBIG;
+    case 63:          /* --max-filesize */
+    case 128 + SIGXFSZ: /* RLIMIT_FSIZE */
+        return too_big(pg, ret_msg);
     case 33: /* no byte ranges: the partial file cannot be resumed */
     case 36:
-        *ret_msg = xasprintf("cannot resume %s: %s", f->url, why);
+        *ret_msg = xasprintf("cannot resume %s: %s", shown, why);
         return 2;
-    case 1: /* unsupported protocol (a redirect elsewhere) */
+    case 1: /* unsupported protocol */
     case 3: /* malformed URL */
-        *ret_msg = xasprintf("curl refuses %s: %s", f->url, why);
+        *ret_msg = xasprintf("curl refuses %s: %s", shown, why);
         return -EINVAL;
     case 51: /* TLS: peer certificate */
     case 58:
     case 60:
     case 77:
     case 83:
-        *ret_msg = xasprintf("cannot verify the server of %s: %s", f->url, why);
+        *ret_msg = xasprintf("cannot verify the server of %s: %s", shown, why);
         return -EACCES;
     default: /* resolving, connecting, timeouts, cut transfers... */
-        *ret_msg = xasprintf("cannot download %s: %s (curl exit %d)", f->url, why, rc);
+        *ret_msg = xasprintf("cannot download %s: %s (curl exit %d)", shown, why, rc);
         return 1;
     }
 }
 
-static int download(const struct imagebase_fetch *f, int fd, const char *part, char **ret_msg)
+/* One curl request of url into the .part file (resuming what is there), to
+ * the address fetchaddr_resolve pinned, following no redirect.  Returns 0, 3
+ * (a redirect: *ret_next is where), a negative errno (final), or 1
+ * (transient: retry) / 2 (restart from 0). */
+static int fetch_hop(const struct imagebase_fetch *f, const char *url, const char *part,
+                     struct progress *pg, uint64_t remaining_ms, char **ret_next, char **ret_msg)
+{
+    _cleanup_free_ char *shown = imagebase_url_redact(url), *resolve = NULL, *addr = NULL;
+    int r = fetchaddr_resolve(f->allow, f->n_allow, url, shown, &resolve, &addr, ret_msg);
+    if (r < 0)
+        return r == -ECONNREFUSED ? 1 : r;
+    struct stat st0;
+    if (fstat(pg->fd, &st0) < 0)
+        return -errno;
+    char maxs[32], maxt[32], fsize[48];
+    snprintf(maxs, sizeof(maxs), "%" PRIu64, pg->max);
+    snprintf(maxt, sizeof(maxt), "%" PRIu64, remaining_ms / 1000 + 1);
+    /* The kernel's bound on the file curl writes (SIGXFSZ past it). */
+    snprintf(fsize, sizeof(fsize), "--fsize=%" PRIu64 ":%" PRIu64, pg->max + 1, pg->max + 1);
+    char *argv[] = {"prlimit", fsize, "--", "curl", "--silent", "--show-error", "--fail",
+                    "--noproxy", "*", "--max-redirs", "0", "--proto", "=http,https", "--proto-redir",
+                    "=http,https", "--connect-timeout", CONNECT_TIMEOUT_S,
+                    "--speed-limit", STALL_BYTES_S, "--speed-time", STALL_S, "--max-time", maxt,
+                    "--max-filesize", maxs, "--write-out",
+                    "%{http_code} %{remote_ip} %{redirect_url}", "--continue-at", "-",
+                    "--output", (char *)part, "--resolve", resolve, "--", (char *)url, NULL};
+    if (!resolve) { /* an address in the URL: nothing to pin */
+        size_t n = ARRAY_SIZE(argv);
+        argv[n - 5] = "--";
+        argv[n - 4] = (char *)url;
+        argv[n - 3] = NULL;
+    }
+    struct proc_result res = {0};
+    r = proc_run_watch(argv, remaining_ms + 5000, on_tick, pg, &res);
+    if (r == -EFBIG || r == -ENOSPC) {
+        proc_result_clear(&res);
+        return too_big(pg, ret_msg);
+    }
+    if (r == -ETIMEDOUT) {
+        *ret_msg = xasprintf("downloading %s did not finish in time", shown);
+        return -ECONNREFUSED;
+    }
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot run curl: %s", strerror(-r));
+        return r;
+    }
+    int code = 0;
+    char ip[INET6_ADDRSTRLEN + 1] = "", *next = NULL;
+    {
+        int off = 0;
+        if (sscanf(res.out, "%d %46s %n", &code, ip, &off) >= 1 && off > 0 && res.out[off])
+            next = xstrdup(res.out + off);
+    }
+    _cleanup_free_ char *next_url = next;
+    char line[512];
+    const char *why = proc_last_line(res.err, line, sizeof(line));
+    int rc = res.exit_code;
+    proc_result_clear(&res);
+    if (*ip && !streq(ip, addr)) {
+        /* curl went elsewhere than the address we checked (a proxy?). */
+        *ret_msg = xasprintf("curl connected to another address than the one checked for %s",
+                             shown);
+        return -EADDRNOTAVAIL;
+    }
+    if (rc == 0 && code >= 300 && code < 400) {
+        /* A redirect's own body is not the image. */
+        if (ftruncate(pg->fd, st0.st_size) < 0)
+            return -errno;
+        if (!next_url || imagebase_url_problem(next_url)) {
+            *ret_msg = xasprintf("%s redirects (HTTP %d) to no http(s) URL", shown, code);
+            return -EINVAL;
+        }
+        *ret_next = TAKE_PTR(next_url);
+        return 3;
+    }
+    return curl_status(rc, code, why, shown, pg, ret_msg);
+}
+
+/* One attempt: the URL and its redirects (each hop checked). */
+static int download_once(const struct imagebase_fetch *f, const char *part, struct progress *pg,
+                         uint64_t deadline, char **ret_msg)
+{
+    _cleanup_free_ char *url = xstrdup(f->url);
+    for (unsigned hop = 0; hop <= MAX_HOPS; hop++) {
+        free(*ret_msg);
+        *ret_msg = NULL;
+        uint64_t now = now_ms();
+        if (now >= deadline)
+            return 1;
+        char *next = NULL;
+        int r = fetch_hop(f, url, part, pg, deadline - now, &next, ret_msg);
+        if (r < 0 && hop > 0 && *ret_msg) { /* say where the refused URL came from */
+            char *m = *ret_msg;
+            *ret_msg = xasprintf("%s redirects: %s", pg->url, m);
+            free(m);
+        }
+        if (r != 3)
+            return r;
+        _cleanup_free_ char *to = imagebase_url_redact(next);
+        log_info("image", "download redirected", "url=%s to=%s hop=%u", pg->url, to, hop + 1);
+        free(url);
+        url = next;
+    }
+    *ret_msg = xasprintf("%s redirects more than %d times", pg->url, MAX_HOPS);
+    return -EINVAL;
+}
+
+static int download(const struct imagebase_fetch *f, const char *dir, int fd, const char *part,
+                    const char *shown, char **ret_msg)
 {
     uint64_t deadline = now_ms() + f->timeout_ms;
-    struct progress pg = {.fd = fd, .max = f->max_bytes ? f->max_bytes : IMAGEBASE_MAX_BYTES,
-                          .url = f->url, .start = now_ms()};
+    struct progress pg = {.fd = fd, .dir = dir, .max = f->max_bytes ? f->max_bytes
+                                                                    : IMAGEBASE_MAX_BYTES,
+                          .keep_free = f->keep_free, .url = shown, .start = now_ms()};
+    /* What the pool can give without entering its reserve, before the
+     * transfer; on_tick checks again during it. */
+    uint64_t avail = pool_free(dir);
+    avail = avail > f->keep_free ? avail - f->keep_free : 0;
+    if (avail < pg.max) {
+        pg.max = avail;
+        pg.space_bound = true;
+    }
+    if (pg.max == 0)
+        return too_big(&pg, ret_msg);
     pg.next_log = pg.start + PROGRESS_FIRST_MS;
     unsigned attempts = f->attempts ? f->attempts : 1;
     int r = 1;
@@ -213,31 +331,30 @@ static int download(const struct imagebase_fetch *f, int fd, const char *part, c
             if (now_ms() + wait >= deadline)
                 break;
             log_warn("image", "download failed, retrying", "url=%s attempt=%u error=\"%s\"",
-                     f->url, i + 1, *ret_msg);
+                     shown, i + 1, *ret_msg);
             sleep_ms(wait);
         }
-        uint64_t now = now_ms();
-        if (now >= deadline)
+        if (now_ms() >= deadline)
             break;
-        r = download_once(f, part, &pg, deadline - now, ret_msg);
+        r = download_once(f, part, &pg, deadline, ret_msg);
         if (r == 2 && ftruncate(fd, 0) < 0)
             r = -errno;
     }
     if (r > 0) {
         if (!*ret_msg)
-            *ret_msg = xasprintf("downloading %s did not finish in time", f->url);
+            *ret_msg = xasprintf("downloading %s did not finish in time", shown);
         return -ECONNREFUSED;
     }
     struct stat st;
     if (r == 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size > pg.max) {
-        /* no Content-Length, done between two ticks */
-        *ret_msg = xasprintf("%s is larger than %" PRIu64 " bytes", f->url, pg.max);
-        return -EFBIG;
+        free(*ret_msg);
+        return too_big(&pg, ret_msg); /* no Content-Length, done between two ticks */
     }
     return r;
 }
 
-static int check_sha(const struct imagebase_fetch *f, const char *part, char **ret_msg)
+static int check_sha(const struct imagebase_fetch *f, const char *part, const char *shown,
+                     char **ret_msg)
 {
     char *argv[] = {"sha256sum", "--", (char *)part, NULL};
     struct proc_result res = {0};
@@ -250,7 +367,12 @@ static int check_sha(const struct imagebase_fetch *f, const char *part, char **r
     }
     res.out[IMAGEBASE_SHA_LEN] = '\0';
     if (!streq(res.out, f->sha256)) {
-        *ret_msg = xasprintf("the image at %s has sha256 %s, not %s", f->url, res.out, f->sha256);
+        /* The error goes to whoever made the request (an event of the
+         * claim): nothing of the content, not even its hash; the
+         * operator's log has it. */
+        log_warn("image", "checksum mismatch", "url=%s expected=%s got=%s", shown, f->sha256,
+                 res.out);
+        *ret_msg = xasprintf("the content at %s does not have sha256 %s", shown, f->sha256);
         r = -EBADMSG;
     }
     proc_result_clear(&res);
@@ -310,9 +432,10 @@ static int publish(const struct pool *p, int dfd, const char *tmp, const char *s
 
 /* Verify, probe, convert and publish the download (fd, at part_path). */
 static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, int dfd, int fd,
-                        const char *part_path, const char *conv, char **ret_msg)
+                        const char *part_path, const char *conv, const char *shown,
+                        char **ret_msg)
 {
-    int r = check_sha(f, part_path, ret_msg);
+    int r = check_sha(f, part_path, shown, ret_msg);
     if (r < 0)
         return r;
     struct stat st;
@@ -325,7 +448,7 @@ static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, i
     struct image_probe pr;
     const char *why = "empty";
     if (n == 0 || image_probe(head, (size_t)n, &pr, &why) < 0) {
-        *ret_msg = xasprintf("the image at %s is %s", f->url, why);
+        *ret_msg = xasprintf("the image at %s is %s", shown, why);
         return -EMEDIUMTYPE;
     }
     uint64_t vsize = streq(pr.format, "raw") ? (uint64_t)st.st_size : pr.size;
@@ -355,7 +478,7 @@ static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, i
         /* qemu-img refused the content (or the pool is full) */
         char *m = *ret_msg;
         bool full = strstr(m, "No space left") != NULL;
-        *ret_msg = xasprintf("the image at %s cannot be converted: %s", f->url, m);
+        *ret_msg = xasprintf("the image at %s cannot be converted: %s", shown, m);
         free(m);
         return full ? -ENOSPC : -EMEDIUMTYPE;
     }
@@ -368,7 +491,7 @@ static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, i
     if ((r = publish(p, dfd, conv, f->sha256, ret_msg)) < 0)
         return r;
     log_info("image", "image base ready", "url=%s sha256=%s format=%s bytes=%" PRIu64
-             " virtual_size=%" PRIu64, f->url, f->sha256, pr.format, (uint64_t)st.st_size, vsize);
+             " virtual_size=%" PRIu64, shown, f->sha256, pr.format, (uint64_t)st.st_size, vsize);
     return 0;
 }
 
@@ -382,24 +505,25 @@ int imagebase_fetch(const struct pool *p, const struct imagebase_fetch *f, char 
     _cleanup_free_ char *part = xasprintf(".%s.part", f->sha256);
     _cleanup_free_ char *conv = xasprintf(".%s.part.qcow2", f->sha256);
     _cleanup_free_ char *part_path = xasprintf("%s/%s", p->images, part);
+    _cleanup_free_ char *shown = imagebase_url_redact(f->url);
     _cleanup_close_ int fd = -1;
     int r = part_open(dfd, part, &fd);
     if (r < 0) {
         *ret_msg = r == -EBUSY ? xasprintf("the image %s is being downloaded by another operation",
-                                           f->url)
+                                           shown)
                                : xasprintf("cannot create %s: %s", part_path, strerror(-r));
         return r;
     }
     unlinkat(dfd, conv, 0);
     uint64_t t0 = now_ms();
-    log_info("image", "download started", "url=%s sha256=%s", f->url, f->sha256);
+    log_info("image", "download started", "url=%s sha256=%s", shown, f->sha256);
     if (ftruncate(fd, 0) < 0) { /* a killed fetch's leftovers */
         r = -errno;
         *ret_msg = xasprintf("cannot truncate %s: %s", part_path, strerror(-r));
-    } else if ((r = download(f, fd, part_path, ret_msg)) == 0) {
-        log_info("image", "download finished", "url=%s seconds=%.1f", f->url,
+    } else if ((r = download(f, p->images, fd, part_path, shown, ret_msg)) == 0) {
+        log_info("image", "download finished", "url=%s seconds=%.1f", shown,
                  (double)(now_ms() - t0) / 1000);
-        r = fetch_finish(p, f, dfd, fd, part_path, conv, ret_msg);
+        r = fetch_finish(p, f, dfd, fd, part_path, conv, shown, ret_msg);
     }
     unlinkat(dfd, conv, 0);
     unlinkat(dfd, part, 0);

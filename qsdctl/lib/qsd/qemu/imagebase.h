@@ -18,13 +18,15 @@
  * garbage collection removes temporaries no fetch holds (a killed plugin's).
  *
  * Owns: the images/ directory, the download (curl: bounded, retried, with
- * progress logs), the checksum (sha256sum), the conversion and publication.
+ * progress logs, hop by hop through redirects, to addresses fetchaddr.h
+ * allows), the checksum (sha256sum), the conversion and publication.
  * Every function but the pure checks blocks: for workers and the CLI. */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "qsd/qemu/fetchaddr.h"
 #include "qsd/qemu/image.h"
 #include "qsd/qemu/layers.h"
 
@@ -44,16 +46,31 @@ struct imagebase_fetch {
     uint64_t timeout_ms;   /* the whole fetch, retries included */
     unsigned attempts;     /* downloads tried on transient failures (>= 1) */
     uint64_t keep_free;    /* bytes of the pool's filesystem the base must leave free */
+    const struct imagebase_net *allow; /* refused ranges allowed anyway (tests) */
+    size_t n_allow;
 };
 
 /* Download, verify, probe, convert and publish the base of f->sha256.
+ *
+ * The download: curl, http(s) only, no proxy, to an address resolved and
+ * checked by fetchaddr_resolve (it blocks: call from a worker) and pinned
+ * (--resolve), never to loopback, link-local (cloud metadata), unspecified,
+ * multicast or one of this node's own addresses unless f->allow names it;
+ * redirects are followed by us, each hop checked the same way (at most 5).  Its size is bounded by
+ * max_bytes and by the pool's free space above keep_free, before (curl
+ * --max-filesize on Content-Length) and during the transfer (RLIMIT_FSIZE on
+ * curl, and a check of free space every second).  Errors and logs show the
+ * URL redacted (imagebase_url_redact) and nothing of what was fetched.
+ *
  * Errors: -ENOENT the server has no such file (HTTP 404, 410); -EACCES it
  * refuses (other 4xx, TLS verification); -ECONNREFUSED unreachable or
  * failing after every attempt (connection, DNS, 5xx, timeouts, stalls);
- * -EINVAL a URL curl refuses; -EFBIG larger than max_bytes; -EBADMSG the
- * checksum differs; -EMEDIUMTYPE content that is not accepted (image_probe);
- * -ENOSPC no room in the pool for its virtual size (plus keep_free); -EBUSY another fetch of
- * the same image runs.  Nothing is left behind on failure. */
+ * -EINVAL a URL curl refuses; -EADDRNOTAVAIL the URL (or a redirect) leads
+ * to a refused address; -EFBIG larger than max_bytes; -EBADMSG the checksum
+ * differs; -EMEDIUMTYPE content that is not accepted (image_probe); -ENOSPC
+ * no room in the pool above keep_free, for the download or for its virtual
+ * size; -EBUSY another fetch of the same image runs.  Nothing is left behind
+ * on failure. */
 int imagebase_fetch(const struct pool *p, const struct imagebase_fetch *f, char **ret_msg);
 
 /* Create volume vol (qcow2, virtual size size) as an overlay on the base of

@@ -768,6 +768,8 @@ struct qsd {
     int exec_fd;                /* exec error of the last spawn (proc_spawn), until ready */
     char *last_death;           /* "pid=... last_log=..." of the last unexpected exit */
     bool killed;                /* SIGKILL sent by a stop */
+    char *hung_kill;            /* why the running process was killed as hung (qsd_kill_hung) */
+    unsigned hung_kills;
 };
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
@@ -815,6 +817,7 @@ void qsd_free(struct qsd *q)
     qmp_close(q->qmp);
     free(q->fail_msg);
     free(q->last_death);
+    free(q->hung_kill);
     free((char *)q->cfg.run_dir);
     free((char *)q->cfg.binary);
     free(q->volume);
@@ -859,6 +862,7 @@ bool qsd_crash_looping(struct qsd *q)
 const char *qsd_last_death(struct qsd *q) { return q->last_death; }
 bool qsd_idle(struct qsd *q) { return q->state == QS_IDLE || q->state == QS_STOPPED; }
 unsigned qsd_restart_count(struct qsd *q) { return q->restarts; }
+unsigned qsd_hung_kill_count(struct qsd *q) { return q->hung_kills; }
 void qsd_set_supervised(struct qsd *q, bool on) { q->supervised = on; }
 void qsd_set_event_handler(struct qsd *q, qsd_event_cb cb, void *opaque)
 {
@@ -1225,6 +1229,7 @@ static void reap(struct qsd *q)
 static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaque)
 {
     struct qsd *q = opaque;
+    _cleanup_free_ char *hung = TAKE_PTR(q->hung_kill); /* qsd_kill_hung's reason */
     reap(q);
     int exec_fd = TAKE_FD(q->exec_fd); /* read below, once the process is gone */
     release_process(q);
@@ -1255,8 +1260,12 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
         exec_err ? xasprintf("cannot start qemu-storage-daemon: %s (executing %s, or joining "
                              "its cgroup)", strerror(exec_err), q->cfg.binary)
                  : log_tail(&q->paths);
-    char d[700];
-    snprintf(d, sizeof(d), "pid=%d last_log=%s", (int)dead, tail);
+    char d[900];
+    if (hung)
+        snprintf(d, sizeof(d), "pid=%d killed by the plugin, hung: %s; last_log=%s", (int)dead,
+                 hung, tail);
+    else
+        snprintf(d, sizeof(d), "pid=%d last_log=%s", (int)dead, tail);
     free(q->last_death);
     q->last_death = xstrdup(d);
     bool was_starting = q->state == QS_STARTING;
@@ -1297,6 +1306,29 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
     }
     q->state = QS_BACKOFF;
     q->timer = loop_timer_add(q->loop, delay, restart_now, q);
+}
+
+/* Health: a QSD that runs but no longer serves (its monitor does not
+ * answer: a tenant's message can leave it so, e.g. SET_MEM_TABLE with 2^32-1
+ * regions) is killed; its exit then takes the path of any death
+ * (on_process_exit: restarted if supervised, reported QSD_EV_DIED with the
+ * reason otherwise, which is how an RBD volume's QSD reaches the plugin's
+ * checked restart).  The caller judges "hung" (csi/volstats.c: consecutive
+ * probes); the kill is by pidfd, so never another process. */
+int qsd_kill_hung(struct qsd *q, const char *reason)
+{
+    if (q->state != QS_RUNNING || q->pidfd < 0)
+        return -ESRCH;
+    if (q->hung_kill)
+        return -EALREADY; /* killed, not yet gone (D state): its exit restarts it */
+    int r = pidfd_signal(q->pidfd, SIGKILL);
+    if (r < 0)
+        return r;
+    q->hung_kill = xstrdup(reason);
+    q->hung_kills++;
+    /* A hang is not a quick crash: it does not count towards a crash loop. */
+    q->started_at_ms = 0;
+    return 0;
 }
 
 int qsd_start(struct qsd *q, qsd_done_cb done, void *opaque)

@@ -163,6 +163,13 @@ const char *qsd_last_death(struct qsd *q);
 /* Neither running nor on its way (never started, or stopped for good). */
 bool qsd_idle(struct qsd *q);
 unsigned qsd_restart_count(struct qsd *q);
+/* Kill a running QSD that does not serve (SIGKILL by pidfd); reason goes
+ * into the death's detail (QSD_EV_DIED, qsd_last_death).  Its exit is then
+ * handled like any death: restarted when supervised.  -ESRCH when not
+ * running, -EALREADY when already killed and not yet gone. */
+int qsd_kill_hung(struct qsd *q, const char *reason);
+/* Times qsd_kill_hung killed it. */
+unsigned qsd_hung_kill_count(struct qsd *q);
 void qsd_set_event_handler(struct qsd *q, qsd_event_cb cb, void *opaque);
 /* Restart on death (true by default for started/adopted QSDs). */
 void qsd_set_supervised(struct qsd *q, bool on);
