@@ -456,22 +456,39 @@ static int cmd_export(int argc, char **argv)
     struct qsd_config cfg = qsd_cfg();
     cfg.start_timeout_ms = timeout;
     uint64_t t0 = now_us();
-    r = qsd_start_sync(&cfg, vol, &opts, &pid, &msg);
+    /* An RBD image's size is what QSD (librbd) sees, read over the monitor
+     * connection the start hands over (qsd.h says why not a later one). */
+    struct qmp_sync *qs = NULL;
+    r = qsd_start_sync(&cfg, vol, &opts, &pid, opts.rbd ? &qs : NULL, &msg);
     uint64_t t1 = now_us();
     if (r < 0) {
         code = fail_msg(r, msg);
         qsd_remove_runtime(g_opts.run_dir, vol);
         goto out;
     }
-    struct qmp_sync *qs;
-    if (opts.rbd && connect_qmp(vol, &qs) == 0) {
-        /* The image's size is what QSD (librbd) sees. */
-        if (live_size(qs, &size, &msg) < 0) {
-            log_warn("qsdctl", "cannot read the RBD image's size", "volume=%s", vol);
+    if (opts.rbd) {
+        r = live_size(qs, &size, &msg);
+        qmp_sync_close(qs);
+        if (r == 0 && (!size || size % opts.logical_block_size)) {
+            msg = xasprintf("the RBD image is %" PRIu64 " bytes, not a positive multiple of the "
+                            "logical block size %u", size, opts.logical_block_size);
+            r = -EINVAL;
+        }
+        if (r < 0) {
+            code = fail(exit_code_for(r), "volume %s: cannot use the RBD image's size: %s", vol,
+                        msg);
             free(msg);
             msg = NULL;
+            /* Change nothing: the QSD goes again. */
+            char *m = NULL;
+            if (qsd_stop_sync(&cfg, vol, &m) == 0)
+                qsd_remove_runtime(g_opts.run_dir, vol);
+            else
+                log_warn("qsdctl", "cannot stop the QSD", "volume=%s error=\"%s\"", vol,
+                         m ? m : "?");
+            free(m);
+            goto out;
         }
-        qmp_sync_close(qs);
     }
     r = qsd_meta_write(&paths, vol, &opts, size);
     if (r < 0)

@@ -11,7 +11,9 @@ to one pool namespace:
   - the user's key is on no command line (only the path of a 0600 file);
   - a wrong key fails the export at once with QSD's "Permission denied"
     (monitors in the QSD's own configuration file, v2: prefixed), leaving
-    nothing running.
+    nothing running;
+  - an image whose size is no use (0 bytes) fails the export, which stops
+    its QSD: the size read over the monitor is checked, never taken as 0.
 
 usage: test_qsd_rbd.py QSDCTL
 ~20 s (of which ~10 s Ceph start)."""
@@ -83,6 +85,17 @@ def main():
                        timeout=120)
         ctl("unexport", "vol")
         exported.remove("vol")
+
+        # A size of 0 is refused and the QSD it started is stopped again.
+        empty = "%s/%s/empty" % (ceph.pool, ceph.namespace)
+        ceph.rbd("create", "--size", "0", empty)
+        r = ctl("export", "empty", *(rbd_args[:1] + [empty] + rbd_args[2:]), check=False)
+        if r.returncode == 0:
+            exported.append("empty")   # stopped in finally
+        assert r.returncode != 0 and "0 bytes" in r.stderr, (r.returncode, r.stderr)
+        st = json.loads(ctl("list").stdout)
+        assert not any(v.get("exported") for v in st.get("volumes", [])), st
+        assert not os.path.exists(os.path.join(run, "ctl", "empty")), os.listdir(run)
 
         # A wrong key: the QSD cannot open the image and exits, saying why (its
         # monitors carry their protocol in its configuration file: librados

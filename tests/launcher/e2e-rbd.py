@@ -45,6 +45,7 @@ import json
 import os
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -64,6 +65,52 @@ log, Fail = bridge.log, bridge.Fail
 STUB = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 ESP_MIB = 32          # the boot filesystem at the start of root
 CMDLINE = "console=ttyS0 panic=-1 quiet"
+
+
+def pe_layout(path):
+    """(ImageBase, SectionAlignment, end of the loaded image as an offset
+    from ImageBase) of a PE32/PE32+ file, from its headers."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] != b"MZ":
+        raise Fail("%s: not a PE file (no MZ header)" % path)
+    pe = struct.unpack_from("<I", data, 0x3c)[0]
+    if data[pe:pe + 4] != b"PE\0\0":
+        raise Fail("%s: no PE signature" % path)
+    _, nsect, _, _, _, optsize, _ = struct.unpack_from("<HHIIIHH", data, pe + 4)
+    opt = pe + 24
+    magic = struct.unpack_from("<H", data, opt)[0]
+    if magic == 0x20b:
+        base = struct.unpack_from("<Q", data, opt + 24)[0]
+    elif magic == 0x10b:
+        base = struct.unpack_from("<I", data, opt + 28)[0]
+    else:
+        raise Fail("%s: unknown optional header magic 0x%x" % (path, magic))
+    align, = struct.unpack_from("<I", data, opt + 32)
+    end, = struct.unpack_from("<I", data, opt + 56)   # SizeOfImage
+    for i in range(nsect):
+        vsize, va = struct.unpack_from("<II", data, opt + optsize + 40 * i + 8)
+        end = max(end, va + vsize)
+    if not align or align & (align - 1):
+        raise Fail("%s: SectionAlignment 0x%x" % (path, align))
+    return base, align, end
+
+
+def uki_layout(stub, parts):
+    """[(section, file, VMA)] for a unified kernel image: as systemd's ukify
+    places them, each added section at the next SectionAlignment boundary
+    after the end of the stub's image (then of the previous section), as an
+    absolute address (ImageBase + offset: objcopy's VMAs include it).  The
+    stub's ImageBase and size differ between systemd versions (254's is
+    0x14df90000): fixed addresses below it make objcopy warn "section below
+    image base" and OVMF refuse the image."""
+    base, align, off = pe_layout(stub)
+    out = []
+    for name, path in parts:
+        off = (off + align - 1) & ~(align - 1)
+        out.append((name, path, base + off))
+        off += os.path.getsize(path)
+    return out
 
 
 class RbdE2E(bridge.E2E):
@@ -140,14 +187,17 @@ class RbdE2E(bridge.E2E):
         with open(os.path.join(w, "cmdline.txt"), "w") as f:
             f.write(CMDLINE)
         uki = os.path.join(w, "bootx64.efi")
-        subprocess.run(["objcopy",
-                        "--add-section", ".cmdline=" + os.path.join(w, "cmdline.txt"),
-                        "--change-section-vma", ".cmdline=0x30000",
-                        "--add-section", ".linux=" + os.path.join(w, "vmlinuz"),
-                        "--change-section-vma", ".linux=0x2000000",
-                        "--add-section", ".initrd=" + os.path.join(w, "initrd.img"),
-                        "--change-section-vma", ".initrd=0x3000000", STUB, uki],
-                       check=True, timeout=60)
+        parts = [(".cmdline", os.path.join(w, "cmdline.txt")),
+                 (".linux", os.path.join(w, "vmlinuz")),
+                 (".initrd", os.path.join(w, "initrd.img"))]
+        args = ["objcopy"]
+        for name, path, vma in uki_layout(STUB, parts):
+            args += ["--add-section", "%s=%s" % (name, path),
+                     "--change-section-vma", "%s=0x%x" % (name, vma)]
+        r = subprocess.run(args + [STUB, uki], check=True, capture_output=True, text=True,
+                           timeout=60)
+        if r.stderr.strip():   # "section below image base": OVMF would refuse it
+            raise Fail("objcopy, building the UKI: %s" % r.stderr.strip())
         esp = os.path.join(w, "esp.img")
         subprocess.run(["mkfs.vfat", "-C", "-n", "QSDBOOT", esp, str(ESP_MIB * 1024)],
                        check=True, capture_output=True, timeout=60)

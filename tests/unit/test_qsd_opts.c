@@ -31,6 +31,11 @@ static void test_defaults_argv(void **state)
         "\"unmap\",\"driver\":\"qcow2\",\"file\":\"file0\",\"node-name\":\"vol\",\"read-only\":false}",
         "--object",
         "{\"id\":\"iot0\",\"qom-type\":\"iothread\"}",
+        /* the monitor before the exports: listening once an export accepts */
+        "--chardev",
+        "socket,id=qmp0,path=/run/q,,sd/ctl/v1/qmp.sock,server=on,wait=off", /* ',' doubled */
+        "--monitor",
+        "chardev=qmp0",
         "--export",
         "{\"addr\":{\"path\":\"/run/q,sd/exports/v1/vhost.sock\",\"type\":\"unix\"},\"id\":\"exp0\","
         "\"iothread\":\"iot0\",\"logical-block-size\":512,\"node-name\":\"vol\",\"num-queues\":1,"
@@ -41,10 +46,6 @@ static void test_defaults_argv(void **state)
         "\"id\":\"exp-ro\",\"iothread\":\"iot0\",\"logical-block-size\":512,\"node-name\":"
         "\"vol\",\"num-queues\":1,\"type\":\"vhost-user-blk\",\"writable\":false,"
         "\"writethrough\":true}",
-        "--chardev",
-        "socket,id=qmp0,path=/run/q,,sd/ctl/v1/qmp.sock,server=on,wait=off", /* ',' doubled */
-        "--monitor",
-        "chardev=qmp0",
         NULL,
     };
     for (int i = 0; want[i]; i++) {
@@ -76,12 +77,13 @@ static void test_cache_modes_and_readonly(void **state)
     assert_non_null(strstr(argv[2], "\"no-flush\":true"));
     assert_non_null(strstr(argv[2], "\"direct\":false"));
     assert_non_null(strstr(argv[2], "\"read-only\":true"));
-    assert_string_equal(argv[5], "--export"); /* no iothread object */
-    assert_non_null(strstr(argv[6], "\"writable\":false"));
-    assert_non_null(strstr(argv[6], "\"num-queues\":4"));
-    assert_non_null(strstr(argv[6], "\"writethrough\":false")); /* unsafe never flushes */
-    assert_null(strstr(argv[6], "iothread"));
-    assert_string_equal(argv[7], "--chardev"); /* a read-only volume has one export */
+    assert_string_equal(argv[5], "--chardev"); /* no iothread object */
+    assert_string_equal(argv[9], "--export");
+    assert_non_null(strstr(argv[10], "\"writable\":false"));
+    assert_non_null(strstr(argv[10], "\"num-queues\":4"));
+    assert_non_null(strstr(argv[10], "\"writethrough\":false")); /* unsafe never flushes */
+    assert_null(strstr(argv[10], "iothread"));
+    assert_null(argv[11]); /* a read-only volume has one export */
     qsd_argv_free(argv);
     qsd_paths_clear(&p);
     qsd_opts_clear(&o);
@@ -153,8 +155,8 @@ static void test_export_writethrough(void **state)
         qsd_paths_init("/run", "v", &p);
         char **argv = qsd_argv("qsd", &o, &p);
         const char *want = cases[i].writethrough ? "\"writethrough\":true" : "\"writethrough\":false";
-        if (!strstr(argv[8], want))
-            fail_msg("%s/%s: %s", cases[i].format, cases[i].cache, argv[8]);
+        if (!strstr(argv[12], want))
+            fail_msg("%s/%s: %s", cases[i].format, cases[i].cache, argv[12]);
         qsd_argv_free(argv);
         qsd_paths_clear(&p);
         qsd_opts_clear(&o);

@@ -8,6 +8,16 @@
 
 int probe_socket_at(int dfd, const char *rel)
 {
+    int s;
+    int r = probe_connect_at(dfd, rel, &s);
+    if (r < 0)
+        return r;
+    close(s);
+    return 0;
+}
+
+int probe_connect_at(int dfd, const char *rel, int *ret_fd)
+{
     _cleanup_close_ int fd = -1;
     int r = fsat_open(dfd, rel, O_PATH, &fd);
     if (r < 0)
@@ -23,7 +33,7 @@ int probe_socket_at(int dfd, const char *rel)
     r = unix_connect(magic, true, &s);
     if (r < 0)
         return r;
-    close(s);
+    *ret_fd = s;
     return 0;
 }
 

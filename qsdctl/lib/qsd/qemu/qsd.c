@@ -430,6 +430,15 @@ static char **argv_at(const char *binary, const struct qsd_opts *o, const struct
         argv[i++] = xstrdup("--object");
         argv[i++] = json_arg(json_pack("{s:s, s:s}", "qom-type", "iothread", "id", "iot0"));
     }
+    /* The monitor before the exports: QSD sets its options up in order, so
+     * once an export socket accepts (the readiness probe) the monitor listens
+     * too.  After them, a client told "ready" could find no monitor yet
+     * (ENOENT or ECONNREFUSED, seen in qsdctl export). */
+    _cleanup_free_ char *qmp = qemu_opt_escape(p->qmp);
+    argv[i++] = xstrdup("--chardev");
+    argv[i++] = xasprintf("socket,id=qmp0,path=%s,server=on,wait=off", qmp);
+    argv[i++] = xstrdup("--monitor");
+    argv[i++] = xstrdup("chardev=qmp0");
     json_t *exp = json_pack("{s:s, s:s, s:s, s:{s:s, s:s}, s:b, s:b, s:I, s:I}", "type",
                             "vhost-user-blk", "id", QSD_EXPORT_ID, "node-name", QSD_NODE, "addr",
                             "type", "unix", "path", socket, "writable", !o->read_only,
@@ -448,11 +457,6 @@ static char **argv_at(const char *binary, const struct qsd_opts *o, const struct
         argv[i++] = xstrdup("--export");
         argv[i++] = json_arg(ro);
     }
-    _cleanup_free_ char *qmp = qemu_opt_escape(p->qmp);
-    argv[i++] = xstrdup("--chardev");
-    argv[i++] = xasprintf("socket,id=qmp0,path=%s,server=on,wait=off", qmp);
-    argv[i++] = xstrdup("--monitor");
-    argv[i++] = xstrdup("chardev=qmp0");
     argv[i] = NULL;
     return argv;
 }
@@ -766,6 +770,8 @@ struct qsd {
     qsd_event_cb event_cb;
     void *event_opaque;
     int exec_fd;                /* exec error of the last spawn (proc_spawn), until ready */
+    bool hold_probe;            /* keep the readiness probe's connections open (start_sync) */
+    int probe_fds[2];           /* those connections (rw, ro export) or -1 */
     char *last_death;           /* "pid=... last_log=..." of the last unexpected exit */
     bool killed;                /* SIGKILL sent by a stop */
     char *hung_kill;            /* why the running process was killed as hung (qsd_kill_hung) */
@@ -792,6 +798,7 @@ int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
     qsd_paths_init(cfg->run_dir, volume, &q->paths);
     q->pidfd = -1;
     q->exec_fd = -1;
+    q->probe_fds[0] = q->probe_fds[1] = -1;
     q->supervised = true;
     *ret = q;
     return 0;
@@ -808,11 +815,20 @@ static void release_process(struct qsd *q)
     q->exec_fd = -1;
 }
 
+static void release_probe(struct qsd *q)
+{
+    for (int i = 0; i < 2; i++) {
+        closep(&q->probe_fds[i]);
+        q->probe_fds[i] = -1;
+    }
+}
+
 void qsd_free(struct qsd *q)
 {
     if (!q)
         return;
     release_process(q);
+    release_probe(q);
     loop_timer_cancel(q->timer);
     qmp_close(q->qmp);
     free(q->fail_msg);
@@ -1145,11 +1161,24 @@ static int probe_export_at(int dfd, bool ro, void *arg)
     return probe_socket_at(dfd, "vhost.sock");
 }
 
+static int probe_hold_at(int dfd, bool ro, void *arg)
+{
+    struct qsd *q = arg;
+    return probe_connect_at(dfd, "vhost.sock", &q->probe_fds[ro]);
+}
+
 /* Every export of q accepts a connection (probe.h; the export directories
- * are opened beneath the run directory and nothing in them is followed). */
+ * are opened beneath the run directory and nothing in them is followed).
+ * With hold_probe the connections stay open in probe_fds until
+ * release_probe(): see qsd_start_sync() for why. */
 static bool exports_accept(struct qsd *q)
 {
-    return each_export_dir(&q->paths, q->volume, q->opts.read_only, probe_export_at, NULL) == 0;
+    int (*probe)(int, bool, void *) = q->hold_probe ? probe_hold_at : probe_export_at;
+    release_probe(q);
+    if (each_export_dir(&q->paths, q->volume, q->opts.read_only, probe, q) == 0)
+        return true;
+    release_probe(q);
+    return false;
 }
 
 static void on_probe(struct loop *l, void *opaque)
@@ -1579,8 +1608,21 @@ static int run_until(struct loop *l, struct sync_done *d, uint64_t bound_ms)
     return 0;
 }
 
+/* The caller's monitor connection, made while q's probe connections are
+ * still open (qsd_start_sync). */
+static int connect_monitor(struct qsd *q, struct qmp_sync **ret, char **ret_msg)
+{
+    struct qmp_error e = {0};
+    int r = qmp_sync_connect(q->paths.qmp, QMP_DEFAULT_TIMEOUT_MS, ret, &e);
+    if (r < 0)
+        *ret_msg = xasprintf("QSD serves its exports but its monitor %s does not answer: %s",
+                             q->paths.qmp, e.desc ? e.desc : strerror(-r));
+    qmp_error_clear(&e);
+    return r;
+}
+
 int qsd_start_sync(const struct qsd_config *cfg, const char *volume, const struct qsd_opts *opts,
-                   pid_t *ret_pid, char **ret_msg)
+                   pid_t *ret_pid, struct qmp_sync **ret_qmp, char **ret_msg)
 {
     struct loop *l;
     int r = loop_new(&l);
@@ -1591,6 +1633,7 @@ int qsd_start_sync(const struct qsd_config *cfg, const char *volume, const struc
     struct qsd *q;
     qsd_new(l, cfg, volume, opts, &q);
     qsd_set_supervised(q, false);
+    q->hold_probe = ret_qmp != NULL;
     struct sync_done d = {0};
     r = qsd_start(q, sync_done_cb, &d);
     if (r < 0) {
@@ -1600,6 +1643,9 @@ int qsd_start_sync(const struct qsd_config *cfg, const char *volume, const struc
         r = run_until(l, &d, q->cfg.start_timeout_ms + 5000);
         if (r == 0)
             r = d.status;
+        if (r == 0 && ret_qmp)
+            r = connect_monitor(q, ret_qmp, &d.msg);
+        release_probe(q);
         if (r < 0) {
             *ret_msg = d.msg ? TAKE_PTR(d.msg) : xasprintf("start failed: %s", strerror(-r));
             /* Leave nothing behind (normally already reaped in on_process_exit). */

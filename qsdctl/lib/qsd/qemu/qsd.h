@@ -27,6 +27,7 @@
 #include "qsd/base/loop.h"
 
 struct qsd_rbd;
+struct qmp_sync;
 struct qsd_opts {
     char *image;          /* absolute path of the image; NULL with rbd */
     char *format;         /* "qcow2" | "raw" (always raw with rbd) */
@@ -217,7 +218,17 @@ int qsd_read_state(const char *state_path, struct qsd_opts *ret_opts, bool *ret_
 /* Is pid alive, started at starttime, and a QSD serving this qmp path? */
 bool qsd_pid_is_ours(pid_t pid, uint64_t starttime, const char *qmp_path);
 
-/* Synchronous helpers for the CLI: run the async operation on a private loop. */
+/* Synchronous helpers for the CLI: run the async operation on a private loop.
+ * qsd_start_sync with ret_qmp also returns a connection to the new QSD's
+ * monitor (qmp_sync_close() it: the monitor serves one client at a time),
+ * made before the readiness probe's connections are closed.  QSD 10.0.2
+ * closes the socket of a vhost-user client that disconnects twice (libvhost-
+ * user's vu_deinit, then the channel's finalize; seen with strace); the
+ * second close hits whatever descriptor another QSD thread got that number
+ * in between: a monitor connection accepted just after the probe hung up
+ * ("QMP connection broken" in qsdctl export).  A monitor connection already
+ * accepted while the probe's is open cannot have that number.  When the
+ * monitor does not answer, the start fails and the QSD is killed. */
 int qsd_start_sync(const struct qsd_config *cfg, const char *volume, const struct qsd_opts *opts,
-                   pid_t *ret_pid, char **ret_msg);
+                   pid_t *ret_pid, struct qmp_sync **ret_qmp, char **ret_msg);
 int qsd_stop_sync(const struct qsd_config *cfg, const char *volume, char **ret_msg);
