@@ -114,7 +114,10 @@ static void test_unit_argv(void **state)
         if (n > 8)
             assert_null(strstr(*a, "/run/exports"));
     }
-    assert_non_null(strstr(argv[16], "\"path\":\"/run/ctl/v1/vhost.sock\""));
+    bool private_export = false;
+    for (char **a = argv; *a; a++)
+        private_export |= strstr(*a, "\"path\":\"/run/ctl/v1/vhost.sock\"") != NULL;
+    assert_true(private_export);
     qsd_argv_free(argv);
     /* without a filter: exactly qsd_argv */
     argv = qsd_unit_argv(NULL, "qsd", &o, &p);
