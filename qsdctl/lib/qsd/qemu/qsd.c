@@ -1175,6 +1175,10 @@ static bool exports_accept(struct qsd *q)
 {
     int (*probe)(int, bool, void *) = q->hold_probe ? probe_hold_at : probe_export_at;
     release_probe(q);
+    /* Behind the filter, its sockets exist only once the QSD's listen
+     * (qsd-vhost-filter's head waits for them), and the filter connects to
+     * the QSD for each connection it accepts: this probe is the QSD's first
+     * client too. */
     if (each_export_dir(&q->paths, q->volume, q->opts.read_only, probe, q) == 0)
         return true;
     release_probe(q);
