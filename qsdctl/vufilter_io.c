@@ -168,6 +168,38 @@ static int interpose_backend(struct vf_dir *d, struct vf_conn *c)
     return 0;
 }
 
+/* Debug only (a tenant controls how often): what passed, with the memory
+ * regions of SET_MEM_TABLE and ADD_MEM_REG (how a real front-end lays out
+ * guest memory is what the adjacency rule depends on). */
+static void log_passed(const struct vf_dir *d, uint32_t req, uint32_t size, enum vuf_verdict v)
+{
+    char nb[32], regions[256] = "";
+    const uint8_t *p = d->buf + VUF_HDR_SIZE;
+    bool tq = d->ch == VUF_MAIN && d->side == VUF_FROM_TENANT;
+    unsigned first = 0, n = 0;
+    if (tq && req == 5 && size >= 8) { /* SET_MEM_TABLE */
+        memcpy(&n, p, 4);
+        first = 8;
+    } else if (tq && req == VUF_REQ_ADD_MEM_REG && size == 40) {
+        n = 1;
+        first = 8;
+    }
+    for (unsigned i = 0, at = 0; i < n && first + 32 * i + 16 <= size; i++) {
+        uint64_t gpa, len;
+        memcpy(&gpa, p + first + 32 * i, 8);
+        memcpy(&len, p + first + 32 * i + 8, 8);
+        int k = snprintf(regions + at, sizeof(regions) - at, "%s0x%llx+0x%llx", i ? "," : "",
+                         (unsigned long long)gpa, (unsigned long long)len);
+        if (k < 0 || (size_t)k >= sizeof(regions) - at)
+            break;
+        at += (unsigned)k;
+    }
+    log_debug(COMP, "passed", "from=%s channel=%s request=%s size=%u fds=%u%s%s%s",
+              d->side == VUF_FROM_TENANT ? "tenant" : "qsd", d->ch == VUF_MAIN ? "main" : "backend",
+              d->ch == VUF_MAIN ? vufilter_request_name(req, nb, sizeof(nb)) : "backend-msg", size,
+              d->nfds, v == VUF_MODIFIED ? " modified=yes" : "", n ? " regions=" : "", regions);
+}
+
 /* Read what is missing of the message (header first, then its payload). */
 static int dir_read(struct vf_server *s, struct vf_conn *c, struct vf_dir *d)
 {
@@ -227,6 +259,8 @@ static int dir_read(struct vf_server *s, struct vf_conn *c, struct vf_dir *d)
         s->st.modified++;
     uint32_t req;
     memcpy(&req, d->buf, 4);
+    if (log_min_level <= LOG_DEBUG)
+        log_passed(d, req, size, v);
     if (d->ch == VUF_MAIN && d->side == VUF_FROM_TENANT && req == 21 /* SET_BACKEND_REQ_FD */) {
         int r = interpose_backend(d, c);
         if (r < 0)
