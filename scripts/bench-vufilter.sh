@@ -4,7 +4,8 @@
 # interleaved (direct, filter, direct, ...), ROUNDS rounds, with the CPU
 # pressure (/proc/pressure/cpu, some avg10) before each run.  Also the
 # connection setup (qsdctl vhost-info: connect, negotiate, GET_CONFIG), the
-# only part that crosses the filter.  Prints a table; nothing is kept.
+# only part that crosses the filter, and the filter's CPU time (clock ticks)
+# during each benchmark through it.  Prints a table; nothing is kept.
 # usage: scripts/bench-vufilter.sh BUILD_DIR [ROUNDS] [RUNTIME_MS]
 set -euo pipefail
 B=$(cd "${1:?usage: bench-vufilter.sh BUILD_DIR [ROUNDS] [RUNTIME_MS]}" && pwd)
@@ -21,8 +22,9 @@ dd if=/dev/urandom of="$T/d.raw" bs=1M count=256 status=none
     >"$T/qsd.log" 2>&1 &
 QSD=$!; PIDS+=($QSD)
 "$FILTER" --export "$T/f.sock=$T/d.sock" --queues 2 >"$T/filter.log" 2>&1 &
-PIDS+=($!)
+FPID=$!; PIDS+=($FPID)
 for i in $(seq 100); do [ -S "$T/d.sock" ] && [ -S "$T/f.sock" ] && break; sleep 0.05; done
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; } # utime + stime
 psi() { sed -n 's/^some avg10=\([0-9.]*\).*/\1/p' /proc/pressure/cpu 2>/dev/null || echo n/a; }
 setup_ms() { # median of 21 connects
     for i in $(seq 21); do
@@ -34,7 +36,7 @@ printf '%-6s %-6s %-9s %-18s %10s %9s %9s\n' round path psi_avg10 test iops p50_
 for r in $(seq "$ROUNDS"); do
     for path in direct filter; do
         sock=$T/d.sock; [ $path = filter ] && sock=$T/f.sock
-        p=$(psi)
+        p=$(psi) c0=$(cpu_ticks "$FPID")
         "$QSDCTL" bench --json --queues 2 --runtime-ms "$RUNTIME" --ramp-ms 300 --qsd-pid "$QSD" \
             "$sock" 2>/dev/null >"$T/r.json"
         /usr/bin/python3 - "$T/r.json" "$r" "$path" "$p" <<'PY'
@@ -44,6 +46,7 @@ for t in j["results"]:
     print(f"{sys.argv[2]:<6} {sys.argv[3]:<6} {sys.argv[4]:<9} {t['test']:<18} "
           f"{t['iops']:>10.0f} {t['p50_us']:>9.1f} {t['p99_us']:>9.1f}")
 PY
+        [ $path = filter ] && echo "$r filter_cpu_ticks_during_bench=$(( $(cpu_ticks "$FPID") - c0 ))"
     done
     echo "$r setup_us direct=$(setup_ms "$T/d.sock") filter=$(setup_ms "$T/f.sock") psi=$(psi)"
 done

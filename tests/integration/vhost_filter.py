@@ -413,6 +413,40 @@ def main():
     if os.path.exists(f"/proc/{kid}"):
         fail("the QSD outlived its head")
     print(f"ok: SIGTERM to the head stops the QSD too (exit {rc})")
+
+    # the plugin's shape: it holds the listening socket (fd:N) across
+    # restarts of the head; a tenant connecting while no head runs waits in
+    # the backlog and is served by the next head
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lsock.bind(f"{T}/plugin.sock")
+    lsock.listen(8)
+    fd = lsock.fileno()
+
+    def run_head(log):
+        p = subprocess.Popen([FILTER, "--export", f"fd:{fd}={T}/a.qsd", "--queues", "2", "--",
+                              *qsd_argv("a")], stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                             pass_fds=(fd,))
+        PROCS.append(p)
+        return p
+    head = run_head(f"{T}/head3.log")
+    wait_sock(f"{T}/a.qsd", head)
+    qsdctl("verify", "--check", "--seed", "7", f"{T}/plugin.sock")
+    kid = int(open(f"/proc/{head.pid}/task/{head.pid}/children").read().split()[0])
+    os.kill(kid, signal.SIGKILL)
+    if head.wait(10) != 137:
+        fail("head with fd:N did not exit 137")
+    if not os.path.exists(f"{T}/plugin.sock"):
+        fail("the head removed a socket it did not create")
+    waiting = subprocess.Popen([QSDCTL, "verify", "--check", "--seed", "7", f"{T}/plugin.sock"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    head = run_head(f"{T}/head4.log")
+    out, _ = waiting.communicate(timeout=60)
+    if waiting.returncode != 0:
+        fail(f"the tenant waiting across the head's restart failed: {out}")
+    stop(head)
+    lsock.close()
+    print("ok: fd:N: a tenant waiting while the head restarts is served by the next head")
     print("PASS")
 
 
