@@ -1,5 +1,6 @@
 /* qsd/base/proc.c: see proc.h. */
 #include "qsd/base/proc.h"
+#include "qsd/base/confine.h"
 #include "qsd/base/util.h"
 
 #include <fcntl.h>
@@ -97,6 +98,15 @@ int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        if (s->confine) {
+            int cr = confine_self(s->confine);
+            if (cr < 0) {
+                int e = -cr;
+                if (execp[1] >= 0)
+                    (void)!write(execp[1], &e, sizeof(e));
+                _exit(126);
+            }
+        }
         if (s->fn)
             _exit(s->fn(s->arg)); /* no atexit handlers, no leak check of the parent's heap */
         execvp(s->argv[0], s->argv);
