@@ -78,7 +78,7 @@ static const int DENY_KILL[] = {
         SYS_pipe2, SYS_clone, SYS_wait4, SYS_waitid, SYS_capget
 
 #ifdef __x86_64__
-#define COMMON_X86 SYS_arch_prctl, SYS_poll, SYS_select, SYS_epoll_wait, SYS_pipe, SYS_dup2, \
+#define COMMON_X86 SYS_arch_prctl, SYS_poll, SYS_select, SYS_epoll_wait, SYS_epoll_create, SYS_pipe, SYS_dup2, \
         SYS_stat, SYS_lstat, SYS_access, SYS_readlink, SYS_open, SYS_unlink, SYS_rename, SYS_time
 #else
 #define COMMON_X86 SYS_read
@@ -276,7 +276,11 @@ static int mount_ns(const struct confine *c)
     int r = 0;
     if (unshare(CLONE_NEWNS) < 0)
         return -errno;
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    /* MS_SLAVE rather than MS_PRIVATE: nothing done here reaches the host,
+     * and the host's unmounts still reach this namespace (a private copy
+     * would keep every filesystem mounted at spawn time busy while the
+     * QSD lives). */
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
         return -errno;
     /* Clones of the writable paths, taken before anything is hidden. */
     for (const char *const *w = c->writable; w && *w; w++) {
