@@ -73,7 +73,7 @@ static const int DENY_KILL[] = {
         SYS_getresuid, SYS_getresgid, SYS_getgroups, SYS_clock_gettime, SYS_clock_getres,          \
         SYS_gettimeofday, SYS_clock_nanosleep, SYS_nanosleep, SYS_sched_yield,                     \
         SYS_sched_getaffinity, SYS_prlimit64, SYS_getrusage, SYS_uname, SYS_sysinfo, SYS_getrandom, \
-        SYS_restart_syscall, SYS_exit, SYS_exit_group, SYS_execve, SYS_prctl, SYS_ppoll,           \
+        SYS_restart_syscall, SYS_exit, SYS_exit_group, SYS_execve, SYS_execveat, SYS_prctl, SYS_ppoll,           \
         SYS_pselect6, SYS_epoll_create1, SYS_epoll_ctl, SYS_epoll_pwait, SYS_eventfd2,             \
         SYS_pipe2, SYS_clone, SYS_wait4, SYS_waitid, SYS_capget
 
