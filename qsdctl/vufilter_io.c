@@ -200,6 +200,23 @@ static void log_passed(const struct vf_dir *d, uint32_t req, uint32_t size, enum
               d->nfds, v == VUF_MODIFIED ? " modified=yes" : "", n ? " regions=" : "", regions);
 }
 
+/* Guest memory comes as memfds (or files on hugetlbfs, /dev/shm): regular
+ * files.  Anything else (a socket, a pipe, a userfaultfd, a device) is not
+ * what the QSD should mmap. */
+static int check_memory_fds(struct vf_conn *c, const struct vf_dir *d)
+{
+    for (unsigned i = 0; i < d->nfds; i++) {
+        struct stat st;
+        if (fstat(d->fds[i], &st) < 0 || !S_ISREG(st.st_mode)) {
+            snprintf(c->f.reason, sizeof(c->f.reason),
+                     "memory descriptor %u is not a regular file (memfd)", i);
+            c->f.dead = true;
+            return -EPROTO;
+        }
+    }
+    return 0;
+}
+
 /* Read what is missing of the message (header first, then its payload). */
 static int dir_read(struct vf_server *s, struct vf_conn *c, struct vf_dir *d)
 {
@@ -253,6 +270,17 @@ static int dir_read(struct vf_server *s, struct vf_conn *c, struct vf_dir *d)
     if (v == VUF_REFUSE) {
         s->st.refused++;
         return -EPROTO;
+    }
+    if (d->ch == VUF_MAIN && d->side == VUF_FROM_TENANT) {
+        uint32_t rq;
+        memcpy(&rq, d->buf, 4);
+        if (rq == 5 /* SET_MEM_TABLE */ || rq == VUF_REQ_ADD_MEM_REG) {
+            int r = check_memory_fds(c, d);
+            if (r < 0) {
+                s->st.refused++;
+                return r;
+            }
+        }
     }
     s->st.passed++;
     if (v == VUF_MODIFIED)

@@ -191,6 +191,18 @@ def handshake(c):
     return feat, proto
 
 
+def attack_logged(sock, log, name, steps, why):
+    """An attack in a fresh second of the log's rate limit: its refusal
+    must be logged with its reason."""
+    time.sleep(1.1)
+    attack(sock, name, steps)
+    for _ in range(20):
+        if why in open(log).read():
+            return
+        time.sleep(0.05)
+    fail(f"'{name}': no refusal logged saying '{why}'")
+
+
 def attack(sock, name, steps, must_cut=True, timeout=3.0):
     c = Client(sock)
     fds = []
@@ -246,7 +258,8 @@ def main():
     def vring_num(c, fds):
         handshake(c)
         c.send(SET_VRING_NUM, struct.pack("<II", 5, 128))
-    attack(sock, "SET_VRING_NUM queue 5 of 2", vring_num)
+    attack_logged(sock, f"{T}/filter.log", "SET_VRING_NUM queue 5 of 2", vring_num,
+                  "SET_VRING_NUM: queue index 5, the export has 2")
 
     def vring_base(c, fds):
         c.send(SET_VRING_BASE, struct.pack("<II", 200, 0))
@@ -297,7 +310,8 @@ def main():
         c.send(SET_MEM_TABLE, mem_table([region(0, 1 << 20, 0x7f0000000000),
                                          region(1 << 20, 1 << 20, 0x7f1000000000)]),
                [mf(fds), mf(fds)])
-    attack(sock, "SET_MEM_TABLE adjacent regions (straddling descriptors)", table_adjacent)
+    attack_logged(sock, f"{T}/filter.log", "SET_MEM_TABLE adjacent regions (straddling descriptors)",
+                  table_adjacent, "adjacent in guest-physical space")
 
     def table_overlap(c, fds):
         c.send(SET_MEM_TABLE, mem_table([region(0, 1 << 21, 0x7f0000000000),
@@ -309,6 +323,13 @@ def main():
         c.send(SET_MEM_TABLE, mem_table([region(0, 1 << 20, 0x7f0000000000)]),
                [mf(fds), mf(fds)])
     attack(sock, "SET_MEM_TABLE 2 descriptors for 1 region", table_fds)
+
+    def table_pipe(c, fds):
+        r, w = os.pipe()
+        fds += [r, w]
+        c.send(SET_MEM_TABLE, mem_table([region(0, 1 << 20, 0x7f0000000000)]), [r])
+    attack_logged(sock, f"{T}/filter.log", "SET_MEM_TABLE with a pipe for memory", table_pipe,
+                  "memory descriptor 0 is not a regular file")
 
     def ring_past(c, fds):
         handshake(c)
