@@ -158,6 +158,12 @@ struct args {
     char **qsd_argv;
 };
 
+static void args_free(struct args *a)
+{
+    for (unsigned i = 0; i < a->nex; i++)
+        free((char *)a->ex[i].tenant);
+}
+
 static int parse_args(int argc, char **argv, struct args *a)
 {
     static const struct option opts[] = {
@@ -180,8 +186,10 @@ static int parse_args(int argc, char **argv, struct args *a)
                 fprintf(stderr, "qsd-vhost-filter: bad --export %s (TENANT=UPSTREAM)\n", optarg);
                 return 2;
             }
-            *eq = '\0';
-            a->ex[a->nex++] = (struct vf_export_spec){optarg, eq + 1};
+            /* a copy: argv stays as given (/proc/PID/cmdline is read by
+             * whoever adopts this process) */
+            a->ex[a->nex++] =
+                (struct vf_export_spec){xstrndup(optarg, (size_t)(eq - optarg)), eq + 1};
             break;
         }
         case 'q':
@@ -236,7 +244,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 
 int main(int argc, char **argv)
 {
-    struct args a = {0};
+    _cleanup_(args_free) struct args a = {0};
     int r = parse_args(argc, argv, &a);
     if (r)
         return r;

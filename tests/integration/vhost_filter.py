@@ -441,6 +441,28 @@ def main():
         fail("the QSD outlived its head")
     print(f"ok: SIGTERM to the head stops the QSD too (exit {rc})")
 
+    # a QSD that ignores SIGTERM is killed after the head's 10 s bound; the
+    # head's command line is left as given (read by whoever adopts it)
+    ign = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+           f"open('{T}/ign.ready', 'w').close(); time.sleep(60)")
+    head = spawn([FILTER, "--export", f"{T}/i.sock={T}/none.qsd", "--queues", "1", "--",
+                  sys.executable, "-c", ign], f"{T}/head5.log")
+    wait_sock(f"{T}/i.sock", head)
+    kid = qsd_child(head, f"{T}/head5.log")
+    wait_sock(f"{T}/ign.ready", head)
+    if f"{T}/i.sock={T}/none.qsd".encode() not in open(f"/proc/{head.pid}/cmdline", "rb").read():
+        fail("the head rewrote its command line")
+    t0 = time.monotonic()
+    head.send_signal(signal.SIGTERM)
+    try:
+        rc = head.wait(20)
+    except subprocess.TimeoutExpired:
+        fail("the head did not end its stubborn child within 20 s")
+    secs = time.monotonic() - t0
+    if rc != 137 or not 9 < secs < 15 or os.path.exists(f"/proc/{kid}"):
+        fail(f"stubborn child: head exit {rc} after {secs:.1f} s")
+    print(f"ok: a QSD ignoring SIGTERM is killed after {secs:.1f} s (exit {rc})")
+
     # the plugin's shape: it holds the listening socket (fd:N) across
     # restarts of the head; a tenant connecting while no head runs waits in
     # the backlog and is served by the next head
