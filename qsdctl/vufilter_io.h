@@ -3,8 +3,9 @@
  * Owns: the listening sockets tenants connect to, one connection per export
  * at a time, the connection to the QSD's socket (bounded retries while the
  * QSD starts), reading whole messages with their SCM_RIGHTS descriptors,
- * asking the pure core (qsd/vhost/vufilter.h) about each, forwarding what
- * passes, the interposed back-end request channel, and the rate-limited log
+ * asking the pure core (qsd/vhost/vufilter.h) about each, checking that
+ * guest memory comes as regular files (memfds), forwarding what passes, the
+ * interposed back-end request channel, and the rate-limited log
  * of refusals.  One thread, poll(), fixed buffers per connection, every wait
  * bounded.  A refusal or an I/O error closes the tenant's and the QSD's
  * connection (the front-end reconnects). */
