@@ -13,6 +13,7 @@
 #include "volstats.h"
 #include "qsd/base/log.h"
 #include "qsd/base/loop.h"
+#include "qsd/qemu/qsdconf.h"
 #include "plugin.h"
 #include "paths.h"
 #include "service.h"
@@ -80,6 +81,10 @@ static void usage(FILE *f)
             "                        (default: none, QSDs stay in the plugin's cgroup)\n"
             "  --qsd-cpu-weight N    CPU weight of that cgroup, 1-10000 (cgroup v2 scale)\n"
             "  --qsd-memory-max SIZE memory limit of that cgroup (e.g. 4G)\n"
+            "  --qsd-uid-base N      each volume's QSD runs as a uid (and gid) of its own\n"
+            "                        from N..N+COUNT-1 (default 60000; docs/security.md)\n"
+            "  --qsd-uid-count COUNT size of that range, 0 runs QSDs unconfined as root\n"
+            "                        (default 1024)\n"
             "  --http-endpoint HOST:PORT  serve /metrics (Prometheus) and /healthz over\n"
             "                        HTTP on this TCP address (numeric IPv4, [IPv6], or\n"
             "                        :PORT for every IPv4 address; default: none)\n"
@@ -232,7 +237,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
            O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
-           O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW };
+           O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW, O_UIDBASE, O_UIDCOUNT };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -249,6 +254,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"qsd-cgroup", required_argument, NULL, O_CGROUP},
         {"qsd-cpu-weight", required_argument, NULL, O_CPUW},
         {"qsd-memory-max", required_argument, NULL, O_MEMMAX},
+        {"qsd-uid-base", required_argument, NULL, O_UIDBASE},
+        {"qsd-uid-count", required_argument, NULL, O_UIDCOUNT},
         {"http-endpoint", required_argument, NULL, O_HTTP},
         {"metrics-interval", required_argument, NULL, O_MINTERVAL},
         {"capacity-reserve", required_argument, NULL, O_RESERVE},
@@ -279,6 +286,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .capacity = {.reserve_pct = CAPACITY_DEFAULT_RESERVE_PCT},
         .image_max_bytes = 64ull << 30,
         .image_timeout_ms = 3600 * 1000,
+        .qsd_uid_base = QSD_UID_BASE_DEFAULT,
+        .qsd_uid_count = QSD_UID_COUNT_DEFAULT,
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -325,6 +334,20 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
                 return 2;
             }
             cfg->qsd_cgroup = optarg[0] ? optarg : NULL;
+            break;
+        }
+        case O_UIDBASE: {
+            uint64_t v;
+            if (uint_flag("qsd-uid-base", optarg, 1, 0xfffe0000u, &v) < 0)
+                return 2;
+            cfg->qsd_uid_base = (uint32_t)v;
+            break;
+        }
+        case O_UIDCOUNT: {
+            uint64_t v;
+            if (uint_flag("qsd-uid-count", optarg, 0, 65536, &v) < 0)
+                return 2;
+            cfg->qsd_uid_count = (uint32_t)v;
             break;
         }
         case O_CPUW: {

@@ -652,7 +652,13 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     c->cfg = cfg;
     c->loop = loop;
     c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary,
-                                  .filter = cfg->filter_path};
+                                  .filter = cfg->filter_path,
+                                  .uid_base = cfg->qsd_uid_base, .uid_count = cfg->qsd_uid_count,
+                                  .hidden = c->qsd_hidden};
+    /* What no QSD may see besides other volumes' runtime (qsdconf.c). */
+    c->qsd_hidden[0] = cfg->state_dir;
+    c->qsd_hidden[1] = cfg->kubelet_root;
+    c->qsd_hidden[2] = NULL;
     c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
     mounts_open(c);
     int r = 0;

@@ -42,6 +42,7 @@ struct csi {
     struct tracked *tracked; /* mounts made since start (mounts.c) */
     size_t n_tracked;
     struct qsd_cgroup cgroup; /* where QSDs run (--qsd-cgroup), joined at spawn */
+    const char *qsd_hidden[3]; /* paths hidden from QSDs (qsd_config.hidden) */
     struct loop_timer *log_timer; /* bounds the QSDs' logs (qsd_log_trim) */
     struct volstats *vstats; /* health and I/O figures, cached (volstats.h; set by main) */
 };

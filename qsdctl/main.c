@@ -18,6 +18,7 @@
 #include "qsd/base/proc.h"
 #include "qsd/qemu/qmp.h"
 #include "qsd/qemu/qsd.h"
+#include "qsd/qemu/qsdconf.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 
@@ -80,6 +81,17 @@ static void print_json(json_t *j)
     json_decref(j);
 }
 
+/* QSD confinement (qsdconf.h): QSDCTL_QSD_UID_BASE and QSDCTL_QSD_UID_COUNT
+ * (0: unconfined) as the plugin's --qsd-uid-base and --qsd-uid-count. */
+static uint32_t env_u32(const char *name, uint32_t dflt, uint32_t max)
+{
+    const char *v = getenv(name);
+    uint64_t n;
+    if (!v || parse_uint(v, 0, max, &n) < 0)
+        return dflt;
+    return (uint32_t)n;
+}
+
 static const char *g_filter_flag; /* --vhost-filter as given */
 
 /* The configuration every QSD this command starts or adopts gets; the
@@ -95,8 +107,13 @@ static struct qsd_config qsd_cfg(void)
             exit(fail(EXIT_FAILURE_GENERIC, "%s", msg));
         resolved = true;
     }
-    return (struct qsd_config){.run_dir = g_opts.run_dir, .binary = g_qsd_binary,
-                               .filter = filter};
+    return (struct qsd_config){
+        .run_dir = g_opts.run_dir,
+        .binary = g_qsd_binary,
+        .filter = filter,
+        .uid_base = env_u32("QSDCTL_QSD_UID_BASE", QSD_UID_BASE_DEFAULT, 0xfffe0000u),
+        .uid_count = env_u32("QSDCTL_QSD_UID_COUNT", QSD_UID_COUNT_DEFAULT, 65536),
+    };
 }
 
 /* Per-volume lock, shared with `qsdctl supervise`: held while a command

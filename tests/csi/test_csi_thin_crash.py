@@ -107,6 +107,11 @@ def run(env, qsdctl):
         exp = json.loads(q("qmp", V, "query-block-exports"))
         return exp[0]["node-name"]
 
+    def give_like(path, like):
+        st = os.stat(like)
+        os.chown(path, st.st_uid, st.st_gid)
+        os.chmod(path, 0o600)
+
     def qsd_switch(layer, tmp):
         q("qmp", V, "blockdev-add", json.dumps({
             "driver": "file", "node-name": "f-" + layer, "filename": tmp,
@@ -144,6 +149,7 @@ def run(env, qsdctl):
     os.link(top, os.path.join(pool, "layers", lb + ".qcow2"))
     subprocess.run(["qemu-img", "create", "-q", "-u", "-f", "qcow2", "-b",
                     "../layers/%s.qcow2" % lb, "-F", "qcow2", tmp, str(SIZE)], check=True)
+    give_like(tmp, top)  # step 2 hands the overlay to the volume's QSD (qsdconf.h)
     c = restart()
     assert not os.path.exists(tmp) and lb + ".qcow2" not in thinlib.layer_files(pool)
     assert "undid an interrupted snapshot" in env.log_tail(200)
@@ -161,6 +167,7 @@ def run(env, qsdctl):
     os.link(top, os.path.join(pool, "layers", lc + ".qcow2"))
     subprocess.run(["qemu-img", "create", "-q", "-u", "-f", "qcow2", "-b",
                     "../layers/%s.qcow2" % lc, "-F", "qcow2", tmp, str(SIZE)], check=True)
+    give_like(tmp, top)  # step 2 hands the overlay to the volume's QSD (qsdconf.h)
     qsd_switch(lc, tmp)
     w.wait_rounds(len(w.rounds) + 3)  # writes land in the overlay
     c = restart()
@@ -180,6 +187,7 @@ def run(env, qsdctl):
     os.link(top, os.path.join(pool, "layers", ld + ".qcow2"))
     subprocess.run(["qemu-img", "create", "-q", "-u", "-f", "qcow2", "-b",
                     "../layers/%s.qcow2" % ld, "-F", "qcow2", tmp, str(SIZE)], check=True)
+    give_like(tmp, top)  # step 2 hands the overlay to the volume's QSD (qsdconf.h)
     qsd_switch(ld, tmp)
     w.wait_rounds(len(w.rounds) + 3)
     last = stop_writer(w)

@@ -43,7 +43,8 @@ check "socket is where the layout says" test "$sock" = "$T/run/exports/v1/vhost.
 check "socket is a socket, mode 0660" test "$(stat -c %A "$sock")" = "srw-rw----"
 check "export dir is 0750 (not world-accessible)" test "$(stat -c %a "$T/run/exports/v1")" = 750
 check "QMP socket is not in the exported directory" test -S "$T/run/ctl/v1/qmp.sock"
-check "ctl dir is private" test "$(stat -c %a "$T/run/ctl/v1")" = 700
+check "ctl dir is private to the plugin and the volume's QSD (sticky, its group)" \
+    test "$(stat -c %a:%u "$T/run/ctl/v1")" = 1770:0 -a "$(stat -c %g "$T/run/ctl/v1")" != 0
 check "volume.json describes the export" \
     test "$(json_get size <"$T/run/exports/v1/volume.json"):$(json_get num_queues <"$T/run/exports/v1/volume.json")" = "67108864:2"
 check "status shows the QSD accepting" test "$(q --json status v1 | json_get socket_accepts)" = true

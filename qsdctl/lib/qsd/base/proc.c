@@ -1,5 +1,6 @@
 /* qsd/base/proc.c: see proc.h. */
 #include "qsd/base/proc.h"
+#include "qsd/base/confine.h"
 #include "qsd/base/util.h"
 
 #include <fcntl.h>
@@ -56,9 +57,41 @@ static void capture_read(struct capture *c)
     }
 }
 
+/* The program execvp would run (PATH searched), or NULL.  *ret_script: it
+ * starts with "#!" (its interpreter then opens it by /dev/fd/N, so the
+ * descriptor must survive exec). */
+static char *find_program(const char *name, bool *ret_script)
+{
+    char *path = NULL;
+    if (strchr(name, '/')) {
+        path = xstrdup(name);
+    } else {
+        const char *env = getenv("PATH");
+        _cleanup_free_ char *dirs = xstrdup(env ? env : "/usr/local/bin:/usr/bin:/bin");
+        char *save = NULL;
+        for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+            char *cand = xasprintf("%s/%s", d[0] ? d : ".", name);
+            if (access(cand, X_OK) == 0) {
+                path = cand;
+                break;
+            }
+            free(cand);
+        }
+    }
+    char head[2] = {0};
+    _cleanup_close_ int fd = path ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+    *ret_script = fd >= 0 && read(fd, head, 2) == 2 && head[0] == '#' && head[1] == '!';
+    return path;
+}
+
 int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *ret_exec_fd)
 {
     int execp[2] = {-1, -1};
+    /* A confined child may not see its program's directory (a private
+     * mount namespace, another uid): it opens the program first and execs
+     * that descriptor. */
+    bool script = false;
+    _cleanup_free_ char *program = s->argv && s->confine ? find_program(s->argv[0], &script) : NULL;
     if (s->argv && pipe2(execp, O_CLOEXEC) < 0)
         return -errno;
     pid_t parent = getpid();
@@ -97,9 +130,30 @@ int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        int progfd = -1;
+        if (s->confine && s->argv) {
+            progfd = program ? open(program, O_PATH | (script ? 0 : O_CLOEXEC)) : -1;
+            if (progfd < 0) {
+                int e = program ? errno : ENOENT;
+                (void)!write(execp[1], &e, sizeof(e));
+                _exit(127);
+            }
+        }
+        if (s->confine) {
+            int cr = confine_self(s->confine);
+            if (cr < 0) {
+                int e = -cr;
+                if (execp[1] >= 0)
+                    (void)!write(execp[1], &e, sizeof(e));
+                _exit(126);
+            }
+        }
         if (s->fn)
             _exit(s->fn(s->arg)); /* no atexit handlers, no leak check of the parent's heap */
-        execvp(s->argv[0], s->argv);
+        if (progfd >= 0)
+            syscall(SYS_execveat, progfd, "", s->argv, environ, AT_EMPTY_PATH);
+        else
+            execvp(s->argv[0], s->argv);
         int e = errno;
         (void)!write(execp[1], &e, sizeof(e));
         _exit(127);

@@ -4,7 +4,8 @@
  * proc_spawn() is the one way the project starts a child (QSDs, workers,
  * helpers): the child always starts from the same state (empty signal mask,
  * default signal actions, chosen stdio, optional session, umask, parent-death
- * signal and cgroups), then execs or runs a function.  It never waits for
+ * signal and cgroups, then optional confinement: confine.h), then execs or
+ * runs a function.  It never waits for
  * the child: an exec failure is left in a pipe, read once the child exited.
  *
  * proc_run() spawns, captures stdout and stderr (each bounded to 1 MiB) and
@@ -15,6 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+struct confine;
 
 struct proc_spawn {
     char *const *argv;        /* exec this (PATH searched)... */
@@ -27,6 +30,9 @@ struct proc_spawn {
     const int *join_fds;      /* cgroup.procs files the child joins before exec
                                  (argv only; a failure is its exec error) */
     size_t n_join;
+    const struct confine *confine; /* applied last, just before exec or fn
+                                      (confine.h); a failure is the exec
+                                      error and the child exits 126 */
 };
 #define PROC_SPAWN_INIT {.stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1, .umask = -1}
 

@@ -24,11 +24,18 @@ int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg)
         .images = xasprintf("%s/images", root),
     };
     int r = 0;
-    if (create && ((r = mkdir_p(p.volumes, 0700)) < 0 || (r = mkdir_p(p.snapshots, 0700)) < 0 ||
-                   (r = mkdir_p(p.layers, 0700)) < 0 || (r = mkdir_p(p.images, 0700)) < 0)) {
+    /* volumes/ and layers/: searchable by QSDs (each runs as a uid of its
+     * own and opens its chain by name), listable by none; snapshots/ and
+     * images/ not even searchable (qsdconf.h). */
+    if (create && ((r = mkdir_p(p.volumes, 0711)) < 0 || (r = mkdir_p(p.snapshots, 0700)) < 0 ||
+                   (r = mkdir_p(p.layers, 0711)) < 0 || (r = mkdir_p(p.images, 0700)) < 0)) {
         *ret_msg = xasprintf("cannot create pool directories under %s: %s", root, strerror(-r));
         pool_close(&p);
         return r;
+    }
+    if (create) {
+        chmod(p.volumes, 0711);
+        chmod(p.layers, 0711);
     }
     *ret = p;
     return 0;
@@ -399,12 +406,33 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
     int r = live_size(s, &size, ret_msg);
     if (r < 0 || (r = live_export_node(s, &exp, ret_msg)) < 0)
         return r;
-    _cleanup_free_ char *tmp = xasprintf("%s/.%s.tmp-%d", p->snapshots, snap, (int)getpid());
+    /* The QSD writes the copy: it runs as the volume's own uid and sees
+     * neither snapshots/ nor images/ (qsdconf.h), so the target is made in
+     * copies/ (searchable, not listable), handed to the monitor's peer, and
+     * moved into snapshots/ as root's once complete. */
+    uid_t quid;
+    gid_t qgid;
+    if ((r = qmp_sync_peer(s, &quid, &qgid)) < 0) {
+        *ret_msg = xasprintf("cannot tell the QSD's identity: %s", strerror(-r));
+        return r;
+    }
+    _cleanup_free_ char *copies = xasprintf("%s/copies", p->root);
+    if ((r = mkdir_p(copies, 0711)) < 0) {
+        *ret_msg = xasprintf("cannot create %s: %s", copies, strerror(-r));
+        return r;
+    }
+    _cleanup_free_ char *tmp = xasprintf("%s/.%s.tmp-%d", copies, snap, (int)getpid());
     char sz[32];
     snprintf(sz, sizeof(sz), "%" PRIu64, size);
     char *argv[] = {"qemu-img", "create", "-q", "-f", "qcow2", tmp, sz, NULL};
     if ((r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0)
         return r;
+    if (chown(tmp, quid, qgid) < 0 || chmod(tmp, 0600) < 0) {
+        r = -errno;
+        unlink(tmp);
+        *ret_msg = xasprintf("cannot hand %s to the QSD: %s", tmp, strerror(-r));
+        return r;
+    }
 
     /* Work around a QEMU 10.0 abort (block.c bdrv_insert_node: AioContext
      * assertion) when blockdev-backup inserts its filter above a node that
@@ -465,6 +493,11 @@ del:;
         unlink(tmp);
         return r;
     }
-    chmod(tmp, 0400);
+    if (chown(tmp, 0, 0) < 0 || chmod(tmp, 0400) < 0) {
+        r = -errno;
+        unlink(tmp);
+        *ret_msg = xasprintf("cannot take %s back from the QSD: %s", tmp, strerror(-r));
+        return r;
+    }
     return image_publish(tmp, final, ret_msg);
 }

@@ -1,5 +1,6 @@
 /* qsd/qemu/imagebase.c: image bases.  See imagebase.h. */
 #include "qsd/qemu/imagebase.h"
+#include "qsd/qemu/qsdconf.h"
 #include "qsd/base/log.h"
 #include "qsd/base/proc.h"
 #include "qsd/base/util.h"
@@ -414,7 +415,7 @@ static int publish(const struct pool *p, int dfd, const char *tmp, const char *s
     if ((r = pool_link_layer(p, path, layer, ret_msg)) < 0)
         return r;
     _cleanup_free_ char *lp = xasprintf("%s/%s.qcow2", p->layers, layer);
-    chmod(lp, 0400);
+    qsd_freeze_layer(lp);
     _cleanup_free_ char *ref = layer_ref(layer);
     _cleanup_free_ char *link = xasprintf(".%s.link", sha);
     unlinkat(dfd, link, 0);

@@ -476,6 +476,19 @@ struct qmp_sync {
     json_t *events; /* array of received events {event, data} */
 };
 
+int qmp_sync_peer(struct qmp_sync *s, uid_t *ret_uid, gid_t *ret_gid)
+{
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+    if (!s->qmp || s->qmp->fd < 0)
+        return -ENOTCONN;
+    if (getsockopt(s->qmp->fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+        return -errno;
+    *ret_uid = cr.uid;
+    *ret_gid = cr.gid;
+    return 0;
+}
+
 static void sync_state(struct qmp *q, int status, const struct qmp_error *err, void *opaque)
 {
     struct qmp_sync *s = opaque;

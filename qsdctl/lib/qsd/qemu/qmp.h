@@ -11,6 +11,8 @@
  * command with -ECONNRESET.  QEMU errors carry QEMU's class and description. */
 #pragma once
 
+#include <sys/types.h>
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -87,3 +89,6 @@ int qmp_sync_wait_event(struct qmp_sync *s, const char *event,
                         bool (*match)(json_t *data, void *opaque), void *opaque,
                         uint64_t timeout_ms, json_t **ret_data, struct qmp_error *err);
 void qmp_sync_close(struct qmp_sync *s);
+/* The uid and gid of the process serving the monitor (SO_PEERCRED): the
+ * QSD's own identity (qsdconf.h), to hand it a file it must open. */
+int qmp_sync_peer(struct qmp_sync *s, uid_t *ret_uid, gid_t *ret_gid);

@@ -6,6 +6,7 @@
 #include "qsd/base/probe.h"
 #include "qsd/base/proc.h"
 #include "qsd/qemu/qmp.h"
+#include "qsd/qemu/qsdconf.h"
 #include "qsd/qemu/rbdsrc.h"
 #include "qsd/base/util.h"
 
@@ -694,6 +695,7 @@ int qsd_stop_orphans(const struct qsd_config *cfg,
         free(o.vols[i]);
     }
     free(o.vols);
+    qsd_uid_sweep(cfg->run_dir); /* uids of volumes whose runtime is gone */
     return (int)o.n;
 }
 
@@ -991,6 +993,7 @@ int qsd_remove_runtime(const char *run_dir, const char *volume)
     r = fsat_remove_dir(run, e, names);
     int r2 = fsat_remove_dir(run, ro, names);
     int r3 = rm_rf(ctl); /* private to the plugin: nothing a tenant made */
+    qsd_uid_release(run_dir, volume);
     return r < 0 ? r : r2 < 0 ? r2 : r3;
 }
 
@@ -1094,6 +1097,19 @@ static int spawn(struct qsd *q)
     if (fstat(logfd, &st) == 0 && (uint64_t)st.st_size > LOG_MAX)
         (void)!ftruncate(logfd, 0); /* bounded: keep only recent lives */
     (void)!write(logfd, LOG_MARK, strlen(LOG_MARK));
+    /* Confined (qsdconf.h): its own uid, no capabilities, no_new_privs, a
+     * mount namespace of its own, the QSD seccomp profile. */
+    struct qsd_confinement qc;
+    _cleanup_free_ char *cmsg = NULL;
+    int r = qsd_confine_for(&q->cfg, q->volume, &q->opts, &q->paths, &qc, &cmsg);
+    if (r < 0) {
+        log_warn("qsd", "cannot confine the QSD", "volume=%s error=\"%s\"", q->volume,
+                 cmsg ? cmsg : strerror(-r));
+        qsd_confinement_clear(&qc);
+        close(logfd);
+        qsd_argv_free(argv);
+        return r;
+    }
     /* Its own session, so the plugin's signals and death do not reach it;
      * sockets created rw for owner and group only; its own cgroup when one
      * is configured, joined before exec (never a moment in the plugin's). */
@@ -1105,11 +1121,13 @@ static int spawn(struct qsd *q)
     sp.umask = 0117;
     sp.join_fds = q->cfg.join_fds;
     sp.n_join = q->cfg.n_join;
+    sp.confine = q->cfg.uid_count ? &qc.c : NULL;
     pid_t pid;
     int pidfd, execfd;
-    int r = proc_spawn(&sp, &pid, &pidfd, &execfd);
+    r = proc_spawn(&sp, &pid, &pidfd, &execfd);
     close(logfd);
     qsd_argv_free(argv);
+    qsd_confinement_clear(&qc);
     if (r < 0)
         return r;
     q->exec_fd = execfd;
@@ -1291,7 +1309,7 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
     int exec_err = proc_exec_error(q->exec_fd);
     _cleanup_free_ char *tail =
         exec_err ? xasprintf("cannot start qemu-storage-daemon: %s (executing %s, or joining "
-                             "its cgroup)", strerror(exec_err), q->cfg.binary)
+                             "its cgroup, or confining it)", strerror(exec_err), q->cfg.binary)
                  : log_tail(&q->paths);
     char d[900];
     if (hung)

@@ -137,6 +137,10 @@ struct qsd_config {
     uint64_t stop_timeout_ms;  /* QMP quit -> exit, then SIGKILL; default 5 s */
     const int *join_fds;       /* cgroup.procs files a QSD joins before exec (cgroup.h) */
     size_t n_join;
+    /* Confinement (qsdconf.h): each volume's QSD runs as a uid of its own
+     * from [uid_base, uid_base + uid_count); uid_count 0: unconfined. */
+    uint32_t uid_base, uid_count;
+    const char *const *hidden; /* more paths QSDs must not see (NULL-terminated) */
 };
 
 /* The vhost-user filter every export is served through (docs/security.md):

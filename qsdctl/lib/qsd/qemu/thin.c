@@ -1,6 +1,8 @@
 /* qsd/qemu/thin.c: thin snapshots, clones, merges and garbage collection on the
  * pool's qcow2 layers.  See thin.h (the steps) and layers.h (the rules). */
 #include "qsd/qemu/thin.h"
+#include "qsd/qemu/qsdconf.h"
+#include <sys/random.h>
 #include "qsd/qemu/imagebase.h"
 #include "qsd/base/util.h"
 
@@ -174,9 +176,12 @@ json_t *chain_to_json(const struct chain *c)
 int pool_link_layer(const struct pool *p, const char *path, char ret[LAYER_NAME_LEN + 1],
                     char **ret_msg)
 {
-    static uint64_t counter;
     for (int tries = 0; tries < 64; tries++) {
-        uint64_t v = (now_us() << 8) ^ ((uint64_t)getpid() << 40) ^ counter++ ^ (uint64_t)tries;
+        /* Random: a QSD (which may read every layer, qsdconf.h) cannot
+         * guess the names of layers outside its own chain. */
+        uint64_t v;
+        if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+            return errmsg(-EIO, ret_msg, "cannot draw a layer name for %s", path);
         char name[LAYER_NAME_LEN + 1];
         layer_name_from(v, name);
         _cleanup_free_ char *lp = layer_path(p, name);
@@ -358,7 +363,7 @@ static int recover_locked(const struct pool *p, const char *vol, struct qmp_sync
             if (rename(tmp, top) < 0)
                 return errmsg(-errno, ret_msg, "cannot rename %s to %s", tmp, top);
             fsync_dir(p->volumes);
-            chmod(lp, 0400);
+            qsd_freeze_layer(lp);
             what = "finished an interrupted snapshot";
         } else {
             unlink(tmp);
@@ -552,7 +557,8 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
         unlink(lp);
         return r;
     }
-    chmod(tmp, 0600);
+    /* The volume's QSD (its own uid, qsdconf.h) opens it read-write. */
+    qsd_give_like(tmp, top);
     fsync_dir(p->volumes);
     /* 3. the running QSD moves its export onto the overlay */
     if (s) {
@@ -593,7 +599,7 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
     if (rename(tmp, top) < 0)
         return errmsg(-errno, ret_msg, "cannot rename %s to %s", tmp, top);
     fsync_dir(p->volumes);
-    chmod(lp, 0400);
+    qsd_freeze_layer(lp); /* after step 3: QEMU reopened it read-only by name */
     /* 5. the snapshot is a second name of the frozen layer */
     if (spath) {
         if (link(lp, spath) < 0)
