@@ -42,6 +42,7 @@
 #endif
 #define MAX_EXPORTS 16
 #define TERM_GRACE_MS 10000
+#define READY_TIMEOUT_MS 30000 /* the plugin's own start bound is 10 s */
 
 static void usage(FILE *f)
 {
@@ -242,6 +243,40 @@ static int parse_args(int argc, char **argv, struct args *a)
     return 0;
 }
 
+/* Head mode: the tenant-facing sockets appear only once the QSD's own
+ * listen, so whoever watches them (the plugin's readiness probe) knows the
+ * unit serves.  Looked up in /proc/net/unix, without connecting: QSD 10.0.2
+ * closes a vhost-user client's descriptor twice when it hangs up, which can
+ * cut a monitor connection made at that moment (docs/rbd.md).  Bounded by
+ * READY_TIMEOUT_MS; the QSD's death or SIGTERM end the wait.  0 when ready,
+ * else the head's exit status. */
+static int wait_upstreams(struct head *h, const struct args *a)
+{
+    uint64_t deadline = now_ms() + READY_TIMEOUT_MS;
+    for (;;) {
+        unsigned ready = 0;
+        for (unsigned i = 0; i < a->nex; i++)
+            ready += startswith(a->ex[i].tenant, "fd:") ||
+                     unix_socket_listening(a->ex[i].upstream) == 1;
+        if (ready == a->nex)
+            return 0;
+        int r = on_signal(h);
+        if (r == STOP_TERM)
+            return stop_qsd(h);
+        if (r)
+            return r - 1000;
+        if (now_ms() >= deadline) {
+            log_error(COMP, "the QSD's sockets do not listen", "timeout_ms=%u",
+                      READY_TIMEOUT_MS);
+            kill(h->child, SIGKILL);
+            waitpid(h->child, NULL, 0);
+            return 1;
+        }
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int main(int argc, char **argv)
 {
     _cleanup_(args_free) struct args a = {0};
@@ -249,11 +284,13 @@ int main(int argc, char **argv)
     if (r)
         return r;
 
-    struct vf_server *s;
-    r = vf_server_new(a.ex, a.nex, &a.o, &s);
-    if (r < 0) {
-        log_error(COMP, "cannot listen", "error=\"%s\"", strerror(-r));
-        return 1;
+    struct vf_server *s = NULL;
+    if (!a.qsd_argv) {
+        r = vf_server_new(a.ex, a.nex, &a.o, &s);
+        if (r < 0) {
+            log_error(COMP, "cannot listen", "error=\"%s\"", strerror(-r));
+            return 1;
+        }
     }
     sigset_t mask;
     sigemptyset(&mask);
@@ -280,6 +317,18 @@ int main(int argc, char **argv)
         if (h.child == 0)
             run_qsd(parent, a.qsd_argv);
         log_info(COMP, "qsd started", "qsd_pid=%d", (int)h.child);
+        if ((r = wait_upstreams(&h, &a)) != 0) {
+            close(h.sfd);
+            return r;
+        }
+        r = vf_server_new(a.ex, a.nex, &a.o, &s);
+        if (r < 0) {
+            log_error(COMP, "cannot listen", "error=\"%s\"", strerror(-r));
+            kill(h.child, SIGKILL);
+            waitpid(h.child, NULL, 0);
+            close(h.sfd);
+            return 1;
+        }
     }
     r = confine_seccomp(FILTER_PROFILE);
     if (r < 0) {

@@ -788,6 +788,7 @@ int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
     q->cfg = *cfg;
     q->cfg.run_dir = xstrdup(cfg->run_dir);
     q->cfg.binary = xstrdup(cfg->binary ? cfg->binary : "qemu-storage-daemon");
+    q->cfg.filter = cfg->filter ? xstrdup(cfg->filter) : NULL;
     if (!q->cfg.start_timeout_ms)
         q->cfg.start_timeout_ms = 10000;
     if (!q->cfg.stop_timeout_ms)
@@ -838,6 +839,7 @@ void qsd_free(struct qsd *q)
     free(q->hung_kill);
     free((char *)q->cfg.run_dir);
     free((char *)q->cfg.binary);
+    free((char *)q->cfg.filter);
     free(q->volume);
     qsd_opts_clear(&q->opts);
     qsd_paths_clear(&q->paths);
@@ -1086,7 +1088,9 @@ static int spawn(struct qsd *q)
     static const char *const sock[] = {"vhost.sock", NULL};
     each_export_dir(&q->paths, q->volume, q->opts.read_only, unlink_export_files, (void *)sock);
     unlink(q->paths.qmp);
-    char **argv = qsd_argv(q->cfg.binary, &q->opts, &q->paths);
+    unlink(q->paths.upstream);
+    unlink(q->paths.ro_upstream);
+    char **argv = qsd_unit_argv(q->cfg.filter, q->cfg.binary, &q->opts, &q->paths);
     int logfd = open(q->paths.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (logfd < 0) {
         int e = -errno;
@@ -1121,6 +1125,11 @@ static int spawn(struct qsd *q)
     sp.umask = 0117;
     sp.join_fds = q->cfg.join_fds;
     sp.n_join = q->cfg.n_join;
+    /* Behind the filter, the head is spawned with the volume's identity and
+     * mount namespace; it installs the seccomp profiles itself after its
+     * fork: QSD in the child, FILTER in itself (qsd-vhost-filter). */
+    if (q->cfg.filter)
+        qc.c.profile = CONFINE_PROFILE_NONE;
     sp.confine = q->cfg.uid_count ? &qc.c : NULL;
     pid_t pid;
     int pidfd, execfd;
@@ -1170,6 +1179,9 @@ static void set_socket_access(struct qsd *q)
  * reconnecting to it). */
 static bool exports_listening(struct qsd *q)
 {
+    if (q->cfg.filter && (unix_socket_listening(q->paths.upstream) != 1 ||
+                          (!q->opts.read_only && unix_socket_listening(q->paths.ro_upstream) != 1)))
+        return false;
     return unix_socket_listening(q->paths.socket) == 1 &&
            (q->opts.read_only || unix_socket_listening(q->paths.ro_socket) == 1);
 }
