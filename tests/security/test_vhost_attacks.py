@@ -119,6 +119,23 @@ def dmesg():
         return []
 
 
+def dmesg_stamp(line):
+    """The kernel's timestamp of a dmesg line ("[  123.456789] ..."), or 0."""
+    m = re.match(r"\[\s*(\d+\.\d+)\]", line)
+    return float(m.group(1)) if m else 0.0
+
+
+def dmesg_now():
+    """The timestamp of the newest kernel message (the ring buffer drops old
+    lines: counting lines does not mark a place in it)."""
+    lines = dmesg()
+    return dmesg_stamp(lines[-1]) if lines else 0.0
+
+
+def dmesg_after(stamp):
+    return [ln for ln in dmesg() if dmesg_stamp(ln) > stamp]
+
+
 class Watch:
     """What an attack did to the node: QSD deaths by signal (the kernel's
     messages naming a QSD pid of this test), corruption messages in the QSDs'
@@ -135,14 +152,14 @@ class Watch:
         self.by_stats = by.restarts()
         self.fds = vu.proc_fds(self.pids[att.vid])
         self.rss = vu.proc_rss(self.pids[att.vid])
-        self.dmesg0 = len(dmesg())
+        self.dmesg0 = dmesg_now()
         self.logs0 = {v.vid: v.log_size() for v in (att, by)}
         self.known = set(self.pids.values())
 
     def rebase(self):
         """Judge the next attack on its own: kernel and log messages from
         here on."""
-        self.dmesg0 = len(dmesg())
+        self.dmesg0 = dmesg_now()
         self.logs0 = {v.vid: v.log_size() for v in (self.att, self.by)}
 
     def track(self):
@@ -151,7 +168,7 @@ class Watch:
 
     def kernel_reports(self):
         out = []
-        for line in dmesg()[self.dmesg0:]:
+        for line in dmesg_after(self.dmesg0):
             if any(k in line for k in KERNEL) and any(
                     "[%d]" % p in line for p in self.known if p):
                 out.append(line.split("]", 1)[-1].strip()[:160])

@@ -15,6 +15,7 @@ per reproducer and a summary table.  Every wait is bounded."""
 import argparse
 import glob
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -37,6 +38,11 @@ def dmesg_lines():
                               timeout=10).stdout.splitlines()
     except (OSError, subprocess.TimeoutExpired):
         return []
+
+
+def stamp(line):
+    m = re.match(r"\[\s*(\d+\.\d+)\]", line)
+    return float(m.group(1)) if m else 0.0
 
 
 def start_qsd(qsd, d):
@@ -69,7 +75,8 @@ def one(name, qsd, keep):
         print("== %s  (QSD pid %d: %s)" % (name, p.pid, why))
         print("   $ " + " ".join(shlex.quote(x) for x in cmd))
         print("   $ %s %s %d" % (os.path.join(HERE, "repro_%s.py" % name), sock, p.pid))
-        dm0 = len(dmesg_lines())
+        dm = dmesg_lines()
+        dm0 = stamp(dm[-1]) if dm else 0.0
         try:
             r = subprocess.run([sys.executable, os.path.join(HERE, "repro_%s.py" % name), sock,
                                 str(p.pid)], capture_output=True, text=True, timeout=60)
@@ -100,7 +107,7 @@ def one(name, qsd, keep):
             print("   stderr: " + line[:200])
         res["stderr"] = next((ln for ln in log if any(m in ln for m in MARKERS[:6])),
                              log[-1] if log else "")
-        for line in dmesg_lines()[dm0:]:
+        for line in (ln for ln in dmesg_lines() if stamp(ln) > dm0):
             if "qemu-storage" in line or "traps:" in line:
                 print("   kernel: " + line[:200])
                 res.setdefault("kernel", line.split("]", 1)[-1].strip()[:80])
