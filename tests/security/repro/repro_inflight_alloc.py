@@ -14,6 +14,9 @@ messages of 64 MiB each (the front-end closes the fds it receives at once):
 the back-end's RSS grows by 256 MiB, and 192 MiB + 3 fds stay after the
 front-end disconnects.
 
+REPRO_QUEUES=1: one queue of 1 MiB per message (what QEMU 11.1.3 still takes
+from a one-queue export).
+
 usage: repro_inflight_alloc.py SOCKET QSD_PID
 """
 import os
@@ -24,7 +27,8 @@ from _common import args, say, vuattack as vu
 
 sock, pid = args(2)
 pid = int(pid)
-N, NQ, QS = 4, 64, 65535        # 64 queues * 1 MiB each = 64 MiB per message
+N, QS = 4, 65535
+NQ = int(os.environ.get("REPRO_QUEUES", "64"))   # 64 queues * 1 MiB each = 64 MiB per message
 rss0, fds0 = vu.proc_rss(pid), vu.proc_fds(pid)
 c = vu.Conn(sock, timeout=10)
 c.negotiate()
