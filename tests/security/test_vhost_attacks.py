@@ -81,7 +81,13 @@ class Vol:
         self.sock = "/proc/self/fd/%d/vhost.sock" % self.dfd
 
     def pid(self):
-        return self.s.env.qsd_pids().get(self.vid)
+        """The volume's QSD: as recorded (RUN/ctl/<vol>/qsd.json), else the
+        live QSD whose command line names the volume's monitor socket."""
+        pid = self.s.env.qsd_pids().get(self.vid)
+        if pid and vu.proc_alive(pid):
+            return pid
+        found = [p for p, v in self.s.env.running_qsds().items() if v == self.vid]
+        return found[0] if found else pid
 
     def restarts(self):
         """(pid, restarts) as NodeGetVolumeStats reports them, or None."""
@@ -149,6 +155,10 @@ class Watch:
         assert ok, "setup: the bystander volume does not serve: %s" % why
         time.sleep(0.3)
         self.pids = {v.vid: v.pid() for v in (att, by)}
+        for vid, pid in self.pids.items():
+            assert pid and vu.proc_alive(pid), "setup: cannot find the QSD of %s (neither " \
+                "RUN/ctl/<vol>/qsd.json nor a process naming RUN/ctl/<vol>/): adapt " \
+                "Vol.pid() to where the plugin keeps it" % vid
         self.by_stats = by.restarts()
         self.fds = vu.proc_fds(self.pids[att.vid])
         self.rss = vu.proc_rss(self.pids[att.vid])
