@@ -6,9 +6,12 @@ happened to the QSD: still running or dead (exit code / signal), the new
 lines of its stderr, the kernel's messages about it (segfaults), whether an
 honest client is served afterwards, and its fds and RSS before and after.
 
-usage: run.py [--qsd 'COMMAND ...'] [--keep] [NAME ...]
+usage: run.py [--qsd 'COMMAND ...'] [--filter FILTER] [--keep] [NAME ...]
   --qsd: the QSD command (default qemu-storage-daemon); for QEMU 11.1.3 from
          scripts/trixie-root.sh:  --qsd "$(scripts/trixie-root.sh | tail -1)"
+  --filter: put this qsd-vhost-filter between the reproducer and the QSD
+         (the reproducer connects to the filter; the QSD's own socket is
+         private), to see which attacks it stops
   NAME:  reproducers to run (vring_index inflight_queues ...); default all.
 Exit 0 when every reproducer ran (whatever it found); it prints one block
 per reproducer and a summary table.  Every wait is bounded."""
@@ -45,6 +48,19 @@ def stamp(line):
     return float(m.group(1)) if m else 0.0
 
 
+def start_filter(filt, d, upstream):
+    sock = os.path.join(d, "tenant.sock")
+    log = open(os.path.join(d, "filter.log"), "w")
+    p = subprocess.Popen([filt, "--export", "%s=%s" % (sock, upstream), "--queues", "1"],
+                         stdout=log, stderr=subprocess.STDOUT, cwd=d)
+    end = time.monotonic() + 10
+    while not os.path.exists(sock):
+        if p.poll() is not None or time.monotonic() > end:
+            raise RuntimeError("filter did not start: %s" % open(log.name).read())
+        time.sleep(0.02)
+    return p, sock
+
+
 def start_qsd(qsd, d):
     img = os.path.join(d, "disk.raw")
     with open(img, "wb") as f:
@@ -64,12 +80,14 @@ def start_qsd(qsd, d):
     return p, sock, cmd
 
 
-def one(name, qsd, keep):
+def one(name, qsd, keep, filt=None):
     d = tempfile.mkdtemp(prefix="qsd-repro-%s-" % name)
-    p = None
+    p = fp = None
     res = {"name": name}
     try:
         p, sock, cmd = start_qsd(qsd, d)
+        if filt:
+            fp, sock = start_filter(filt, d, sock)
         ok, why = vu.serves(sock, 3)
         base_fds, base_rss = vu.proc_fds(p.pid), vu.proc_rss(p.pid)
         print("== %s  (QSD pid %d: %s)" % (name, p.pid, why))
@@ -105,6 +123,11 @@ def one(name, qsd, keep):
         log = open(os.path.join(d, "qsd.log"), errors="replace").read().strip().splitlines()
         for line in log[-12:]:
             print("   stderr: " + line[:200])
+        if fp:
+            flog = open(os.path.join(d, "filter.log"), errors="replace").read().strip()
+            for line in flog.splitlines()[-6:]:
+                print("   filter: " + line[:200])
+            res["filter"] = "alive" if fp.poll() is None else "exit %s" % fp.poll()
         res["stderr"] = next((ln for ln in log if any(m in ln for m in MARKERS[:6])),
                              log[-1] if log else "")
         for line in (ln for ln in dmesg_lines() if stamp(ln) > dm0):
@@ -112,9 +135,10 @@ def one(name, qsd, keep):
                 print("   kernel: " + line[:200])
                 res.setdefault("kernel", line.split("]", 1)[-1].strip()[:80])
     finally:
-        if p and p.poll() is None:
-            p.kill()
-            p.wait(timeout=10)
+        for proc in (fp, p):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
         if keep:
             print("   (kept %s)" % d)
         else:
@@ -126,6 +150,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--qsd", default="qemu-storage-daemon")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--filter", help="a qsd-vhost-filter binary to put in front of the QSD")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
     names = a.names or sorted(os.path.basename(f)[6:-3]
@@ -133,7 +158,9 @@ def main():
     ver = subprocess.run(shlex.split(a.qsd) + ["--version"], capture_output=True,
                          text=True, timeout=10).stdout.splitlines()[0]
     print("QSD: %s\n" % ver)
-    results = [one(n, a.qsd, a.keep) for n in names]
+    if a.filter:
+        print("through the filter %s\n" % a.filter)
+    results = [one(n, a.qsd, a.keep, a.filter) for n in names]
     print("\nsummary (%s):" % ver)
     for r in results:
         print("  %-18s QSD %-22s served after: %-3s %s" % (
