@@ -51,7 +51,7 @@ def stamp(line):
 def start_filter(filt, d, upstream):
     sock = os.path.join(d, "tenant.sock")
     log = open(os.path.join(d, "filter.log"), "w")
-    p = subprocess.Popen([filt, "--export", "%s=%s" % (sock, upstream), "--queues", "1"],
+    p = subprocess.Popen([os.path.abspath(filt), "--export", "%s=%s" % (sock, upstream), "--queues", "1"],
                          stdout=log, stderr=subprocess.STDOUT, cwd=d)
     end = time.monotonic() + 10
     while not os.path.exists(sock):
