@@ -19,3 +19,18 @@ def args(n=1):
 
 def say(*a):
     print("repro:", *a, flush=True)
+
+
+def _hook(typ, value, tb):
+    """A closed connection or no answer ends a reproducer with one line: the
+    back-end (or a filter in front of it) refused the attack there."""
+    if issubclass(typ, (vuattack.Closed, vuattack.Timeout)):
+        import traceback
+        where = traceback.extract_tb(tb)
+        line = next((f for f in reversed(where) if "repro_" in f.filename), where[-1])
+        say("%s at line %d (%s): %s" % (typ.__name__, line.lineno, line.line, value))
+        sys.exit(0)
+    sys.__excepthook__(typ, value, tb)
+
+
+sys.excepthook = _hook
