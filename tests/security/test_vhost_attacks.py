@@ -41,9 +41,11 @@ Each check that fails says what the attack got.  Every wait is bounded; a
 run takes 10-40 s when things work.
 
 usage: test_vhost_attacks.py PLUGIN_BINARY PROTO_DIR QSDCTL ATTACK
+       (QSD_SEC_PLUGIN_ARGS: more plugin flags, e.g. "--vhost-filter PATH")
 """
 import os
 import re
+import shlex
 import struct
 import subprocess
 import sys
@@ -526,6 +528,8 @@ def main():
     attack = sys.argv.pop(4)
     extra = ["--qsd-cgroup", CGROUP, "--qsd-memory-max", OOM_LIMIT] \
         if attack == "cross_tenant_oom" else []
+    # flags the plugin needs for its tenant boundary (e.g. --vhost-filter PATH)
+    extra += shlex.split(os.environ.get("QSD_SEC_PLUGIN_ARGS", ""))
 
     def body(s):
         t0 = time.monotonic()
@@ -542,7 +546,7 @@ def main():
     try:
         return seclib.run_test(body, "qsd-sec-vu-", extra)
     finally:
-        if extra:
+        if attack == "cross_tenant_oom":
             remove_cgroup()
 
 
