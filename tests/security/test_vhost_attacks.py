@@ -83,13 +83,18 @@ class Vol:
         self.sock = "/proc/self/fd/%d/vhost.sock" % self.dfd
 
     def pid(self):
-        """The volume's QSD: as recorded (RUN/ctl/<vol>/qsd.json), else the
-        live QSD whose command line names the volume's monitor socket."""
+        """The volume's QSD process: as recorded (RUN/ctl/<vol>/qsd.json), else
+        the live process whose command line names the volume's monitor
+        socket; when that is not a QSD (a filter head in front of its QSD
+        child), its qemu-storage-daemon child."""
         pid = self.s.env.qsd_pids().get(self.vid)
-        if pid and vu.proc_alive(pid):
-            return pid
-        found = [p for p, v in self.s.env.running_qsds().items() if v == self.vid]
-        return found[0] if found else pid
+        if not (pid and vu.proc_alive(pid)):
+            found = [p for p, v in self.s.env.running_qsds().items() if v == self.vid]
+            pid = found[0] if found else pid
+        if pid and not comm(pid).startswith("qemu-storage"):
+            kids = [k for k in children(pid) if comm(k).startswith("qemu-storage")]
+            pid = kids[0] if kids else pid
+        return pid
 
     def restarts(self):
         """(pid, restarts) as NodeGetVolumeStats reports them, or None."""
@@ -117,6 +122,27 @@ class Vol:
                 return f.read(1 << 20).decode(errors="replace")
         except OSError:
             return ""
+
+
+def comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
 
 
 def dmesg():
