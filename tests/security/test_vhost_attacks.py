@@ -203,6 +203,7 @@ class Watch:
     def track(self):
         """Remember the QSD pids seen now (restarted ones too)."""
         self.known |= set(p for p in self.s.env.qsd_pids().values() if p)
+        self.known |= set(p for p in (self.att.pid(), self.by.pid()) if p)
 
     def kernel_reports(self):
         out = []
