@@ -447,9 +447,14 @@ def main():
            f"open('{T}/ign.ready', 'w').close(); time.sleep(60)")
     head = spawn([FILTER, "--export", f"{T}/i.sock={T}/none.qsd", "--queues", "1", "--",
                   sys.executable, "-c", ign], f"{T}/head5.log")
-    wait_sock(f"{T}/i.sock", head)
     kid = qsd_child(head, f"{T}/head5.log")
     wait_sock(f"{T}/ign.ready", head)
+    # its QSD never listens: the pod-facing socket must not appear either
+    # (the plugin's readiness probe would take it for a serving unit)
+    time.sleep(0.3)
+    if os.path.exists(f"{T}/i.sock"):
+        fail("the head listens for tenants although its QSD does not")
+    print("ok: no pod-facing socket while the QSD's does not listen")
     if f"{T}/i.sock={T}/none.qsd".encode() not in open(f"/proc/{head.pid}/cmdline", "rb").read():
         fail("the head rewrote its command line")
     t0 = time.monotonic()
