@@ -1,5 +1,6 @@
 /* qsd/qemu/qsd.c: QSD options, command line, spawn, supervision, stop, adoption.  See qsd.h. */
 #include "qsd/qemu/qsd.h"
+#include "qsd/base/cgroup.h"
 #include "qsd/base/fsat.h"
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
@@ -633,7 +634,8 @@ int qsd_stop_orphans(const struct qsd_config *cfg,
         free(o.vols[i]);
     }
     free(o.vols);
-    qsd_uid_sweep(cfg->run_dir); /* uids of volumes whose runtime is gone */
+    qsd_uid_sweep(cfg->run_dir); /* uids and cgroups of volumes whose runtime is gone */
+    qsd_cgroup_sweep(cfg);
     return (int)o.n;
 }
 
@@ -1062,10 +1064,24 @@ static int spawn(struct qsd *q)
     sp.umask = 0117;
     sp.join_fds = q->cfg.join_fds;
     sp.n_join = q->cfg.n_join;
+    /* A cgroup of its own (its memory, tasks and CPU weight) when the QSDs'
+     * parent group is configured; else (or if it cannot be made) the
+     * parent's. */
+    struct qsd_cgroup vcg = {0};
+    _cleanup_free_ char *gmsg = NULL;
+    int g = qsd_cgroup_for(&q->cfg, q->volume, &vcg, &gmsg);
+    if (g == 0) {
+        sp.join_fds = vcg.fds;
+        sp.n_join = vcg.n;
+    } else if (g != -ENOENT) {
+        log_warn("qsd", "cannot make the QSD's own cgroup: it runs in the QSDs' group",
+                 "volume=%s error=\"%s\"", q->volume, gmsg ? gmsg : strerror(-g));
+    }
     sp.confine = q->cfg.uid_count ? &qc.c : NULL;
     pid_t pid;
     int pidfd, execfd;
     r = proc_spawn(&sp, &pid, &pidfd, &execfd);
+    qsd_cgroup_close(&vcg);
     close(logfd);
     qsd_argv_free(argv);
     qsd_confinement_clear(&qc);
@@ -1224,6 +1240,7 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
         qmp_close(q->qmp);
         q->qmp = NULL;
         q->state = QS_STOPPED;
+        qsd_cgroup_release(&q->cfg, q->volume);
         if (q->fail_status) {
             _cleanup_free_ char *msg = TAKE_PTR(q->fail_msg);
             int st = q->fail_status;
@@ -1254,6 +1271,7 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
             exec_err ? xstrdup(tail)
                      : xasprintf("qemu-storage-daemon exited during start-up: %s", tail);
         q->state = QS_STOPPED;
+        qsd_cgroup_release(&q->cfg, q->volume);
         finish(q, exec_err ? -exec_err : -EIO, msg);
         return;
     }
