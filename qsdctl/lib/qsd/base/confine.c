@@ -78,10 +78,12 @@ static const int DENY_KILL[] = {
         SYS_pipe2, SYS_clone, SYS_wait4, SYS_waitid, SYS_capget
 
 #ifdef __x86_64__
-#define COMMON_X86 SYS_arch_prctl, SYS_poll, SYS_select, SYS_epoll_wait, SYS_epoll_create, SYS_pipe, SYS_dup2, \
-        SYS_stat, SYS_lstat, SYS_access, SYS_readlink, SYS_open, SYS_unlink, SYS_rename, SYS_time
+#define COMMON_X86 SYS_arch_prctl, SYS_poll, SYS_select, SYS_epoll_wait, SYS_epoll_create, SYS_pipe, \
+        SYS_dup2, SYS_time
+#define FILE_X86 SYS_stat, SYS_lstat, SYS_access, SYS_readlink, SYS_open, SYS_unlink, SYS_rename
 #else
 #define COMMON_X86 SYS_read
+#define FILE_X86 SYS_read
 #endif
 
 /* Files, images and block devices: QSD and qemu-img. */
@@ -105,8 +107,8 @@ static const int DENY_KILL[] = {
         SYS_getsockname, SYS_getpeername, SYS_setsockopt, SYS_getsockopt, SYS_sendmsg,             \
         SYS_recvmsg, SYS_sendmmsg, SYS_recvmmsg, SYS_sendto, SYS_recvfrom, SYS_shutdown
 
-static const int ALLOW_QSD[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS, SOCKET_CALLS};
-static const int ALLOW_IMAGE[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS};
+static const int ALLOW_QSD[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS, FILE_X86, SOCKET_CALLS};
+static const int ALLOW_IMAGE[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS, FILE_X86};
 static const int ALLOW_FILTER[] = {COMMON_CALLS, COMMON_X86, SOCKET_CALLS, SYS_pidfd_open,
                                    SYS_pidfd_send_signal, SYS_kill, SYS_signalfd4,
                                    SYS_timerfd_create, SYS_timerfd_settime, SYS_memfd_create};
