@@ -1089,8 +1089,9 @@ static int spawn(struct qsd *q)
         close(pipefd[0]);
         return r;
     }
-    closep(&q->log_pipe); /* a previous life's, if any */
-    loop_watch_remove(q->log_watch);
+    loop_watch_remove(q->log_watch); /* a previous life's, if any */
+    q->log_watch = NULL;
+    closep(&q->log_pipe);
     log_watch(q, pipefd[0]);
     q->exec_fd = execfd;
     q->pid = pid;
