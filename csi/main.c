@@ -81,6 +81,11 @@ static void usage(FILE *f)
             "                        (default: none, QSDs stay in the plugin's cgroup)\n"
             "  --qsd-cpu-weight N    CPU weight of that cgroup, 1-10000 (cgroup v2 scale)\n"
             "  --qsd-memory-max SIZE memory limit of that cgroup (e.g. 4G)\n"
+            "  --qsd-volume-memory-max SIZE  with --qsd-cgroup, each QSD runs in a group\n"
+            "                        of its own under it (vol-<volume>) with this memory\n"
+            "                        limit (default 256M; docs/security.md)\n"
+            "  --qsd-volume-pids-max N  ...and at most N tasks (default 256)\n"
+            "  --qsd-volume-cpu-weight N  ...and this CPU weight, 1-10000 (default 100)\n"
             "  --qsd-uid-base N      each volume's QSD runs as a uid (and gid) of its own\n"
             "                        from N..N+COUNT-1 (default 60000; docs/security.md)\n"
             "  --qsd-uid-count COUNT size of that range, 0 runs QSDs unconfined as root\n"
@@ -237,7 +242,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
     enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
            O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
-           O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW, O_UIDBASE, O_UIDCOUNT };
+           O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW, O_UIDBASE, O_UIDCOUNT, O_VMEM,
+           O_VPIDS, O_VCPUW };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -255,6 +261,9 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"qsd-cpu-weight", required_argument, NULL, O_CPUW},
         {"qsd-memory-max", required_argument, NULL, O_MEMMAX},
         {"qsd-uid-base", required_argument, NULL, O_UIDBASE},
+        {"qsd-volume-memory-max", required_argument, NULL, O_VMEM},
+        {"qsd-volume-pids-max", required_argument, NULL, O_VPIDS},
+        {"qsd-volume-cpu-weight", required_argument, NULL, O_VCPUW},
         {"qsd-uid-count", required_argument, NULL, O_UIDCOUNT},
         {"http-endpoint", required_argument, NULL, O_HTTP},
         {"metrics-interval", required_argument, NULL, O_MINTERVAL},
@@ -287,6 +296,9 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .image_max_bytes = 64ull << 30,
         .image_timeout_ms = 3600 * 1000,
         .qsd_uid_base = QSD_UID_BASE_DEFAULT,
+        .qsd_vol_memory_max = QSD_VOL_MEMORY_MAX_DEFAULT,
+        .qsd_vol_pids_max = QSD_VOL_PIDS_MAX_DEFAULT,
+        .qsd_vol_cpu_weight = 100,
         .qsd_uid_count = QSD_UID_COUNT_DEFAULT,
     };
     int c;
@@ -334,6 +346,24 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
                 return 2;
             }
             cfg->qsd_cgroup = optarg[0] ? optarg : NULL;
+            break;
+        }
+        case O_VMEM:
+            if (size_flag("qsd-volume-memory-max", optarg, 16ull << 20, &cfg->qsd_vol_memory_max) < 0)
+                return 2;
+            break;
+        case O_VPIDS: {
+            uint64_t v;
+            if (uint_flag("qsd-volume-pids-max", optarg, 16, 1u << 22, &v) < 0)
+                return 2;
+            cfg->qsd_vol_pids_max = v;
+            break;
+        }
+        case O_VCPUW: {
+            uint64_t v;
+            if (uint_flag("qsd-volume-cpu-weight", optarg, 1, 10000, &v) < 0)
+                return 2;
+            cfg->qsd_vol_cpu_weight = (unsigned)v;
             break;
         }
         case O_UIDBASE: {

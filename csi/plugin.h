@@ -41,6 +41,9 @@ struct plugin_config {
     const char *qsd_cgroup;   /* cgroup of the QSDs ("/qsd-csi"), NULL: the plugin's own */
     unsigned qsd_cpu_weight;  /* 0: leave */
     uint64_t qsd_memory_max;  /* 0: leave */
+    uint64_t qsd_vol_memory_max; /* each QSD's own group under qsd_cgroup (qsdconf.h) */
+    uint64_t qsd_vol_pids_max;
+    unsigned qsd_vol_cpu_weight;
     uint32_t qsd_uid_base;    /* QSDs' uids: [base, base + count) (qsdconf.h) */
     uint32_t qsd_uid_count;   /* 0: QSDs unconfined */
     const char *http_endpoint; /* HOST:PORT of /metrics and /healthz, NULL: none */

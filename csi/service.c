@@ -664,7 +664,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     int r = 0;
     if (cfg->qsd_cgroup) {
         r = qsd_cgroup_open("/sys/fs/cgroup", cfg->qsd_cgroup, cfg->qsd_cpu_weight,
-                            cfg->qsd_memory_max, &c->cgroup, ret_msg);
+                            cfg->qsd_memory_max, 0, &c->cgroup, ret_msg);
         if (r < 0) {
             mounts_close(c);
             free(c->topo_key);
@@ -673,6 +673,11 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
         }
         c->qcfg.join_fds = c->cgroup.fds;
         c->qcfg.n_join = c->cgroup.n;
+        c->qcfg.cgroup_root = "/sys/fs/cgroup";
+        c->qcfg.cgroup = cfg->qsd_cgroup;
+        c->qcfg.vol_memory_max = cfg->qsd_vol_memory_max;
+        c->qcfg.vol_pids_max = cfg->qsd_vol_pids_max;
+        c->qcfg.vol_cpu_weight = cfg->qsd_vol_cpu_weight;
         log_info("plugin", "QSDs run in their own cgroup", "cgroup=%s hierarchies=%zu cpu_weight=%u "
                  "memory_max=%llu", cfg->qsd_cgroup, c->cgroup.n, cfg->qsd_cpu_weight,
                  (unsigned long long)cfg->qsd_memory_max);

@@ -2,8 +2,9 @@
 """Crash windows: kill -9 of the plugin at many points (2 ms apart) through
 NodeStageVolume, NodeUnstageVolume, a live CreateSnapshot and a live clone
 (CreateVolume from the staged volume), restart, retry the call as kubelet or
-the sidecars would, then check: exactly one QSD for a staged volume, in the QSD cgroup
-(--qsd-cgroup, a group of this test's own, removed at the end) and not the
+the sidecars would, then check: exactly one QSD for a staged volume, in its own
+group vol-<volume> under the QSD cgroup (--qsd-cgroup, a group of this test's
+own, removed at the end) and not the
 plugin's, and its socket accepts a connection through the published target;
 none for an unstaged one.  At the end, after unstage and DeleteVolume, the
 pool holds nothing and no QSD of ours runs.
@@ -62,8 +63,15 @@ def remove_cgroup(name):
         [os.path.join(root, d) for d in os.listdir(root)
          if not os.path.islink(os.path.join(root, d))]
     for d in dirs:
+        top = os.path.join(d, name.lstrip("/"))
+        for sub in (os.listdir(top) if os.path.isdir(top) else []):
+            if sub.startswith("vol-"):
+                try:
+                    os.rmdir(os.path.join(top, sub))
+                except OSError:
+                    pass
         try:
-            os.rmdir(os.path.join(d, name.lstrip("/")))
+            os.rmdir(top)
         except OSError:
             pass
 
@@ -123,8 +131,9 @@ def main():
             if staged:
                 assert len(qsds) == 1, "%s: %d QSDs for a staged volume: %s" % (what, len(qsds),
                                                                               qsds)
-                assert cgroup_of(qsds[0]) == group, "%s: QSD in cgroup %s, not %s" % (
-                    what, cgroup_of(qsds[0]), group)
+                own = group + "/vol-" + VOL  # a group of its own under the QSDs' group
+                assert cgroup_of(qsds[0]) == own, "%s: QSD in cgroup %s, not %s" % (
+                    what, cgroup_of(qsds[0]), own)
                 retry(c.NodePublishVolume, pub, what + ": publish")
                 assert accepts(os.path.join(tgt, "vhost.sock")), \
                     "%s: the socket does not accept through the target" % what

@@ -13,7 +13,8 @@ requests.  Through CSI, real plugin, real qemu-img:
   behind (no volume, record, layer, image name or temporary): malformed
   parameters, wrong checksum, 404, unreachable server, a qcow2 with a backing
   file (a path and a json: one) or an external data file, another format,
-  a corrupt qcow2, an image above --image-max-size (with and without
+  a corrupt qcow2, a qcow2 whose dirty bitmaps need more memory than the
+  confined qemu-img may take, an image above --image-max-size (with and without
   Content-Length), a server that stalls (--image-timeout),
   an image larger than the requested size; a server failing once is retried;
 - a download logs its progress; kill -9 of the plugin in the middle of it
@@ -24,6 +25,7 @@ requests.  Through CSI, real plugin, real qemu-img:
 usage: test_csi_imageclass.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
 import hashlib
+import json
 import http.server
 import os
 import random
@@ -149,6 +151,49 @@ def with_backing(tmp, name, backing):
     path = os.path.join(tmp, name)
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-u", "-b", backing, "-F", "raw",
                     path, "4M"], check=True)
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def many_bitmaps(tmp, size, n, granularity):
+    """A qcow2 of virtual size `size` holding n empty persistent dirty
+    bitmaps (made through a QSD's monitor: block-dirty-bitmap-add), as bytes."""
+    path, sock = os.path.join(tmp, "bitmaps.qcow2"), os.path.join(tmp, "bitmaps.qmp")
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", path, str(size)], check=True)
+    node = {"driver": "qcow2", "node-name": "n", "file": {"driver": "file", "filename": path}}
+    p = subprocess.Popen(["qemu-storage-daemon", "--blockdev", json.dumps(node), "--chardev",
+                          "socket,id=m,path=%s,server=on,wait=off" % sock, "--monitor",
+                          "chardev=m"])
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(sock):
+            assert time.monotonic() < deadline, "the QSD making the bitmaps did not start"
+            time.sleep(0.05)
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(30)
+        s.connect(sock)
+        f = s.makefile("rw")
+        f.readline()
+
+        def cmd(c, a=None):
+            f.write(json.dumps({"execute": c, "arguments": a or {}}) + "\n")
+            f.flush()
+            while True:
+                r = json.loads(f.readline())
+                if "return" in r or "error" in r:
+                    return r
+        cmd("qmp_capabilities")
+        for i in range(n):
+            r = cmd("block-dirty-bitmap-add", {"node": "n", "name": "b%d" % i,
+                                               "granularity": granularity, "persistent": True})
+            assert "return" in r, r
+        cmd("quit")
+        p.wait(timeout=60)
+        s.close()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     with open(path, "rb") as f:
         return f.read()
 
@@ -350,6 +395,14 @@ def run(env, srv, qsdctl):
     # was fetched is content: the operator's log has it).
     fails(FP, ["imageSha256", sha(b"other"), "!" + sha(raw)], "wrong-sha", "/disk.raw",
           digest=sha(b"other"))
+    # a qcow2 whose 600 dirty bitmaps (8 GiB at 512-byte granularity: 2 MiB
+    # each) make qemu-img allocate 1.2 GB: refused at the confined qemu-img's
+    # 1 GiB bound (docs/security.md), quickly, naming the limits
+    srv.files["/bitmaps.qcow2"] = many_bitmaps(tmp, 8 << 30, 600, 512)
+    t0 = time.monotonic()
+    fails(FP, ["cannot be converted", "limits"], "bitmaps", "/bitmaps.qcow2", size=8 << 30)
+    assert time.monotonic() - t0 < 60, "the bitmap image took %.0f s to refuse" % (
+        time.monotonic() - t0)
     fails(grpc.StatusCode.NOT_FOUND, ["image", "404"], "missing", "/missing.raw",
           digest=sha(b"x"))
     s = socket.socket()

@@ -30,6 +30,13 @@ static int make_group(const char *h, const char *path, char **ret_dir)
     for (char *c = strtok_r(p, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
         _cleanup_free_ char *parent = TAKE_PTR(dir);
         dir = xasprintf("%s/%s", parent, c);
+        /* cgroup v2: the controllers a child's limits need, delegated by
+         * its parent (refused while the parent holds processes itself: then
+         * the limits below are simply absent). */
+        if (has_file(parent, "cgroup.subtree_control"))
+            for (const char *const *ctl = (const char *const[]){"+memory", "+pids", "+cpu", NULL};
+                 *ctl; ctl++)
+                (void)write_str(parent, "cgroup.subtree_control", *ctl);
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
             return -errno;
         for (const char *const *f = (const char *const[]){"cpuset.cpus", "cpuset.mems", NULL}; *f;
@@ -46,10 +53,9 @@ static int make_group(const char *h, const char *path, char **ret_dir)
     return 0;
 }
 
-int qsd_cgroup_open(const char *root, const char *path, unsigned cpu_weight, uint64_t memory_max,
-                    struct qsd_cgroup *ret, char **ret_msg)
+/* Every hierarchy under root (one for v2 alone); to free with its strings. */
+static int hierarchies(const char *root, char ***ret, size_t *ret_n, char **ret_msg)
 {
-    struct qsd_cgroup cg = {0};
     char **hier = NULL;
     size_t nh = 0;
     if (has_file(root, "cgroup.controllers")) { /* v2 alone */
@@ -75,7 +81,20 @@ int qsd_cgroup_open(const char *root, const char *path, unsigned cpu_weight, uin
         }
         closedir(d);
     }
-    int r = 0;
+    *ret = hier;
+    *ret_n = nh;
+    return 0;
+}
+
+int qsd_cgroup_open(const char *root, const char *path, unsigned cpu_weight, uint64_t memory_max,
+                    uint64_t pids_max, struct qsd_cgroup *ret, char **ret_msg)
+{
+    struct qsd_cgroup cg = {0};
+    char **hier = NULL;
+    size_t nh = 0;
+    int r = hierarchies(root, &hier, &nh, ret_msg);
+    if (r < 0)
+        return r;
     for (size_t i = 0; i < nh && r == 0; i++) {
         _cleanup_free_ char *dir = NULL;
         if ((r = make_group(hier[i], path, &dir)) < 0) {
@@ -97,6 +116,10 @@ int qsd_cgroup_open(const char *root, const char *path, unsigned cpu_weight, uin
         } else if (r == 0 && memory_max && has_file(dir, "memory.limit_in_bytes")) {
             snprintf(val, sizeof(val), "%llu", (unsigned long long)memory_max);
             r = write_str(dir, "memory.limit_in_bytes", val);
+        }
+        if (r == 0 && pids_max && has_file(dir, "pids.max")) {
+            snprintf(val, sizeof(val), "%llu", (unsigned long long)pids_max);
+            r = write_str(dir, "pids.max", val);
         }
         if (r < 0) {
             *ret_msg = xasprintf("cannot configure cgroup %s: %s", dir, strerror(-r));
@@ -125,6 +148,24 @@ int qsd_cgroup_open(const char *root, const char *path, unsigned cpu_weight, uin
     }
     *ret = cg;
     return 0;
+}
+
+int qsd_cgroup_remove(const char *root, const char *path)
+{
+    char **hier = NULL;
+    size_t nh = 0;
+    _cleanup_free_ char *msg = NULL;
+    int r = hierarchies(root, &hier, &nh, &msg);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < nh; i++) {
+        _cleanup_free_ char *dir = xasprintf("%s%s", hier[i], path);
+        if (rmdir(dir) < 0 && errno != ENOENT && r == 0)
+            r = -errno;
+        free(hier[i]);
+    }
+    free(hier);
+    return r;
 }
 
 void qsd_cgroup_close(struct qsd_cgroup *cg)

@@ -20,9 +20,12 @@ struct qsd_cgroup {
 /* root: where the hierarchies are mounted ("/sys/fs/cgroup").  path: the
  * group, absolute within each hierarchy ("/qsd-csi").  cpu_weight: 1-10000
  * (cgroup v2's scale; v1 cpu.shares = weight * 1024 / 100), 0 to leave it.
- * memory_max: bytes, 0 to leave it. */
+ * memory_max: bytes, 0 to leave it.  pids_max: tasks (pids.max), 0 to leave it. */
 int qsd_cgroup_open(const char *root, const char *path, unsigned cpu_weight, uint64_t memory_max,
-                    struct qsd_cgroup *ret, char **ret_msg);
+                    uint64_t pids_max, struct qsd_cgroup *ret, char **ret_msg);
+/* Remove the group path (no process left in it) from every hierarchy;
+ * missing is not an error, a group still in use is -EBUSY. */
+int qsd_cgroup_remove(const char *root, const char *path);
 void qsd_cgroup_close(struct qsd_cgroup *cg);
 
 /* The cgroup (v1: of the memory hierarchy, v2: the unified one) pid is in,

@@ -78,10 +78,12 @@ static const int DENY_KILL[] = {
         SYS_pipe2, SYS_clone, SYS_wait4, SYS_waitid, SYS_capget
 
 #ifdef __x86_64__
-#define COMMON_X86 SYS_arch_prctl, SYS_poll, SYS_select, SYS_epoll_wait, SYS_epoll_create, SYS_pipe, SYS_dup2, \
-        SYS_stat, SYS_lstat, SYS_access, SYS_readlink, SYS_open, SYS_unlink, SYS_rename, SYS_time
+#define COMMON_X86 SYS_arch_prctl, SYS_poll, SYS_select, SYS_epoll_wait, SYS_epoll_create, SYS_pipe, \
+        SYS_dup2, SYS_time
+#define FILE_X86 SYS_stat, SYS_lstat, SYS_access, SYS_readlink, SYS_open, SYS_unlink, SYS_rename
 #else
 #define COMMON_X86 SYS_read
+#define FILE_X86 SYS_read
 #endif
 
 /* Files, images and block devices: QSD and qemu-img. */
@@ -105,8 +107,8 @@ static const int DENY_KILL[] = {
         SYS_getsockname, SYS_getpeername, SYS_setsockopt, SYS_getsockopt, SYS_sendmsg,             \
         SYS_recvmsg, SYS_sendmmsg, SYS_recvmmsg, SYS_sendto, SYS_recvfrom, SYS_shutdown
 
-static const int ALLOW_QSD[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS, SOCKET_CALLS};
-static const int ALLOW_IMAGE[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS};
+static const int ALLOW_QSD[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS, FILE_X86, SOCKET_CALLS};
+static const int ALLOW_IMAGE[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS, FILE_X86};
 static const int ALLOW_FILTER[] = {COMMON_CALLS, COMMON_X86, SOCKET_CALLS, SYS_pidfd_open,
                                    SYS_pidfd_send_signal, SYS_kill, SYS_signalfd4,
                                    SYS_timerfd_create, SYS_timerfd_settime, SYS_memfd_create};
@@ -212,18 +214,6 @@ static size_t slen(const char *s)
     return n;
 }
 
-/* path is dir itself or beneath it. */
-static bool beneath(const char *path, const char *dir)
-{
-    size_t n = slen(dir);
-    while (n > 1 && dir[n - 1] == '/')
-        n--;
-    for (size_t i = 0; i < n; i++)
-        if (path[i] != dir[i])
-            return false;
-    return path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/');
-}
-
 /* mkdir -p (mode 0755 whatever the umask) of a path inside our own tmpfs:
  * the mount point for a writable path under a hidden one. */
 static int mkdirs(const char *path)
@@ -298,28 +288,40 @@ static int mount_ns(const struct confine *c)
     }
     if ((r = mount_rdonly("/", true)) < 0)
         goto out;
-    /* Hidden paths that contain no writable one's parent... first those not
-     * beneath a writable path, then the clones, then the rest. */
-    for (int pass = 0; pass < 2; pass++) {
-        for (const char *const *h = c->hidden; h && *h; h++) {
-            bool inside = false;
-            for (const char *const *w = c->writable; w && *w; w++)
-                inside |= beneath(*h, *w) && !beneath(*w, *h);
-            if (inside != (pass == 1))
-                continue;
-            if ((r = hide(*h)) < 0)
-                goto out;
+    /* Hide and bind back in path order, ancestors first (shorter paths
+     * first): a writable path beneath a hidden one reappears on the tmpfs,
+     * a hidden path beneath a writable one is hidden on the bind. */
+    struct op {
+        const char *path;
+        int fd; /* the clone to attach, or -1: hide */
+    } ops[2 * CONFINE_MAX_PATHS];
+    size_t n_ops = 0;
+    for (size_t i = 0; i < nw; i++)
+        ops[n_ops++] = (struct op){c->writable[i], fds[i]};
+    for (const char *const *h = c->hidden; h && *h; h++) {
+        if (n_ops == 2 * CONFINE_MAX_PATHS) {
+            r = -E2BIG;
+            goto out;
         }
-        if (pass == 1)
-            break;
-        size_t i = 0;
-        for (const char *const *w = c->writable; w && *w; w++, i++) {
-            if ((r = mkdirs(*w)) < 0)
+        ops[n_ops++] = (struct op){*h, -1};
+    }
+    for (size_t i = 1; i < n_ops; i++) /* insertion sort: stable, no allocation */
+        for (size_t k = i; k > 0 && slen(ops[k - 1].path) > slen(ops[k].path); k--) {
+            struct op t = ops[k];
+            ops[k] = ops[k - 1];
+            ops[k - 1] = t;
+        }
+    for (size_t i = 0; i < n_ops; i++) {
+        if (ops[i].fd < 0) {
+            if ((r = hide(ops[i].path)) < 0)
                 goto out;
-            if (syscall(SYS_move_mount, fds[i], "", AT_FDCWD, *w, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
-                r = -errno;
-                goto out;
-            }
+            continue;
+        }
+        if ((r = mkdirs(ops[i].path)) < 0)
+            goto out;
+        if (syscall(SYS_move_mount, ops[i].fd, "", AT_FDCWD, ops[i].path, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+            r = -errno;
+            goto out;
         }
     }
 out:

@@ -188,13 +188,28 @@ int proc_exec_error(int exec_fd)
     return read(exec_fd, &e, sizeof(e)) == (ssize_t)sizeof(e) ? e : 0;
 }
 
+static int run(char *const argv[], uint64_t timeout_ms, const struct confine *confine,
+               int (*tick)(void *arg), void *arg, struct proc_result *ret);
+
 int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
 {
-    return proc_run_watch(argv, timeout_ms, NULL, NULL, ret);
+    return run(argv, timeout_ms, NULL, NULL, NULL, ret);
 }
 
 int proc_run_watch(char *const argv[], uint64_t timeout_ms, int (*tick)(void *arg), void *arg,
                    struct proc_result *ret)
+{
+    return run(argv, timeout_ms, NULL, tick, arg, ret);
+}
+
+int proc_run_confined(char *const argv[], uint64_t timeout_ms, const struct confine *confine,
+                      struct proc_result *ret)
+{
+    return run(argv, timeout_ms, confine, NULL, NULL, ret);
+}
+
+static int run(char *const argv[], uint64_t timeout_ms, const struct confine *confine,
+               int (*tick)(void *arg), void *arg, struct proc_result *ret)
 {
     int outp[2], errp[2];
     if (pipe2(outp, O_CLOEXEC) < 0)
@@ -211,6 +226,7 @@ int proc_run_watch(char *const argv[], uint64_t timeout_ms, int (*tick)(void *ar
     sp.stdout_fd = outp[1];
     sp.stderr_fd = errp[1];
     sp.die_with_parent = true;
+    sp.confine = confine;
     pid_t pid;
     int pidfd, execfd;
     int r = proc_spawn(&sp, &pid, &pidfd, &execfd);

@@ -60,6 +60,11 @@ int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret);
 int proc_run_watch(char *const argv[], uint64_t timeout_ms, int (*tick)(void *arg), void *arg,
                    struct proc_result *ret);
 
+/* proc_run with the child confined (confine.h) before exec: qemu-img on
+ * images nobody vouches for.  A failure to confine is -errno of it. */
+int proc_run_confined(char *const argv[], uint64_t timeout_ms, const struct confine *confine,
+                      struct proc_result *ret);
+
 /* Last non-empty line of a program's stderr, trimmed (for error messages). */
 const char *proc_last_line(const char *text, char *buf, size_t len);
 

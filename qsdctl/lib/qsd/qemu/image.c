@@ -2,6 +2,7 @@
 #include "qsd/qemu/image.h"
 #include "qsd/base/names.h"
 #include "qsd/base/proc.h"
+#include "qsd/base/confine.h"
 #include "qsd/qemu/qsd.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
@@ -107,8 +108,14 @@ int image_check_prealloc(const char *format, const char *prealloc, char **ret_ms
 /* Run qemu-img; on failure its last stderr line becomes the message. */
 int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char **ret_msg)
 {
+    return image_qemu_img_confined(argv, timeout_ms, NULL, ret_out, ret_msg);
+}
+
+int image_qemu_img_confined(char *const argv[], uint64_t timeout_ms, const struct confine *c,
+                            char **ret_out, char **ret_msg)
+{
     struct proc_result res = {0};
-    int r = proc_run(argv, timeout_ms, &res);
+    int r = c ? proc_run_confined(argv, timeout_ms, c, &res) : proc_run(argv, timeout_ms, &res);
     if (r == -ETIMEDOUT) {
         *ret_msg = xasprintf("qemu-img %s did not finish within %llu s", argv[1],
                              (unsigned long long)(timeout_ms / 1000));
@@ -117,6 +124,16 @@ int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char
     if (r < 0) {
         *ret_msg = xasprintf("cannot run qemu-img: %s", strerror(-r));
         return r;
+    }
+    if (res.exit_code > 128 && c) {
+        char line[512];
+        *ret_msg = xasprintf("qemu-img %s was stopped by signal %d at its limits (%llu MiB of "
+                             "address space, %llu s of CPU): %s", argv[1], res.exit_code - 128,
+                             (unsigned long long)(c->rlimit_as >> 20),
+                             (unsigned long long)c->rlimit_cpu,
+                             proc_last_line(res.err, line, sizeof(line)));
+        proc_result_clear(&res);
+        return -EIO;
     }
     if (res.exit_code != 0) {
         char line[512];

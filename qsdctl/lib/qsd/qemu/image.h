@@ -53,6 +53,11 @@ int snapshot_delete(const struct pool *p, const char *snap, char **ret_msg);
 
 /* Run qemu-img with a bound; on failure its last stderr line is the message. */
 int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char **ret_msg);
+/* The same, confined (confine.h: qemu-img on an image nobody vouches for);
+ * killed at its limits: -EIO with a message naming them. */
+struct confine;
+int image_qemu_img_confined(char *const argv[], uint64_t timeout_ms, const struct confine *c,
+                            char **ret_out, char **ret_msg);
 /* Rename tmp to final without replacing, fsync the directory (tmp is
  * removed on failure). */
 int image_publish(const char *tmp, const char *final, char **ret_msg);

@@ -1,6 +1,8 @@
 /* qsd/qemu/imagebase.c: image bases.  See imagebase.h. */
 #include "qsd/qemu/imagebase.h"
 #include "qsd/qemu/qsdconf.h"
+#include "qsd/base/confine.h"
+#include <sys/random.h>
 #include "qsd/base/log.h"
 #include "qsd/base/proc.h"
 #include "qsd/base/util.h"
@@ -431,6 +433,70 @@ static int publish(const struct pool *p, int dfd, const char *tmp, const char *s
     return 0;
 }
 
+/* qemu-img convert of the download, confined (confine.h) as OpenStack runs
+ * qemu-img on untrusted images: uid IMAGEBASE_UID, no capabilities,
+ * no_new_privs, the IMAGE seccomp profile, 1 GiB of address space, a CPU
+ * bound, and a mount namespace in which the host is read-only, the pool
+ * and homes hidden, and only a work directory of its own (images/.work-*)
+ * writable, holding a second name of the download (src) and its output
+ * (out). */
+static int run_convert(const struct pool *p, const char *wpath, const char *format,
+                       const char *src, const char *out, char **ret_msg)
+{
+    json_t *js = json_pack("{s:s, s:{s:s, s:s}}", "driver", format, "file", "driver", "file",
+                           "filename", src);
+    if (streq(format, "qcow2"))
+        json_object_set_new(js, "backing", json_null());
+    char *jstr = json_dumps(js, JSON_COMPACT);
+    json_decref(js);
+    _cleanup_free_ char *spec = xasprintf("json:%s", jstr);
+    free(jstr);
+    const char *const writable[] = {wpath, NULL};
+    const char *const hidden[] = {p->root, "/root", "/home", "/tmp", "/var/tmp", "/dev/shm",
+                                  "/run", "/var/lib/kubelet", NULL};
+    struct confine c = CONFINE_INIT;
+    c.uid = IMAGEBASE_UID;
+    c.gid = IMAGEBASE_UID;
+    c.mount_ns = true;
+    c.writable = writable;
+    c.hidden = hidden;
+    c.rlimit_as = IMAGEBASE_QEMU_IMG_AS;
+    c.rlimit_cpu = IMAGEBASE_QEMU_IMG_CPU_S;
+    c.rlimit_nofile = 256;
+    c.profile = CONFINE_PROFILE_IMAGE;
+    char *argv[] = {"qemu-img", "convert", "-q", "-O", "qcow2", spec, (char *)out, NULL};
+    return image_qemu_img_confined(argv, CONVERT_TIMEOUT_MS, &c, NULL, ret_msg);
+}
+
+/* The work directory around run_convert; the output is root's again before
+ * it is moved to conv. */
+static int convert_confined(const struct pool *p, int dfd, const char *part_path,
+                            const char *format, const char *conv, char **ret_msg)
+{
+    uint64_t rnd = 0;
+    (void)!getrandom(&rnd, sizeof(rnd), 0);
+    char work[64];
+    snprintf(work, sizeof(work), ".work-%016llx", (unsigned long long)rnd);
+    _cleanup_free_ char *wpath = xasprintf("%s/%s", p->images, work);
+    _cleanup_free_ char *src = xasprintf("%s/src", wpath), *out = xasprintf("%s/out", wpath);
+    int r = 0;
+    if (mkdirat(dfd, work, 0700) < 0 || chown(wpath, IMAGEBASE_UID, IMAGEBASE_UID) < 0 ||
+        link(part_path, src) < 0 || chown(src, IMAGEBASE_UID, IMAGEBASE_UID) < 0 ||
+        chmod(src, 0400) < 0) {
+        r = -errno;
+        *ret_msg = xasprintf("cannot prepare %s for qemu-img: %s", wpath, strerror(-r));
+    } else if ((r = run_convert(p, wpath, format, src, out, ret_msg)) == 0 &&
+               (chown(out, 0, 0) < 0 || chmod(out, 0600) < 0 ||
+                renameat(AT_FDCWD, out, dfd, conv) < 0)) {
+        r = -errno;
+        *ret_msg = xasprintf("cannot take %s back from qemu-img: %s", out, strerror(-r));
+    }
+    unlink(src);
+    unlink(out);
+    rmdir(wpath);
+    return r;
+}
+
 /* Verify, probe, convert and publish the download (fd, at part_path). */
 static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, int dfd, int fd,
                         const char *part_path, const char *conv, const char *shown,
@@ -465,17 +531,10 @@ static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, i
     /* The format is ours, and a qcow2's backing is null: QEMU opens no
      * other file whatever the header says (image_probe refused those that
      * name one anyway). */
-    json_t *src = json_pack("{s:s, s:{s:s, s:s}}", "driver", pr.format, "file", "driver", "file",
-                            "filename", part_path);
-    if (streq(pr.format, "qcow2"))
-        json_object_set_new(src, "backing", json_null());
-    char *js = json_dumps(src, JSON_COMPACT);
-    json_decref(src);
-    _cleanup_free_ char *spec = xasprintf("json:%s", js);
-    free(js);
+    const char *spec = pr.format;
     _cleanup_free_ char *conv_path = xasprintf("%s/%s", p->images, conv);
-    char *argv[] = {"qemu-img", "convert", "-q", "-O", "qcow2", spec, conv_path, NULL};
-    if ((r = image_qemu_img(argv, CONVERT_TIMEOUT_MS, NULL, ret_msg)) == -EIO) {
+    r = convert_confined(p, dfd, part_path, spec, conv, ret_msg);
+    if (r == -EIO) {
         /* qemu-img refused the content (or the pool is full) */
         char *m = *ret_msg;
         bool full = strstr(m, "No space left") != NULL;

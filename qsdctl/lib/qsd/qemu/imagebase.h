@@ -85,3 +85,11 @@ int imagebase_name_layer(int dirfd, const char *name, uint64_t keep_s,
                          char ret_layer[LAYER_NAME_LEN + 1]);
 /* Remove names whose layer is gone and temporaries no fetch holds. */
 void imagebase_gc_locked(const struct pool *p);
+
+/* qemu-img on a download runs as this uid and gid (between the QSDs' default
+ * range 60000..61023 and systemd's DynamicUser range), with at most this
+ * much address space and CPU time (OpenStack bounds `qemu-img info` on
+ * untrusted images the same way: 1 GiB, 30 s; a convert does more work). */
+#define IMAGEBASE_UID 61100u
+#define IMAGEBASE_QEMU_IMG_AS (1ull << 30)
+#define IMAGEBASE_QEMU_IMG_CPU_S 600u

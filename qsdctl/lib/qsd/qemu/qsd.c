@@ -1,5 +1,6 @@
 /* qsd/qemu/qsd.c: QSD options, command line, spawn, supervision, stop, adoption.  See qsd.h. */
 #include "qsd/qemu/qsd.h"
+#include "qsd/base/cgroup.h"
 #include "qsd/base/fsat.h"
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
@@ -695,7 +696,8 @@ int qsd_stop_orphans(const struct qsd_config *cfg,
         free(o.vols[i]);
     }
     free(o.vols);
-    qsd_uid_sweep(cfg->run_dir); /* uids of volumes whose runtime is gone */
+    qsd_uid_sweep(cfg->run_dir); /* uids and cgroups of volumes whose runtime is gone */
+    qsd_cgroup_sweep(cfg);
     return (int)o.n;
 }
 
@@ -774,6 +776,8 @@ struct qsd {
     int exec_fd;                /* exec error of the last spawn (proc_spawn), until ready */
     bool hold_probe;            /* keep the readiness probe's connections open (start_sync) */
     int probe_fds[2];           /* those connections (rw, ro export) or -1 */
+    int log_pipe;               /* read end of the QSD's stdout/stderr (see log_pump) */
+    struct loop_watch *log_watch;
     char *last_death;           /* "pid=... last_log=..." of the last unexpected exit */
     bool killed;                /* SIGKILL sent by a stop */
     char *hung_kill;            /* why the running process was killed as hung (qsd_kill_hung) */
@@ -802,6 +806,7 @@ int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
     q->pidfd = -1;
     q->exec_fd = -1;
     q->probe_fds[0] = q->probe_fds[1] = -1;
+    q->log_pipe = -1;
     q->supervised = true;
     *ret = q;
     return 0;
@@ -816,6 +821,10 @@ static void release_process(struct qsd *q)
     q->pidfd = -1;
     closep(&q->exec_fd);
     q->exec_fd = -1;
+    loop_watch_remove(q->log_watch);
+    q->log_watch = NULL;
+    closep(&q->log_pipe);
+    q->log_pipe = -1;
 }
 
 static void release_probe(struct qsd *q)
@@ -961,6 +970,78 @@ int qsd_log_trim(struct qsd *q)
     return 1;
 }
 
+/* The QSD writes its log into a pipe, never into a file: a pipe holds at
+ * most 64 KiB whoever reads it, its write end is non-blocking (a full pipe
+ * drops the QSD's lines, it never stops the QSD) and, with no reader (the
+ * plugin is down), the QSD's writes fail at once (EPIPE; QSD ignores
+ * SIGPIPE).  So nothing the QSD logs grows without a reader.  The reader
+ * (this process's loop, or the next one's: qsd_adopt reopens the pipe
+ * through /proc/PID/fd/2) appends what it reads to ctl/<vol>/qsd.log and
+ * keeps that file under LOG_MAX, whose last lines log_tail reads. */
+#define LOG_PUMP_MAX (256u << 10) /* bytes moved per wake-up */
+
+static void log_append(struct qsd *q, const char *buf, size_t n)
+{
+    _cleanup_close_ int fd =
+        open(q->paths.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    if (fd < 0)
+        return;
+    (void)!write(fd, buf, n);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > LOG_MAX)
+        qsd_log_trim(q);
+}
+
+/* Move what the pipe holds into the log file; false at end of file. */
+static bool log_drain(struct qsd *q)
+{
+    char buf[16384];
+    size_t moved = 0;
+    while (moved < LOG_PUMP_MAX) {
+        ssize_t n = read(q->log_pipe, buf, sizeof(buf));
+        if (n > 0) {
+            log_append(q, buf, (size_t)n);
+            moved += (size_t)n;
+            continue;
+        }
+        return n < 0 && (errno == EAGAIN || errno == EINTR);
+    }
+    return true;
+}
+
+static void on_log(struct loop *l, int fd, uint32_t revents, void *opaque)
+{
+    struct qsd *q = opaque;
+    if (!log_drain(q)) {
+        loop_watch_remove(q->log_watch);
+        q->log_watch = NULL;
+        closep(&q->log_pipe);
+        q->log_pipe = -1;
+    }
+}
+
+static void log_watch(struct qsd *q, int fd)
+{
+    q->log_pipe = fd;
+    q->log_watch = loop_watch_fd(q->loop, fd, POLLIN, on_log, q);
+}
+
+/* The log pipe of an adopted QSD, if its stderr is one. */
+static void log_reopen(struct qsd *q)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/2", (int)q->pid);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return;
+    if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode)) {
+        close(fd); /* a QSD started with a log file (before pipes) */
+        return;
+    }
+    log_watch(q, fd);
+}
+
 /* ------------------------------------------------- export directories */
 
 static int run_dir_open(const char *run_dir, int *ret_fd)
@@ -1091,16 +1172,14 @@ static int spawn(struct qsd *q)
     unlink(q->paths.upstream);
     unlink(q->paths.ro_upstream);
     char **argv = qsd_unit_argv(q->cfg.filter, q->cfg.binary, &q->opts, &q->paths);
-    int logfd = open(q->paths.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (logfd < 0) {
+    log_append(q, LOG_MARK, strlen(LOG_MARK));
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) < 0) {
         int e = -errno;
         qsd_argv_free(argv);
         return e;
     }
-    struct stat st;
-    if (fstat(logfd, &st) == 0 && (uint64_t)st.st_size > LOG_MAX)
-        (void)!ftruncate(logfd, 0); /* bounded: keep only recent lives */
-    (void)!write(logfd, LOG_MARK, strlen(LOG_MARK));
+    int logfd = pipefd[1];
     /* Confined (qsdconf.h): its own uid, no capabilities, no_new_privs, a
      * mount namespace of its own, the QSD seccomp profile. */
     struct qsd_confinement qc;
@@ -1111,6 +1190,7 @@ static int spawn(struct qsd *q)
                  cmsg ? cmsg : strerror(-r));
         qsd_confinement_clear(&qc);
         close(logfd);
+        close(pipefd[0]);
         qsd_argv_free(argv);
         return r;
     }
@@ -1130,15 +1210,35 @@ static int spawn(struct qsd *q)
      * fork: QSD in the child, FILTER in itself (qsd-vhost-filter). */
     if (q->cfg.filter)
         qc.c.profile = CONFINE_PROFILE_NONE;
+    /* A cgroup of its own (its memory, tasks and CPU weight) when the QSDs'
+     * parent group is configured; else (or if it cannot be made) the
+     * parent's. */
+    struct qsd_cgroup vcg = {0};
+    _cleanup_free_ char *gmsg = NULL;
+    int g = qsd_cgroup_for(&q->cfg, q->volume, &vcg, &gmsg);
+    if (g == 0) {
+        sp.join_fds = vcg.fds;
+        sp.n_join = vcg.n;
+    } else if (g != -ENOENT) {
+        log_warn("qsd", "cannot make the QSD's own cgroup: it runs in the QSDs' group",
+                 "volume=%s error=\"%s\"", q->volume, gmsg ? gmsg : strerror(-g));
+    }
     sp.confine = q->cfg.uid_count ? &qc.c : NULL;
     pid_t pid;
     int pidfd, execfd;
     r = proc_spawn(&sp, &pid, &pidfd, &execfd);
+    qsd_cgroup_close(&vcg);
     close(logfd);
     qsd_argv_free(argv);
     qsd_confinement_clear(&qc);
-    if (r < 0)
+    if (r < 0) {
+        close(pipefd[0]);
         return r;
+    }
+    loop_watch_remove(q->log_watch); /* a previous life's, if any */
+    q->log_watch = NULL;
+    closep(&q->log_pipe);
+    log_watch(q, pipefd[0]);
     q->exec_fd = execfd;
     q->pid = pid;
     q->pidfd = pidfd;
@@ -1294,6 +1394,8 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
     struct qsd *q = opaque;
     _cleanup_free_ char *hung = TAKE_PTR(q->hung_kill); /* qsd_kill_hung's reason */
     reap(q);
+    if (q->log_pipe >= 0)
+        log_drain(q); /* its last words, for log_tail below */
     int exec_fd = TAKE_FD(q->exec_fd); /* read below, once the process is gone */
     release_process(q);
     q->exec_fd = exec_fd;
@@ -1306,6 +1408,7 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
         qmp_close(q->qmp);
         q->qmp = NULL;
         q->state = QS_STOPPED;
+        qsd_cgroup_release(&q->cfg, q->volume);
         if (q->fail_status) {
             _cleanup_free_ char *msg = TAKE_PTR(q->fail_msg);
             int st = q->fail_status;
@@ -1340,6 +1443,7 @@ static void on_process_exit(struct loop *l, int fd, uint32_t revents, void *opaq
             exec_err ? xstrdup(tail)
                      : xasprintf("qemu-storage-daemon exited during start-up: %s", tail);
         q->state = QS_STOPPED;
+        qsd_cgroup_release(&q->cfg, q->volume);
         finish(q, exec_err ? -exec_err : -EIO, msg);
         return;
     }
@@ -1463,6 +1567,7 @@ int qsd_adopt(struct qsd *q)
     q->pidfd = pidfd;
     q->started_at_ms = now_ms();
     q->pid_watch = loop_watch_fd(q->loop, pidfd, POLLIN, on_process_exit, q);
+    log_reopen(q);
     r = write_state(&q->paths, q->volume, &q->opts, true, pid, st);
     if (r < 0)
         log_warn("qsd", "cannot record state", "volume=%s err=%s", q->volume, strerror(-r));

@@ -141,6 +141,11 @@ struct qsd_config {
      * from [uid_base, uid_base + uid_count); uid_count 0: unconfined. */
     uint32_t uid_base, uid_count;
     const char *const *hidden; /* more paths QSDs must not see (NULL-terminated) */
+    /* A cgroup per QSD (qsdconf.h): <cgroup>/vol-<volume> under cgroup_root
+     * with these limits (0: leave), joined instead of join_fds; NULL: none. */
+    const char *cgroup_root, *cgroup;
+    unsigned vol_cpu_weight;
+    uint64_t vol_memory_max, vol_pids_max;
 };
 
 /* The vhost-user filter every export is served through (docs/security.md):

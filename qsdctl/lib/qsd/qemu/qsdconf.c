@@ -1,5 +1,6 @@
 /* qsd/qemu/qsdconf.c: see qsdconf.h. */
 #include "qsd/qemu/qsdconf.h"
+#include "qsd/base/cgroup.h"
 #include "qsd/base/fsat.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
@@ -402,4 +403,55 @@ int qsd_confine_for(const struct qsd_config *cfg, const char *volume, const stru
     for (const char *const *h = cfg->hidden; h && *h; h++)
         add(qc, qc->hidden, xstrdup(*h));
     return 0;
+}
+
+/* -------------------------------------------------------------- cgroup */
+
+static char *vol_group(const struct qsd_config *cfg, const char *volume)
+{
+    return xasprintf("%s/vol-%s", streq(cfg->cgroup, "/") ? "" : cfg->cgroup, volume);
+}
+
+int qsd_cgroup_for(const struct qsd_config *cfg, const char *volume, struct qsd_cgroup *ret,
+                   char **ret_msg)
+{
+    if (!cfg->cgroup)
+        return -ENOENT;
+    _cleanup_free_ char *path = vol_group(cfg, volume);
+    return qsd_cgroup_open(cfg->cgroup_root ? cfg->cgroup_root : "/sys/fs/cgroup", path,
+                           cfg->vol_cpu_weight, cfg->vol_memory_max, cfg->vol_pids_max, ret,
+                           ret_msg);
+}
+
+int qsd_cgroup_release(const struct qsd_config *cfg, const char *volume)
+{
+    if (!cfg->cgroup)
+        return 0;
+    _cleanup_free_ char *path = vol_group(cfg, volume);
+    return qsd_cgroup_remove(cfg->cgroup_root ? cfg->cgroup_root : "/sys/fs/cgroup", path);
+}
+
+void qsd_cgroup_sweep(const struct qsd_config *cfg)
+{
+    if (!cfg->cgroup)
+        return;
+    const char *root = cfg->cgroup_root ? cfg->cgroup_root : "/sys/fs/cgroup";
+    /* The groups are the same in every hierarchy: list one that has them. */
+    static const char *const where[] = {"", "/unified", "/memory", "/pids", NULL};
+    for (const char *const *w = where; *w; w++) {
+        _cleanup_free_ char *dir = xasprintf("%s%s%s", root, *w, streq(cfg->cgroup, "/") ? "" : cfg->cgroup);
+        DIR *d = opendir(dir);
+        if (!d)
+            continue;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (!startswith(de->d_name, "vol-"))
+                continue;
+            const char *vol = de->d_name + 4;
+            _cleanup_free_ char *ctl = xasprintf("%s/ctl/%s", cfg->run_dir, vol);
+            if (access(ctl, F_OK) < 0 && errno == ENOENT)
+                qsd_cgroup_release(cfg, vol); /* -EBUSY while a process is in it: kept */
+        }
+        closedir(d);
+    }
 }

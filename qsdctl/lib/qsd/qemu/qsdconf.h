@@ -9,13 +9,16 @@
  * its chain readable), and the struct confine a QSD is spawned with (mount
  * namespace with the host read-only, only its own paths writable, the
  * plugin's other places hidden; no capabilities; no_new_privs; the QSD
- * seccomp profile).  The spawn site only calls qsd_confine_for(). */
+ * seccomp profile), and its cgroup (<parent>/vol-<volume>: memory, pids and
+ * CPU weight of its own).  The spawn site only calls qsd_confine_for() and
+ * qsd_cgroup_for(). */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "qsd/base/cgroup.h"
 #include "qsd/base/confine.h"
 
 struct qsd_config;
@@ -28,6 +31,12 @@ struct qsd_paths;
  * DynamicUser range (61184..65519). */
 #define QSD_UID_BASE_DEFAULT 60000u
 #define QSD_UID_COUNT_DEFAULT 1024u
+
+/* Default limits of each QSD's own cgroup (docs/security.md: a qcow2 QSD
+ * under load peaked at 11 MiB RSS and 10 tasks; librbd adds its cache and
+ * messenger threads). */
+#define QSD_VOL_MEMORY_MAX_DEFAULT (256ull << 20)
+#define QSD_VOL_PIDS_MAX_DEFAULT 256u
 
 #define QSD_CONFINE_MAX_PATHS 24
 
@@ -60,6 +69,17 @@ int qsd_uid_sweep(const char *run_dir);
  * mount namespace, no seccomp). */
 int qsd_confine_for(const struct qsd_config *cfg, const char *volume, const struct qsd_opts *o,
                     const struct qsd_paths *p, struct qsd_confinement *ret, char **ret_msg);
+
+/* The cgroup of volume's QSD: <cfg->cgroup>/vol-<volume>, created with the
+ * per-volume limits in every hierarchy; *ret holds the cgroup.procs files
+ * to join (qsd_cgroup_close them after the spawn).  -ENOENT: no cgroup
+ * configured. */
+int qsd_cgroup_for(const struct qsd_config *cfg, const char *volume, struct qsd_cgroup *ret,
+                   char **ret_msg);
+/* Remove volume's group (its QSD gone); 0 when none configured. */
+int qsd_cgroup_release(const struct qsd_config *cfg, const char *volume);
+/* Remove the groups of volumes with no runtime left (no RUN/ctl/<vol>). */
+void qsd_cgroup_sweep(const struct qsd_config *cfg);
 
 /* A new file that replaces (or sits beside) `like` for the same QSD, e.g. a
  * live snapshot's overlay: the same owner as `like`, mode 0600. */
