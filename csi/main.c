@@ -191,15 +191,12 @@ static int print_qsd_command(const struct plugin_config *cfg, const char *image,
             qsd_opts_clear(&o);
         return 2;
     }
-    _cleanup_free_ char *filter = NULL;
-    if (qsd_filter_resolve(cfg->vhost_filter, &filter, &msg) < 0) {
-        fprintf(stderr, "qsd-csi-plugin: --print-qsd-command: %s\n", msg);
-        qsd_opts_clear(&o);
-        return 2;
-    }
+    /* The QSD's own command line, its exports on the pod-facing sockets:
+     * the data path a benchmark measures (the vhost-user filter in front of
+     * it passes control messages only, docs/security.md). */
     struct qsd_paths p;
     qsd_paths_init(cfg->run_dir, base, &p);
-    char **argv = qsd_unit_argv(filter, cfg->qsd_binary, &o, &p);
+    char **argv = qsd_argv(cfg->qsd_binary, &o, &p);
     json_t *out = json_array();
     for (char **a = argv; *a; a++)
         json_array_append_new(out, json_string(*a));

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <fcntl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,6 +61,9 @@ static void usage(FILE *f)
             "  UPSTREAM  the QSD's vhost-user socket path\n"
             "  --queues N               the export's queue count (1..%d)\n"
             "  --max-conns 1            one tenant connection per export (QSD's rule)\n"
+            "  --qsd-fd N               head mode: exec the QSD program open at\n"
+            "                           descriptor N (its starter opened it: the\n"
+            "                           head may not see its directory)\n"
             "  --allow-adjacent-regions accept memory regions that touch in\n"
             "                           guest-physical space (refused by default)\n"
             "  -- QSD_ARGV              head mode: run the QSD as a child, confined;\n"
@@ -135,7 +140,7 @@ static int stop_qsd(struct head *h)
 }
 
 /* The QSD child: dies with the head, confined, then exec. */
-static void __attribute__((noreturn)) run_qsd(pid_t parent, char **argv)
+static void __attribute__((noreturn)) run_qsd(pid_t parent, char **argv, int prog_fd)
 {
     sigset_t none;
     sigemptyset(&none);
@@ -147,7 +152,10 @@ static void __attribute__((noreturn)) run_qsd(pid_t parent, char **argv)
         fprintf(stderr, "qsd-vhost-filter: confining the QSD: %s\n", strerror(-r));
         _exit(127);
     }
-    execvp(argv[0], argv);
+    if (prog_fd > 0)
+        syscall(SYS_execveat, prog_fd, "", argv, environ, AT_EMPTY_PATH);
+    else
+        execvp(argv[0], argv);
     fprintf(stderr, "qsd-vhost-filter: exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);
 }
@@ -157,6 +165,7 @@ struct args {
     unsigned nex;
     struct vf_options o;
     char **qsd_argv;
+    int qsd_fd;   /* --qsd-fd: the QSD program, opened by our starter; 0: by name */
 };
 
 static void args_free(struct args *a)
@@ -172,6 +181,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         {"queues", required_argument, NULL, 'q'},
         {"max-conns", required_argument, NULL, 'm'},
         {"allow-adjacent-regions", no_argument, NULL, 'a'},
+        {"qsd-fd", required_argument, NULL, 'f'},
         {"connect-timeout-ms", required_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
@@ -199,6 +209,13 @@ static int parse_args(int argc, char **argv, struct args *a)
                 return 2;
             }
             a->o.queues = (unsigned)v;
+            break;
+        case 'f':
+            if (parse_uint(optarg, 3, 1024, &v) < 0) {
+                fprintf(stderr, "qsd-vhost-filter: bad --qsd-fd\n");
+                return 2;
+            }
+            a->qsd_fd = (int)v;
             break;
         case 'm':
             if (parse_uint(optarg, 1, 1, &v) < 0) {
@@ -315,7 +332,7 @@ int main(int argc, char **argv)
             return 1;
         }
         if (h.child == 0)
-            run_qsd(parent, a.qsd_argv);
+            run_qsd(parent, a.qsd_argv, a.qsd_fd);
         log_info(COMP, "qsd started", "qsd_pid=%d", (int)h.child);
         if ((r = wait_upstreams(&h, &a)) != 0) {
             close(h.sfd);

@@ -48,7 +48,11 @@ def main():
         return p
 
     try:
-        c = env.start(["--qsd-binary", wrapper])
+        # Unconfined QSDs (--qsd-uid-count 0): the wrapper counts starts and
+        # looks for $FAIL in this test's root, which a confined QSD can
+        # neither see (its mount namespace hides /tmp) nor execute (0700).
+        # Confinement has tests of its own (security/qsd_confinement).
+        c = env.start(["--qsd-binary", wrapper, "--qsd-uid-count", "0"])
         for vid in ("pvc-stop", "pvc-other", "pvc-loop"):
             c.CreateVolume(pb.CreateVolumeRequest(
                 name=vid, capacity_range=pb.CapacityRange(required_bytes=32 * MiB),

@@ -33,11 +33,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# PIDs of processes whose command line mentions $1 (our own QSDs only).
+# PIDs of the QSD units whose command line mentions $1 (our own QSDs only):
+# a QSD, or the vhost-user filter's head in front of one (whose QSD child,
+# naming the same things, is part of the unit and not listed).
 qsd_pids_under() {
-    local p
+    local p all=()
     for p in /proc/[0-9]*; do
-        { tr '\0' ' ' < "$p/cmdline"; } 2>/dev/null | grep -q -- "qemu-storage-daemon.*$1" && echo "${p#/proc/}"
+        { tr '\0' ' ' < "$p/cmdline"; } 2>/dev/null | grep -q -- "qemu-storage-daemon.*$1" && all+=("${p#/proc/}")
+    done
+    for p in "${all[@]}"; do
+        local ppid
+        ppid=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null) || continue
+        [[ " ${all[*]} " == *" $ppid "* ]] || echo "$p"
     done
 }
 

@@ -105,13 +105,13 @@ static void test_unit_argv(void **state)
     const char *head[] = {"/bin/qsd-vhost-filter", "--export",
                           "/run/exports/v1/vhost.sock=/run/ctl/v1/vhost.sock", "--export",
                           "/run/exports-ro/v1/vhost.sock=/run/ctl/v1/vhost-ro.sock", "--queues",
-                          "2", "--", "qsd", NULL};
+                          "2", "--qsd-fd", "3", "--", "qsd", NULL};
     for (int i = 0; head[i]; i++)
         assert_string_equal(argv[i], head[i]);
     int n = 0;
     for (char **a = argv; *a; a++, n++) {
         /* no export of the QSD itself is reachable from a pod's directory */
-        if (n > 8)
+        if (n > 10)
             assert_null(strstr(*a, "/run/exports"));
     }
     bool private_export = false;
@@ -129,6 +129,7 @@ static void test_unit_argv(void **state)
     o.read_only = true;
     argv = qsd_unit_argv("/f", "qsd", &o, &p);
     assert_string_equal(argv[3], "--queues");
+    assert_string_equal(argv[5], "--qsd-fd");
     qsd_argv_free(argv);
     qsd_paths_clear(&p);
     qsd_opts_clear(&o);

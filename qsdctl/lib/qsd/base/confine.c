@@ -109,9 +109,11 @@ static const int DENY_KILL[] = {
 
 static const int ALLOW_QSD[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS, FILE_X86, SOCKET_CALLS};
 static const int ALLOW_IMAGE[] = {COMMON_CALLS, COMMON_X86, FILE_CALLS, FILE_X86};
+/* The filter removes the sockets it made at exit (unlinkat). */
 static const int ALLOW_FILTER[] = {COMMON_CALLS, COMMON_X86, SOCKET_CALLS, SYS_pidfd_open,
                                    SYS_pidfd_send_signal, SYS_kill, SYS_signalfd4,
-                                   SYS_timerfd_create, SYS_timerfd_settime, SYS_memfd_create};
+                                   SYS_timerfd_create, SYS_timerfd_settime, SYS_memfd_create,
+                                   SYS_unlinkat};
 
 /* clone() flags that make a namespace: killed. */
 #define CLONE_NS_FLAGS                                                                           \

@@ -92,6 +92,10 @@ int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *
      * that descriptor. */
     bool script = false;
     _cleanup_free_ char *program = s->argv && s->confine ? find_program(s->argv[0], &script) : NULL;
+    bool script3 = false;
+    _cleanup_free_ char *program3 = s->program_fd3 ? find_program(s->program_fd3, &script3) : NULL;
+    if (s->program_fd3 && !program3)
+        return -ENOENT;
     if (s->argv && pipe2(execp, O_CLOEXEC) < 0)
         return -errno;
     pid_t parent = getpid();
@@ -130,6 +134,14 @@ int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        if (program3) {
+            int fd3 = open(program3, O_PATH);
+            if (fd3 < 0 || (fd3 != 3 && (dup2(fd3, 3) < 0 || close(fd3) < 0))) {
+                int e = errno;
+                (void)!write(execp[1], &e, sizeof(e));
+                _exit(127);
+            }
+        }
         int progfd = -1;
         if (s->confine && s->argv) {
             progfd = program ? open(program, O_PATH | (script ? 0 : O_CLOEXEC)) : -1;

@@ -33,6 +33,10 @@ struct proc_spawn {
     const struct confine *confine; /* applied last, just before exec or fn
                                       (confine.h); a failure is the exec
                                       error and the child exits 126 */
+    const char *program_fd3;  /* a program (PATH searched) opened O_PATH before
+                                 confinement and left at descriptor 3: the
+                                 child execs it later (the vhost-user filter's
+                                 head and its QSD), whatever it can see then */
 };
 #define PROC_SPAWN_INIT {.stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1, .umask = -1}
 

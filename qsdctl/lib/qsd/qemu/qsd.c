@@ -477,7 +477,7 @@ char **qsd_unit_argv(const char *filter, const char *binary, const struct qsd_op
     size_t n = 0;
     while (qsd[n])
         n++;
-    char **argv = xcalloc(n + 10, sizeof(char *));
+    char **argv = xcalloc(n + 16, sizeof(char *)); /* the head's options and a NULL */
     int i = 0;
     argv[i++] = xstrdup(filter);
     argv[i++] = xstrdup("--export");
@@ -488,6 +488,8 @@ char **qsd_unit_argv(const char *filter, const char *binary, const struct qsd_op
     }
     argv[i++] = xstrdup("--queues");
     argv[i++] = xasprintf("%u", o->num_queues);
+    argv[i++] = xstrdup("--qsd-fd"); /* spawn() opens the QSD there (proc.h) */
+    argv[i++] = xstrdup("3");
     argv[i++] = xstrdup("--");
     memcpy(argv + i, qsd, n * sizeof(char *));
     free(qsd); /* its strings now belong to argv */
@@ -938,10 +940,25 @@ static char *log_tail(const struct qsd_paths *p)
     const char *start = data, *m;
     while ((m = strstr(start, LOG_MARK)))
         start = m + strlen(LOG_MARK);
-    char line[512];
-    proc_last_line(start, line, sizeof(line));
-    return xstrdup(line[0] ? line : "(nothing logged)");
-}
+    /* The QSD's last words, not its filter head's own lines ("qsd exited"):
+     * the last line that is not the filter's, else the last line. */
+    const char *last = NULL;
+    char *end = data + n;
+    while (end > start) {
+        char *eol = end;
+        while (end > start && end[-1] != '\n')
+            end--;
+        *eol = '\0';
+        if (strspn(end, " \t\r") != strlen(end)) {
+            if (!strstr(end, "comp=vufilter"))
+                return xstrndup(end, 511);
+            if (!last)
+                last = end;
+        }
+        if (end > start)
+            end--; /* the newline before this line */
+    }
+    return xstrndup(last ? last : "(nothing logged)", 511);}
 
 int qsd_log_trim(struct qsd *q)
 {
@@ -1208,8 +1225,10 @@ static int spawn(struct qsd *q)
     /* Behind the filter, the head is spawned with the volume's identity and
      * mount namespace; it installs the seccomp profiles itself after its
      * fork: QSD in the child, FILTER in itself (qsd-vhost-filter). */
-    if (q->cfg.filter)
+    if (q->cfg.filter) {
         qc.c.profile = CONFINE_PROFILE_NONE;
+        sp.program_fd3 = q->cfg.binary;
+    }
     /* A cgroup of its own (its memory, tasks and CPU weight) when the QSDs'
      * parent group is configured; else (or if it cannot be made) the
      * parent's. */
