@@ -183,7 +183,8 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     pid_a, pid_b = qsds[vids["a"].replace(":", "_")], qsds[vids["b"].replace(":", "_")]
     n1.env.stop(signal.SIGKILL)
     os.kill(pid_a, signal.SIGKILL)
-    os.kill(pid_b, signal.SIGSTOP)
+    qsd_b = csilib.qsd_process(pid_b)  # the QSD, not its filter head: its watch must lapse
+    os.kill(qsd_b, signal.SIGSTOP)
     socks2 = {}
     for v, vid in vids.items():
         refusals, took = stage_until(n2, n2.stage_req(vid, v, secrets), "stage %s on node-2" % v)
@@ -204,7 +205,7 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     log2 = n2.log()
     assert log2.count("dead client fenced") >= 2, log2[-3000:]
     # The frozen QSD comes back: it cannot write any more.
-    os.kill(pid_b, signal.SIGCONT)
+    os.kill(qsd_b, signal.SIGCONT)
     r = verify(qsdctl, socks1["b"], 3, write=True, check=False, timeout_ms=10000)
     assert r.returncode != 0, "a fenced QSD wrote: %s" % r.stderr
     print("resumed QSD refused: %s" % r.stderr.strip().splitlines()[-1])
@@ -347,7 +348,7 @@ def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     # SET_MEM_TABLE of 2^32-1 regions) is killed after 3 unanswered probes
     # and restarted through the same checked path as a dead one.
     pid = n1.env.qsd_pids()[rec]
-    os.kill(pid, signal.SIGSTOP)
+    os.kill(csilib.qsd_process(pid), signal.SIGSTOP)
     t0 = time.monotonic()
     try:
         while True:  # killed, restarted and serving again

@@ -93,6 +93,17 @@ def compile_proto(proto_dir, out_dir):
 
 
 
+def qsd_process(pid):
+    """The qemu-storage-daemon process of the unit whose recorded pid is pid:
+    the vhost-user filter's head's only child, or pid itself (no filter).
+    Freezing a QSD means freezing this one: a frozen head leaves its QSD
+    serving its monitor and its RBD watch."""
+    for d in os.listdir("/proc"):
+        if d.isdigit() and _ppid(int(d)) == pid:
+            return int(d)
+    return pid
+
+
 def _ppid(pid):
     """The parent of pid, or 0 when it is gone."""
     try:

@@ -125,8 +125,9 @@ def run(env, qsdctl, stopped):
         time.sleep(3)  # a few healthy probes of both under load
         assert load.poll() is None, "the load ended early: " + load.stderr.read()[-500:]
 
-        os.kill(victim, signal.SIGSTOP)
-        stopped.append(victim)
+        frozen = csilib.qsd_process(victim)
+        os.kill(frozen, signal.SIGSTOP)
+        stopped.append(frozen)
         t0 = time.monotonic()
         while True:
             new = env.qsd_pids().get("pvc-hung")
@@ -137,7 +138,7 @@ def run(env, qsdctl, stopped):
                     victim, BOUND_S, state(victim))
             time.sleep(0.1)
         took = time.monotonic() - t0
-        stopped.remove(victim)
+        stopped.remove(frozen)
         print("hung QSD killed and restarted after %.1f s" % took)
         assert took >= 3.0, "killed after %.1f s: before a single probe could time out" % took
 

@@ -264,7 +264,7 @@ def run(env, qsdctl, stopped):
     assert not cond.abnormal, cond.message
 
     # A hung QSD: stopped, its monitor never answers.
-    pid = env.qsd_pids()[VOL]
+    pid = csilib.qsd_process(env.qsd_pids()[VOL])
     os.kill(pid, signal.SIGSTOP)
     stopped.append(pid)
     wait_for("state hung", lambda: value(scrape(port, timeout=2.5)[0],

@@ -230,9 +230,16 @@ class RbdE2E(bridge.E2E):
                 files += 1
                 if not hit:
                     continue
+                # Private: root's, readable by the volume's own QSD group
+                # only (its ctl directory: root and that group, sticky;
+                # docs/security.md), or root's alone (unconfined).
+                d = os.stat(os.path.dirname(p))
                 private = (os.path.dirname(os.path.dirname(p)) == allowed and n == "rbd.key" and
-                           stat.S_IMODE(st.st_mode) == 0o600 and
-                           stat.S_IMODE(os.stat(os.path.dirname(p)).st_mode) == 0o700)
+                           st.st_uid == 0 and d.st_uid == 0 and
+                           ((stat.S_IMODE(st.st_mode) == 0o600 and
+                             stat.S_IMODE(d.st_mode) == 0o700) or
+                            (stat.S_IMODE(st.st_mode) == 0o640 and st.st_gid == d.st_gid != 0 and
+                             stat.S_IMODE(d.st_mode) == 0o1770)))
                 if not private:
                     raise Fail("the key is in %s (mode %o)" % (p, stat.S_IMODE(st.st_mode)))
                 found.append(p)
