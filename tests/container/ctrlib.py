@@ -418,15 +418,23 @@ class Stack:
                 out[vol] = proc_start(pid)
         return out
 
-    def is_our_qsd(self, pid):
-        """A qemu-storage-daemon whose arguments name this test's root."""
+    def is_our_qsd(self, pid, units_only=True):
+        """A QSD unit whose arguments name this test's root: the vhost-user
+        filter's head (its QSD child belongs to it and is not counted), or a
+        qemu-storage-daemon started without one."""
         try:
             with open("/proc/%d/cmdline" % pid, "rb") as f:
                 argv = f.read().split(b"\0")
         except OSError:
             return False
-        return (os.path.basename(argv[0]) == b"qemu-storage-daemon" and
-                any(self.root.encode() in a for a in argv[1:]))
+        if os.path.basename(argv[0]) not in (b"qemu-storage-daemon", b"qsd-vhost-filter") or \
+                not any(self.root.encode() in a for a in argv[1:]):
+            return False
+        if units_only and os.path.basename(argv[0]) == b"qemu-storage-daemon":
+            parent = csilib._ppid(pid)
+            if parent and self.is_our_qsd(parent, units_only=False):
+                return False
+        return True
 
     def all_our_qsds(self):
         pids = []
