@@ -5,7 +5,8 @@
 # the images (images.sh) nor the cluster (cluster.sh).
 #
 #   tests/k8s/build.sh [--out DIR] [--jobs N] [PIECE...]
-#     PIECE    kube (the five Kubernetes binaries), etcd, sidecars, csi-sanity;
+#     PIECE    kube (the five Kubernetes binaries), etcd, containerd (with its
+#              runc shim and ctr), sidecars, csi-sanity;
 #              default: all of them
 #     --out    cache root (default /var/cache/qsd-csi/k8s); binaries land in
 #              ROOT/bin/<hash of the pins>/ and the last line printed is
@@ -14,7 +15,8 @@
 #              only when /proc/pressure/cpu is low)
 #
 # Pins: go.mod/go.sum here (k8s.io/kubernetes and its staging modules),
-# etcd/go.mod (etcd's server, the release Kubernetes' build/dependencies.yaml
+# containerd/go.mod (containerd 2.x: containerd/go.mod says why not
+# Debian's), etcd/go.mod (etcd's server, the release Kubernetes' build/dependencies.yaml
 # names), sidecars.txt (module@version of each sidecar and csi-sanity, with
 # the module zip's go.sum hash checked before building).  Go's build cache
 # stays where go puts it (~/.cache/go-build), so a second run only links.
@@ -31,14 +33,15 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --force) force=1; shift ;;
-    kube|etcd|sidecars|csi-sanity) pieces+=("$1"); shift ;;
+    kube|etcd|containerd|sidecars|csi-sanity) pieces+=("$1"); shift ;;
     *) echo "build.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
-[ ${#pieces[@]} -gt 0 ] || pieces=(kube etcd sidecars csi-sanity)
+[ ${#pieces[@]} -gt 0 ] || pieces=(kube etcd containerd sidecars csi-sanity)
 
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/etcd/go.mod" "$here/etcd/go.sum" \
-          "$here/sidecars.txt" | sha256sum | cut -c1-16)
+          "$here/containerd/go.mod" "$here/containerd/go.sum" "$here/sidecars.txt" |
+      sha256sum | cut -c1-16)
 bin=$out/bin/$key
 mkdir -p "$bin" "$out/src"
 export CGO_ENABLED=0
@@ -85,6 +88,16 @@ build_kube() {
 build_etcd() {
     (cd "$here/etcd" && timed etcd "$(cat go.mod go.sum)" \
         go build -ldflags "-s -w" -o @OUT@ go.etcd.io/etcd/server/v3)
+}
+
+build_containerd() {
+    local ver cmd
+    ver=$(sed -n 's/^\tgithub.com\/containerd\/containerd\/v2 \(v[0-9.]*\).*/\1/p' "$here/containerd/go.mod")
+    for cmd in containerd containerd-shim-runc-v2 ctr; do
+        (cd "$here/containerd" && timed "$cmd" "$(cat go.mod go.sum)" \
+            go build -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$ver" \
+            -o @OUT@ "github.com/containerd/containerd/v2/cmd/$cmd")
+    done
 }
 
 # A sidecar module is built from its own go.mod and go.sum (the pins its
@@ -148,6 +161,7 @@ for p in "${pieces[@]}"; do
     case $p in
     kube) build_kube ;;
     etcd) build_etcd ;;
+    containerd) build_containerd ;;
     sidecars) build_list sidecar; build_list git ;;
     csi-sanity) build_list sanity ;;
     esac

@@ -40,6 +40,9 @@ etcd_port=23790
 etcd_peer_port=23800
 api_port=6443
 pause_image=registry.k8s.io/pause:3.10.2
+# Host paths the installed driver makes (deploy/kubernetes hostPath volumes
+# of type DirectoryOrCreate): removed by `down` when `up` did not find them.
+driver_paths="/run/qsd-csi /var/lib/qsd-csi"
 cni_bin=/usr/lib/cni
 host_ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
 
@@ -47,7 +50,7 @@ log() { echo "cluster.sh: $*" >&2; }
 
 bin_dir() {
     if [ -n "${QSD_K8S_BIN:-}" ]; then echo "$QSD_K8S_BIN"; return; fi
-    "$here/build.sh" kube etcd | sed -n 's/^BIN //p'
+    "$here/build.sh" kube etcd containerd | sed -n 's/^BIN //p'
 }
 
 # --- processes -------------------------------------------------------------
@@ -149,11 +152,12 @@ make_pki() {
 write_containerd_config() {
     mkdir -p "$dir/containerd" "$dir/cni/net.d"
     cat >"$dir/containerd/config.toml" <<EOF
-version = 2
+# containerd 2.x (tests/k8s/containerd/go.mod says why not Debian's 1.6).
+version = 3
 root = "$dir/containerd/root"
 state = "$dir/containerd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.nri.v1.nri"]
 [grpc]
   address = "$dir/containerd/containerd.sock"
 [ttrpc]
@@ -162,10 +166,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   address = ""
 [metrics]
   address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$dir/containerd/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$pause_image"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$pause_image"
+[plugins."io.containerd.cri.v1.runtime"]
   enable_selinux = false
   # The sandboxes' network namespaces below DIR, not in /run/netns.
   netns_mounts_under_state_dir = true
@@ -173,16 +178,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   # -998 cannot be set ("can't get final child's PID from pipe: EOF" from
   # runc); keep scores at or above containerd's own.
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        BinaryName = "$(command -v runc)"
         Root = "$dir/containerd/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "$cni_bin"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["$cni_bin"]
     conf_dir = "$dir/cni/net.d"
 EOF
     cat >"$dir/cni/net.d/10-qsd-k8s.conflist" <<EOF
@@ -250,7 +255,8 @@ up() {
     fi
     [ -n "$host_ip" ] || { log "no IPv4 source address for the API server"; exit 1; }
     bin=$(bin_dir)
-    for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+    for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl \
+             containerd containerd-shim-runc-v2 ctr; do
         [ -x "$bin/$b" ] || { log "missing $bin/$b (tests/k8s/build.sh)"; exit 1; }
     done
     mkdir -p "$dir/logs" "$dir/pids" "$dir/pod-logs"
@@ -258,6 +264,7 @@ up() {
     # From here on, any failure tears down what was started.
     trap 'rc=$?; if [ $rc != 0 ]; then log "up failed ($rc): tearing down; logs were in $dir/logs"; tail -n 20 "$dir"/logs/*.log >&2 || true; QSD_K8S_DEBUG=${QSD_K8S_DEBUG:-1} down; fi' EXIT
     [ -e /var/log/containers ] || { mkdir -p /var/log/containers; touch "$dir/made-var-log-containers"; }
+    for p in $driver_paths; do [ -e "$p" ] || echo "$p"; done >"$dir/made-driver-paths"
     # containerd 1.6 puts its shims' sockets in /run/containerd/s, whatever
     # its state directory.
     [ -e /run/containerd ] || touch "$dir/made-run-containerd"
@@ -269,7 +276,8 @@ up() {
         --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
         --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
         --initial-cluster "qsd-k8s=http://127.0.0.1:$etcd_peer_port" --listen-metrics-urls ""
-    start containerd containerd --config "$dir/containerd/config.toml"
+    # Its runc shim is looked up in PATH.
+    start containerd env PATH="$bin:$PATH" "$bin/containerd" --config "$dir/containerd/config.toml"
     start kube-apiserver "$bin/kube-apiserver" \
         --etcd-servers "http://127.0.0.1:$etcd_port" \
         --advertise-address "$host_ip" --secure-port "$api_port" \
@@ -281,6 +289,7 @@ up() {
         --service-account-issuer https://kubernetes.default.svc.cluster.local \
         --service-cluster-ip-range "$service_cidr" \
         --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+        --kubelet-preferred-address-types InternalIP,Hostname \
         --allow-privileged=true --profiling=false
     wait_for 60 "etcd" "$bin/etcd" --version   # binary sanity only
     wait_for 120 "API server readiness" \
@@ -319,17 +328,18 @@ up() {
 
 # The CRI's sandboxes and containers: what kubelet leaves when it stops.
 remove_containers() {
-    local sock=$dir/containerd/containerd.sock id
+    local sock=$dir/containerd/containerd.sock id ctr
+    ctr=$(cat "$dir/bin")/ctr; [ -x "$ctr" ] || ctr=ctr
     [ -S "$sock" ] && alive containerd || return 0
-    for id in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
-        ctr -a "$sock" -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+    for id in $("$ctr" -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
+        "$ctr" -a "$sock" -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
     done
     sleep 1
-    for id in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
-        ctr -a "$sock" -n k8s.io tasks delete -f "$id" >/dev/null 2>&1 || true
+    for id in $("$ctr" -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
+        "$ctr" -a "$sock" -n k8s.io tasks delete -f "$id" >/dev/null 2>&1 || true
     done
-    for id in $(ctr -a "$sock" -n k8s.io containers ls -q 2>/dev/null); do
-        ctr -a "$sock" -n k8s.io containers delete "$id" >/dev/null 2>&1 || true
+    for id in $("$ctr" -a "$sock" -n k8s.io containers ls -q 2>/dev/null); do
+        "$ctr" -a "$sock" -n k8s.io containers delete "$id" >/dev/null 2>&1 || true
     done
 }
 
@@ -383,6 +393,11 @@ down() {
         log "mounts remain below $kubelet_root or $dir: not removing them"; return 1
     fi
     if [ -f "$dir/made-kubelet-root" ]; then rm -rf "$kubelet_root"; fi
+    if [ -f "$dir/made-driver-paths" ]; then
+        for p in $(cat "$dir/made-driver-paths"); do
+            if grep -q " $p[ /]" /proc/self/mountinfo; then log "mounts remain below $p: kept"; else rm -rf "$p"; fi
+        done
+    fi
     rm -rf "$dir/containerd" "$dir/etcd" "$dir/cni" "$dir/pod-logs"
     if [ "${QSD_K8S_DEBUG:-0}" = 0 ]; then rm -rf "$dir"; fi
     return 0

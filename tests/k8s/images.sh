@@ -22,7 +22,7 @@ bin=$(cat "$dir/bin")
 out=$dir/images; mkdir -p "$out"
 
 import() { # ARCHIVE
-    ctr -a "$sock" -n k8s.io images import --no-unpack=false "$1" >/dev/null
+    "$bin/ctr" -a "$sock" -n k8s.io images import "$1" 2>&1 >/dev/null | { grep -v 'DEPRECATION: The support for cgroup v1' >&2 || true; }
 }
 
 # The tag a kustomization `images:` entry gives NAME.
