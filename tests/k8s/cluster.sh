@@ -43,6 +43,16 @@ pause_image=registry.k8s.io/pause:3.10.2
 # Host paths the installed driver makes (deploy/kubernetes hostPath volumes
 # of type DirectoryOrCreate): removed by `down` when `up` did not find them.
 driver_paths="/run/qsd-csi /var/lib/qsd-csi"
+# Of those, the ones mounted with Bidirectional propagation outside kubelet's
+# root: containerd refuses that unless the host path is on a shared mount
+# ("path "/run/qsd-csi" is mounted on "/" but it is not a shared mount").
+# systemd makes / shared on every usual node; here / is private (no
+# systemd), so `up` gives each its own shared bind mount instead of
+# changing / for the whole machine.
+shared_paths="/run/qsd-csi"
+# The cgroup the plugin moves its QSDs to (--qsd-cgroup), in every v1
+# hierarchy: removed by `down` when `up` did not find it.
+driver_cgroup=qsd-csi
 cni_bin=/usr/lib/cni
 host_ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
 
@@ -265,6 +275,12 @@ up() {
     trap 'rc=$?; if [ $rc != 0 ]; then log "up failed ($rc): tearing down; logs were in $dir/logs"; tail -n 20 "$dir"/logs/*.log >&2 || true; QSD_K8S_DEBUG=${QSD_K8S_DEBUG:-1} down; fi' EXIT
     [ -e /var/log/containers ] || { mkdir -p /var/log/containers; touch "$dir/made-var-log-containers"; }
     for p in $driver_paths; do [ -e "$p" ] || echo "$p"; done >"$dir/made-driver-paths"
+    ls -d /sys/fs/cgroup/*/"$driver_cgroup" >/dev/null 2>&1 || touch "$dir/made-driver-cgroup"
+    for p in $shared_paths; do
+        mkdir -p "$p"
+        mount --bind "$p" "$p"; mount --make-rshared "$p"
+        echo "$p" >>"$dir/made-shared-mounts"
+    done
     # containerd 1.6 puts its shims' sockets in /run/containerd/s, whatever
     # its state directory.
     [ -e /run/containerd ] || touch "$dir/made-run-containerd"
@@ -374,6 +390,10 @@ down() {
     stop_shims
     stop etcd
     unmount_below "$kubelet_root"
+    if [ -f "$dir/made-shared-mounts" ]; then
+        for p in $(cat "$dir/made-shared-mounts"); do unmount_below "$p"; done
+        rm -f "$dir/made-shared-mounts"
+    fi
     unmount_below "$dir/containerd"
     if [ -f "$dir/made-run-containerd" ]; then rm -rf /run/containerd; rm -f "$dir/made-run-containerd"; fi
     if [ -f "$dir/made-dnat" ]; then
@@ -387,6 +407,11 @@ down() {
         [ -d "$p" ] && find "$p" -depth -type d -exec rmdir {} + 2>/dev/null || true
     done
     if [ -f "$dir/made-var-log-containers" ]; then rm -rf /var/log/containers; fi
+    if [ -f "$dir/made-driver-cgroup" ]; then
+        for p in /sys/fs/cgroup/*/"$driver_cgroup"; do
+            [ -d "$p" ] && { find "$p" -depth -type d -exec rmdir {} + 2>/dev/null || log "cannot remove $p (processes left?)"; }
+        done
+    fi
     # Never remove a tree with something still mounted in it.
     if awk -v a="$kubelet_root" -v b="$dir" '$5 == a || index($5, a "/") == 1 || index($5, b "/") == 1 {f=1} END {exit !f}' \
             /proc/self/mountinfo; then

@@ -57,15 +57,21 @@ k apply -k "$sc"
 # 3. The driver, unchanged.
 k apply -k "$repo_root/deploy/kubernetes"
 
-# 4. Wait for the node plugin's pod (and the snapshot-controller) to be Ready.
+# 4. Wait for the node plugin's pods (the DaemonSet's updateStrategy is
+# OnDelete, which `kubectl rollout status` does not follow), the controller
+# Deployment and the snapshot-controller.
 ready() {
-    k -n qsd-csi rollout status daemonset/qsd-csi-node --timeout=5s >/dev/null 2>&1 &&
-    [ "$(k -n qsd-csi get pods -l app.kubernetes.io/name=qsd-csi-node \
-          -o jsonpath='{.items[*].status.conditions[?(@.type=="Ready")].status}')" = True ]
+    local st
+    st=$(k -n qsd-csi get daemonset qsd-csi-node \
+         -o jsonpath='{.status.desiredNumberScheduled} {.status.numberReady} {.status.updatedNumberScheduled}')
+    set -- $st
+    [ "${1:-0}" -ge 1 ] && [ "$2" = "$1" ] && [ "$3" = "$1" ] || return 1
+    k -n qsd-csi rollout status deployment/qsd-csi-controller --timeout=1s >/dev/null 2>&1 &&
+    k -n kube-system rollout status deployment/snapshot-controller --timeout=1s >/dev/null 2>&1
 }
 until ready; do
     if [ $((SECONDS - t0)) -ge "$timeout" ]; then
-        echo "install.sh: the node plugin's pod is not Ready after $timeout s" >&2
+        echo "install.sh: not every pod Ready after $timeout s" >&2
         k get pods -A -o wide >&2 || true
         k -n qsd-csi describe pods >&2 || true
         k get events -A --sort-by=.lastTimestamp >&2 || true

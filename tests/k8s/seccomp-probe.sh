@@ -42,9 +42,15 @@ done
 rc=0
 for p in default:RuntimeDefault unconfined:Unconfined; do
     name=seccomp-${p%%:*}
-    k wait --for=jsonpath='{.status.phase}'=Succeeded --timeout=60s "pod/$name" >/dev/null 2>&1 ||
-    k wait --for=jsonpath='{.status.phase}'=Failed --timeout=5s "pod/$name" >/dev/null 2>&1 || {
-        echo "seccomp-probe.sh: pod $name did not finish in 65 s" >&2; rc=1; continue; }
+    phase=; t0=$SECONDS
+    while [ $((SECONDS - t0)) -lt 60 ]; do
+        phase=$(k get pod "$name" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+        case $phase in Succeeded|Failed) break ;; esac
+        sleep 1
+    done
+    case $phase in Succeeded|Failed) ;; *)
+        echo "seccomp-probe.sh: pod $name did not finish in 60 s (phase: ${phase:-none})" >&2; rc=1; continue ;;
+    esac
     out=$(k logs "$name" 2>&1 || true)
     echo "SECCOMP ${p#*:} ${out#io_uring_setup: }"
     case ${p#*:}:$out in
