@@ -62,9 +62,20 @@ done
 
 # Each binary is built into pieces/<name>-<hash of its pins>/ and linked into
 # the directory of the whole set, so that changing one pin rebuilds one piece.
+piece_of() { # NAME PIN-TEXT: the piece's directory
+    echo "$out/pieces/$1-$(printf '%s' "$2" | sha256sum | cut -c1-16)"
+}
+
+cached() { # NAME PIN-TEXT: link and say so if the piece is there
+    local piece
+    piece=$(piece_of "$1" "$2")
+    [ $force = 0 ] && [ -x "$piece/$1" ] || return 1
+    ln -sfn "$piece/$1" "$bin/$1"; echo "TIME $1 cached 0"
+}
+
 timed() { # NAME PIN-TEXT CMD...: build (CMD's @OUT@ is the output) unless cached
     local name=$1 piece
-    piece=$out/pieces/$name-$(printf '%s' "$2" | sha256sum | cut -c1-16); shift 2
+    piece=$(piece_of "$1" "$2"); shift 2
     if [ $force = 1 ] || [ ! -x "$piece/$name" ]; then
         local t0=$SECONDS
         mkdir -p "$piece"
@@ -108,6 +119,7 @@ build_containerd() {
 build_module() { # NAME MODULE VERSION SUM PACKAGE...
     local name=$1 mod=$2 ver=$3 sum=$4; shift 4
     local info dir got src=$out/src/${mod//\//_}@$ver
+    cached "$name" "$mod $ver $sum $*" && return 0
     info=$(cd /tmp && go mod download -json "$mod@$ver") || {
         echo "build.sh: $mod@$ver cannot be had from the module proxy:" >&2
         echo "$info" >&2; return 1; }
@@ -131,6 +143,7 @@ for r in json.load(sys.stdin).get("Replace") or []:
 # clone holding TAG at COMMIT; built with the tag's vendor/ tree.
 build_git() { # NAME REPOSITORY TAG COMMIT PACKAGE
     local name=$1 repo=$2 tag=$3 commit=$4 pkg=$5 owner_name git got src
+    cached "$name" "$repo $tag $commit $pkg" && return 0
     owner_name=${repo#github.com/}
     for git in "${QSD_K8S_GIT_DIR:-/nonexistent}/${owner_name/\//+}/repo" \
                "${QSD_K8S_GIT_DIR:-/nonexistent}/${owner_name#*/}"; do
