@@ -26,6 +26,9 @@ BASE_PKGS=(
     protobuf-compiler python3-grpcio python3-protobuf python3-yaml python3-prometheus-client
     busybox-static cpio util-linux iproute2 procps psmisc kmod strace
     podman runc debootstrap
+    # tests/k8s/ (the one-node Kubernetes cluster): the CNI plugins (bridge,
+    # host-local); runc above; containerd 2.x is built by tests/k8s/build.sh.
+    containernetworking-plugins
     clang llvm libclang-rt-14-dev gnuplot-nox graphviz
     # scripts/bench.sh: fio (a second limit measurement), perf (QSD's
     # submission syscalls per I/O); both optional there.

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Install the driver into the test cluster the way deploy/README.md tells a
+# user to: the VolumeSnapshot CRDs and the snapshot-controller (upstream
+# external-snapshotter's, at the release sidecars.txt builds, with
+# deploy/snapshot-controller/ as a kustomize component), then
+# `kubectl apply -k deploy/kubernetes` unchanged; wait (bounded) for the node
+# DaemonSet's pod to be Ready and print what the cluster says about every pod
+# that is not.  Owns nothing in the cluster beyond what those manifests make.
+#
+#   tests/k8s/install.sh DIR [--timeout SECONDS]   (default 300)
+# Prints "INSTALLED <seconds>" and exits 0 when the DaemonSet's pod is Ready;
+# otherwise the pods' state, events and container logs, and exits 1.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo_root=$(cd "$here/../.." && pwd)
+dir=${1:?usage: install.sh DIR [--timeout SECONDS]}; dir=$(cd "$dir" && pwd)
+timeout=300; [ "${2:-}" = --timeout ] && timeout=$3
+bin=$(cat "$dir/bin")
+export KUBECONFIG=$dir/admin.kubeconfig
+k() { "$bin/kubectl" "$@"; }
+t0=$SECONDS
+
+snap_ver=$(awk '$2 == "snapshot-controller" {print $4}' "$here/sidecars.txt")
+snap_dir=$(cd /tmp && go mod download -json "github.com/kubernetes-csi/external-snapshotter/v8@$snap_ver" |
+           sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+crd_dir=$(cd /tmp && go mod download -json "github.com/kubernetes-csi/external-snapshotter/client/v8@$snap_ver" |
+          sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+[ -d "$snap_dir/deploy/kubernetes/snapshot-controller" ] && [ -d "$crd_dir/config/crd" ] || {
+    echo "install.sh: external-snapshotter $snap_ver's deploy files not found" >&2; exit 1; }
+
+# 1. The CRDs, as upstream ships them.
+k apply -k "$crd_dir/config/crd"
+k wait --for=condition=Established --timeout=60s \
+    crd/volumesnapshots.snapshot.storage.k8s.io crd/volumesnapshotcontents.snapshot.storage.k8s.io \
+    crd/volumesnapshotclasses.snapshot.storage.k8s.io
+
+# 2. The snapshot-controller: upstream's deployment with our component, the
+# image at the release built here (upstream's file names an older tag).
+sc=$dir/install/snapshot-controller; rm -rf "$sc"; mkdir -p "$sc"
+cp "$snap_dir"/deploy/kubernetes/snapshot-controller/{rbac-snapshot-controller.yaml,setup-snapshot-controller.yaml} "$sc/"
+cp -r "$repo_root/deploy/snapshot-controller" "$sc/component"
+cat >"$sc/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - rbac-snapshot-controller.yaml
+  - setup-snapshot-controller.yaml
+components:
+  - component
+images:
+  - name: registry.k8s.io/sig-storage/snapshot-controller
+    newTag: $snap_ver
+EOF
+k apply -k "$sc"
+
+# 3. The driver, unchanged.
+k apply -k "$repo_root/deploy/kubernetes"
+
+# 4. Wait for the node plugin's pods (the DaemonSet's updateStrategy is
+# OnDelete, which `kubectl rollout status` does not follow), the controller
+# Deployment and the snapshot-controller.
+ready() {
+    local st
+    st=$(k -n qsd-csi get daemonset qsd-csi-node \
+         -o jsonpath='{.status.desiredNumberScheduled} {.status.numberReady} {.status.updatedNumberScheduled}')
+    set -- $st
+    [ "${1:-0}" -ge 1 ] && [ "$2" = "$1" ] && [ "$3" = "$1" ] || return 1
+    k -n qsd-csi rollout status deployment/qsd-csi-controller --timeout=1s >/dev/null 2>&1 &&
+    k -n kube-system rollout status deployment/snapshot-controller --timeout=1s >/dev/null 2>&1
+}
+until ready; do
+    if [ $((SECONDS - t0)) -ge "$timeout" ]; then
+        echo "install.sh: not every pod Ready after $timeout s" >&2
+        k get pods -A -o wide >&2 || true
+        k -n qsd-csi describe pods >&2 || true
+        k get events -A --sort-by=.lastTimestamp >&2 || true
+        for p in $(k -n qsd-csi get pods -o name); do
+            k -n qsd-csi logs "$p" --all-containers --prefix --tail=30 >&2 || true
+        done
+        exit 1
+    fi
+    sleep 2
+done
+k get pods -A -o wide
+echo "INSTALLED $((SECONDS - t0))"
