@@ -93,6 +93,40 @@ def compile_proto(proto_dir, out_dir):
 
 
 
+def cgroup_of(pid):
+    """The memory hierarchy's (v1) or the unified (v2) cgroup of pid."""
+    v2 = None
+    with open("/proc/%d/cgroup" % pid) as f:
+        for line in f:
+            _, ctrl, path = line.rstrip("\n").split(":", 2)
+            if "memory" in ctrl.split(","):
+                return path
+            if ctrl == "":
+                v2 = path
+    return v2
+
+
+def remove_cgroup(name):
+    """Remove the QSDs' group `name` (and its per-volume vol-* groups) from
+    every hierarchy; what is still in use stays."""
+    root = "/sys/fs/cgroup"
+    dirs = [root] if os.path.exists(os.path.join(root, "cgroup.controllers")) else \
+        [os.path.join(root, d) for d in os.listdir(root)
+         if not os.path.islink(os.path.join(root, d))]
+    for d in dirs:
+        top = os.path.join(d, name.lstrip("/"))
+        for sub in (os.listdir(top) if os.path.isdir(top) else []):
+            if sub.startswith("vol-"):
+                try:
+                    os.rmdir(os.path.join(top, sub))
+                except OSError:
+                    pass
+        try:
+            os.rmdir(top)
+        except OSError:
+            pass
+
+
 def qsd_process(pid):
     """The qemu-storage-daemon process of the unit whose recorded pid is pid:
     the vhost-user filter's head's only child, or pid itself (no filter).

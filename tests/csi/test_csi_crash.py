@@ -44,38 +44,6 @@ def retry(fn, req, what):
             time.sleep(0.05)
 
 
-def cgroup_of(pid):
-    """The memory hierarchy's (v1) or the unified (v2) cgroup of pid."""
-    v2 = None
-    with open("/proc/%d/cgroup" % pid) as f:
-        for line in f:
-            _, ctrl, path = line.rstrip("\n").split(":", 2)
-            if "memory" in ctrl.split(","):
-                return path
-            if ctrl == "":
-                v2 = path
-    return v2
-
-
-def remove_cgroup(name):
-    root = "/sys/fs/cgroup"
-    dirs = [root] if os.path.exists(os.path.join(root, "cgroup.controllers")) else \
-        [os.path.join(root, d) for d in os.listdir(root)
-         if not os.path.islink(os.path.join(root, d))]
-    for d in dirs:
-        top = os.path.join(d, name.lstrip("/"))
-        for sub in (os.listdir(top) if os.path.isdir(top) else []):
-            if sub.startswith("vol-"):
-                try:
-                    os.rmdir(os.path.join(top, sub))
-                except OSError:
-                    pass
-        try:
-            os.rmdir(top)
-        except OSError:
-            pass
-
-
 def accepts(path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -132,8 +100,8 @@ def main():
                 assert len(qsds) == 1, "%s: %d QSDs for a staged volume: %s" % (what, len(qsds),
                                                                               qsds)
                 own = group + "/vol-" + VOL  # a group of its own under the QSDs' group
-                assert cgroup_of(qsds[0]) == own, "%s: QSD in cgroup %s, not %s" % (
-                    what, cgroup_of(qsds[0]), own)
+                assert csilib.cgroup_of(qsds[0]) == own, "%s: QSD in cgroup %s, not %s" % (
+                    what, csilib.cgroup_of(qsds[0]), own)
                 retry(c.NodePublishVolume, pub, what + ": publish")
                 assert accepts(os.path.join(tgt, "vhost.sock")), \
                     "%s: the socket does not accept through the target" % what
@@ -208,7 +176,7 @@ def main():
         raise
     finally:
         env.cleanup()
-        remove_cgroup(group)
+        csilib.remove_cgroup(group)
 
 
 if __name__ == "__main__":

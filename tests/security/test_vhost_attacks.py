@@ -53,6 +53,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import seclib  # noqa: E402
+from seclib import csilib  # noqa: E402
 import vuattack as vu  # noqa: E402
 from seclib import MiB  # noqa: E402
 
@@ -540,15 +541,6 @@ ATTACKS = {"vring_index": a_vring_index, "inflight_queues": a_inflight_queues,
            "cross_tenant_oom": a_cross_tenant_oom}
 
 
-def remove_cgroup():
-    for h in os.listdir("/sys/fs/cgroup"):
-        d = "/sys/fs/cgroup/%s%s" % (h, CGROUP)
-        try:
-            os.rmdir(d)
-        except OSError:
-            pass
-
-
 def main():
     if len(sys.argv) < 5 or sys.argv[4] not in ATTACKS:
         print("usage: %s PLUGIN_BINARY PROTO_DIR QSDCTL {%s}" % (sys.argv[0],
@@ -576,7 +568,7 @@ def main():
         return seclib.run_test(body, "qsd-sec-vu-", extra)
     finally:
         if attack == "cross_tenant_oom":
-            remove_cgroup()
+            csilib.remove_cgroup(CGROUP)
 
 
 if __name__ == "__main__":
