@@ -523,9 +523,11 @@ int main(int argc, char **argv)
         goto out;
     }
     if ((r = loop_new(&pl.loop)) < 0) {
-        log_error("plugin", "event loop setup failed", "error=\"%s\"", strerror(-r));
+        log_error("plugin", "event loop setup failed", "error=\"%s\" " LOOP_BACKEND_ENV "=%s",
+                  strerror(-r), getenv(LOOP_BACKEND_ENV) ?: "");
         goto out;
     }
+    log_info("plugin", "event loop", "backend=%s", loop_backend(pl.loop));
     if ((r = identity_new(&pl.cfg, &pl.identity)) < 0 || (r = grpc_server_new(NULL, &pl.srv)) < 0) {
         log_error("plugin", "setup failed", "error=\"%s\"", strerror(-r));
         goto out;

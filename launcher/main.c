@@ -918,12 +918,18 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     L.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (L.sigfd < 0 || pipe2(L.evpipe, O_NONBLOCK | O_CLOEXEC) < 0 || loop_new(&L.loop) < 0) {
-        log_error(COMP, "setup failed", "error=\"%m\"");
+    r = 0;
+    if (L.sigfd < 0 || pipe2(L.evpipe, O_NONBLOCK | O_CLOEXEC) < 0 || (r = loop_new(&L.loop)) < 0) {
+        if (r < 0)
+            log_error(COMP, "event loop setup failed", "error=\"%s\" " LOOP_BACKEND_ENV "=%s",
+                      strerror(-r), getenv(LOOP_BACKEND_ENV) ?: "");
+        else
+            log_error(COMP, "setup failed", "error=\"%m\"");
         free_dirs(dirs, n_dirs);
         vm_spec_free(spec);
         return EXIT_ERROR;
     }
+    log_info(COMP, "event loop", "backend=%s", loop_backend(L.loop));
     int status = run(&L, spec, (const char *const *)dirs, n_dirs);
     teardown(&L);
     loop_free(L.loop);
