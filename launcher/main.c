@@ -25,6 +25,7 @@
 #include "console.h"
 #include "domain_xml.h"
 #include "hotplug.h"
+#include "init.h"
 #include "layout.h"
 #include "qsd/base/log.h"
 #include "qsd/base/loop.h"
@@ -892,10 +893,17 @@ int main(int argc, char **argv)
                          .evpipe = {-1, -1}, .sigfd = -1};
     if (parse_opts(argc, argv, &L.o) < 0)
         return EXIT_ERROR;
+    /* PID 1 (a VM pod without shareProcessNamespace): an init stays in
+     * front and reaps the orphans (init.c); this process goes on. */
+    int r = init_front();
+    if (r < 0) {
+        log_error(COMP, "pid 1: cannot fork the launcher", "error=\"%s\"", strerror(-r));
+        return EXIT_ERROR;
+    }
 
     _cleanup_free_ char *err = NULL;
     struct vm_spec *spec = NULL;
-    int r = vm_spec_load(L.o.spec_path, &spec, &err);
+    r = vm_spec_load(L.o.spec_path, &spec, &err);
     if (r < 0) {
         _cleanup_free_ char *q = log_quote(err ? err : strerror(-r));
         log_error(COMP, "bad VM description", "file=%s error=%s", L.o.spec_path, q);
