@@ -12,7 +12,7 @@
  *
  * Threads: libvirt needs an event loop of its own (the embedded driver talks
  * to QEMU's monitor through it); it runs in one helper thread and forwards
- * domain events through a pipe to the main io_uring loop, where everything
+ * domain events through a pipe to the main event loop, where everything
  * else happens.  Once the domain runs, every libvirt call is made on a
  * third thread, each with a bound (virt_thread.h, --libvirt-timeout): the
  * loop never waits for libvirt.  Before the loop runs (connect, domain
