@@ -11,7 +11,7 @@
  *    bytes with grpc_session_recv(), collect bytes to send with
  *    grpc_session_output()/grpc_session_consume().  Cleartext HTTP/2 with prior
  *    knowledge, as grpcio speaks on unix sockets.
- *  - struct grpc_listener (grpc_unix.c): a unix socket on the io_uring loop
+ *  - struct grpc_listener (grpc_unix.c): a unix socket on the event loop
  *    that owns one session per accepted connection.
  *
  * A handler gets the decoded request message (the gRPC 5-byte prefix already

@@ -1,4 +1,4 @@
-/* grpc_unix.c: the unix-socket transport of the gRPC server, on the io_uring
+/* grpc_unix.c: the unix-socket transport of the gRPC server, on the event
  * loop.  One struct conn per accepted connection, each owning one
  * grpc_session; one loop timer for the earliest RPC deadline; one for the
  * shutdown grace period; one sweep (every second while connections exist)

@@ -2,7 +2,7 @@
  *
  * Parses flags, sets up the role's services (--role node: Identity,
  * Controller, Node on the node's state; --role controller: Identity and the
- * RBD Controller, ctlrole.h), serves gRPC on a unix socket from one io_uring loop, and on
+ * RBD Controller, ctlrole.h), serves gRPC on a unix socket from one event loop, and on
  * SIGTERM/SIGINT (read through a signalfd in the loop) shuts down gracefully:
  * GOAWAY, calls in flight finish within a bounded grace period, exit 0. */
 #include "config.h"
@@ -609,9 +609,11 @@ int main(int argc, char **argv)
         goto out;
     }
     if ((r = loop_new(&pl.loop)) < 0) {
-        log_error("plugin", "event loop setup failed", "error=\"%s\"", strerror(-r));
+        log_error("plugin", "event loop setup failed", "error=\"%s\" " LOOP_BACKEND_ENV "=%s",
+                  strerror(-r), getenv(LOOP_BACKEND_ENV) ?: "");
         goto out;
     }
+    log_info("plugin", "event loop", "backend=%s", loop_backend(pl.loop));
     if ((r = identity_new(&pl.cfg, &pl.identity)) < 0 || (r = grpc_server_new(NULL, &pl.srv)) < 0) {
         log_error("plugin", "setup failed", "error=\"%s\"", strerror(-r));
         goto out;

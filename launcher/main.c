@@ -12,7 +12,7 @@
  *
  * Threads: libvirt needs an event loop of its own (the embedded driver talks
  * to QEMU's monitor through it); it runs in one helper thread and forwards
- * domain events through a pipe to the main io_uring loop, where everything
+ * domain events through a pipe to the main event loop, where everything
  * else happens.  Once the domain runs, every libvirt call is made on a
  * third thread, each with a bound (virt_thread.h, --libvirt-timeout): the
  * loop never waits for libvirt.  Before the loop runs (connect, domain
@@ -25,6 +25,7 @@
 #include "console.h"
 #include "domain_xml.h"
 #include "hotplug.h"
+#include "init.h"
 #include "layout.h"
 #include "qsd/base/log.h"
 #include "qsd/base/loop.h"
@@ -892,10 +893,17 @@ int main(int argc, char **argv)
                          .evpipe = {-1, -1}, .sigfd = -1};
     if (parse_opts(argc, argv, &L.o) < 0)
         return EXIT_ERROR;
+    /* PID 1 (a VM pod without shareProcessNamespace): an init stays in
+     * front and reaps the orphans (init.c); this process goes on. */
+    int r = init_front();
+    if (r < 0) {
+        log_error(COMP, "pid 1: cannot fork the launcher", "error=\"%s\"", strerror(-r));
+        return EXIT_ERROR;
+    }
 
     _cleanup_free_ char *err = NULL;
     struct vm_spec *spec = NULL;
-    int r = vm_spec_load(L.o.spec_path, &spec, &err);
+    r = vm_spec_load(L.o.spec_path, &spec, &err);
     if (r < 0) {
         _cleanup_free_ char *q = log_quote(err ? err : strerror(-r));
         log_error(COMP, "bad VM description", "file=%s error=%s", L.o.spec_path, q);
@@ -918,12 +926,18 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     L.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (L.sigfd < 0 || pipe2(L.evpipe, O_NONBLOCK | O_CLOEXEC) < 0 || loop_new(&L.loop) < 0) {
-        log_error(COMP, "setup failed", "error=\"%m\"");
+    r = 0;
+    if (L.sigfd < 0 || pipe2(L.evpipe, O_NONBLOCK | O_CLOEXEC) < 0 || (r = loop_new(&L.loop)) < 0) {
+        if (r < 0)
+            log_error(COMP, "event loop setup failed", "error=\"%s\" " LOOP_BACKEND_ENV "=%s",
+                      strerror(-r), getenv(LOOP_BACKEND_ENV) ?: "");
+        else
+            log_error(COMP, "setup failed", "error=\"%m\"");
         free_dirs(dirs, n_dirs);
         vm_spec_free(spec);
         return EXIT_ERROR;
     }
+    log_info(COMP, "event loop", "backend=%s", loop_backend(L.loop));
     int status = run(&L, spec, (const char *const *)dirs, n_dirs);
     teardown(&L);
     loop_free(L.loop);

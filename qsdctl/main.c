@@ -1344,7 +1344,7 @@ static int cmd_supervise(int argc, char **argv)
     struct supervisor s = {.scan_ms = scan_ms};
     int r = loop_new(&s.loop);
     if (r < 0)
-        return fail(EXIT_FAILURE_GENERIC, "cannot create io_uring event loop: %s", strerror(-r));
+        return fail(EXIT_FAILURE_GENERIC, "cannot create event loop: %s", strerror(-r));
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);

@@ -8,13 +8,16 @@ thread (the thread whose id is the plugin's pid), the trace must hold
   - no disk sync (fsync, fdatasync, sync, syncfs, sync_file_range, msync):
     records are made durable off the loop, and an RPC is answered once they are;
   - no blocking wait for a child (wait4/waitid without WNOHANG);
-  - no blocking wait of another kind (poll or select with a timeout, sleep,
-    a connect on a socket that is not non-blocking): the loop waits only in
-    io_uring_enter.
+  - no blocking wait of another kind (poll, select or epoll with a timeout,
+    sleep, a connect on a socket that is not non-blocking): the loop waits
+    only in its backend's wait, io_uring_enter or (QSD_CSI_LOOP=epoll in the
+    environment, as where a seccomp profile refuses io_uring) epoll_wait on
+    the epoll fd the loop thread created.
 
 Forked workers and the QSDs are traced too (-f) but not counted: blocking is
-their job.  The trace also has to show the loop at work (io_uring_enter on
-the loop thread, a rename of a record), so an empty trace fails.
+their job.  The trace also has to show the loop at work (its backend's waits
+on the loop thread and none of the other backend's, a rename of a record),
+so an empty trace fails; and the plugin's log names the backend.
 
 usage: test_csi_loop_syscalls.py PLUGIN_BINARY PROTO_DIR [QSDCTL]
 """
@@ -38,8 +41,9 @@ SLEEPS = {"poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "e
           "nanosleep", "clock_nanosleep", "pause", "flock"}
 # Calls that create a socket or change its flags: to know which fds block.
 SOCKETS = {"socket", "accept4", "accept", "fcntl", "connect"}
-TRACED = SYNCS | WAITS | SLEEPS | SOCKETS | {"io_uring_enter", "rename", "renameat",
-                                              "renameat2", "close"}
+EPOLL_WAITS = {"epoll_wait", "epoll_pwait", "epoll_pwait2"}
+TRACED = SYNCS | WAITS | SLEEPS | SOCKETS | {"io_uring_enter", "io_uring_setup", "epoll_create1",
+                                              "rename", "renameat", "renameat2", "close"}
 
 LINE = re.compile(r"^(\d+) +(\w+)\((.*)$")
 RESUMED = re.compile(r"^(\d+) +<\.\.\. \w+ resumed>(.*)$")
@@ -92,10 +96,12 @@ def zero_timeout(name, rest):
 
 
 def analyse(trace, pid):
-    """(offending lines on thread pid, its io_uring_enter count, fsyncs of
-    the state directory's files on other threads)."""
-    bad, enters, durable = [], 0, 0
+    """(offending lines on thread pid, its io_uring_enter count, its
+    epoll_wait count on its own epoll fds, fsyncs of the state directory's
+    files on other threads)."""
+    bad, enters, epolls, durable = [], 0, 0, 0
     nonblock = set()   # fds of the loop thread known to be non-blocking
+    epfds = set()      # epoll fds the loop thread created: the epoll loop's
     with open(trace, errors="replace") as f:
         for line in joined(f):
             m = LINE.match(line)
@@ -109,6 +115,10 @@ def analyse(trace, pid):
             ret = line.rsplit("= ", 1)[-1].split()[0] if "= " in line else ""
             if name == "io_uring_enter":
                 enters += 1
+            elif name == "epoll_create1" and ret[:1].isdigit():
+                epfds.add(fd_of(ret))
+            elif name in EPOLL_WAITS and fd_of(rest) in epfds:
+                epolls += 1
             elif name in SYNCS or (name in SLEEPS and not zero_timeout(name, rest)):
                 bad.append(line.strip())
             elif name in WAITS and "WNOHANG" not in rest:
@@ -121,9 +131,10 @@ def analyse(trace, pid):
                 (nonblock.add if "O_NONBLOCK" in rest else nonblock.discard)(fd)
             elif name == "close":
                 nonblock.discard(fd_of(rest))
+                epfds.discard(fd_of(rest))
             elif name == "connect" and fd_of(rest) not in nonblock:
                 bad.append(line.strip())
-    return bad, enters, durable
+    return bad, enters, epolls, durable
 
 
 def lifecycle(env, c):
@@ -185,6 +196,7 @@ def main():
     if not strace:
         csilib.skip("strace not installed (scripts/setup.sh installs it)")
     env = csilib.Env(sys.argv[1], sys.argv[2])
+    backend = os.environ.get("QSD_CSI_LOOP") or "io_uring"
     # LeakSanitizer cannot run under ptrace (ASan build): the other tests
     # check leaks, this one syscalls.
     opts = os.environ.get("ASAN_OPTIONS", "")
@@ -201,10 +213,17 @@ def main():
         os.kill(pid, signal.SIGTERM)
         rc = env.stop()
         assert rc == 0, "plugin (under strace) exited with %s:\n%s" % (rc, env.log_tail())
-        bad, enters, durable = analyse(trace, pid)
-        assert enters > 0, "no io_uring_enter on the loop thread: the trace is empty"
-        print("loop thread: %d io_uring_enter, %d sync or blocking calls; %d fsyncs of state "
-              "files on other threads" % (enters, len(bad), durable))
+        bad, enters, epolls, durable = analyse(trace, pid)
+        log = env.log_tail(1 << 20)
+        assert "backend=%s" % backend in log, "the plugin did not log backend=%s:\n%s" % (
+            backend, log)
+        waits, other = (epolls, enters) if backend == "epoll" else (enters, epolls)
+        assert waits > 0, "no %s wait on the loop thread: the trace is empty" % backend
+        assert other == 0, "%d waits of the other backend on the loop thread (%s)" % (other,
+                                                                                       backend)
+        print("loop thread (%s): %d io_uring_enter, %d epoll_wait on its epoll fd, %d sync or "
+              "blocking calls; %d fsyncs of state files on other threads"
+              % (backend, enters, epolls, len(bad), durable))
         for b in bad[:80]:
             print("  " + b)
         assert not bad, "%d sync or blocking calls on the loop thread" % len(bad)

@@ -1,4 +1,4 @@
-/* test_grpc_unix.c: the unix-socket transport on the real io_uring loop.
+/* test_grpc_unix.c: the unix-socket transport on the real event loop.
  *
  * One process: the listener runs on the loop, a client nghttp2 session talks
  * to it over a real socket, and the test turns the loop by hand.  Covers

@@ -1,29 +1,13 @@
-/* qsd/base/loop.c: io_uring event loop.  See loop.h.
+/* qsd/base/loop.c: the event loop's API (loop.h) over two backends.
  *
- * Each fd watch is a one-shot IORING_OP_POLL_ADD whose user_data points to the
- * watch; it is re-armed after its callback.  A removed watch whose poll is still
- * in the kernel is marked dead and freed when its completion arrives (the
- * cancellation completion or the real one).  Timers live in user space, in a
- * list sorted by deadline; the nearest deadline bounds the wait. */
-#include "qsd/base/loop.h"
+ * Owns what both share: the choice of backend at loop_new(), the list of
+ * watches, the timers (in user space, a list sorted by deadline whose nearest
+ * deadline bounds the wait) and stopping.  Readiness of fds is the backend's
+ * (loop_backend.h): io_uring (loop_uring.c) where the kernel and the seccomp
+ * profile allow it, epoll (loop_epoll.c) where io_uring_setup is refused, as
+ * the default seccomp profiles of containerd 2.x, Docker 25+ and podman do. */
+#include "qsd/base/loop_backend.h"
 #include "qsd/base/util.h"
-
-#include <liburing.h>
-
-#define LOOP_ENTRIES 256
-#define CANCEL_TAG 1 /* user_data of poll_remove requests: ignored on completion */
-
-struct loop_watch {
-    struct loop *loop;
-    int fd;
-    uint32_t events;
-    loop_fd_cb cb;
-    void *opaque;
-    bool armed; /* a POLL_ADD is in the kernel */
-    bool dead;  /* removed by the owner: free on completion */
-    bool rearm; /* events changed while armed */
-    struct loop_watch *next, *prev; /* all watches, for loop_free */
-};
 
 struct loop_timer {
     struct loop *loop;
@@ -33,17 +17,11 @@ struct loop_timer {
     struct loop_timer *next;
 };
 
-struct loop {
-    struct io_uring ring;
-    struct loop_watch *watches;
-    struct loop_timer *timers; /* sorted by deadline */
-    bool stop;
-};
-
-int loop_new(struct loop **ret)
+static int loop_create(const struct loop_ops *ops, struct loop **ret)
 {
-    struct loop *l = xcalloc(1, sizeof(*l));
-    int r = io_uring_queue_init(LOOP_ENTRIES, &l->ring, 0);
+    struct loop *l = xcalloc(1, ops->loop_size);
+    l->ops = ops;
+    int r = ops->init(l);
     if (r < 0) {
         free(l);
         return r;
@@ -52,7 +30,30 @@ int loop_new(struct loop **ret)
     return 0;
 }
 
-static void watch_unlink(struct loop_watch *w)
+/* io_uring_setup refused by a seccomp profile or a sysctl
+ * (kernel.io_uring_disabled), or a kernel without io_uring. */
+static bool uring_refused(int r) { return r == -EPERM || r == -ENOSYS || r == -EACCES; }
+
+int loop_new_backend(struct loop **ret, const char *backend)
+{
+    if (!backend || !*backend) {
+        int r = loop_create(&loop_uring_ops, ret);
+        if (r < 0 && uring_refused(r))
+            r = loop_create(&loop_epoll_ops, ret);
+        return r;
+    }
+    if (streq(backend, loop_uring_ops.name))
+        return loop_create(&loop_uring_ops, ret);
+    if (streq(backend, loop_epoll_ops.name))
+        return loop_create(&loop_epoll_ops, ret);
+    return -EINVAL;
+}
+
+int loop_new(struct loop **ret) { return loop_new_backend(ret, getenv(LOOP_BACKEND_ENV)); }
+
+const char *loop_backend(struct loop *l) { return l->ops->name; }
+
+void loop_watch_free(struct loop_watch *w)
 {
     struct loop *l = w->loop;
     if (w->prev)
@@ -68,9 +69,9 @@ void loop_free(struct loop *l)
 {
     if (!l)
         return;
-    io_uring_queue_exit(&l->ring);
+    l->ops->fini(l);
     while (l->watches)
-        watch_unlink(l->watches);
+        loop_watch_free(l->watches);
     while (l->timers) {
         struct loop_timer *t = l->timers;
         l->timers = t->next;
@@ -79,38 +80,10 @@ void loop_free(struct loop *l)
     free(l);
 }
 
-static struct io_uring_sqe *get_sqe(struct loop *l)
-{
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
-    if (!sqe) {
-        /* Submission queue full: flush it and try again. */
-        io_uring_submit(&l->ring);
-        sqe = io_uring_get_sqe(&l->ring);
-    }
-    if (!sqe)
-        abort(); /* cannot happen after a submit with an empty queue */
-    return sqe;
-}
-
-static void watch_arm(struct loop_watch *w)
-{
-    struct io_uring_sqe *sqe = get_sqe(w->loop);
-    io_uring_prep_poll_add(sqe, w->fd, w->events);
-    io_uring_sqe_set_data(sqe, w);
-    w->armed = true;
-}
-
-static void watch_cancel(struct loop_watch *w)
-{
-    struct io_uring_sqe *sqe = get_sqe(w->loop);
-    io_uring_prep_poll_remove(sqe, (__u64)(uintptr_t)w);
-    io_uring_sqe_set_data64(sqe, CANCEL_TAG);
-}
-
 struct loop_watch *loop_watch_fd(struct loop *l, int fd, uint32_t events, loop_fd_cb cb,
                                  void *opaque)
 {
-    struct loop_watch *w = xcalloc(1, sizeof(*w));
+    struct loop_watch *w = xcalloc(1, l->ops->watch_size);
     w->loop = l;
     w->fd = fd;
     w->events = events;
@@ -120,33 +93,25 @@ struct loop_watch *loop_watch_fd(struct loop *l, int fd, uint32_t events, loop_f
     if (l->watches)
         l->watches->prev = w;
     l->watches = w;
-    watch_arm(w);
+    l->ops->watch_add(w);
     return w;
 }
 
 void loop_watch_set_events(struct loop_watch *w, uint32_t events)
 {
-    if (w->events == events)
+    if (w->events == events || w->dead)
         return;
     w->events = events;
-    if (w->armed && !w->rearm) {
-        w->rearm = true;
-        watch_cancel(w);
-    }
+    w->loop->ops->watch_update(w);
 }
 
 void loop_watch_remove(struct loop_watch *w)
 {
-    if (!w)
+    if (!w || w->dead)
         return;
-    if (!w->armed) {
-        /* Inside its own callback (not re-armed yet) or never armed. */
-        w->dead = true;
-        return;
-    }
     w->dead = true;
-    if (!w->rearm)
-        watch_cancel(w);
+    if (w->loop->ops->watch_remove(w))
+        loop_watch_free(w);
 }
 
 struct loop_timer *loop_timer_add(struct loop *l, uint64_t ms, loop_timer_cb cb, void *opaque)
@@ -192,38 +157,6 @@ static int run_timers(struct loop *l)
     return n;
 }
 
-static int dispatch(struct loop *l, struct io_uring_cqe *cqe)
-{
-    uint64_t tag = io_uring_cqe_get_data64(cqe);
-    if (tag == CANCEL_TAG)
-        return 0;
-    struct loop_watch *w = io_uring_cqe_get_data(cqe);
-    int res = cqe->res;
-    w->armed = false;
-    if (w->dead) {
-        watch_unlink(w);
-        return 0;
-    }
-    if (w->rearm) {
-        w->rearm = false;
-        if (res == -ECANCELED) {
-            watch_arm(w);
-            return 0;
-        }
-    }
-    if (res == -ECANCELED) {
-        watch_arm(w);
-        return 0;
-    }
-    uint32_t revents = res < 0 ? POLLERR : (uint32_t)res;
-    w->cb(l, w->fd, revents, w->opaque);
-    if (w->dead)
-        watch_unlink(w);
-    else if (!w->armed)
-        watch_arm(w);
-    return 1;
-}
-
 int loop_run_once(struct loop *l, int timeout_ms)
 {
     int n = run_timers(l);
@@ -239,34 +172,11 @@ int loop_run_once(struct loop *l, int timeout_ms)
         if (wait_us < 0 || until < wait_us)
             wait_us = until;
     }
-
-    struct io_uring_cqe *cqe;
-    int r;
-    if (wait_us < 0) {
-        r = io_uring_submit_and_wait(&l->ring, 1);
-        if (r >= 0)
-            r = io_uring_peek_cqe(&l->ring, &cqe);
-    } else {
-        struct __kernel_timespec ts = {.tv_sec = wait_us / 1000000,
-                                       .tv_nsec = (wait_us % 1000000) * 1000};
-        r = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
-    }
-    if (r < 0 && r != -ETIME && r != -EINTR && r != -EAGAIN)
+    int r = l->ops->wait(l, wait_us);
+    if (r < 0)
         return r;
-
-    unsigned head, count = 0;
-    /* Dispatch everything completed so far; callbacks may queue new SQEs. */
-    io_uring_for_each_cqe(&l->ring, head, cqe)
-    {
-        struct io_uring_cqe copy = *cqe;
-        count++;
-        io_uring_cq_advance(&l->ring, 1);
-        n += dispatch(l, &copy);
-        if (count >= LOOP_ENTRIES)
-            break;
-    }
+    n += r;
     n += run_timers(l);
-    io_uring_submit(&l->ring);
     return n;
 }
 

@@ -1,4 +1,6 @@
-/* qsd/base/loop.h: the single-threaded event loop, built on io_uring (liburing).
+/* qsd/base/loop.h: the single-threaded event loop, on io_uring (liburing) or,
+ * where io_uring is refused (container runtimes' default seccomp profiles), on
+ * epoll: same semantics either way (loop.c).
  *
  * The API is deliberately as small as redis's ae.h: watch an fd for readiness,
  * arm a one-shot timer, run.  A child process is watched through its pidfd
@@ -20,7 +22,18 @@ struct loop_timer;
 typedef void (*loop_fd_cb)(struct loop *l, int fd, uint32_t revents, void *opaque);
 typedef void (*loop_timer_cb)(struct loop *l, void *opaque);
 
+/* The environment variable that forces a backend ("io_uring" or "epoll"). */
+#define LOOP_BACKEND_ENV "QSD_CSI_LOOP"
+
+/* A loop on io_uring, or on epoll if io_uring_setup fails with EPERM, EACCES
+ * or ENOSYS; $QSD_CSI_LOOP, if set and not empty, names the backend instead
+ * (-EINVAL if it names none). */
 int loop_new(struct loop **ret);
+/* The same with the backend named by backend (NULL or "": chosen as above,
+ * without looking at the environment). */
+int loop_new_backend(struct loop **ret, const char *backend);
+/* "io_uring" or "epoll". */
+const char *loop_backend(struct loop *l);
 void loop_free(struct loop *l);
 
 /* Watch fd for events (POLLIN, POLLOUT...).  The callback runs each time the

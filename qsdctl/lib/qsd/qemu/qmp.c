@@ -513,7 +513,7 @@ int qmp_sync_connect(const char *path, uint64_t timeout_ms, struct qmp_sync **re
     s->events = json_array();
     int r = loop_new(&s->loop);
     if (r < 0) {
-        qmp_error_set(err, "Internal", "cannot create io_uring event loop: %s", strerror(-r));
+        qmp_error_set(err, "Internal", "cannot create event loop: %s", strerror(-r));
         json_decref(s->events);
         free(s);
         return r;
