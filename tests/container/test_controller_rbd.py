@@ -7,9 +7,10 @@ the container on the host network to reach it):
   - the container is unprivileged: user 65532, no capabilities (CapEff 0),
     no_new_privs, read-only root filesystem without tmpfs, no device of the
     host (no block device in its /dev), only the socket directory and the
-    cluster file mounted, no seccomp filter (as the manifest: podman's
-    default profile refuses io_uring, the plugin's event loop); it becomes
-    ready (Probe) like that;
+    cluster file mounted, podman's default seccomp profile (as the
+    manifest's RuntimeDefault; it refuses io_uring, so the plugin's event
+    loop runs on epoll, which its log must say); it becomes ready (Probe)
+    like that;
   - Identity: no VOLUME_ACCESSIBILITY_CONSTRAINTS, CONTROLLER_SERVICE and
     online expansion; ControllerGetCapabilities: create/delete volume,
     expand, create/delete snapshot, clone; the Node service is not served;
@@ -79,7 +80,7 @@ def deployment_plugin():
         problems.append("runAsUser is not %d" % UID)
     if sc.get("privileged") or not sc.get("readOnlyRootFilesystem") or \
             sc.get("capabilities", {}).get("drop") != ["ALL"] or \
-            sc.get("seccompProfile", {}).get("type") != "Unconfined":
+            sc.get("seccompProfile", {}).get("type") not in (None, "RuntimeDefault"):
         problems.append("securityContext %r" % sc)
     if problems:
         raise Failure("%s changed shape, update this test: %s" % (DEPLOYMENT,
@@ -187,8 +188,8 @@ def main():
         podman("run", "-d", "--name", name, "--user", "%d:%d" % (UID, UID),
                "--read-only", "--read-only-tmpfs=false", "--cap-drop=ALL",
                "--security-opt", "no-new-privileges", "--network=host",
-               # The manifest's seccompProfile Unconfined (io_uring).
-               "--security-opt", "seccomp=unconfined",
+               # RuntimeDefault: podman's default profile, which refuses
+               # io_uring (the plugin's loop runs on epoll).
                *ctrlib.sanitizer_env(),
                "-v", "%s:/csi" % sockdir, "-v", "%s:/etc/qsd-csi/rbd:ro" % rbddir,
                image, *args)
@@ -300,6 +301,9 @@ def main():
         logs = podman("logs", name, check=False)
         text = logs.stdout + logs.stderr
         assert "role=controller" in text or '"role":"controller"' in text, text[-2000:]
+        # podman's default profile refuses io_uring: the loop said it runs on epoll
+        assert '"backend":"epoll"' in text or "backend=epoll" in text, text[-2000:]
+        log("the plugin runs under podman's default seccomp profile, its loop on epoll")
         assert ceph.key not in text, "the key is in the container's log"
         assert ceph.key not in podman("inspect", name).stdout, "the key is in podman inspect"
         pids = container_pids(name)

@@ -890,10 +890,9 @@ class Checker:
                 self.err(cw, "drop ALL capabilities")
             if not sc.get("readOnlyRootFilesystem"):
                 self.err(cw, "set readOnlyRootFilesystem: true (it writes nothing)")
-            if c is not plugin and (sc.get("seccompProfile") or {}).get("type") not in \
-                    (None, "RuntimeDefault"):
-                self.err(cw, "seccomp %s: only the plugin (io_uring) may leave RuntimeDefault"
-                         % sc["seccompProfile"].get("type"))
+            if (sc.get("seccompProfile") or {}).get("type") not in (None, "RuntimeDefault"):
+                self.err(cw, "seccomp %s: every container runs under RuntimeDefault (the "
+                         "event loop falls back to epoll)" % sc["seccompProfile"].get("type"))
         endpoint = flags.get("endpoint") or "unix:///run/qsd-csi/csi.sock"
         sock = re.sub(r"^unix:(//)?", "", endpoint)
         mv = self.mount_of(plugin, spec, sock)
@@ -1039,9 +1038,9 @@ class Checker:
         for k in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.get(k):
                 self.err(where, "%s in a VM pod" % k)
-        if not spec.get("shareProcessNamespace"):
-            self.err(where, "shareProcessNamespace: true is missing (the launcher as PID 1 does "
-                     "not reap libvirt's QEMU processes)")
+        if spec.get("shareProcessNamespace"):
+            self.err(where, "shareProcessNamespace in a VM pod: not needed (the launcher as PID 1 "
+                     "reaps through its init) and it shows the pod's processes to each other")
         for v in spec.get("volumes") or []:
             if "hostPath" in v:
                 self.err(where, "hostPath volume %s in a VM pod" % v.get("name"))
@@ -1549,7 +1548,7 @@ def self_check(root, make_checker, with_launcher):
         ("controller plugin privileged", "privileged or added capabilities", ctl,
          _ctl_privileged),
         ("controller with the host's /dev", "hostPath volume dev", ctl, _ctl_dev),
-        ("controller sidecar without seccomp", "only the plugin (io_uring)", ctl,
+        ("controller sidecar without seccomp", "every container runs under RuntimeDefault", ctl,
          _ctl_unconfined_sidecar),
         ("controller plugin in the node role", "needs --role=controller", ctl,
          _edit_args("qsd-csi-plugin", lambda a: [x for x in a if not x.startswith("--role")])),
