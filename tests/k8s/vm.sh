@@ -9,6 +9,8 @@
 #   plugin-restart  `kubectl delete pod` of the node plugin while the guest
 #                   writes: the DaemonSet's new pod Ready, the volume's QSD
 #                   the same process (pid in RUN/ctl/<vol>/qsd.json, alive)
+#   expand          the PVC patched from 1Gi to 2Gi while the guest writes:
+#                   its capacity 2Gi, the guest's kernel logs the new size
 #   vm-data         the guest's SUMMARY: 0 write errors, 0 mismatches, no
 #                   kernel I/O errors; the pod Succeeded (launcher exit 0)
 # then deletes what it made and tears the cluster down.  Owns its cluster
@@ -178,6 +180,18 @@ plugin_restart() {
     echo "plugin-restart: QSD pid $pid unchanged and alive"
 }
 
+expand() {
+    local t0=$SECONDS
+    kubectl -n $ns patch pvc demo-vm-root --type merge \
+        -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}' >/dev/null || return 1
+    wait_for 90 "PVC capacity 2Gi" pvc_capacity_is 2Gi || return 1
+    echo "expand: PVC capacity 2Gi after $((SECONDS - t0)) s"
+    # virtio_blk's notice on a config change (4194304 sectors of 512 bytes).
+    wait_vm 60 "new size on the guest's console" console_has 'new size: 4194304 ' || return 1
+    echo "expand: console: $(grep -m1 'new size: 4194304 ' "$(console_path)" | tr -d '\r') after $((SECONDS - t0)) s"
+}
+pvc_capacity_is() { [ "$(kubectl -n $ns get pvc demo-vm-root -o jsonpath='{.status.capacity.storage}')" = "$1" ]; }
+
 vm_data() {
     local s
     wait_for $((secs + 240)) "SUMMARY on the console" console_has '^SUMMARY' || return 1
@@ -208,5 +222,6 @@ step images images || exit 1
 step install "$here/install.sh" "$dir" || exit 1
 step vm-boot vm_boot || exit 1
 step plugin-restart plugin_restart
+step expand expand
 step vm-data vm_data
 [ $failed = 0 ]
