@@ -603,10 +603,13 @@ int vm_spec_load(const char *path, struct vm_spec **ret, char **ret_error)
 {
     _cleanup_free_ char *data = NULL;
     size_t len;
-    int r = read_file(path, VM_SPEC_MAX_FILE, &data, &len);
+    /* Followed: a ConfigMap's file is a symlink into its ..data directory;
+     * this is the pod's own file, read by the pod's own launcher. */
+    int r = read_file_follow(path, VM_SPEC_MAX_FILE, &data, &len);
     if (r < 0) {
         if (ret_error)
-            *ret_error = xasprintf("cannot read %s: %s", path, strerror(-r));
+            *ret_error = xasprintf("cannot read %s: %s", path,
+                                   r == -EINVAL ? "not a regular file" : strerror(-r));
         return r;
     }
     return vm_spec_parse(data, len, ret, ret_error);

@@ -147,6 +147,17 @@ expect 1 'bad cloud-init data.*meta-data: larger than 1 MiB' 2 --dry-run --cloud
 spec '[{"volume":"good"}]' ',"cloud_init":{"user_data":"#cloud-config\n"}'
 expect 1 'user-data is given both in the description and in' 2 --dry-run --cloud-init-dir "$T/ci"
 
+# The VM description from a ConfigMap volume: vm.json -> ..data/vm.json ->
+# ..<timestamp>/vm.json (seen in a real cluster: O_NOFOLLOW refused it); a
+# FIFO in its place is refused at once, not read.
+mkdir -p "$T/cm/..2026_11_26" && spec '[{"volume":"good"}]' && cp "$T/vm.json" "$T/cm/..2026_11_26/"
+ln -s ..2026_11_26 "$T/cm/..data" && ln -s ..data/vm.json "$T/cm/vm.json" && mkfifo "$T/cm/fifo.json"
+rc=0; timeout 60 "$L" --spec "$T/cm/vm.json" "${DIRS[@]}" --root "$T/root" --dry-run >"$T/out" 2>&1 || rc=$?
+((rc == 0)) && grep -q 'type="qemu">' "$T/out" || fail "a description through ConfigMap symlinks: exit $rc: $(tail -2 "$T/out")"
+rc=0; timeout 10 "$L" --spec "$T/cm/fifo.json" "${DIRS[@]}" --root "$T/root" --dry-run >"$T/out" 2>&1 || rc=$?
+((rc == 1)) && grep -q 'not a regular file' "$T/out" || fail "a FIFO as the description: exit $rc: $(tail -2 "$T/out")"
+[[ ! -e $T/root ]] || fail "libvirt root created: something started"
+
 # The console client without a running VM: a clear error, exit 1.
 rc=0
 "$L" console --root "$T/no-such-root" >"$T/out" 2>&1 </dev/null || rc=$?

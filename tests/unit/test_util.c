@@ -5,6 +5,7 @@
 #include <cmocka.h>
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include "qsd/base/names.h"
@@ -90,6 +91,38 @@ static void test_atomic_write(void **state)
     assert_int_equal(access(dir, F_OK), -1);
 }
 
+/* A ConfigMap's layout: vm.json -> ..data/vm.json, ..data -> ..2026_x.
+ * read_file refuses the symlink, read_file_follow reads through it and
+ * refuses what is not a regular file (a FIFO would block a plain read). */
+static void test_read_follow(void **state)
+{
+    char dir[] = "/tmp/qsd-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    _cleanup_free_ char *real = xasprintf("%s/..2026_x", dir);
+    _cleanup_free_ char *file = xasprintf("%s/..2026_x/vm.json", dir);
+    _cleanup_free_ char *data_link = xasprintf("%s/..data", dir);
+    _cleanup_free_ char *link = xasprintf("%s/vm.json", dir);
+    _cleanup_free_ char *fifo = xasprintf("%s/fifo", dir);
+    assert_int_equal(mkdir_p(real, 0700), 0);
+    assert_int_equal(write_file_atomic(file, "{}", 2, 0600), 0);
+    assert_int_equal(symlink("..2026_x", data_link), 0);
+    assert_int_equal(symlink("..data/vm.json", link), 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    char *data = NULL;
+    size_t len;
+    assert_int_equal(read_file(link, 1024, &data, &len), -ELOOP);
+    assert_int_equal(read_file_follow(link, 1024, &data, &len), 0);
+    assert_int_equal(len, 2);
+    assert_string_equal(data, "{}");
+    free(data);
+    data = NULL;
+    assert_int_equal(read_file_follow(link, 1, &data, &len), -EFBIG);
+    assert_int_equal(read_file_follow(fifo, 1024, &data, &len), -EINVAL);
+    assert_int_equal(read_file_follow(dir, 1024, &data, &len), -EINVAL);
+    assert_null(data);
+    assert_int_equal(rm_rf(dir), 0);
+}
+
 static void test_socket_listening(void **state)
 {
     char dir[] = "/tmp/qsd-test-XXXXXX";
@@ -116,6 +149,7 @@ int main(void)
         cmocka_unit_test(test_parse_uint),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_atomic_write),
+        cmocka_unit_test(test_read_follow),
         cmocka_unit_test(test_socket_listening),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

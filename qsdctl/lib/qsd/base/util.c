@@ -134,11 +134,29 @@ int write_file_atomic(const char *path, const void *data, size_t len, unsigned m
     return fsat_write_atomic(dfd, base, data, len, mode, -1);
 }
 
+static int read_fd(int fd, size_t max, char **ret_data, size_t *ret_len);
+
 int read_file(const char *path, size_t max, char **ret_data, size_t *ret_len)
 {
     _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return -errno;
+    return read_fd(fd, max, ret_data, ret_len);
+}
+
+int read_file_follow(const char *path, size_t max, char **ret_data, size_t *ret_len)
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode))
+        return -EINVAL;
+    return read_fd(fd, max, ret_data, ret_len);
+}
+
+static int read_fd(int fd, size_t max, char **ret_data, size_t *ret_len)
+{
     size_t cap = 4096, len = 0;
     _cleanup_free_ char *buf = xmalloc(cap + 1);
     for (;;) {

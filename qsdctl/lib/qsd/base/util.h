@@ -72,8 +72,14 @@ uint64_t now_us(void);
  * is resolved normally. */
 int write_file_atomic(const char *path, const void *data, size_t len, unsigned mode);
 /* Read a whole (small) file; *ret_data is NUL-terminated.  Refuses files
- * larger than max bytes with -EFBIG. */
+ * larger than max bytes with -EFBIG, and a symlink as the last component
+ * (O_NOFOLLOW: -ELOOP). */
 int read_file(const char *path, size_t max, char **ret_data, size_t *ret_len);
+/* The same, following symlinks, for a file a pod's own runtime places for
+ * the caller (Kubernetes mounts ConfigMap and Secret files as symlinks into
+ * a ..data directory); anything but a regular file is -EINVAL (never blocks
+ * on a FIFO or a device). */
+int read_file_follow(const char *path, size_t max, char **ret_data, size_t *ret_len);
 
 /* mkdir -p with the given mode for directories it creates. */
 int mkdir_p(const char *path, unsigned mode);

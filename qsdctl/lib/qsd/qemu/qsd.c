@@ -767,6 +767,7 @@ struct qsd {
     uint64_t started_at_ms;
     bool supervised;
     bool restarting;
+    bool adopted;               /* the process was adopted, not spawned by us */
     unsigned restarts, recent_failures;
     struct qmp *qmp;            /* only while stopping */
     int fail_status;            /* start failed: reported once the process is gone */
@@ -1259,6 +1260,7 @@ static int spawn(struct qsd *q)
     closep(&q->log_pipe);
     log_watch(q, pipefd[0]);
     q->exec_fd = execfd;
+    q->adopted = false;
     q->pid = pid;
     q->pidfd = pidfd;
     q->starttime = 0;
@@ -1349,7 +1351,13 @@ static void on_probe(struct loop *l, void *opaque)
         set_socket_access(q);
         q->state = QS_RUNNING;
         q->recent_failures = 0;
-        if (q->restarting) {
+        if (q->restarting && q->adopted) {
+            /* Adopted before its exports were seen listening (its sockets
+             * are in another network namespace's /proc/net/unix, e.g. a
+             * new plugin pod's): the same process, not a restart. */
+            q->restarting = false;
+            emit(q, QSD_EV_READY, "adopted");
+        } else if (q->restarting) {
             q->restarting = false;
             q->restarts++;
             char d[64];
@@ -1598,6 +1606,7 @@ int qsd_adopt(struct qsd *q)
      * (killed and restarted if they never do). */
     q->state = QS_STARTING;
     q->restarting = true;
+    q->adopted = true;
     q->deadline_ms = now_ms() + q->cfg.start_timeout_ms;
     q->timer = loop_timer_add(q->loop, 2, on_probe, q);
     return 0;
