@@ -11,15 +11,64 @@
 #   MISMATCH block=B                   read-back differs from the last write
 #   SUMMARY writes=N write_errors=E mismatches=M ioerr=X max_stall_ms=S max_stall_i=I bs=BS blocks=NB
 # Times come from /proc/uptime (10 ms resolution).
+# Options for the Kubernetes scenarios (tests/k8s), all off by default:
+#   writer.marks=K    first write K marker blocks (block k says which) at
+#                     the start of vda with fsync, read them back
+#                     (MARK-DONE k=K, or MARK-FAIL) and keep the ring after them
+#   writer.hotplug=1  while writing, watch for a hot-plugged vdb: HOTPLUG
+#                     size=SECTORS, one patterned block written with fsync
+#                     and read back (HOTPLUG-IO ok|FAIL), UNPLUG when it goes
+#   writer.verify=K   write nothing: check K marker blocks on every virtio
+#                     disk (VERIFY dev=vdX ok|FAIL bad=N), VERIFY-DONE, then
+#                     exit after 15 s (the console lives in the VM pod's
+#                     volume, removed when the pod ends)
 arg() { sed -n "s/.*$1=\([0-9]*\).*/\1/p" /proc/cmdline; }
 secs=$(arg writer.secs); secs=${secs:-20}
 bs=$(arg writer.bs); bs=${bs:-65536}
 maxb=$(arg writer.blocks); maxb=${maxb:-64}   # blocks written in a ring (read-back time)
 wait_dev() { i=0; while [ ! -b /dev/$1 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; [ -b /dev/$1 ]; }
+marks=$(arg writer.marks); marks=${marks:-0}
+hotplug=$(arg writer.hotplug)
+verify=$(arg writer.verify)
 wait_dev vda || { echo "FAIL no vda"; exit 1; }
 size=$(cat /sys/block/vda/size)
 echo "DISK size=$size"
-nb=$((size * 512 / bs))
+# Marker block K: a header naming it, then one byte repeated.
+mark() {
+    { printf 'QSD-K8S-MARK %010d\n' $1
+      head -c $((bs - 24)) /dev/zero | tr '\000' M; } > /tmp/m
+}
+check_marks() { # DEV COUNT: prints how many marker blocks differ
+    k=0 bad=0
+    while [ $k -lt $2 ]; do
+        mark $k
+        dd if=/dev/$1 of=/tmp/r bs=$bs skip=$k count=1 2>/dev/null
+        cmp -s /tmp/m /tmp/r || bad=$((bad + 1))
+        k=$((k + 1))
+    done
+    echo $bad
+}
+if [ -n "$verify" ]; then
+    for d in /sys/block/vd*; do
+        d=${d##*/}; bad=$(check_marks $d $verify)
+        if [ $bad = 0 ]; then echo "VERIFY dev=$d ok"; else echo "VERIFY dev=$d FAIL bad=$bad"; fi
+    done
+    # A test reads the console from the VM pod's volume, which kubelet
+    # removes once the pod ended: give it time to see the lines.
+    echo "VERIFY-DONE"; sleep 15
+    exit 0
+fi
+k=0
+while [ $k -lt $marks ]; do
+    mark $k; dd if=/tmp/m of=/dev/vda bs=$bs seek=$k count=1 conv=fsync 2>/dev/null
+    k=$((k + 1))
+done
+if [ $marks -gt 0 ]; then
+    echo 3 > /proc/sys/vm/drop_caches
+    bad=$(check_marks vda $marks)
+    if [ $bad = 0 ]; then echo "MARK-DONE k=$marks"; else echo "MARK-FAIL bad=$bad"; fi
+fi
+nb=$((size * 512 / bs - marks))
 [ $nb -gt $maxb ] && nb=$maxb
 [ $nb -gt 0 ] || { echo "FAIL disk smaller than one block"; exit 1; }
 cs() { read u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }   # centiseconds since boot
@@ -28,13 +77,25 @@ blk() {
     { printf 'QSD-CTR-BLOCK %010d\n' $1
       head -c $((bs - 25)) /dev/zero | tr '\000' "\\$(printf %03o $(($1 % 251 + 1)))"; } > /tmp/b
 }
+# A hot-plugged vdb: seen, one block written and read back, seen going.
+watch_hotplug() {
+    while [ ! -b /dev/vdb ]; do sleep 0.5; done
+    echo "HOTPLUG size=$(cat /sys/block/vdb/size)"
+    printf 'QSD-K8S-HOTPLUG\n' > /tmp/h; head -c $((bs - 16)) /dev/zero | tr '\000' H >> /tmp/h
+    if dd if=/tmp/h of=/dev/vdb bs=$bs count=1 conv=fsync 2>/dev/null &&
+       dd if=/dev/vdb of=/tmp/hr bs=$bs count=1 iflag=direct 2>/dev/null && cmp -s /tmp/h /tmp/hr
+    then echo "HOTPLUG-IO ok"; else echo "HOTPLUG-IO FAIL"; fi
+    while [ -b /dev/vdb ]; do sleep 0.5; done
+    echo "UNPLUG"
+}
+[ "$hotplug" = 1 ] && watch_hotplug &
 errors=0 n=0 max=0 maxi=-1
 start=$(cs); end=$((start + secs * 100))
 echo "WRITE-START blocks=$nb bs=$bs secs=$secs"
 while [ $(cs) -lt $end ]; do
     blk $n
     t0=$(cs)
-    dd if=/tmp/b of=/dev/vda bs=$bs seek=$((n % nb)) count=1 conv=fsync 2>/dev/null ||
+    dd if=/tmp/b of=/dev/vda bs=$bs seek=$((marks + n % nb)) count=1 conv=fsync 2>/dev/null ||
         { errors=$((errors + 1)); echo "WRITE-ERROR i=$n"; }
     d=$((($(cs) - t0) * 10))
     [ $d -gt $max ] && { max=$d; maxi=$n; }
@@ -48,7 +109,7 @@ while [ $b -lt $nb ] && [ $b -lt $n ]; do
     # The last write to block b: the largest i < n with i % nb == b.
     last=$(((n - 1 - b) / nb * nb + b))
     blk $last
-    dd if=/dev/vda of=/tmp/r bs=$bs skip=$b count=1 2>/dev/null
+    dd if=/dev/vda of=/tmp/r bs=$bs skip=$((marks + b)) count=1 2>/dev/null
     cmp -s /tmp/b /tmp/r || { bad=$((bad + 1)); echo "MISMATCH block=$b write=$last"; }
     b=$((b + 1))
 done

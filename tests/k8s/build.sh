@@ -8,11 +8,14 @@
 #     PIECE    kube (the five Kubernetes binaries), etcd, containerd (with its
 #              runc shim and ctr), sidecars, csi-sanity;
 #              default: all of them
-#     --out    cache root (default /var/cache/qsd-csi/k8s); binaries land in
+#     --out    cache root (default $QSD_K8S_CACHE, else /var/cache/qsd-csi/k8s); binaries land in
 #              ROOT/bin/<hash of the pins>/ and the last line printed is
 #              "BIN <that directory>"
 #     --jobs   go build -p (default 1: these machines are shared; raise it
 #              only when /proc/pressure/cpu is low)
+#
+# The two sidecars the module proxy refuses are built from git clones
+# (QSD_K8S_GIT_DIR) when there are any, else from standin/ (build_standin).
 #
 # Pins: go.mod/go.sum here (k8s.io/kubernetes and its staging modules),
 # containerd/go.mod (containerd 2.x: containerd/go.mod says why not
@@ -24,7 +27,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-out=/var/cache/qsd-csi/k8s
+out=${QSD_K8S_CACHE:-/var/cache/qsd-csi/k8s}
 jobs=1
 force=0
 pieces=()
@@ -149,7 +152,10 @@ build_git() { # NAME REPOSITORY TAG COMMIT PACKAGE
                "${QSD_K8S_GIT_DIR:-/nonexistent}/${owner_name#*/}"; do
         [ -d "$git" ] && break
     done
-    [ -d "$git" ] || { echo "build.sh: $name: no clone of $repo in QSD_K8S_GIT_DIR" >&2; return 1; }
+    if [ ! -d "$git" ]; then
+        echo "build.sh: $name: no clone of $repo in QSD_K8S_GIT_DIR: building the stand-in standin/$name" >&2
+        build_standin "$name"; return
+    fi
     got=$(git -C "$git" rev-parse "$tag^{commit}" 2>/dev/null) || got=none
     [ "$got" = "$commit" ] || { echo "build.sh: $repo $tag is $got, pinned $commit" >&2; return 1; }
     src=$out/src/${repo//\//_}@$tag
@@ -158,6 +164,18 @@ build_git() { # NAME REPOSITORY TAG COMMIT PACKAGE
     (cd "$src" && timed "$name" "$repo $tag $commit $pkg" \
         env GOFLAGS="$GOFLAGS -mod=vendor" GOPROXY=off go build \
         -ldflags "-s -w -X main.version=$tag" -o @OUT@ "$pkg")
+}
+
+# Where a clone is not at hand (the module proxy refuses both repositories,
+# so CI machines have none), standin/<name>/ is built in its place: a small
+# program of ours doing what kubelet and the manifests need of that sidecar
+# (README.md says what each does and does not do).  build.sh says so with a
+# STANDIN line.
+build_standin() { # NAME
+    local name=$1
+    (cd "$here" && timed "$name" "$kube_pins$(cat "standin/$name/main.go")" \
+        go build -ldflags "-s -w" -o @OUT@ "./standin/$name")
+    echo "STANDIN $name"
 }
 
 build_list() { # KIND: build the lines of sidecars.txt of that kind

@@ -19,7 +19,8 @@
 # Fixed by the manifests: kubelet's root is /var/lib/kubelet (kustomization
 # kubeletRoot), so only one such cluster runs per machine; `up` refuses when
 # /var/lib/kubelet exists.  No kube-proxy: the one Service pods need (the API
-# server's, 10.96.0.1:443) is a DNAT rule on the bridge.
+# server's, 10.96.0.1:443) is a DNAT rule (PREROUTING for pods on the
+# bridge, OUTPUT for pods on the host's network).
 # Environment: QSD_K8S_BIN (the binary directory; default: build.sh's),
 # QSD_K8S_NODE (node name, default qsd-node), QSD_K8S_DEBUG=1 (keep DIR on
 # `down`, for the logs).
@@ -326,9 +327,12 @@ up() {
     mkdir -p "$kubelet_root"; touch "$dir/made-kubelet-root"
     start kubelet "$bin/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
         --root-dir "$kubelet_root" --hostname-override "$node" --node-ip "$host_ip" --v 2
-    # Pods reach the API server's Service address through this rule.
-    iptables -t nat -A PREROUTING -d "$service_ip/32" -p tcp --dport 443 \
-        -m comment --comment "qsd-k8s $dir" -j DNAT --to-destination "$host_ip:$api_port"
+    # Pods reach the API server's Service address through these rules
+    # (OUTPUT: pods on the host's network, the node plugin's).
+    for chain in PREROUTING OUTPUT; do
+        iptables -t nat -A $chain -d "$service_ip/32" -p tcp --dport 443 \
+            -m comment --comment "qsd-k8s $dir" -j DNAT --to-destination "$host_ip:$api_port"
+    done
     touch "$dir/made-dnat"
     wait_for 240 "node $node Ready" "$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" \
         wait --for=condition=Ready "node/$node" --timeout=2s
@@ -397,8 +401,10 @@ down() {
     unmount_below "$dir/containerd"
     if [ -f "$dir/made-run-containerd" ]; then rm -rf /run/containerd; rm -f "$dir/made-run-containerd"; fi
     if [ -f "$dir/made-dnat" ]; then
-        iptables -t nat -D PREROUTING -d "$service_ip/32" -p tcp --dport 443 \
-            -m comment --comment "qsd-k8s $dir" -j DNAT --to-destination "$host_ip:$api_port" 2>/dev/null || true
+        for chain in PREROUTING OUTPUT; do
+            iptables -t nat -D $chain -d "$service_ip/32" -p tcp --dport 443 \
+                -m comment --comment "qsd-k8s $dir" -j DNAT --to-destination "$host_ip:$api_port" 2>/dev/null || true
+        done
         rm -f "$dir/made-dnat"
     fi
     ip link del "$bridge" 2>/dev/null || true

@@ -1,0 +1,392 @@
+#!/usr/bin/env bash
+# Everything tests/k8s proves, in one cluster, in order, torn down at the end
+# whatever happened (tests/k8s/README.md lists what each step asserts):
+#   build        the Go binaries (build.sh, cached) and the project's images
+#                (scripts/build-images.sh, podman's layer cache), the guest
+#   up, images   cluster.sh up, every image into its containerd
+#   seccomp-probe  RuntimeDefault refuses io_uring (seccomp-probe.sh)
+#   install      CRDs, snapshot-controller, `kubectl apply -k deploy/kubernetes`
+#   examples     every deploy/examples/ file accepted by the API server
+#   csi-sanity   through kubelet's socket of the node plugin
+#   vm-boot, snapshot, hotplug, plugin-restart, rollout, expand, vm-data,
+#   restore-clone   the VM scenarios (VM pods of vmpod.sh)
+#   uninstall    deploy/README.md's uninstall, then what is left on the node
+#   down         cluster.sh down
+# Owns its cluster directory, the namespace vm-e2e and podman's images tagged
+# k8s-e2e; the machine's caches (build.sh, tests/guest) stay.
+#
+#   tests/k8s/e2e.sh [--keep]     --keep: leave the cluster up (prints DIR)
+# Prints "STEP <name> <seconds> ok|FAIL" per step and "E2E <n> passed <m>
+# failed"; exits 1 if any step failed.  Environment: QSD_K8S_GIT_DIR
+# (build.sh), QSD_K8S_JOBS (go build -p, default 1), QSD_K8S_WRITER_SECS
+# (how long the first guest writes, default 180); QSD_K8S_CACHE (build.sh).
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo_root=$(cd "$here/../.." && pwd)
+. "$here/vmpod.sh"
+keep=0; [ "${1:-}" = --keep ] && keep=1
+secs=${QSD_K8S_WRITER_SECS:-180}
+dir=$(mktemp -d /tmp/qsd-k8s.XXXXXX)
+ptag=k8s-e2e
+ns=vm-e2e
+vm=vm-first
+passed=0 failed=0
+
+step() { # NAME CMD...
+    local name=$1 t0=$SECONDS rc=0; shift
+    echo "---- $name" >&2
+    "$@" || rc=$?
+    if [ $rc = 0 ]; then echo "STEP $name $((SECONDS - t0)) ok"; passed=$((passed + 1))
+    else echo "STEP $name $((SECONDS - t0)) FAIL ($rc)"; failed=$((failed + 1)); fi
+    return $rc
+}
+say() { echo "e2e: $*" >&2; }
+
+report() { # what the cluster says, after a failure
+    kubectl get pods -A -o wide 2>&1
+    kubectl -n $ns get pod,pvc,volumesnapshot -o wide 2>&1
+    kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -30
+    local p
+    for p in $(kubectl -n $ns get pods -o name 2>/dev/null); do
+        echo "---- $p"; kubectl -n $ns logs "$p" --tail=20 2>&1
+    done
+    for p in $vm vm-verify; do
+        echo "---- console of $p (tail)"; tail -30 "$dir/$p.console" 2>/dev/null ||
+            tail -30 "$(console_of $p)" 2>/dev/null
+    done
+    echo "---- plugin (tail)"
+    kubectl -n qsd-csi logs daemonset/qsd-csi-node -c qsd-csi-plugin --tail=40 2>&1
+}
+
+finish() {
+    if [ -n "${KUBECONFIG:-}" ] && [ $keep = 0 ]; then
+        [ $failed -gt 0 ] && report
+        # Bounded: a VM pod's grace period is 90 s (guest power-off).
+        timeout 200 kubectl delete ns $ns --wait=true >/dev/null 2>&1
+    fi
+    if [ $keep = 1 ]; then echo "cluster left up: $dir (tests/k8s/cluster.sh down $dir)"
+    elif [ $failed -gt 0 ]; then
+        QSD_K8S_DEBUG=1 step down "$here/cluster.sh" down "$dir"; echo "logs kept in $dir/logs"
+    else step down "$here/cluster.sh" down "$dir" && rm -rf "$dir"; fi
+    podman rmi -f "localhost/qsd-csi/qsd-csi-plugin:$ptag" "localhost/qsd-csi/qsd-vm-launcher:$ptag" \
+        >/dev/null 2>&1
+    echo "E2E $passed passed $failed failed"
+    [ $failed = 0 ] && exit 0
+    exit 1
+}
+trap finish EXIT
+
+# ---------------------------------------------------------------- helpers
+wait_for() { # SECONDS DESCRIPTION CMD...: CMD until it succeeds, bounded
+    local t=$1 what=$2 end=$((SECONDS + $1)); shift 2
+    until "$@" >/dev/null 2>&1; do
+        [ $SECONDS -lt $end ] || { say "no $what within $t s"; return 1; }
+        sleep 2
+    done
+}
+phase() { kubectl -n $ns get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
+phase_is() { [ "$(phase "$1")" = "$2" ]; }
+# wait_for, giving up at once when POD has ended (its launcher exited).
+wait_vm() { # POD SECONDS DESCRIPTION CMD...
+    local pod=$1 t=$2 what=$3 end=$((SECONDS + $2)) ph; shift 3
+    until "$@" >/dev/null 2>&1; do
+        ph=$(phase "$pod")
+        case $ph in Failed|Succeeded) say "no $what: $pod ended ($ph)"
+                                      kubectl -n $ns logs "$pod" --tail=5 >&2; return 1 ;; esac
+        [ $SECONDS -lt $end ] || { say "no $what within $t s"; return 1; }
+        sleep 2
+    done
+}
+# The launcher's root is the pod's emptyDir; its console.log is the guest's
+# serial console (lines end in CRLF).
+console_of() {
+    local uid; uid=$(kubectl -n $ns get pod "$1" -o jsonpath='{.metadata.uid}' 2>/dev/null)
+    echo "/var/lib/kubelet/pods/$uid/volumes/kubernetes.io~empty-dir/launcher-root/console.log"
+}
+console_has() { grep -qE "$2" "$(console_of "$1")" 2>/dev/null; }
+console_line() { grep -m1 -E "$2" "$(console_of "$1")" | tr -d '\r'; }
+keep_console() { cp "$(console_of "$1")" "$dir/$1.console" 2>/dev/null; }
+pvc_field() { kubectl -n $ns get pvc "$1" -o jsonpath="$2" 2>/dev/null; }
+pvc_bound() { [ "$(pvc_field "$1" '{.status.phase}')" = Bound ]; }
+vol_name() { # CLAIM: the volume's name in RUN/ctl/ (the handle before @node)
+    local h
+    h=$(kubectl get pv "$(pvc_field "$1" '{.spec.volumeName}')" -o jsonpath='{.spec.csi.volumeHandle}') &&
+    echo "${h%@*}"
+}
+qsd_pid() { # VOLUME
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' \
+        "/run/qsd-csi/ctl/$1/qsd.json" 2>/dev/null
+}
+plugin_pod() { kubectl -n qsd-csi get pod -l app.kubernetes.io/name=qsd-csi-node -o jsonpath='{.items[0].metadata.name}'; }
+plugin_ready() { # OLD-POD [IMAGE]: a pod other than OLD-POD is Ready (and runs IMAGE)
+    local p; p=$(plugin_pod) && [ -n "$p" ] && [ "$p" != "$1" ] &&
+    kubectl -n qsd-csi get pod "$p" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True &&
+    { [ -z "${2:-}" ] || kubectl -n qsd-csi get pod "$p" \
+        -o jsonpath='{.spec.containers[?(@.name=="qsd-csi-plugin")].image}' | grep -qx "$2"; }
+}
+tag_of() {
+    awk -v n="$1" '$0 ~ "- name: " n "$" {f=1; next} f && /newTag:/ {print $2; exit}' \
+        "$repo_root/deploy/kubernetes/kustomization.yaml"
+}
+ctr_() { "$(cat "$dir/bin")/ctr" -a "$dir/containerd/containerd.sock" -n k8s.io "$@" 2>&1 |
+             grep -v 'DEPRECATION: The support for cgroup v1' || true; }
+
+# ---------------------------------------------------------------- build
+build() {
+    local out
+    out=$("$here/build.sh" --jobs "${QSD_K8S_JOBS:-1}" | tee "$dir/build.log") || {
+        tail -5 "$dir/build.log"; return 1; }
+    grep -E '^(TIME|STANDIN)' <<<"$out" | tr '\n' ' '; echo
+    QSD_K8S_BIN=$(sed -n 's/^BIN //p' <<<"$out"); export QSD_K8S_BIN
+    [ -n "$QSD_K8S_BIN" ] || return 1
+    # The tree's own images, under a tag of this run (podman's layer cache
+    # makes a rebuild of unchanged sources quick).
+    "$repo_root/scripts/build-images.sh" --tag $ptag --quiet || return 1
+    mkdir -p "$dir/guest"
+    bash "$repo_root/tests/guest/build-guest.sh" ${QSD_K8S_CACHE:-/var/cache/qsd-csi/k8s}/guest \
+        "$repo_root/tests/container/guest-writer.sh" "$dir/guest/initrd.img" &&
+    cp ${QSD_K8S_CACHE:-/var/cache/qsd-csi/k8s}/guest/vmlinuz "$dir/guest/vmlinuz"
+}
+
+# podman's NAME:$ptag into the cluster's containerd as NAME:TAG.
+load_image() { # NAME TAG
+    local name=$1 tag=$2 tar=$dir/images/$(basename "$1").tar
+    rm -f "$tar"
+    podman save --format docker-archive -o "$tar" "$name:$ptag" >/dev/null || return 1
+    ctr_ images import "$tar" >/dev/null
+    ctr_ images tag --force "$name:$ptag" "$name:$tag" >/dev/null
+    rm -f "$tar"
+    ctr_ images ls -q | grep -qx "$name:$tag" || { say "$name:$tag not in containerd"; return 1; }
+    echo "IMAGE $name:$tag (podman $name:$ptag)"
+}
+
+images() {
+    "$here/images.sh" "$dir" --no-plugin || return 1
+    # The example's attachment pod names pause 3.10.
+    ctr_ images tag --force registry.k8s.io/pause:3.10.2 registry.k8s.io/pause:3.10 >/dev/null
+    load_image localhost/qsd-csi/qsd-csi-plugin "$(tag_of qsd-csi-plugin)" &&
+    load_image localhost/qsd-csi/qsd-vm-launcher 0.1.0 &&
+    # The same plugin under a second tag, for the DaemonSet rollout.
+    ctr_ images tag --force "localhost/qsd-csi/qsd-csi-plugin:$ptag" \
+        "localhost/qsd-csi/qsd-csi-plugin:$(tag_of qsd-csi-plugin)-rollout" >/dev/null
+}
+
+# Every example accepted by the API server (dry run).  A dry run cannot
+# make the namespace the objects go into, so the examples' namespaces are
+# made first (and deleted after).
+examples() {
+    local f n bad=0 made
+    made=""
+    for n in $(grep -h '^  namespace:' "$repo_root"/deploy/examples/*.yaml | awk '{print $2}' | sort -u); do
+        kubectl get namespace "$n" >/dev/null 2>&1 && continue
+        kubectl create namespace "$n" >/dev/null && made+=" $n"
+    done
+    for f in "$repo_root"/deploy/examples/*.yaml; do
+        case $f in */podmonitor.yaml)
+            # Needs the Prometheus operator's CRDs, not installed here.
+            echo "examples: $(basename "$f"): skipped (PodMonitor CRD not installed)"; continue ;;
+        esac
+        if kubectl apply --dry-run=server -f "$f" >"$dir/dry.out" 2>&1; then
+            echo "examples: $(basename "$f"): accepted ($(wc -l <"$dir/dry.out") objects)"
+        else
+            say "$(basename "$f") refused:"; cat "$dir/dry.out" >&2; bad=1
+        fi
+    done
+    for n in $made; do kubectl delete namespace "$n" --wait=false >/dev/null; done
+    return $bad
+}
+
+# ---------------------------------------------------------------- VM scenarios
+vm_boot() {
+    { vm_namespace $ns; echo ---; vm_claim $ns root 1Gi; echo ---
+      vm_pod $ns $vm "$dir/guest" "writer.secs=$secs writer.marks=8 writer.hotplug=1" root
+    } >"$dir/vm-first.yaml"
+    kubectl apply -f "$dir/vm-first.yaml" >/dev/null || return 1
+    local t0=$SECONDS
+    wait_for 180 "$vm Running" phase_is $vm Running || return 1
+    echo "vm-boot: $vm Running after $((SECONDS - t0)) s"
+    pvc_bound root || { say "PVC root not Bound while the pod runs"; return 1; }
+    echo "vm-boot: PVC root Bound, volume $(vol_name root)"
+    wait_vm $vm 240 "DISK line" console_has $vm '^DISK size=' || return 1
+    echo "vm-boot: console: $(console_line $vm '^DISK size=') after $((SECONDS - t0)) s"
+    wait_vm $vm 120 "MARK-DONE" console_has $vm '^MARK-(DONE|FAIL)' || return 1
+    console_has $vm '^MARK-DONE' || { say "$(console_line $vm '^MARK-FAIL')"; return 1; }
+    wait_vm $vm 60 "WRITE-START" console_has $vm '^WRITE-START' || return 1
+    echo "vm-boot: console: $(console_line $vm '^WRITE-START') after $((SECONDS - t0)) s"
+}
+
+snap_ready() { [ "$(kubectl -n $ns get volumesnapshot root-snap -o jsonpath='{.status.readyToUse}')" = true ]; }
+# A VolumeSnapshot of the live disk after the guest wrote its markers; the
+# restored and cloned claims are made now (the clone at the size root will
+# have after the expansion: a clone is at least its source) and provisioned when the
+# verifying VM pod is scheduled (WaitForFirstConsumer).
+snapshot() {
+    local t0=$SECONDS
+    kubectl apply -f - >/dev/null <<EOF || return 1
+apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata:
+  name: root-snap
+  namespace: $ns
+spec:
+  volumeSnapshotClassName: qsd-vm-snapshot
+  source:
+    persistentVolumeClaimName: root
+EOF
+    wait_for 120 "VolumeSnapshot readyToUse" snap_ready || return 1
+    echo "snapshot: root-snap readyToUse after $((SECONDS - t0)) s, size" \
+         "$(kubectl -n $ns get volumesnapshot root-snap -o jsonpath='{.status.restoreSize}')"
+    { vm_claim $ns restored 1Gi VolumeSnapshot root-snap; echo ---
+      vm_claim $ns clone 2Gi PersistentVolumeClaim root; } | kubectl apply -f - >/dev/null
+}
+
+hotplug() {
+    local t0=$SECONDS vol pid
+    { vm_claim $ns data 1Gi; echo ---; attach_pod $ns attach-data $vm data data; } |
+        kubectl apply -f - >/dev/null || return 1
+    wait_vm $vm 180 "HOTPLUG on the console" console_has $vm '^HOTPLUG size=' || return 1
+    echo "hotplug: console: $(console_line $vm '^HOTPLUG size=') after $((SECONDS - t0)) s"
+    wait_vm $vm 60 "HOTPLUG-IO" console_has $vm '^HOTPLUG-IO' || return 1
+    echo "hotplug: console: $(console_line $vm '^HOTPLUG-IO')"
+    console_has $vm '^HOTPLUG-IO ok' || return 1
+    vol=$(vol_name data) && pid=$(qsd_pid "$vol") || { say "no QSD for claim data"; return 1; }
+    t0=$SECONDS
+    timeout 120 kubectl -n $ns delete pod attach-data --wait=true >/dev/null ||
+        { say "attach-data not deleted within 120 s"; return 1; }
+    wait_vm $vm 60 "UNPLUG on the console" console_has $vm '^UNPLUG' || return 1
+    echo "hotplug: unplugged after $((SECONDS - t0)) s (the attachment pod deleted)"
+    wait_for 60 "QSD $pid of claim data stopped" eval "! kill -0 $pid" || return 1
+    echo "hotplug: the data volume's QSD $pid stopped"
+    phase_is $vm Running || { say "$vm not Running after the unplug"; return 1; }
+}
+
+restart_plugin() { # HOW (delete|rollout): the QSD of root is the same process after it
+    local how=$1 vol pid old image="" t0=$SECONDS
+    vol=$(vol_name root) && pid=$(qsd_pid "$vol") || { say "no QSD pid for root"; return 1; }
+    kill -0 "$pid" || { say "QSD $pid not running"; return 1; }
+    wait_vm $vm 60 "progress (W n)" console_has $vm '^W [0-9]+' || return 1
+    old=$(plugin_pod)
+    if [ "$how" = rollout ]; then
+        image=localhost/qsd-csi/qsd-csi-plugin:$(tag_of qsd-csi-plugin)-rollout
+        kubectl -n qsd-csi set image daemonset/qsd-csi-node "qsd-csi-plugin=$image" >/dev/null || return 1
+        echo "rollout: DaemonSet set to $image; updateStrategy OnDelete: deleting $old"
+    else
+        echo "plugin-restart: QSD pid $pid; deleting $old while the guest writes"
+    fi
+    timeout 120 kubectl -n qsd-csi delete pod "$old" --wait=true >/dev/null ||
+        { say "plugin pod $old not deleted within 120 s"; return 1; }
+    wait_for 120 "new plugin pod Ready" plugin_ready "$old" "$image" || return 1
+    echo "$how: $(plugin_pod) Ready $((SECONDS - t0)) s after the delete${image:+, running $image}"
+    kill -0 "$pid" || { say "QSD $pid is gone"; return 1; }
+    [ "$(qsd_pid "$vol")" = "$pid" ] || { say "qsd.json names pid $(qsd_pid "$vol"), was $pid"; return 1; }
+    phase_is $vm Running || { say "$vm not Running after the plugin's restart"; return 1; }
+    # The QSD keeps the node's network (hostNetwork: a pod's own namespace
+    # loses its interface with the pod).
+    [ "$(readlink /proc/$pid/ns/net)" = "$(readlink /proc/self/ns/net)" ] ||
+        { say "QSD $pid is not in the node's network namespace"; return 1; }
+    # An adopted QSD is not a restarted one.
+    if kubectl -n qsd-csi logs "$(plugin_pod)" -c qsd-csi-plugin 2>/dev/null |
+       grep '"msg":"restarted"' | grep -q "$vol"; then
+        say "the new plugin says it restarted the QSD of $vol"; return 1
+    fi
+    echo "$how: QSD pid $pid unchanged and alive, in the node's network namespace, adopted (not restarted)"
+}
+
+pvc_capacity_is() { [ "$(pvc_field "$1" '{.status.capacity.storage}')" = "$2" ]; }
+expand() {
+    local t0=$SECONDS
+    kubectl -n $ns patch pvc root --type merge \
+        -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}' >/dev/null || return 1
+    wait_for 150 "PVC capacity 2Gi" pvc_capacity_is root 2Gi || return 1
+    echo "expand: PVC capacity 2Gi after $((SECONDS - t0)) s"
+    # virtio_blk's notice on a config change (4194304 sectors of 512 bytes).
+    wait_vm $vm 60 "new size on the console" console_has $vm 'new size: 4194304 ' || return 1
+    echo "expand: console: $(console_line $vm 'new size: 4194304 ') after $((SECONDS - t0)) s"
+}
+
+vm_data() {
+    local s
+    wait_vm $vm $((secs + 300)) "SUMMARY on the console" console_has $vm '^SUMMARY' || return 1
+    keep_console $vm
+    s=$(console_line $vm '^SUMMARY')
+    echo "vm-data: console: $s"
+    grep '^STALL' "$dir/$vm.console" | tail -5
+    [[ $s =~ write_errors=0\ mismatches=0\ ioerr=0 ]] || { say "the guest saw errors"; return 1; }
+    [[ $s =~ writes=([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 20 ] ||
+        { say "the guest wrote too few blocks"; return 1; }
+    wait_for 150 "$vm Succeeded (guest powered off, launcher exit 0)" phase_is $vm Succeeded || return 1
+    echo "vm-data: $vm Succeeded"
+}
+
+# A second VM pod with the claim restored from the snapshot (vda) and the
+# clone of the first VM's disk (vdb): both hold the 8 marker blocks.
+restore_clone() {
+    local t0=$SECONDS
+    vm_pod $ns vm-verify "$dir/guest" "writer.verify=8" restored clone | kubectl apply -f - >/dev/null || return 1
+    wait_for 180 "vm-verify Running" phase_is vm-verify Running || return 1
+    wait_vm vm-verify 180 "VERIFY-DONE on the console" console_has vm-verify '^VERIFY-DONE' || return 1
+    keep_console vm-verify
+    echo "restore-clone: VERIFY-DONE after $((SECONDS - t0)) s;" \
+         "claims restored $(pvc_field restored '{.status.phase}'), clone $(pvc_field clone '{.status.phase}')"
+    grep -E '^VERIFY' "$dir/vm-verify.console" | tr -d '\r'
+    grep -q '^VERIFY dev=vda ok' "$dir/vm-verify.console" &&
+    grep -q '^VERIFY dev=vdb ok' "$dir/vm-verify.console" &&
+    ! grep -q '^VERIFY.*FAIL' "$dir/vm-verify.console" || return 1
+    wait_for 120 "vm-verify Succeeded" phase_is vm-verify Succeeded || return 1
+    echo "restore-clone: vm-verify Succeeded"
+}
+
+# deploy/README.md's uninstall, in its order, then what the node keeps.
+qsds_left() { # the driver's QSDs (and filter heads) still running: their
+    # sockets are below /run/qsd-csi (other QSDs on the machine are not counted)
+    local p n=0
+    for p in /proc/[0-9]*; do
+        case $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) in
+        *qemu-storage-daemon*/run/qsd-csi/*|*qsd-vhost-filter*/run/qsd-csi/*) n=$((n + 1)) ;; esac
+    done
+    echo $n
+}
+uninstall() {
+    local t0=$SECONDS left
+    timeout 200 kubectl -n $ns delete pod --all --wait=true >/dev/null || { say "pods not deleted"; return 1; }
+    timeout 120 kubectl -n $ns delete volumesnapshot --all --wait=true >/dev/null || return 1
+    wait_for 120 "no VolumeSnapshotContent of the driver" eval \
+        '[ -z "$(kubectl get volumesnapshotcontent -o jsonpath="{.items[?(@.spec.driver==\"qsd.csi.qsd-csi.dev\")].metadata.name}")" ]' || return 1
+    timeout 120 kubectl -n $ns delete pvc --all --wait=true >/dev/null || return 1
+    wait_for 120 "no PV of the driver" eval \
+        '[ -z "$(kubectl get pv -o jsonpath="{.items[?(@.spec.csi.driver==\"qsd.csi.qsd-csi.dev\")].metadata.name}")" ]' || return 1
+    timeout 200 kubectl delete ns $ns --wait=true >/dev/null || return 1
+    timeout 200 kubectl delete -k "$repo_root/deploy/kubernetes" --wait=true >/dev/null || return 1
+    echo "uninstall: driver deleted after $((SECONDS - t0)) s"
+    wait_for 60 "no QSD left" eval '[ "$(qsds_left)" = 0 ]' || return 1
+    left=$(find /var/lib/qsd-csi/pool -type f 2>/dev/null | grep -v '/\.' | head -5)
+    [ -z "$left" ] || { say "files left in the pool: $left"; return 1; }
+    if grep -qE ' /run/qsd-csi/| /var/lib/kubelet/plugins/qsd' /proc/self/mountinfo; then
+        say "mounts left:"; grep -E ' /run/qsd-csi/| /var/lib/kubelet/plugins/qsd' /proc/self/mountinfo >&2
+        return 1
+    fi
+    echo "uninstall: no QSD, no file in the pool, no mount below /run/qsd-csi or the plugin's directory"
+    echo "uninstall: left as the docs say: $(ls -d /var/lib/qsd-csi /run/qsd-csi \
+        /var/lib/kubelet/plugins/qsd.csi.qsd-csi.dev 2>/dev/null | tr '\n' ' ')"
+}
+
+# ---------------------------------------------------------------- sequence
+step build build || exit 1
+step up "$here/cluster.sh" up "$dir" || exit 1
+eval "$("$here/cluster.sh" env "$dir")"
+step images images || exit 1
+step seccomp-probe "$here/seccomp-probe.sh" "$dir"
+step install "$here/install.sh" "$dir" || exit 1
+step examples examples
+step csi-sanity "$here/sanity.sh" "$dir"
+if step vm-boot vm_boot; then
+    step snapshot snapshot
+    step hotplug hotplug
+    step plugin-restart restart_plugin delete
+    step rollout restart_plugin rollout
+    step expand expand
+    step vm-data vm_data
+    step restore-clone restore_clone
+fi
+step uninstall uninstall
