@@ -1,6 +1,8 @@
 """A throwaway single-node Ceph for tests: one mon and one memstore OSD on
 127.0.0.1 (msgr v2, a free port), cephx on, no mgr, no systemd, everything
-under one temporary directory.
+under one temporary directory.  Cluster(addr=IP) binds them to another
+local address instead (tests/k8s: pods reach the host's address, not its
+loopback).
 
     with Cluster() as ceph:          # up within START_TIMEOUT, or an exception
                                      # (watch_timeout=S: the OSD drops a dead
@@ -39,17 +41,17 @@ def have_ceph():
     return "not installed: " + " ".join(missing) if missing else None
 
 
-def _free_port():
+def _free_port(addr="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((addr, 0))
         return s.getsockname()[1]
 
 
 CONF = """[global]
 fsid = {fsid}
-mon host = [v2:127.0.0.1:{port}]
+mon host = [v2:{addr}:{port}]
 mon initial members = a
-public network = 127.0.0.0/8
+public network = {network}
 ms bind msgr1 = false
 auth cluster required = cephx
 auth service required = cephx
@@ -89,12 +91,13 @@ osd client watch timeout = {watch_timeout}
 
 
 class Cluster:
-    def __init__(self, prefix="qsd-ceph-test-", watch_timeout=30):
+    def __init__(self, prefix="qsd-ceph-test-", watch_timeout=30, addr="127.0.0.1"):
         why = have_ceph()
         if why:
             raise RuntimeError("Ceph " + why)
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.procs = []          # daemons we started (Popen), stopped by PID
+        self.addr = addr
         self.port = None
         self.key = None
         self.user = USER
@@ -108,7 +111,7 @@ class Cluster:
 
     @property
     def monitors(self):
-        return "127.0.0.1:%d" % self.port
+        return "%s:%d" % (self.addr, self.port)
 
     def __enter__(self):
         try:
@@ -187,10 +190,12 @@ class Cluster:
         d = self.dir
         for sub in ("run", "log", "mon.a", "osd.0"):
             os.mkdir(os.path.join(d, sub))
-        self.port = _free_port()
+        self.port = _free_port(self.addr)
         fsid = str(uuid.uuid4())
         with open(os.path.join(d, "ceph.conf"), "w") as f:
-            f.write(CONF.format(fsid=fsid, port=self.port, d=d, watch_timeout=self.watch_timeout))
+            network = "127.0.0.0/8" if self.addr == "127.0.0.1" else self.addr + "/32"
+            f.write(CONF.format(fsid=fsid, addr=self.addr, port=self.port, network=network, d=d,
+                                watch_timeout=self.watch_timeout))
         kr = os.path.join(d, "keyring")
         self.run("ceph-authtool", "--create-keyring", kr, "--gen-key", "-n", "mon.",
                  "--cap", "mon", "allow *")
@@ -198,7 +203,7 @@ class Cluster:
                  "allow *", "--cap", "osd", "allow *", "--cap", "mgr", "allow *")
         monmap = os.path.join(d, "monmap")
         self.run("monmaptool", "--create", "--clobber", "--fsid", fsid, "--addv", "a",
-                 "[v2:127.0.0.1:%d]" % self.port, monmap)
+                 "[v2:%s:%d]" % (self.addr, self.port), monmap)
         self.run("ceph-mon", "--mkfs", "-i", "a", "--monmap", monmap, "--keyring", kr)
         self._daemon("mon.a", ["ceph-mon", "-f", "-i", "a"])
         self._wait("the monitor", lambda: self.ceph("-s", check=False, timeout=15) != "",

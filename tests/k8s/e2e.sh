@@ -10,10 +10,12 @@
 #   csi-sanity   through kubelet's socket of the node plugin
 #   vm-boot, snapshot, hotplug, plugin-restart, rollout, expand, vm-data,
 #   restore-clone   the VM scenarios (VM pods of vmpod.sh)
+#   rbd          an RBD class on the tests' single-node Ceph (ceph.py)
+#                through the controller Deployment: provision, boot, snapshot
 #   uninstall    deploy/README.md's uninstall, then what is left on the node
 #   down         cluster.sh down
-# Owns its cluster directory, the namespace vm-e2e and podman's images tagged
-# k8s-e2e; the machine's caches (build.sh, tests/guest) stay.
+# Owns its cluster directory, the namespace vm-e2e, its Ceph (ceph.py) and
+# podman's images tagged k8s-e2e; the machine's caches (build.sh, tests/guest) stay.
 #
 #   tests/k8s/e2e.sh [--keep]     --keep: leave the cluster up (prints DIR)
 # Prints "STEP <name> <seconds> ok|FAIL" per step and "E2E <n> passed <m>
@@ -65,6 +67,7 @@ finish() {
         # Bounded: a VM pod's grace period is 90 s (guest power-off).
         timeout 200 kubectl delete ns $ns --wait=true >/dev/null 2>&1
     fi
+    stop_ceph
     if [ $keep = 1 ]; then echo "cluster left up: $dir (tests/k8s/cluster.sh down $dir)"
     elif [ $failed -gt 0 ]; then
         QSD_K8S_DEBUG=1 step down "$here/cluster.sh" down "$dir"; echo "logs kept in $dir/logs"
@@ -199,7 +202,7 @@ examples() {
 
 # ---------------------------------------------------------------- VM scenarios
 vm_boot() {
-    { vm_namespace $ns; echo ---; vm_claim $ns root 1Gi; echo ---
+    { vm_namespace $ns; echo ---; vm_claim $ns root 1Gi qsd-vm; echo ---
       vm_pod $ns $vm "$dir/guest" "writer.secs=$secs writer.marks=8 writer.hotplug=1" root
     } >"$dir/vm-first.yaml"
     kubectl apply -f "$dir/vm-first.yaml" >/dev/null || return 1
@@ -237,13 +240,13 @@ EOF
     wait_for 120 "VolumeSnapshot readyToUse" snap_ready || return 1
     echo "snapshot: root-snap readyToUse after $((SECONDS - t0)) s, size" \
          "$(kubectl -n $ns get volumesnapshot root-snap -o jsonpath='{.status.restoreSize}')"
-    { vm_claim $ns restored 1Gi VolumeSnapshot root-snap; echo ---
-      vm_claim $ns clone 2Gi PersistentVolumeClaim root; } | kubectl apply -f - >/dev/null
+    { vm_claim $ns restored 1Gi qsd-vm VolumeSnapshot root-snap; echo ---
+      vm_claim $ns clone 2Gi qsd-vm PersistentVolumeClaim root; } | kubectl apply -f - >/dev/null
 }
 
 hotplug() {
     local t0=$SECONDS vol pid
-    { vm_claim $ns data 1Gi; echo ---; attach_pod $ns attach-data $vm data data; } |
+    { vm_claim $ns data 1Gi qsd-vm; echo ---; attach_pod $ns attach-data $vm data data; } |
         kubectl apply -f - >/dev/null || return 1
     wait_vm $vm 180 "HOTPLUG on the console" console_has $vm '^HOTPLUG size=' || return 1
     echo "hotplug: console: $(console_line $vm '^HOTPLUG size=') after $((SECONDS - t0)) s"
@@ -337,6 +340,73 @@ restore_clone() {
     echo "restore-clone: vm-verify Succeeded"
 }
 
+# RBD: the tests' single-node Ceph on the host's address (ceph.py), the
+# cluster ConfigMap pointed at it, deploy/examples/rbd.yaml applied with its
+# user's key and namespace (the claim in this test's namespace, 1Gi): the
+# claim provisioned by the controller Deployment (Immediate binding), a VM
+# pod booting from it and writing, a VolumeSnapshot of the live disk.
+ceph_pid=""
+ceph_env=""
+rbd_images() { # the RBD images in the test user's namespace (admin CLI)
+    (. "$ceph_env" && rbd -c "$CEPH_CONF" ls -p "$CEPH_POOL" --namespace "$CEPH_NAMESPACE")
+}
+snap_ready_of() { [ "$(kubectl -n $ns get volumesnapshot "$1" -o jsonpath='{.status.readyToUse}')" = true ]; }
+rbd_step() {
+    local host_ip t0=$SECONDS img s
+    host_ip=$(ip -4 route get 1.1.1.1 | sed -n 's/.* src \([0-9.]*\).*/\1/p')
+    ceph_env=$dir/ceph.env
+    /usr/bin/python3 "$here/ceph.py" "$host_ip" "$ceph_env" >"$dir/ceph.log" 2>&1 &
+    ceph_pid=$!
+    wait_for 120 "Ceph up (ceph.py)" test -s "$ceph_env" || { cat "$dir/ceph.log" >&2; return 1; }
+    . "$ceph_env"
+    echo "rbd: $(head -1 "$dir/ceph.log")"
+    kubectl -n qsd-csi patch configmap qsd-csi-rbd-clusters --type merge -p "$(python3 -c '
+import json, sys
+print(json.dumps({"data": {"clusters.json": json.dumps(
+    [{"clusterID": "ceph-a", "monitors": [sys.argv[1]]}])}}))' "$CEPH_MONITORS")" >/dev/null || return 1
+    sed -e "s|REPLACE-with-the-output-of-ceph-auth-get-key-client.csi|$CEPH_KEY|" \
+        -e "s|userID: csi|userID: $CEPH_USER|" -e "s|radosNamespace: vms|radosNamespace: $CEPH_NAMESPACE|" \
+        -e "s|pool: rbd|pool: $CEPH_POOL|" -e "s|namespace: default|namespace: $ns|" -e "s|storage: 10Gi|storage: 1Gi|" \
+        "$repo_root/deploy/examples/rbd.yaml" | kubectl apply -f - >/dev/null || return 1
+    # The ConfigMap reaches the pods' files at kubelet's next sync.
+    wait_for 240 "RBD claim Bound" pvc_bound demo-rbd-disk || return 1
+    img=$(rbd_images)
+    echo "rbd: claim Bound after $((SECONDS - t0)) s (controller Deployment); RBD images: $img"
+    [ -n "$img" ] || { say "no RBD image in the pool"; return 1; }
+    vm_pod $ns vm-rbd "$dir/guest" "writer.secs=20 writer.marks=8" demo-rbd-disk |
+        kubectl apply -f - >/dev/null || return 1
+    wait_vm vm-rbd 240 "MARK-DONE on vm-rbd's console" console_has vm-rbd '^MARK-(DONE|FAIL)' || return 1
+    console_has vm-rbd '^MARK-DONE' || { say "$(console_line vm-rbd '^MARK-FAIL')"; return 1; }
+    echo "rbd: vm-rbd booted from the RBD claim: $(console_line vm-rbd '^DISK size='), $(console_line vm-rbd '^MARK-DONE')"
+    kubectl apply -f - >/dev/null <<EOF || return 1
+apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata:
+  name: rbd-snap
+  namespace: $ns
+spec:
+  volumeSnapshotClassName: qsd-rbd-snapshot
+  source:
+    persistentVolumeClaimName: demo-rbd-disk
+EOF
+    wait_for 120 "RBD VolumeSnapshot readyToUse" snap_ready_of rbd-snap || return 1
+    echo "rbd: rbd-snap readyToUse; RBD snapshots of $img: $(. "$ceph_env" && rbd -c "$CEPH_CONF" snap ls \
+        "$CEPH_POOL/$CEPH_NAMESPACE/$img" --format json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
+    wait_vm vm-rbd 180 "SUMMARY on vm-rbd's console" console_has vm-rbd '^SUMMARY' || return 1
+    keep_console vm-rbd
+    s=$(console_line vm-rbd '^SUMMARY')
+    echo "rbd: console: $s"
+    [[ $s =~ write_errors=0\ mismatches=0\ ioerr=0 ]] || { say "vm-rbd saw errors"; return 1; }
+    wait_for 150 "vm-rbd Succeeded" phase_is vm-rbd Succeeded || return 1
+    echo "rbd: vm-rbd Succeeded"
+}
+stop_ceph() {
+    [ -n "$ceph_pid" ] || return 0
+    kill "$ceph_pid" 2>/dev/null
+    local i; for i in $(seq 60); do kill -0 "$ceph_pid" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$ceph_pid" 2>/dev/null; wait "$ceph_pid" 2>/dev/null; ceph_pid=""
+}
+
 # deploy/README.md's uninstall, in its order, then what the node keeps.
 qsds_left() { # the driver's QSDs (and filter heads) still running: their
     # sockets are below /run/qsd-csi (other QSDs on the machine are not counted)
@@ -356,6 +426,11 @@ uninstall() {
     timeout 120 kubectl -n $ns delete pvc --all --wait=true >/dev/null || return 1
     wait_for 120 "no PV of the driver" eval \
         '[ -z "$(kubectl get pv -o jsonpath="{.items[?(@.spec.csi.driver==\"qsd.csi.qsd-csi.dev\")].metadata.name}")" ]' || return 1
+    if [ -n "$ceph_env" ] && [ -s "$ceph_env" ]; then
+        [ -z "$(rbd_images)" ] || { say "RBD images left: $(rbd_images)"; return 1; }
+        echo "uninstall: no RBD image left in the pool"
+        kubectl delete -f "$repo_root/deploy/examples/rbd.yaml" --ignore-not-found >/dev/null || return 1
+    fi
     timeout 200 kubectl delete ns $ns --wait=true >/dev/null || return 1
     timeout 200 kubectl delete -k "$repo_root/deploy/kubernetes" --wait=true >/dev/null || return 1
     echo "uninstall: driver deleted after $((SECONDS - t0)) s"
@@ -389,4 +464,5 @@ if step vm-boot vm_boot; then
     step vm-data vm_data
     step restore-clone restore_clone
 fi
+step rbd rbd_step
 step uninstall uninstall

@@ -29,8 +29,8 @@ metadata:
 EOF
 }
 
-# vm_claim NS NAME SIZE [SOURCE-KIND SOURCE-NAME]: a PVC of the
-# WaitForFirstConsumer class qsd-vm, empty or from a VolumeSnapshot or PVC.
+# vm_claim NS NAME SIZE CLASS [SOURCE-KIND SOURCE-NAME]: a PVC of CLASS,
+# empty or from a VolumeSnapshot or PVC.
 vm_claim() {
     cat <<EOF
 apiVersion: v1
@@ -39,15 +39,15 @@ metadata:
   name: $2
   namespace: $1
 spec:
-  storageClassName: qsd-vm
+  storageClassName: $4
   accessModes: ["ReadWriteOncePod"]
   resources:
     requests:
       storage: $3
 EOF
-    case ${4:-} in
-    VolumeSnapshot) printf '  dataSource:\n    apiGroup: snapshot.storage.k8s.io\n    kind: VolumeSnapshot\n    name: %s\n' "$5" ;;
-    PersistentVolumeClaim) printf '  dataSource:\n    kind: PersistentVolumeClaim\n    name: %s\n' "$5" ;;
+    case ${5:-} in
+    VolumeSnapshot) printf '  dataSource:\n    apiGroup: snapshot.storage.k8s.io\n    kind: VolumeSnapshot\n    name: %s\n' "$6" ;;
+    PersistentVolumeClaim) printf '  dataSource:\n    kind: PersistentVolumeClaim\n    name: %s\n' "$6" ;;
     esac
 }
 
