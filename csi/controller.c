@@ -16,6 +16,7 @@
 #include "params.h"
 #include "rbd.h"
 #include "service.h"
+#include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 
@@ -188,18 +189,8 @@ static bool vol_matches(const struct vol *v, int64_t req, int64_t lim, const cha
 /* Connect to the QSD of a staged volume (worker side). */
 static int connect_vol(struct csi *c, const struct vol *v, struct qmp_sync **ret, char **ret_msg)
 {
-    struct qmp_error e = {0};
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, v->id, &p);
-    int r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, ret, &e);
-    qsd_paths_clear(&p);
-    if (r < 0) {
-        *ret_msg = xasprintf("cannot reach the QSD of volume %s: %s", v->id,
-                             e.desc ? e.desc : strerror(-r));
-        qmp_error_clear(&e);
-        return -ECONNREFUSED;
-    }
-    return 0;
+    int r = qmpc_connect_volume(c->cfg->run_dir, v->id, QMP_DEFAULT_TIMEOUT_MS, ret, ret_msg);
+    return r < 0 ? -ECONNREFUSED : 0;
 }
 
 /* A point-in-time copy of volume v into the snapshot file name: through its
