@@ -1,8 +1,10 @@
 /* controller.c: the CSI Controller service.
  *
- * Volumes are qcow2/raw images in the node's pool, snapshots standalone qcow2
- * files (image.h).  Every handler validates first (INVALID_ARGUMENT), then
- * looks records up (NOT_FOUND), then takes the records' busy flags (a second
+ * Volumes are qcow2/raw images in the node's pool; a snapshot of a qcow2
+ * volume is a frozen layer of its chain (thin.h), of a raw one (or of one
+ * whose QSD runs an iothread) a standalone qcow2 copy (image.h).  Every
+ * handler validates first (INVALID_ARGUMENT), then looks records up
+ * (NOT_FOUND), then takes the records' busy flags (a second
  * operation on a busy id is ABORTED), then checks the capacity policy
  * (capacity.h: RESOURCE_EXHAUSTED), then acts.  Long work (image creation,
  * copies, offline resize, snapshots) runs in a worker process (worker.h) so
@@ -28,7 +30,6 @@
 #define QUICK_TIMEOUT_MS (2ull * 60 * 1000)   /* offline resize */
 #define LIST_TOKEN_VOL "v1:"
 #define LIST_TOKEN_SNAP "s1:"
-#define K8S_PREFIX "csi.storage.k8s.io/"
 
 struct controller {
     struct csi *csi;

@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 
 #define QEMU_IMG_TIMEOUT_MS (30u * 60u * 1000u) /* copies of big images take time */
-#define QEMU_IMG_QUICK_MS 30000u
 
 int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg)
 {

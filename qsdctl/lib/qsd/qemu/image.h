@@ -16,6 +16,7 @@
 
 #define IMAGE_MAX_SIZE (1ull << 50)     /* 1 PiB */
 #define IMAGE_SIZE_ALIGN 512u
+#define QEMU_IMG_QUICK_MS 30000u /* bound of the quick qemu-img steps (info, create, resize) */
 
 struct pool {
     char *root, *volumes, *snapshots, *layers; /* layers/: thin.h */

@@ -14,7 +14,6 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
-#define QUICK_MS 30000u
 #define MERGE_JOB "merge"
 #define CANCEL_WAIT_MS 10000u
 
@@ -498,7 +497,7 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
     snprintf(sz, sizeof(sz), "%" PRIu64, size);
     char *argv[] = {"qemu-img", "create", "-q", "-u", "-f", "qcow2", "-b", ref, "-F", "qcow2",
                     tmp, sz, NULL};
-    if ((r = image_qemu_img(argv, QUICK_MS, NULL, ret_msg)) < 0 || (r = fsync_path(tmp)) < 0) {
+    if ((r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0 || (r = fsync_path(tmp)) < 0) {
         if (!*ret_msg)
             errmsg(r, ret_msg, "cannot write %s%s", tmp, "");
         unlink(tmp);
@@ -635,7 +634,7 @@ int thin_create_locked(const struct pool *p, const char *vol, const char *layer,
     snprintf(sz, sizeof(sz), "%" PRIu64, size ? size : lsize);
     char *argv[] = {"qemu-img", "create", "-q", "-u", "-f", "qcow2", "-b", ref, "-F", "qcow2",
                     tmp, sz, NULL};
-    if ((r = image_qemu_img(argv, QUICK_MS, NULL, ret_msg)) < 0 || (r = fsync_path(tmp)) < 0) {
+    if ((r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0 || (r = fsync_path(tmp)) < 0) {
         if (!*ret_msg)
             errmsg(r, ret_msg, "cannot write %s%s", tmp, "");
         unlink(tmp);
