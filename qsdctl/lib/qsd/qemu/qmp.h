@@ -9,8 +9,9 @@
  *             reply arrives; for code that may block: the CLI, the CSI
  *             plugin's worker processes and its start-up (before its loop
  *             runs), and tests
- * The commands themselves (their JSON, their replies) are qmpcmd.h's: only
- * that file calls qmp_send() and qmp_sync_call().
+ * The commands themselves (their JSON, their replies) are qmpcmd.h's: no
+ * other file calls qmp_send(), qmp_send_owned() or qmp_sync_call() (the
+ * ctest unit/qmp_layer checks it).
  * Every command has a deadline; a connection that breaks fails every pending
  * command with -ECONNRESET (-ETIMEDOUT when it never became ready in time).
  * QEMU errors carry QEMU's class and description. */
@@ -85,11 +86,13 @@ bool qmp_ready(struct qmp *q);
 /* Close the connection; pending callbacks are dropped without being called. */
 void qmp_close(struct qmp *q);
 
-/* ---- synchronous convenience (CLI, tests) ---- */
+/* ---- synchronous client (code that may block; see the top) ---- */
 struct qmp_sync;
 int qmp_sync_connect(const char *path, uint64_t timeout_ms, struct qmp_sync **ret,
                      struct qmp_error *err);
-/* Run one command; on success *ret_return (may be NULL) gets a new reference. */
+/* Run one command; on success *ret_return (may be NULL) gets a new reference.
+ * The transport's own tests use it; the project's code runs typed commands
+ * with qmpc_call() (qmpcmd.h). */
 int qmp_sync_call(struct qmp_sync *s, const char *cmd, json_t *args, uint64_t timeout_ms,
                   json_t **ret_return, struct qmp_error *err);
 /* Wait for an event named `event` whose data matches (match may be NULL).

@@ -1,11 +1,11 @@
 /* qsd/qemu/qmpcmd.h: the QMP commands the project sends, one typed wrapper each.
  *
- * Owns every QMP command the project builds (qmp.c only frames, sends and
- * matches): its JSON is written in exactly one builder here, its reply is
+ * Owns every QMP command the project sends (qmp.c only negotiates
+ * capabilities, frames, sends and matches replies): its JSON is written in exactly one builder here, its reply is
  * read by one parser here into a typed result, and errors become one
  * message, "<what> failed: <QEMU's desc> (<class>)".  No file outside
- * qmp.c and this one calls qmp_send() or qmp_sync_call() (a ctest greps for
- * it: tests/unit/qmp_layer.sh).
+ * qmp.c and this one sends a QMP command (the ctest unit/qmp_layer greps
+ * for it).
  *
  * Layers, as in libvirt's qemu_monitor_json.c:
  *   builders  qmpc_<command>(): a struct qmpc (pure, no I/O)
