@@ -1,8 +1,10 @@
 /* controller.c: the CSI Controller service.
  *
- * Volumes are qcow2/raw images in the node's pool, snapshots standalone qcow2
- * files (image.h).  Every handler validates first (INVALID_ARGUMENT), then
- * looks records up (NOT_FOUND), then takes the records' busy flags (a second
+ * Volumes are qcow2/raw images in the node's pool; a snapshot of a qcow2
+ * volume is a frozen layer of its chain (thin.h), of a raw one (or of one
+ * whose QSD runs an iothread) a standalone qcow2 copy (image.h).  Every
+ * handler validates first (INVALID_ARGUMENT), then looks records up
+ * (NOT_FOUND), then takes the records' busy flags (a second
  * operation on a busy id is ABORTED), then checks the capacity policy
  * (capacity.h: RESOURCE_EXHAUSTED), then acts.  Long work (image creation,
  * copies, offline resize, snapshots) runs in a worker process (worker.h) so
@@ -16,6 +18,7 @@
 #include "params.h"
 #include "rbd.h"
 #include "service.h"
+#include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 
@@ -27,7 +30,6 @@
 #define QUICK_TIMEOUT_MS (2ull * 60 * 1000)   /* offline resize */
 #define LIST_TOKEN_VOL "v1:"
 #define LIST_TOKEN_SNAP "s1:"
-#define K8S_PREFIX "csi.storage.k8s.io/"
 
 struct controller {
     struct csi *csi;
@@ -188,18 +190,8 @@ static bool vol_matches(const struct vol *v, int64_t req, int64_t lim, const cha
 /* Connect to the QSD of a staged volume (worker side). */
 static int connect_vol(struct csi *c, const struct vol *v, struct qmp_sync **ret, char **ret_msg)
 {
-    struct qmp_error e = {0};
-    struct qsd_paths p;
-    qsd_paths_init(c->cfg->run_dir, v->id, &p);
-    int r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, ret, &e);
-    qsd_paths_clear(&p);
-    if (r < 0) {
-        *ret_msg = xasprintf("cannot reach the QSD of volume %s: %s", v->id,
-                             e.desc ? e.desc : strerror(-r));
-        qmp_error_clear(&e);
-        return -ECONNREFUSED;
-    }
-    return 0;
+    int r = qmpc_connect_volume(c->cfg->run_dir, v->id, QMP_DEFAULT_TIMEOUT_MS, ret, ret_msg);
+    return r < 0 ? -ECONNREFUSED : 0;
 }
 
 /* A point-in-time copy of volume v into the snapshot file name: through its

@@ -11,6 +11,7 @@
 #include "qsd/base/log.h"
 #include "mounts.h"
 #include "qsd/base/names.h"
+#include "qsd/qemu/qmpcmd.h"
 #include "params.h"
 #include "paths.h"
 #include "rbd.h"
@@ -825,80 +826,21 @@ static void expand_finish(struct op *op, int status, const char *msg)
     op_end(op);
 }
 
-static void on_resized(struct qmp *q, const struct qmp_reply *r, void *opaque)
+/* The resize sequence (qmpcmd.h): never shrinks, op->size becomes the
+ * node's size afterwards. */
+static void on_grown(int status, uint64_t size, const char *msg, void *opaque)
 {
     struct op *op = opaque;
-    if (r->status < 0) {
-        _cleanup_free_ char *m = xasprintf("block_resize failed: %s",
-                                           r->err && r->err->desc ? r->err->desc : strerror(-r->status));
-        expand_finish(op, errno_from_text(r->status, m), m);
-        return;
-    }
-    expand_finish(op, 0, NULL);
-}
-
-static void on_nodes(struct qmp *q, const struct qmp_reply *r, void *opaque)
-{
-    struct op *op = opaque;
-    if (r->status < 0) {
-        _cleanup_free_ char *m = xasprintf("query-named-block-nodes failed: %s",
-                                           r->err && r->err->desc ? r->err->desc : strerror(-r->status));
-        expand_finish(op, r->status, m);
-        return;
-    }
-    size_t i;
-    json_t *node;
-    json_int_t cur = -1;
-    json_array_foreach(r->ret, i, node)
-    {
-        if (streq_ptr(json_string_value(json_object_get(node, "node-name")), op->node)) {
-            json_t *vs = json_object_get(json_object_get(node, "image"), "virtual-size");
-            if (json_is_integer(vs))
-                cur = json_integer_value(vs);
-        }
-    }
-    if (cur < 0) {
-        expand_finish(op, -EBADMSG, "QSD does not report the exported node's size");
-        return;
-    }
-    if ((uint64_t)cur >= op->size) {
-        op->size = (uint64_t)cur; /* never shrink */
-        expand_finish(op, 0, NULL);
-        return;
-    }
-    int rr = qmp_send(q, "block_resize",
-                      json_pack("{s:s, s:I}", "node-name", op->node, "size", (json_int_t)op->size),
-                      QMP_OP_TIMEOUT_MS, on_resized, op);
-    if (rr < 0)
-        expand_finish(op, rr, "cannot send block_resize");
-}
-
-/* The exported node: a thin snapshot moves the export to a new overlay
- * (thin.h), so it is asked for, not assumed. */
-static void on_exports(struct qmp *q, const struct qmp_reply *r, void *opaque)
-{
-    struct op *op = opaque;
-    const char *node = r->status == 0 ? export_node_from_reply(r->ret) : NULL;
-    if (!node) {
-        _cleanup_free_ char *m = xasprintf("query-block-exports failed: %s",
-                                           r->err && r->err->desc ? r->err->desc
-                                           : r->status < 0 ? strerror(-r->status)
-                                                           : "no export");
-        expand_finish(op, r->status < 0 ? r->status : -EBADMSG, m);
-        return;
-    }
-    op->node = xstrdup(node);
-    int rr = qmp_send(q, "query-named-block-nodes", json_pack("{s:b}", "flat", 1),
-                      QMP_OP_TIMEOUT_MS, on_nodes, op);
-    if (rr < 0)
-        expand_finish(op, rr, "cannot send query-named-block-nodes");
+    if (status == 0)
+        op->size = size;
+    expand_finish(op, status, msg);
 }
 
 static void on_qmp_state(struct qmp *q, int status, const struct qmp_error *err, void *opaque)
 {
     struct op *op = opaque;
     if (status == 0) {
-        int r = qmp_send(q, "query-block-exports", NULL, QMP_OP_TIMEOUT_MS, on_exports, op);
+        int r = qmpc_grow(q, op->size, false, QMP_OP_TIMEOUT_MS, on_grown, op);
         if (r < 0)
             expand_finish(op, r, "cannot send query-block-exports");
         return;

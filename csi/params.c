@@ -6,8 +6,6 @@
 
 #include <inttypes.h>
 
-#define K8S_PREFIX "csi.storage.k8s.io/"
-
 /* StorageClass spelling -> qsd_opts_set() spelling. */
 static const struct {
     const char *sc, *opt;

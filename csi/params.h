@@ -12,6 +12,8 @@
 #include "qsd/qemu/qsd.h"
 
 #define VOLUME_DEFAULT_SIZE (1ull << 30) /* when capacity_range says nothing */
+/* Parameters and secrets the external-provisioner adds (never ours). */
+#define K8S_PREFIX "csi.storage.k8s.io/"
 
 struct vol_params {
     char *format;          /* qcow2 (default) | raw */

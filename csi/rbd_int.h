@@ -13,7 +13,6 @@
 #define RBD_META_KEY "qsd-csi.volume" /* image metadata: the volume name (ours) */
 #define RBD_FEATURES (RBD_FEATURE_LAYERING | RBD_FEATURE_EXCLUSIVE_LOCK | RBD_FEATURE_OBJECT_MAP | \
                       RBD_FEATURE_FAST_DIFF | RBD_FEATURE_DEEP_FLATTEN)
-#define K8S_PREFIX "csi.storage.k8s.io/"
 
 struct rbd_req {
     struct rbd_loc loc;

@@ -8,6 +8,7 @@
 #include "rbd.h"
 #include "rbd_lock.h"
 #include "records.h"
+#include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/thin.h"
 #include "pbcheck.h"
 #include "qsd/base/util.h"
@@ -515,21 +516,14 @@ static void recover_layers(struct csi *c, struct vol *v, bool running)
         return;
     struct qmp_sync *s = NULL;
     _cleanup_free_ char *msg = NULL;
-    if (running && !v->stage_ro) {
-        struct qmp_error e = {0};
-        struct qsd_paths p;
-        qsd_paths_init(c->cfg->run_dir, v->id, &p);
-        int r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, &s, &e);
-        qsd_paths_clear(&p);
-        if (r < 0) {
-            /* Without its answer nothing can be decided: leave it for the
-             * next snapshot of the volume (thin_snapshot recovers first). */
-            _cleanup_free_ char *q = log_quote(e.desc ? e.desc : strerror(-r));
-            log_error("plugin", "cannot check the layers of a staged volume", "volume=%s error=%s",
-                      v->id, q);
-            qmp_error_clear(&e);
-            return;
-        }
+    if (running && !v->stage_ro &&
+        qmpc_connect_volume(c->cfg->run_dir, v->id, QMP_DEFAULT_TIMEOUT_MS, &s, &msg) < 0) {
+        /* Without its answer nothing can be decided: leave it for the
+         * next snapshot of the volume (thin_snapshot recovers first). */
+        _cleanup_free_ char *q = log_quote(msg);
+        log_error("plugin", "cannot check the layers of a staged volume", "volume=%s error=%s",
+                  v->id, q);
+        return;
     }
     const char *what = NULL;
     int r = thin_recover(&c->pool, v->id, s, &what, &msg);

@@ -12,7 +12,7 @@
 #include "qsd/base/proc.h"
 #include "qsd/base/util.h"
 #include "qsd/qemu/thin.h"
-#include "qsd/qemu/qmp.h"
+#include "qsd/qemu/qmpcmd.h"
 #include "rbd_lock.h"
 #include "service.h"
 
@@ -139,35 +139,19 @@ static void probe_end(struct entry *e)
     e->qmp = NULL;
 }
 
-/* Sum the discard figures the file driver keeps (the only I/O accounting
- * QSD 10.0 has for an exported node). */
-static void take_blockstats(struct entry *e, json_t *ret)
-{
-    uint64_t ops = 0, bytes = 0;
-    size_t i;
-    json_t *it;
-    json_array_foreach(ret, i, it)
-    {
-        json_t *ds = json_object_get(it, "driver-specific");
-        if (!streq_ptr(json_string_value(json_object_get(ds, "driver")), "file"))
-            continue;
-        ops += (uint64_t)json_integer_value(json_object_get(ds, "discard-nb-ok"));
-        bytes += (uint64_t)json_integer_value(json_object_get(ds, "discard-bytes-ok"));
-    }
-    e->st.have_discard = true;
-    e->st.discard_ops = ops;
-    e->st.discard_bytes = bytes;
-}
-
-static void on_probe_reply(struct qmp *q, const struct qmp_reply *r, void *opaque)
+/* The discard figures of the file driver (qmpcmd.h: the only I/O
+ * accounting QSD 10.0 has for an exported node). */
+static void on_probe_reply(int status, const struct qmpc_discard *st, void *opaque)
 {
     struct entry *e = opaque;
-    if (r->status == -ETIMEDOUT) {
+    if (status == -ETIMEDOUT) {
         e->st.probes_failed++;
         set_hung(e, "did not answer query-blockstats");
-    } else if (r->status == 0) {
+    } else if (status == 0) {
         histogram_observe(&e->st.probe, (double)(now_us() - e->probe_start_us) / 1e6);
-        take_blockstats(e, r->ret);
+        e->st.have_discard = true;
+        e->st.discard_ops = st->ops;
+        e->st.discard_bytes = st->bytes;
         if (e->hung)
             log_info("qsd", "QSD answers on its monitor again", "volume=%s", e->id);
         e->hung = false;
@@ -182,8 +166,7 @@ static void on_probe_state(struct qmp *q, int status, const struct qmp_error *er
 {
     struct entry *e = opaque;
     if (status == 0) {
-        int r = qmp_send(q, "query-blockstats", json_pack("{s:b}", "query-nodes", 1),
-                         VOLSTATS_PROBE_TIMEOUT_MS, on_probe_reply, e);
+        int r = qmpc_discard_stats(q, VOLSTATS_PROBE_TIMEOUT_MS, on_probe_reply, e);
         if (r < 0) {
             e->st.probes_failed++;
             probe_end(e);

@@ -1,13 +1,12 @@
 /* cidata.c: see cidata.h. */
 #include "cidata.h"
+#include "qsd/base/proc.h"
 #include "qsd/base/util.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 
 #define TOOL_TIMEOUT_MS 30000
 
@@ -141,56 +140,50 @@ int cidata_gather(const struct vm_spec *spec, const char *dir, struct cidata **r
     return 0;
 }
 
-/* Run argv (no shell), output to out_path, at most TOOL_TIMEOUT_MS. */
-static int run_tool(char *const argv[], const char *out_path, char **ret_error)
+/* The tools' environment: ours, with mtools' drive check off and the C
+ * locale (their messages are quoted in errors). */
+static char **tool_env(void)
 {
-    pid_t pid = fork();
-    if (pid < 0)
-        return -errno;
-    if (pid == 0) {
-        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-        }
-        int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (nul >= 0)
-            dup2(nul, STDIN_FILENO);
-        setenv("MTOOLS_SKIP_CHECK", "1", 1);
-        setenv("LC_ALL", "C", 1);
-        execvp(argv[0], argv);
-        _exit(127);
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = xcalloc(n + 3, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!startswith(environ[i], "MTOOLS_SKIP_CHECK=") && !startswith(environ[i], "LC_ALL="))
+            env[k++] = environ[i];
+    env[k++] = "MTOOLS_SKIP_CHECK=1";
+    env[k++] = "LC_ALL=C";
+    return env;
+}
+
+/* Run argv (no shell; proc.h), at most TOOL_TIMEOUT_MS. */
+static int run_tool(char *const argv[], char **ret_error)
+{
+    char **env = tool_env();
+    struct proc_result res = {0};
+    int r = proc_run_env(argv, env, TOOL_TIMEOUT_MS, &res);
+    free(env);
+    if (r == -ETIMEDOUT) {
+        *ret_error = xasprintf("%s did not finish within %d s", argv[0], TOOL_TIMEOUT_MS / 1000);
+        return r;
     }
-    uint64_t deadline = now_ms() + TOOL_TIMEOUT_MS;
-    int status;
-    for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid)
-            break;
-        if (w < 0 && errno != EINTR)
-            return -errno;
-        if (now_ms() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            *ret_error = xasprintf("%s did not finish within %d s", argv[0], TOOL_TIMEOUT_MS / 1000);
-            return -ETIMEDOUT;
-        }
-        sleep_ms(10);
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return 0;
-    _cleanup_free_ char *out = NULL;
-    size_t len = 0;
-    read_file(out_path, 4096, &out, &len);
-    char *nl;
-    while (out && len && (out[len - 1] == '\n' || out[len - 1] == '\r'))
-        out[--len] = 0;
-    const char *last = out ? ((nl = strrchr(out, '\n')) ? nl + 1 : out) : "";
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    if (r == -ENOENT) {
         *ret_error = xasprintf("%s not found (install dosfstools and mtools)", argv[0]);
-    else
+        return -EIO;
+    }
+    if (r < 0) {
+        *ret_error = xasprintf("cannot run %s: %s", argv[0], strerror(-r));
+        return r;
+    }
+    if (res.exit_code != 0) {
+        char last[512];
+        proc_last_line(*res.err ? res.err : res.out, last, sizeof(last));
         *ret_error = xasprintf("%s failed: %s", argv[0], last);
-    return -EIO;
+        r = -EIO;
+    }
+    proc_result_clear(&res);
+    return r;
 }
 
 int cidata_build(const struct cidata *c, const char *image_path, char **ret_error)
@@ -212,7 +205,6 @@ int cidata_build(const struct cidata *c, const char *image_path, char **ret_erro
         total += c->f[i].len;
     }
     _cleanup_free_ char *img = xasprintf("%s/cidata.img", tmpl);
-    _cleanup_free_ char *out = xasprintf("%s/tool.out", tmpl);
     /* FAT12/16 with room to spare: 1 MiB + 1.25 x the files. */
     char kib[32];
     snprintf(kib, sizeof(kib), "%zu", (size_t)1024 + total / 1024 * 5 / 4 + 64);
@@ -220,7 +212,7 @@ int cidata_build(const struct cidata *c, const char *image_path, char **ret_erro
         *ret_error = xasprintf("cannot write the cloud-init files: %s", strerror(-r));
     } else {
         char *mkfs[] = {"mkfs.vfat", "-n", "CIDATA", "-C", img, kib, NULL};
-        r = run_tool(mkfs, out, ret_error);
+        r = run_tool(mkfs, ret_error);
     }
     if (r >= 0) {
         char *mcopy[8] = {"mcopy", "-i", img};
@@ -230,7 +222,7 @@ int cidata_build(const struct cidata *c, const char *image_path, char **ret_erro
                 mcopy[k++] = paths[i];
         mcopy[k++] = "::";
         mcopy[k] = NULL;
-        r = run_tool(mcopy, out, ret_error);
+        r = run_tool(mcopy, ret_error);
     }
     if (r >= 0 && (chmod(img, 0444) < 0 || rename(img, image_path) < 0)) {
         r = -errno;

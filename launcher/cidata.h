@@ -6,9 +6,9 @@
  * directory, each at most CIDATA_FILE_MAX bytes), the default meta-data
  * (instance-id and local-hostname from the VM name), and building the
  * read-only FAT image labelled "cidata" with dosfstools and mtools
- * (mkfs.vfat, mcopy: run without a shell, bounded in time).  The tenant's
- * text only ever goes into the image; the domain XML names the image path,
- * which the launcher chose. */
+ * (mkfs.vfat, mcopy: run through proc.h, without a shell, bounded in
+ * time).  The tenant's text only ever goes into the image; the domain XML
+ * names the image path, which the launcher chose. */
 #pragma once
 
 #include "vmspec.h"

@@ -16,7 +16,7 @@
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
 #include "qsd/base/proc.h"
-#include "qsd/qemu/qmp.h"
+#include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/qsd.h"
 #include "qsd/qemu/qsdconf.h"
 #include "qsd/qemu/thin.h"
@@ -160,19 +160,9 @@ static bool volume_exported(const char *vol, pid_t *ret_pid)
 
 static int connect_qmp(const char *vol, struct qmp_sync **ret)
 {
-    struct qsd_paths p;
-    qsd_paths_init(g_opts.run_dir, vol, &p);
-    struct qmp_error e = {0};
-    int r = qmp_sync_connect(p.qmp, QMP_DEFAULT_TIMEOUT_MS, ret, &e);
-    if (r < 0) {
-        int code = fail(exit_code_for(r), "cannot talk to the QSD of volume %s: %s", vol,
-                        e.desc ? e.desc : strerror(-r));
-        qmp_error_clear(&e);
-        qsd_paths_clear(&p);
-        return -code;
-    }
-    qsd_paths_clear(&p);
-    return 0;
+    _cleanup_free_ char *msg = NULL;
+    int r = qmpc_connect_volume(g_opts.run_dir, vol, QMP_DEFAULT_TIMEOUT_MS, ret, &msg);
+    return r < 0 ? -fail(exit_code_for(r), "%s", msg) : 0;
 }
 
 static int gc_report(struct pool *pool);
@@ -484,7 +474,7 @@ static int cmd_export(int argc, char **argv)
         goto out;
     }
     if (opts.rbd) {
-        r = live_size(qs, &size, &msg);
+        r = qmpc_export_size(qs, &size, &msg);
         qmp_sync_close(qs);
         if (r == 0 && (!size || size % opts.logical_block_size)) {
             msg = xasprintf("the RBD image is %" PRIu64 " bytes, not a positive multiple of the "
@@ -630,7 +620,7 @@ static int cmd_resize(int argc, char **argv)
         r = connect_qmp(vol, &s);
         if (r < 0)
             code = -r;
-        else if ((r = live_resize(s, size, &msg)) < 0)
+        else if ((r = qmpc_grow_sync(s, size, true, NULL, &msg)) < 0)
             code = fail_msg(r, msg);
         else if (have_opts)
             qsd_meta_write(&paths, vol, &opts, size);
@@ -948,19 +938,15 @@ static json_t *volume_status(const struct pool *pool, const char *vol, char **re
         json_object_set_new(j, "pid", json_integer(pid));
         json_object_set_new(j, "socket", json_string(p.socket));
         json_object_set_new(j, "socket_accepts", json_boolean(unix_socket_listening(p.socket) > 0));
-        struct qmp_error e = {0};
         struct qmp_sync *s;
-        if (qmp_sync_connect(p.qmp, 2000, &s, &e) == 0) {
-            char *m = NULL;
+        char *m = NULL;
+        if (qmpc_connect_volume(g_opts.run_dir, vol, 2000, &s, &m) == 0) {
             uint64_t lsize;
-            if (live_size(s, &lsize, &m) == 0)
+            if (qmpc_export_size(s, &lsize, &m) == 0)
                 json_object_set_new(j, "size", json_integer((json_int_t)lsize));
-            free(m);
-            m = NULL;
-            free(m);
             qmp_sync_close(s);
         }
-        qmp_error_clear(&e);
+        free(m);
         /* QEMU 10.0 keeps no I/O statistics for vhost-user-blk exports
          * (docs/observability.md): the kernel's accounting of the QSD. */
         struct proc_io io;
@@ -1191,16 +1177,13 @@ static int cmd_qmp(int argc, char **argv)
         json_decref(args);
         return -r;
     }
-    struct qmp_error e = {0};
     json_t *ret = NULL;
-    r = qmp_sync_call(s, cmd, args, QMP_DEFAULT_TIMEOUT_MS, &ret, &e);
+    bool refused = false;
+    _cleanup_free_ char *msg = NULL;
+    r = qmpc_call(s, qmpc_raw(cmd, args), &ret, &refused, &msg);
     qmp_sync_close(s);
-    if (r < 0) {
-        int code = fail(r == -EREMOTEIO ? EXIT_QEMU : exit_code_for(r), "%s: %s (%s)", cmd,
-                        e.desc ? e.desc : strerror(-r), e.klass ? e.klass : "error");
-        qmp_error_clear(&e);
-        return code;
-    }
+    if (r < 0)
+        return fail(refused ? EXIT_QEMU : exit_code_for(r), "%s", msg);
     print_json(ret);
     return EXIT_OK;
 }

@@ -162,10 +162,11 @@ int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *
         }
         if (s->fn)
             _exit(s->fn(s->arg)); /* no atexit handlers, no leak check of the parent's heap */
+        char *const *envp = s->envp ? s->envp : environ;
         if (progfd >= 0)
-            syscall(SYS_execveat, progfd, "", s->argv, environ, AT_EMPTY_PATH);
+            syscall(SYS_execveat, progfd, "", s->argv, envp, AT_EMPTY_PATH);
         else
-            execvp(s->argv[0], s->argv);
+            execvpe(s->argv[0], s->argv, envp);
         int e = errno;
         (void)!write(execp[1], &e, sizeof(e));
         _exit(127);
@@ -200,28 +201,36 @@ int proc_exec_error(int exec_fd)
     return read(exec_fd, &e, sizeof(e)) == (ssize_t)sizeof(e) ? e : 0;
 }
 
-static int run(char *const argv[], uint64_t timeout_ms, const struct confine *confine,
-               int (*tick)(void *arg), void *arg, struct proc_result *ret);
+static int run(char *const argv[], char *const envp[], uint64_t timeout_ms,
+               const struct confine *confine, int (*tick)(void *arg), void *arg,
+               struct proc_result *ret);
 
 int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret)
 {
-    return run(argv, timeout_ms, NULL, NULL, NULL, ret);
+    return run(argv, NULL, timeout_ms, NULL, NULL, NULL, ret);
+}
+
+int proc_run_env(char *const argv[], char *const envp[], uint64_t timeout_ms,
+                 struct proc_result *ret)
+{
+    return run(argv, envp, timeout_ms, NULL, NULL, NULL, ret);
 }
 
 int proc_run_watch(char *const argv[], uint64_t timeout_ms, int (*tick)(void *arg), void *arg,
                    struct proc_result *ret)
 {
-    return run(argv, timeout_ms, NULL, tick, arg, ret);
+    return run(argv, NULL, timeout_ms, NULL, tick, arg, ret);
 }
 
 int proc_run_confined(char *const argv[], uint64_t timeout_ms, const struct confine *confine,
                       struct proc_result *ret)
 {
-    return run(argv, timeout_ms, confine, NULL, NULL, ret);
+    return run(argv, NULL, timeout_ms, confine, NULL, NULL, ret);
 }
 
-static int run(char *const argv[], uint64_t timeout_ms, const struct confine *confine,
-               int (*tick)(void *arg), void *arg, struct proc_result *ret)
+static int run(char *const argv[], char *const envp[], uint64_t timeout_ms,
+               const struct confine *confine, int (*tick)(void *arg), void *arg,
+               struct proc_result *ret)
 {
     int outp[2], errp[2];
     if (pipe2(outp, O_CLOEXEC) < 0)
@@ -235,6 +244,7 @@ static int run(char *const argv[], uint64_t timeout_ms, const struct confine *co
      * not leave it writing into the pool. */
     struct proc_spawn sp = PROC_SPAWN_INIT;
     sp.argv = argv;
+    sp.envp = envp;
     sp.stdout_fd = outp[1];
     sp.stderr_fd = errp[1];
     sp.die_with_parent = true;

@@ -1,8 +1,13 @@
 /* qsd/base/proc.h: starting child processes, running helper programs (qemu-img) with
  * a bound, and process facts.
  *
- * proc_spawn() is the one way the project starts a child (QSDs, workers,
- * helpers): the child always starts from the same state (empty signal mask,
+ * proc_spawn() is the one way the project starts a child program (QSDs,
+ * workers, helpers such as qemu-img, mkfs.vfat and mcopy) or worker
+ * process.  Two forks stay outside it, neither a program started on
+ * someone's behalf: the launcher as PID 1 splits itself in two (init.c, no
+ * exec), and the vhost-user filter's head forks the QSD it fronts
+ * (vufilter_main.c), applying only the QSD's seccomp profile there.
+ * The child always starts from the same state (empty signal mask,
  * default signal actions, chosen stdio, optional session, umask, parent-death
  * signal and cgroups, then optional confinement: confine.h), then execs or
  * runs a function.  It never waits for
@@ -33,6 +38,7 @@ struct proc_spawn {
     const struct confine *confine; /* applied last, just before exec or fn
                                       (confine.h); a failure is the exec
                                       error and the child exits 126 */
+    char *const *envp;        /* argv only: the environment (NULL: the parent's) */
     const char *program_fd3;  /* a program (PATH searched) opened O_PATH before
                                  confinement and left at descriptor 3: the
                                  child execs it later (the vhost-user filter's
@@ -58,6 +64,9 @@ void proc_result_clear(struct proc_result *r);
 /* 0 when the program ran to completion (whatever its exit code); -ETIMEDOUT
  * when it was killed at the bound; -ENOENT when it could not be executed. */
 int proc_run(char *const argv[], uint64_t timeout_ms, struct proc_result *ret);
+/* The same with the environment envp (a full one: nothing is inherited). */
+int proc_run_env(char *const argv[], char *const envp[], uint64_t timeout_ms,
+                 struct proc_result *ret);
 /* The same, calling tick(arg) about once a second while the program runs
  * (progress, a size bound); a negative return kills the program and is
  * returned. */

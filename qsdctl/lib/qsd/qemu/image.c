@@ -3,6 +3,7 @@
 #include "qsd/base/names.h"
 #include "qsd/base/proc.h"
 #include "qsd/base/confine.h"
+#include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/qsd.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
@@ -13,7 +14,6 @@
 #include <sys/stat.h>
 
 #define QEMU_IMG_TIMEOUT_MS (30u * 60u * 1000u) /* copies of big images take time */
-#define QEMU_IMG_QUICK_MS 30000u
 
 int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg)
 {
@@ -311,105 +311,6 @@ int snapshot_delete(const struct pool *p, const char *snap, char **ret_msg)
 
 /* ------------------------------------------------------------ online */
 
-int image_qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg)
-{
-    *ret_msg = xasprintf("%s failed: %s (%s)", what, e->desc ? e->desc : strerror(-r),
-                         e->klass ? e->klass : "error");
-    qmp_error_clear(e);
-    return errno_from_text(r, *ret_msg);
-}
-
-const char *export_node_from_reply(json_t *exports)
-{
-    size_t i;
-    json_t *it;
-    json_array_foreach(exports, i, it)
-    {
-        if (streq_ptr(json_string_value(json_object_get(it, "id")), QSD_EXPORT_ID))
-            return json_string_value(json_object_get(it, "node-name"));
-    }
-    return NULL;
-}
-
-int live_export_node(struct qmp_sync *s, char **ret_node, char **ret_msg)
-{
-    struct qmp_error e = {0};
-    json_t *ret = NULL;
-    int r = qmp_sync_call(s, "query-block-exports", NULL, QMP_DEFAULT_TIMEOUT_MS, &ret, &e);
-    if (r < 0)
-        return image_qmp_msg(r, &e, "query-block-exports", ret_msg);
-    const char *n = export_node_from_reply(ret);
-    if (!n) {
-        json_decref(ret);
-        *ret_msg = xstrdup("QSD has no export " QSD_EXPORT_ID);
-        return -EBADMSG;
-    }
-    *ret_node = xstrdup(n);
-    json_decref(ret);
-    return 0;
-}
-
-int live_size(struct qmp_sync *s, uint64_t *ret_size, char **ret_msg)
-{
-    _cleanup_free_ char *exp = NULL;
-    int r = live_export_node(s, &exp, ret_msg);
-    if (r < 0)
-        return r;
-    struct qmp_error e = {0};
-    json_t *ret = NULL;
-    r = qmp_sync_call(s, "query-named-block-nodes", json_pack("{s:b}", "flat", 1),
-                          QMP_DEFAULT_TIMEOUT_MS, &ret, &e);
-    if (r < 0)
-        return image_qmp_msg(r, &e, "query-named-block-nodes", ret_msg);
-    size_t i;
-    json_t *node;
-    json_array_foreach(ret, i, node)
-    {
-        const char *nn = json_string_value(json_object_get(node, "node-name"));
-        if (nn && streq(nn, exp)) {
-            json_t *vs = json_object_get(json_object_get(node, "image"), "virtual-size");
-            if (json_is_integer(vs)) {
-                *ret_size = (uint64_t)json_integer_value(vs);
-                json_decref(ret);
-                return 0;
-            }
-        }
-    }
-    json_decref(ret);
-    *ret_msg = xstrdup("QSD does not report the exported node's size");
-    return -EBADMSG;
-}
-
-int live_resize(struct qmp_sync *s, uint64_t size, char **ret_msg)
-{
-    uint64_t cur;
-    int r = live_size(s, &cur, ret_msg);
-    if (r < 0)
-        return r;
-    if (size < cur) {
-        *ret_msg = xasprintf("refusing to shrink from %" PRIu64 " to %" PRIu64 " bytes", cur, size);
-        return -EINVAL;
-    }
-    if (size == cur)
-        return 0;
-    _cleanup_free_ char *exp = NULL;
-    if ((r = live_export_node(s, &exp, ret_msg)) < 0)
-        return r;
-    struct qmp_error e = {0};
-    r = qmp_sync_call(s, "block_resize",
-                      json_pack("{s:s, s:I}", "node-name", exp, "size", (json_int_t)size),
-                      QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
-    if (r < 0)
-        return image_qmp_msg(r, &e, "block_resize", ret_msg);
-    return 0;
-}
-
-static bool job_match(json_t *data, void *opaque)
-{
-    return streq_ptr(json_string_value(json_object_get(data, "device")), opaque) ||
-           streq_ptr(json_string_value(json_object_get(data, "id")), opaque);
-}
-
 int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, uint64_t timeout_ms,
                   char **ret_msg)
 {
@@ -420,8 +321,8 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
     }
     uint64_t size;
     _cleanup_free_ char *exp = NULL;
-    int r = live_size(s, &size, ret_msg);
-    if (r < 0 || (r = live_export_node(s, &exp, ret_msg)) < 0)
+    int r = qmpc_export_node(s, &exp, ret_msg);
+    if (r < 0 || (r = qmpc_node_size(s, exp, &size, ret_msg)) < 0)
         return r;
     /* The QSD writes the copy: it runs as the volume's own uid and sees
      * neither snapshots/ nor images/ (qsdconf.h), so the target is made in
@@ -456,56 +357,33 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
      * lives in an iothread and was never drained since QSD started: a
      * same-size block_resize (a drained section, no change) settles it.
      * Measured: without it the first live snapshot kills the QSD. */
-    struct qmp_error eio = {0};
-    qmp_sync_call(s, "block_resize",
-                  json_pack("{s:s, s:I}", "node-name", exp, "size", (json_int_t)size),
-                  QMP_DEFAULT_TIMEOUT_MS, NULL, &eio);
-    qmp_error_clear(&eio);
+    _cleanup_free_ char *ignored = NULL;
+    qmpc_call(s, qmpc_block_resize(exp, size), NULL, NULL, &ignored);
 
     _cleanup_free_ char *node = xasprintf("snap-%d", (int)getpid());
     _cleanup_free_ char *job = xasprintf("backup-%d", (int)getpid());
-    struct qmp_error e = {0};
-    json_t *add = json_pack("{s:s, s:s, s:{s:s, s:s}}", "driver", "qcow2", "node-name", node,
-                            "file", "driver", "file", "filename", tmp);
-    r = qmp_sync_call(s, "blockdev-add", add, QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
+    r = qmpc_call(s, qmpc_named(qmpc_blockdev_add_qcow2_file(node, tmp),
+                                "blockdev-add of the snapshot target"), NULL, NULL, ret_msg);
     if (r < 0) {
         unlink(tmp);
-        return image_qmp_msg(r, &e, "blockdev-add of the snapshot target", ret_msg);
+        return r;
     }
-    r = qmp_sync_call(s, "blockdev-backup",
-                      json_pack("{s:s, s:s, s:s, s:s}", "job-id", job, "device", exp, "target",
-                                node, "sync", "full"),
-                      QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
-    if (r < 0) {
-        image_qmp_msg(r, &e, "blockdev-backup", ret_msg);
-        goto del;
+    r = qmpc_call(s, qmpc_blockdev_backup(job, exp, node), NULL, NULL, ret_msg);
+    if (r == 0) {
+        bool ended = false;
+        r = qmpc_job_wait(s, job, "snapshot copy", timeout_ms, &ended, ret_msg);
+        /* Not completed in time: cancel, with a bounded moment to settle
+         * before blockdev-del. */
+        if (r < 0 && !ended)
+            qmpc_job_cancel(s, job, 5000);
     }
-    json_t *data = NULL;
-    r = qmp_sync_wait_event(s, "BLOCK_JOB_COMPLETED", job_match, job, timeout_ms, &data, &e);
-    if (r < 0) {
-        image_qmp_msg(r, &e, "waiting for the snapshot copy", ret_msg);
-        struct qmp_error e2 = {0};
-        qmp_sync_call(s, "block-job-cancel", json_pack("{s:s, s:b}", "device", job, "force", 1),
-                      QMP_DEFAULT_TIMEOUT_MS, NULL, &e2);
-        qmp_error_clear(&e2);
-        /* Give the cancellation a bounded moment to settle before blockdev-del. */
-        qmp_sync_wait_event(s, "BLOCK_JOB_CANCELLED", job_match, job, 5000, NULL, &e2);
-        qmp_error_clear(&e2);
-        goto del;
+    _cleanup_free_ char *m = NULL;
+    int r2 = qmpc_call(s, qmpc_named(qmpc_blockdev_del(node), "blockdev-del of the snapshot target"),
+                       NULL, NULL, &m);
+    if (r2 < 0 && r == 0) {
+        r = r2;
+        *ret_msg = TAKE_PTR(m);
     }
-    const char *err = json_string_value(json_object_get(data, "error"));
-    if (err) {
-        *ret_msg = xasprintf("snapshot copy failed: %s", err);
-        r = errno_from_text(-EIO, err);
-    }
-    json_decref(data);
-del:;
-    struct qmp_error e3 = {0};
-    int r2 = qmp_sync_call(s, "blockdev-del", json_pack("{s:s}", "node-name", node),
-                           QMP_DEFAULT_TIMEOUT_MS, NULL, &e3);
-    if (r2 < 0 && r == 0)
-        r = image_qmp_msg(r2, &e3, "blockdev-del of the snapshot target", ret_msg);
-    qmp_error_clear(&e3);
     if (r < 0) {
         unlink(tmp);
         return r;

@@ -16,6 +16,7 @@
 
 #define IMAGE_MAX_SIZE (1ull << 50)     /* 1 PiB */
 #define IMAGE_SIZE_ALIGN 512u
+#define QEMU_IMG_QUICK_MS 30000u /* bound of the quick qemu-img steps (info, create, resize) */
 
 struct pool {
     char *root, *volumes, *snapshots, *layers; /* layers/: thin.h */
@@ -61,17 +62,8 @@ int image_qemu_img_confined(char *const argv[], uint64_t timeout_ms, const struc
 /* Rename tmp to final without replacing, fsync the directory (tmp is
  * removed on failure). */
 int image_publish(const char *tmp, const char *final, char **ret_msg);
-/* "<what> failed: <QEMU's desc> (<class>)"; clears e; returns r. */
-int image_qmp_msg(int r, struct qmp_error *e, const char *what, char **ret_msg);
 
-/* ---- online (through the volume's QSD) ---- */
-/* The node the volume's export serves (query-block-exports): QSD_NODE when
- * QSD starts, the newest overlay after a live thin snapshot (thin.h). */
-int live_export_node(struct qmp_sync *s, char **ret_node, char **ret_msg);
-/* The same from a query-block-exports reply (pure); NULL if absent. */
-const char *export_node_from_reply(json_t *exports);
-int live_size(struct qmp_sync *s, uint64_t *ret_size, char **ret_msg);
-int live_resize(struct qmp_sync *s, uint64_t size, char **ret_msg);
+/* ---- online (through the volume's QSD, qmpcmd.h) ---- */
 /* Point-in-time copy of the live node into a standalone qcow2 snapshot
  * (blockdev-backup sync=full; the guest keeps running).  Bounded by timeout_ms. */
 int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap,

@@ -150,6 +150,7 @@ struct qmp_pending {
     char *cmd;
     qmp_reply_cb cb;
     void *opaque;
+    void (*release)(void *opaque); /* when dropped unanswered */
     struct loop_timer *timer;
     struct qmp_pending *next;
 };
@@ -233,10 +234,11 @@ static void on_command_timeout(struct loop *l, void *opaque)
 }
 
 static int send_internal(struct qmp *q, const char *cmd, json_t *args, uint64_t timeout_ms,
-                         qmp_reply_cb cb, void *opaque)
+                         qmp_reply_cb cb, void *opaque, void (*release)(void *))
 {
     struct qmp_pending *p = xcalloc(1, sizeof(*p));
     p->q = q;
+    p->release = release;
     snprintf(p->id, sizeof(p->id), "qsd-%llu", (unsigned long long)++q->next_id);
     p->cmd = xstrdup(cmd);
     p->cb = cb;
@@ -254,14 +256,20 @@ static int send_internal(struct qmp *q, const char *cmd, json_t *args, uint64_t 
     return 0;
 }
 
-int qmp_send(struct qmp *q, const char *cmd, json_t *args, uint64_t timeout_ms, qmp_reply_cb cb,
-             void *opaque)
+int qmp_send_owned(struct qmp *q, const char *cmd, json_t *args, uint64_t timeout_ms,
+                   qmp_reply_cb cb, void *opaque, void (*release)(void *opaque))
 {
     if (q->state != QMP_READY) {
         json_decref(args);
         return -ENOTCONN;
     }
-    return send_internal(q, cmd, args, timeout_ms, cb, opaque);
+    return send_internal(q, cmd, args, timeout_ms, cb, opaque, release);
+}
+
+int qmp_send(struct qmp *q, const char *cmd, json_t *args, uint64_t timeout_ms, qmp_reply_cb cb,
+             void *opaque)
+{
+    return qmp_send_owned(q, cmd, args, timeout_ms, cb, opaque, NULL);
 }
 
 bool qmp_ready(struct qmp *q) { return q && q->state == QMP_READY; }
@@ -295,7 +303,8 @@ static void on_message(json_t *msg, void *opaque)
         if (q->state != QMP_GREETING)
             return;
         q->state = QMP_NEGOTIATING;
-        send_internal(q, "qmp_capabilities", NULL, QMP_DEFAULT_TIMEOUT_MS, on_capabilities, NULL);
+        send_internal(q, "qmp_capabilities", NULL, QMP_DEFAULT_TIMEOUT_MS, on_capabilities, NULL,
+                      NULL);
         return;
     case QMP_MSG_RETURN:
     case QMP_MSG_ERROR: {
@@ -457,6 +466,8 @@ void qmp_close(struct qmp *q)
     while (q->pending) {
         struct qmp_pending *p = q->pending;
         q->pending = p->next;
+        if (p->release)
+            p->release(p->opaque);
         pending_free(p);
     }
     qmp_parser_free(&q->parser);
@@ -596,6 +607,22 @@ int qmp_sync_call(struct qmp_sync *s, const char *cmd, json_t *args, uint64_t ti
         *ret_return = c.ret;
     else
         json_decref(c.ret);
+    return 0;
+}
+
+struct qmp *qmp_sync_client(struct qmp_sync *s) { return s ? s->qmp : NULL; }
+
+int qmp_sync_run(struct qmp_sync *s, const bool *done)
+{
+    while (!*done) {
+        int r = loop_run_once(s->loop, -1);
+        if (r < 0) {
+            /* The loop itself failed: drop what is pending. */
+            qmp_close(s->qmp);
+            s->qmp = NULL;
+            return r;
+        }
+    }
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* qsd/qemu/qmp.h: asynchronous QMP client for qemu-storage-daemon, on the project loop.
+/* qsd/qemu/qmp.h: QMP transport to qemu-storage-daemon, on the project loop.
  *
  * Layers (as in libvirt's qemu_monitor_json.c):
  *   framing   qmp_parser_*: bytes -> one JSON message per line (pure, no I/O)
@@ -6,9 +6,15 @@
  *             capabilities negotiation, commands with an id and a callback,
  *             replies matched by id, events dispatched to one handler
  *   sync      struct qmp_sync: a private loop driving the same code until the
- *             reply arrives; for the CLI and tests
+ *             reply arrives; for code that may block: the CLI, the CSI
+ *             plugin's worker processes and its start-up (before its loop
+ *             runs), and tests
+ * The commands themselves (their JSON, their replies) are qmpcmd.h's: no
+ * other file calls qmp_send(), qmp_send_owned() or qmp_sync_call() (the
+ * ctest unit/qmp_layer checks it).
  * Every command has a deadline; a connection that breaks fails every pending
- * command with -ECONNRESET.  QEMU errors carry QEMU's class and description. */
+ * command with -ECONNRESET (-ETIMEDOUT when it never became ready in time).
+ * QEMU errors carry QEMU's class and description. */
 #pragma once
 
 #include <sys/types.h>
@@ -72,15 +78,21 @@ void qmp_set_event_handler(struct qmp *q, qmp_event_cb cb, void *opaque);
  * once, unless the client is closed first. */
 int qmp_send(struct qmp *q, const char *cmd, json_t *args, uint64_t timeout_ms, qmp_reply_cb cb,
              void *opaque);
+/* The same; release(opaque) is called instead of cb if the client is
+ * closed before the reply (a wrapper that allocated opaque frees it). */
+int qmp_send_owned(struct qmp *q, const char *cmd, json_t *args, uint64_t timeout_ms,
+                   qmp_reply_cb cb, void *opaque, void (*release)(void *opaque));
 bool qmp_ready(struct qmp *q);
 /* Close the connection; pending callbacks are dropped without being called. */
 void qmp_close(struct qmp *q);
 
-/* ---- synchronous convenience (CLI, tests) ---- */
+/* ---- synchronous client (code that may block; see the top) ---- */
 struct qmp_sync;
 int qmp_sync_connect(const char *path, uint64_t timeout_ms, struct qmp_sync **ret,
                      struct qmp_error *err);
-/* Run one command; on success *ret_return (may be NULL) gets a new reference. */
+/* Run one command; on success *ret_return (may be NULL) gets a new reference.
+ * The transport's own tests use it; the project's code runs typed commands
+ * with qmpc_call() (qmpcmd.h). */
 int qmp_sync_call(struct qmp_sync *s, const char *cmd, json_t *args, uint64_t timeout_ms,
                   json_t **ret_return, struct qmp_error *err);
 /* Wait for an event named `event` whose data matches (match may be NULL).
@@ -89,6 +101,12 @@ int qmp_sync_wait_event(struct qmp_sync *s, const char *event,
                         bool (*match)(json_t *data, void *opaque), void *opaque,
                         uint64_t timeout_ms, json_t **ret_data, struct qmp_error *err);
 void qmp_sync_close(struct qmp_sync *s);
+/* The asynchronous client under s (NULL once closed), to send the same
+ * commands (qmpcmd.h), and its private loop run until *done is set (every
+ * command has a deadline, so this is bounded).  A failure of the loop
+ * itself closes the client (pending callbacks are dropped). */
+struct qmp *qmp_sync_client(struct qmp_sync *s);
+int qmp_sync_run(struct qmp_sync *s, const bool *done);
 /* The uid and gid of the process serving the monitor (SO_PEERCRED): the
  * QSD's own identity (qsdconf.h), to hand it a file it must open. */
 int qmp_sync_peer(struct qmp_sync *s, uid_t *ret_uid, gid_t *ret_gid);

@@ -6,7 +6,7 @@
 #include "qsd/base/names.h"
 #include "qsd/base/probe.h"
 #include "qsd/base/proc.h"
-#include "qsd/qemu/qmp.h"
+#include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/qsdconf.h"
 #include "qsd/qemu/rbdsrc.h"
 #include "qsd/base/util.h"
@@ -1635,16 +1635,11 @@ static void on_stop_deadline(struct loop *l, void *opaque)
     finish(q, -ETIMEDOUT, msg);
 }
 
-static void on_quit_reply(struct qmp *qmp, const struct qmp_reply *r, void *opaque)
-{
-    /* Either way the process exit (pidfd) finishes the stop. */
-}
-
 static void on_stop_qmp(struct qmp *qmp, int status, const struct qmp_error *err, void *opaque)
 {
     struct qsd *q = opaque;
     if (status == 0) {
-        qmp_send(qmp, "quit", NULL, q->cfg.stop_timeout_ms, on_quit_reply, q);
+        qmpc_quit_async(qmp, q->cfg.stop_timeout_ms); /* the exit (pidfd) ends the stop */
     } else if (q->state == QS_STOPPING && q->pidfd >= 0) {
         /* Monitor unusable: fall back to SIGTERM, which QSD also honours. */
         pidfd_signal(q->pidfd, SIGTERM);
@@ -1779,12 +1774,10 @@ static int run_until(struct loop *l, struct sync_done *d, uint64_t bound_ms)
  * still open (qsd_start_sync). */
 static int connect_monitor(struct qsd *q, struct qmp_sync **ret, char **ret_msg)
 {
-    struct qmp_error e = {0};
-    int r = qmp_sync_connect(q->paths.qmp, QMP_DEFAULT_TIMEOUT_MS, ret, &e);
+    _cleanup_free_ char *m = NULL;
+    int r = qmpc_connect_volume(q->cfg.run_dir, q->volume, QMP_DEFAULT_TIMEOUT_MS, ret, &m);
     if (r < 0)
-        *ret_msg = xasprintf("QSD serves its exports but its monitor %s does not answer: %s",
-                             q->paths.qmp, e.desc ? e.desc : strerror(-r));
-    qmp_error_clear(&e);
+        *ret_msg = xasprintf("QSD serves its exports but its monitor does not answer: %s", m);
     return r;
 }
 

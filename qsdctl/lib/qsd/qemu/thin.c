@@ -1,6 +1,7 @@
 /* qsd/qemu/thin.c: thin snapshots, clones, merges and garbage collection on the
  * pool's qcow2 layers.  See thin.h (the steps) and layers.h (the rules). */
 #include "qsd/qemu/thin.h"
+#include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/qsdconf.h"
 #include <sys/random.h>
 #include "qsd/qemu/imagebase.h"
@@ -13,7 +14,6 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
-#define QUICK_MS 30000u
 #define MERGE_JOB "merge"
 #define CANCEL_WAIT_MS 10000u
 
@@ -223,25 +223,9 @@ static void drop_extra_names(const struct pool *p, const char *top)
 
 /* ---------------------------------------------------------------- QMP */
 
-static bool job_is(json_t *data, void *opaque)
-{
-    return streq_ptr(json_string_value(json_object_get(data, "device")), opaque) ||
-           streq_ptr(json_string_value(json_object_get(data, "id")), opaque);
-}
-
 int thin_merge_running(struct qmp_sync *s, char **ret_msg)
 {
-    struct qmp_error e = {0};
-    json_t *jobs = NULL;
-    int r = qmp_sync_call(s, "query-block-jobs", NULL, QMP_DEFAULT_TIMEOUT_MS, &jobs, &e);
-    if (r < 0)
-        return image_qmp_msg(r, &e, "query-block-jobs", ret_msg);
-    size_t i;
-    json_t *j;
-    bool found = false;
-    json_array_foreach(jobs, i, j) found = found || job_is(j, MERGE_JOB);
-    json_decref(jobs);
-    return found;
+    return qmpc_job_listed(s, MERGE_JOB, ret_msg);
 }
 
 /* Cancel a running merge: a stream stopped halfway leaves the chain as it
@@ -251,12 +235,14 @@ static int cancel_merge(struct qmp_sync *s, char **ret_msg)
     int r = thin_merge_running(s, ret_msg);
     if (r <= 0)
         return r;
-    struct qmp_error e = {0};
-    r = qmp_sync_call(s, "block-job-cancel", json_pack("{s:s, s:b}", "device", MERGE_JOB, "force", 1),
-                      QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
-    if (r < 0 && !e.klass)
-        return image_qmp_msg(r, &e, "block-job-cancel", ret_msg);
-    qmp_error_clear(&e); /* it may have finished meanwhile */
+    bool refused = false;
+    _cleanup_free_ char *m = NULL;
+    r = qmpc_call(s, qmpc_block_job_cancel(MERGE_JOB), NULL, &refused, &m);
+    if (r < 0 && !refused) {
+        *ret_msg = TAKE_PTR(m);
+        return r;
+    }
+    /* refused: it may have finished meanwhile */
     uint64_t deadline = now_ms() + CANCEL_WAIT_MS;
     while ((r = thin_merge_running(s, ret_msg)) == 1) {
         if (now_ms() >= deadline) {
@@ -268,25 +254,10 @@ static int cancel_merge(struct qmp_sync *s, char **ret_msg)
     return r;
 }
 
-static int qmp_do(struct qmp_sync *s, const char *cmd, json_t *args, const char *what,
-                  bool *ret_refused, char **ret_msg)
-{
-    struct qmp_error e = {0};
-    int r = qmp_sync_call(s, cmd, args, QMP_DEFAULT_TIMEOUT_MS, NULL, &e);
-    if (r < 0) {
-        if (ret_refused)
-            *ret_refused = e.klass != NULL; /* QEMU answered no: nothing changed */
-        return image_qmp_msg(r, &e, what, ret_msg);
-    }
-    return 0;
-}
-
 static void qmp_del_node(struct qmp_sync *s, const char *node)
 {
-    struct qmp_error e = {0};
-    qmp_sync_call(s, "blockdev-del", json_pack("{s:s}", "node-name", node), QMP_DEFAULT_TIMEOUT_MS,
-                  NULL, &e);
-    qmp_error_clear(&e);
+    _cleanup_free_ char *m = NULL;
+    qmpc_call(s, qmpc_blockdev_del(node), NULL, NULL, &m);
 }
 
 /* QEMU 10.0.2 (measured): with the export in an iothread, any drain while
@@ -298,17 +269,10 @@ static void qmp_del_node(struct qmp_sync *s, const char *node)
  * the caller falls back to a full copy. */
 static int refuse_iothread(struct qmp_sync *s, char **ret_msg)
 {
-    struct qmp_error e = {0};
-    json_t *t = NULL;
-    int r = qmp_sync_call(s, "qom-list", json_pack("{s:s}", "path", "/objects"),
-                          QMP_DEFAULT_TIMEOUT_MS, &t, &e);
+    unsigned n;
+    int r = qmpc_iothreads(s, &n, ret_msg);
     if (r < 0)
-        return image_qmp_msg(r, &e, "qom-list /objects", ret_msg);
-    size_t i, n = 0;
-    json_t *it;
-    json_array_foreach(t, i, it) n += streq_ptr(json_string_value(json_object_get(it, "type")),
-                                                "child<iothread>");
-    json_decref(t);
+        return r;
     if (n) {
         *ret_msg = xstrdup("the volume's QSD runs its export in an iothread: QEMU 10.0 hangs on "
                            "a graph change under I/O there (start it without iothread)");
@@ -347,7 +311,7 @@ static int recover_locked(const struct pool *p, const char *vol, struct qmp_sync
         if (s) {
             /* A running QSD: did it switch to the overlay (step 3)? */
             _cleanup_free_ char *node = NULL, *ov = xasprintf("ov-%s", layer);
-            int r = live_export_node(s, &node, ret_msg);
+            int r = qmpc_export_node(s, &node, ret_msg);
             if (r < 0)
                 return r;
             forward = streq(node, ov);
@@ -417,16 +381,11 @@ static int merge_locked(const struct pool *p, const char *vol, struct qmp_sync *
             return r < 0 ? r : 1;
         }
         _cleanup_free_ char *exp = NULL;
-        if ((r = live_export_node(s, &exp, ret_msg)) < 0) {
+        json_t *graph = NULL;
+        if ((r = qmpc_export_node(s, &exp, ret_msg)) < 0 ||
+            (r = qmpc_block_graph(s, &graph, ret_msg)) < 0) {
             chain_clear(&c);
             return r;
-        }
-        json_t *graph = NULL;
-        struct qmp_error e = {0};
-        r = qmp_sync_call(s, "x-debug-query-block-graph", NULL, QMP_DEFAULT_TIMEOUT_MS, &graph, &e);
-        if (r < 0) {
-            chain_clear(&c);
-            return image_qmp_msg(r, &e, "x-debug-query-block-graph", ret_msg);
         }
         const char **names = NULL;
         size_t n = 0;
@@ -439,30 +398,18 @@ static int merge_locked(const struct pool *p, const char *vol, struct qmp_sync *
             chain_clear(&c);
             return -EPROTO;
         }
-        json_t *args = json_pack("{s:s, s:s}", "job-id", MERGE_JOB, "device", exp);
-        if (base) {
-            json_object_set_new(args, "base-node", json_string(names[m + 1]));
-            json_object_set_new(args, "backing-file", json_string(ref));
-        }
+        struct qmpc cmd = qmpc_block_stream(MERGE_JOB, exp, base ? names[m + 1] : NULL, ref);
         free(names);
         json_decref(graph);
         chain_clear(&c);
-        if ((r = qmp_do(s, "block-stream", args, "block-stream", NULL, ret_msg)) < 0 || !wait)
+        if ((r = qmpc_call(s, cmd, NULL, NULL, ret_msg)) < 0 || !wait)
             return r;
-        json_t *data = NULL;
-        r = qmp_sync_wait_event(s, "BLOCK_JOB_COMPLETED", job_is, MERGE_JOB, timeout_ms, &data, &e);
-        if (r < 0) {
-            image_qmp_msg(r, &e, "waiting for the merge", ret_msg);
+        bool ended = false;
+        r = qmpc_job_wait(s, MERGE_JOB, "merge", timeout_ms, &ended, ret_msg);
+        if (r < 0 && !ended) {
             _cleanup_free_ char *m2 = NULL;
             cancel_merge(s, &m2);
-            return r;
         }
-        const char *err = json_string_value(json_object_get(data, "error"));
-        if (err) {
-            *ret_msg = xasprintf("merge failed: %s", err);
-            r = -EIO;
-        }
-        json_decref(data);
         return r;
     }
     chain_clear(&c);
@@ -550,7 +497,7 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
     snprintf(sz, sizeof(sz), "%" PRIu64, size);
     char *argv[] = {"qemu-img", "create", "-q", "-u", "-f", "qcow2", "-b", ref, "-F", "qcow2",
                     tmp, sz, NULL};
-    if ((r = image_qemu_img(argv, QUICK_MS, NULL, ret_msg)) < 0 || (r = fsync_path(tmp)) < 0) {
+    if ((r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0 || (r = fsync_path(tmp)) < 0) {
         if (!*ret_msg)
             errmsg(r, ret_msg, "cannot write %s%s", tmp, "");
         unlink(tmp);
@@ -565,20 +512,21 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
         _cleanup_free_ char *exp = NULL, *fnode = xasprintf("f-%s", layer),
                         *onode = xasprintf("ov-%s", layer);
         bool refused = true;
-        r = live_export_node(s, &exp, ret_msg);
+        r = qmpc_export_node(s, &exp, ret_msg);
         if (r == 0)
-            r = qmp_do(s, "blockdev-add", qsd_file_node_json(o, fnode, tmp),
-                       "blockdev-add of the overlay's file", NULL, ret_msg);
+            r = qmpc_call(s, qmpc_named(qmpc_blockdev_add(qsd_file_node_json(o, fnode, tmp)),
+                                        "blockdev-add of the overlay's file"),
+                          NULL, NULL, ret_msg);
         if (r == 0) {
             json_t *fmt = qsd_format_node_json(o, onode, "qcow2", fnode);
             json_object_set_new(fmt, "backing", json_null());
-            r = qmp_do(s, "blockdev-add", fmt, "blockdev-add of the overlay", NULL, ret_msg);
+            r = qmpc_call(s, qmpc_named(qmpc_blockdev_add(fmt), "blockdev-add of the overlay"),
+                          NULL, NULL, ret_msg);
             if (r < 0)
                 qmp_del_node(s, fnode);
         }
         if (r == 0) {
-            r = qmp_do(s, "blockdev-snapshot", json_pack("{s:s, s:s}", "node", exp, "overlay", onode),
-                       "blockdev-snapshot", &refused, ret_msg);
+            r = qmpc_call(s, qmpc_blockdev_snapshot(exp, onode), NULL, &refused, ret_msg);
             if (r < 0 && refused) {
                 qmp_del_node(s, onode);
                 qmp_del_node(s, fnode);
@@ -686,7 +634,7 @@ int thin_create_locked(const struct pool *p, const char *vol, const char *layer,
     snprintf(sz, sizeof(sz), "%" PRIu64, size ? size : lsize);
     char *argv[] = {"qemu-img", "create", "-q", "-u", "-f", "qcow2", "-b", ref, "-F", "qcow2",
                     tmp, sz, NULL};
-    if ((r = image_qemu_img(argv, QUICK_MS, NULL, ret_msg)) < 0 || (r = fsync_path(tmp)) < 0) {
+    if ((r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0 || (r = fsync_path(tmp)) < 0) {
         if (!*ret_msg)
             errmsg(r, ret_msg, "cannot write %s%s", tmp, "");
         unlink(tmp);
