@@ -1,6 +1,7 @@
 /* metrics.c: the metrics registry and its Prometheus text rendering.
  * See metrics.h; the series are listed in docs/observability.md. */
 #include "metrics.h"
+#include "backend.h"
 #include "capacity.h"
 #include "qsd/base/util.h"
 #include "service.h"
@@ -197,7 +198,8 @@ static void render_pool(FILE *f, struct csi *c)
     struct pool_stat p = volstats_pool(c->vstats);
     struct pool_figures fig = {.total = p.capacity, .free = p.free};
     for (size_t i = 0; i < c->store->n_vols; i++)
-        fig.committed += c->store->vols[i]->size;
+        if (BACKEND_OF(.record = c->store->vols[i])->in_pool)
+            fig.committed += c->store->vols[i]->size;
     capacity_apply(&c->cfg->capacity, &fig);
     if (p.valid) {
         metrics_family(f, "qsd_csi_pool_capacity_bytes", "gauge",

@@ -6,6 +6,7 @@
  * socket's directory, never the socket file: a restarted QSD re-creates the
  * socket) onto the target path.  Staging and publications are recorded in
  * the volume's record before acting, so a restarted plugin knows them. */
+#include "backend.h"
 #include "bridge.h"
 #include "clients.h"
 #include "qsd/base/log.h"
@@ -14,7 +15,6 @@
 #include "params.h"
 #include "paths.h"
 #include "rbd.h"
-#include "rbd_lock.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
@@ -149,10 +149,8 @@ static void stage_failed(struct op *op, int status, const char *msg)
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
-    if (status == 0 && op->rbd) {
-        rbd_stage_confirm(op); /* answers, or stops the QSD */
-        return;
-    }
+    if (status == 0 && BACKEND_OF(.record = v)->stage_confirm(op))
+        return; /* it answers, or stops the QSD */
     if (status == 0) {
         log_info("node", op->flag ? "staged volume repaired: its QSD serves again"
                                   : "volume staged", "volume=%s pid=%d", v->id,
@@ -261,9 +259,9 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     cap_group(in->volume_capability, &gid);
     bool ro = cap_read_only(in->volume_capability);
     struct vol *rv = store_find_vol(c->store, in->volume_id);
-    if (rbd_is_name(in->volume_id) &&
-        (!rv || (rbd_record(rv) && !rv->staging_path && !rv->busy))) {
-        rbd_stage(c, call, in, gid, ro); /* the record and key, then node_stage_new */
+    const struct backend *b = BACKEND_OF(.record = rv, .record_name = in->volume_id);
+    if (b->stage_prepare && (!rv || (!rv->staging_path && !rv->busy))) {
+        b->stage_prepare(c, call, in, gid, ro); /* the record (RBD: and key), then node_stage_new */
         return;
     }
     struct vol *v = find_or_fail(c, call, in->volume_id);
@@ -280,12 +278,12 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
         else if (v->qsd && !vol_live(v) && !qsd_idle(v->qsd))
             grpc_call_fail(call, GRPC_UNAVAILABLE,
                            "the QSD of volume %s is being (re)started: retry", v->id);
-        else if (!vol_live(v) && rbd_record(v)) {
-            /* Restarted after the check only (rbd_lock.h): try it now. */
-            const char *refused = rbd_guard_refused(v);
+        else if (!vol_live(v) && !b->supervised) {
+            /* Restarted after the backend's check only (rbd_lock.h): try it now. */
+            const char *refused = b->refused(v);
             grpc_call_fail(call, refused ? GRPC_FAILED_PRECONDITION : GRPC_UNAVAILABLE,
                            "volume %s is %s", v->id, refused ? refused : "being restarted: retry");
-            rbd_restart(c, v);
+            b->restart(c, v);
         } else if (!vol_live(v)) {
             /* Staged, not served (its QSD could not be restarted): OK only
              * once its socket accepts again. */
@@ -374,9 +372,9 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     v->qsd = NULL;
     csi_remove_runtime(c, v->id);
     vol_clear_staging(v);
-    if (rbd_record(v)) {
-        /* The node's record of an RBD volume lives while it is staged. */
-        rbd_guard_free(v);
+    const struct backend *b = BACKEND_OF(.record = v);
+    b->unstaged(v);
+    if (b->record_staged_only) {
         log_info("node", "volume unstaged", "volume=%s", v->id);
         op->vol = NULL;
         store_remove_vol(c->store, v);
@@ -711,9 +709,9 @@ static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bo
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s (pid %d) is hung: %s", v->id,
                       (int)qsd_get_pid(v->qsd), hung);
-    } else if (!vol_live(v) && rbd_guard_refused(v)) {
+    } else if (!vol_live(v) && BACKEND_OF(.record = v)->refused(v)) {
         cond.abnormal = true;
-        m = xasprintf("volume %s is %s", v->id, rbd_guard_refused(v));
+        m = xasprintf("volume %s is %s", v->id, BACKEND_OF(.record = v)->refused(v));
     } else if (v->qsd && qsd_crash_looping(v->qsd)) {
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s keeps dying at start (crash loop, retried "

@@ -13,6 +13,7 @@
  * staged volume's QSD check with the record's user and key file
  * (rbd_check_fn). */
 #include "rbd.h"
+#include "backend.h"
 #include "rbd_int.h"
 #include "rbd_lock.h"
 #include "params.h"
@@ -254,16 +255,26 @@ int rbd_cluster_monitors(const char *file, const char *cluster, char **ret, char
     return r;
 }
 
+void rbd_secret_pick(const char *name, const char *value, const char **user, const char **key)
+{
+    if (streq(name, RBD_USER_KEY))
+        *user = value;
+    else if (streq(name, RBD_KEY_KEY))
+        *key = value;
+}
+
 int rbd_cred_parse(size_t n, Csi__V1__CreateVolumeRequest__SecretsEntry **s, const char *which,
                    struct rbd_cred *ret, char **ret_msg)
 {
     const char *user = NULL, *key = NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (streq(s[i]->key, RBD_USER_KEY))
-            user = s[i]->value;
-        else if (streq(s[i]->key, RBD_KEY_KEY))
-            key = s[i]->value;
-    }
+    for (size_t i = 0; i < n; i++)
+        rbd_secret_pick(s[i]->key, s[i]->value, &user, &key);
+    return rbd_cred_check(user, key, which, ret, ret_msg);
+}
+
+int rbd_cred_check(const char *user, const char *key, const char *which, struct rbd_cred *ret,
+                   char **ret_msg)
+{
     const char *why;
     if (!user || !key) {
         *ret_msg = xasprintf("secrets: %s is missing (the %s secret of the StorageClass, with "
@@ -691,8 +702,7 @@ void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVol
     _cleanup_free_ char *msg = NULL;
     int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "provisioner", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "provisioner", &q->cred, &msg);
     if (r < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
         rbd_req_free(q);
@@ -741,8 +751,7 @@ void rbd_expand_volume(struct csi *c, struct grpc_call *call,
     q->limit = in->capacity_range->limit_bytes;
     int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "controller-expand", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "controller-expand", &q->cred, &msg);
     if (r == 0)
         r = capacity_pick(q->required, q->limit, 0, 0, &size, &msg);
     if (r < 0) {
@@ -757,8 +766,9 @@ void rbd_expand_volume(struct csi *c, struct grpc_call *call,
  * checks the parameters and answers 0 available with no maximum: a
  * StorageClass of backend rbd is not for capacity tracking (Ceph's quotas
  * and full ratios apply at CreateVolume). */
-void rbd_get_capacity(struct grpc_call *call, Csi__V1__GetCapacityRequest *in)
+void rbd_get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapacityRequest *in)
 {
+    (void)c;
     struct rbd_loc l = {0};
     _cleanup_free_ char *msg = NULL;
     if (rbd_params_parse(in->n_parameters,
@@ -965,8 +975,7 @@ void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRe
     _cleanup_free_ char *msg = NULL;
     int r = loc_from_name(in->volume_id, &q->loc, &msg);
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "node-stage", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "node-stage", &q->cred, &msg);
     if (r < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
         rbd_req_free(q);
@@ -978,3 +987,59 @@ void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRe
     q->ro = ro;
     rbd_start(c, call, q, 0, stage_fn, stage_done);
 }
+
+/* ------------------------------------------------------------ backend */
+
+/* An RBD volume id: the node's record of it has a name made from the id. */
+static bool record_name(struct csi *c, struct grpc_call *call, const char *field, char *id)
+{
+    (void)c;
+    struct rbd_loc l;
+    _cleanup_free_ char *m = NULL;
+    if (rbd_id_parse(id, field, &l, &m) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", m);
+        return false;
+    }
+    rbd_loc_clear(&l);
+    rbd_id_to_name(id);
+    return true;
+}
+
+/* The first NodeStageVolume of a volume (op->rbd): checked again now
+ * that its QSD runs with a watch of its own (rbd_lock.h). */
+static bool stage_confirm(struct op *op)
+{
+    if (!op->rbd)
+        return false;
+    rbd_stage_confirm(op);
+    return true;
+}
+
+/* The node's record of an RBD volume lives while it is staged. */
+static void unstaged(struct vol *v)
+{
+    rbd_guard_free(v);
+}
+
+const struct backend backend_rbd = {
+    .name = "rbd",
+    .in_pool = false,
+    .central = true,
+    .supervised = false, /* rbd_restart, after the check (rbd_lock.h) */
+    .record_staged_only = true,
+    .create_volume = rbd_create_volume,
+    .delete_volume = rbd_delete_volume,
+    .expand_volume = rbd_expand_volume,
+    .get_capacity = rbd_get_capacity,
+    .create_snapshot = rbd_create_snapshot,
+    .delete_snapshot = rbd_delete_snapshot,
+    .list_snapshots = rbd_list_snapshots,
+    .record_name = record_name,
+    .stage_prepare = rbd_stage,
+    .stage_confirm = stage_confirm,
+    .export_opts = rbd_export_opts,
+    .restart = rbd_restart,
+    .adopted = rbd_adopted,
+    .refused = rbd_guard_refused,
+    .unstaged = unstaged,
+};

@@ -63,6 +63,19 @@ struct rbd_cred {
 };
 int rbd_cred_parse(size_t n, Csi__V1__CreateVolumeRequest__SecretsEntry **s, const char *which,
                    struct rbd_cred *ret, char **ret_msg);
+/* The same for the secrets of any request `in` (each request type has its
+ * own SecretsEntry type, all with key and value). */
+#define RBD_CRED_OF(in, which, ret, ret_msg)                                        \
+    ({                                                                              \
+        const char *user_ = NULL, *key_ = NULL;                                     \
+        for (size_t i_ = 0; i_ < (in)->n_secrets; i_++)                             \
+            rbd_secret_pick((in)->secrets[i_]->key, (in)->secrets[i_]->value, &user_, \
+                            &key_);                                                 \
+        rbd_cred_check(user_, key_, which, ret, ret_msg);                           \
+    })
+void rbd_secret_pick(const char *name, const char *value, const char **user, const char **key);
+int rbd_cred_check(const char *user, const char *key, const char *which, struct rbd_cred *ret,
+                   char **ret_msg);
 void rbd_cred_clear(struct rbd_cred *c); /* wipes the key */
 
 /* The RPCs for an RBD volume (controller.c hands them over). */
@@ -72,7 +85,7 @@ void rbd_expand_volume(struct csi *c, struct grpc_call *call,
                        Csi__V1__ControllerExpandVolumeRequest *in);
 /* GetCapacity with backend: rbd parameters (no secrets: the cluster is not
  * asked; docs/rbd.md). */
-void rbd_get_capacity(struct grpc_call *call, Csi__V1__GetCapacityRequest *in);
+void rbd_get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapacityRequest *in);
 
 /* Snapshots (rbd_snap.c): ids "rbdsnap:<clusterID>:<pool>:<namespace>:<name>". */
 #define RBD_SNAP_ID_PREFIX "rbdsnap:"

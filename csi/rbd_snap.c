@@ -821,8 +821,7 @@ void rbd_create_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__CreateS
         r = -EINVAL;
     }
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "snapshotter", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "snapshotter", &q->cred, &msg);
     q->name = xstrdup(in->name);
     start_checked(c, call, q, r, msg, snapshot_fn, snapshot_done);
 }
@@ -846,8 +845,7 @@ void rbd_delete_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__DeleteS
     _cleanup_free_ char *msg = NULL;
     int r = snap_id_parse(in->snapshot_id, "snapshot_id", &q->loc, &msg);
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "snapshotter", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "snapshotter", &q->cred, &msg);
     start_checked(c, call, q, r, msg, delete_snapshot_fn, delete_snapshot_done);
 }
 
@@ -932,8 +930,7 @@ void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnap
         r = rbd_id_parse(in->source_volume_id, "source_volume_id", &q->loc, &msg);
     }
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "snapshotter-list", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "snapshotter-list", &q->cred, &msg);
     q->limit = in->max_entries;
     q->path = tok ? xstrdup(tok + strlen(LIST_TOKEN)) : NULL;
     start_checked(c, call, q, r, msg, list_fn, list_done);

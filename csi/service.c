@@ -1,5 +1,6 @@
 /* service.c: see service.h. */
 #include "service.h"
+#include "backend.h"
 #include "bridge.h"
 #include "qsd/base/log.h"
 #include "mounts.h"
@@ -197,34 +198,7 @@ const char *csi_id_node(const struct csi *c, const char *id)
 
 bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *id)
 {
-    if (rbd_is_id(id)) {
-        /* An RBD volume: the node's record of it has a name made from the id. */
-        struct rbd_loc l;
-        _cleanup_free_ char *m = NULL;
-        if (rbd_id_parse(id, field, &l, &m) < 0) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", m);
-            return false;
-        }
-        rbd_loc_clear(&l);
-        rbd_id_to_name(id);
-        return true;
-    }
-    char *at = id ? strchr(id, '@') : NULL;
-    if (at) {
-        const char *why;
-        if (name_validate(at + 1, &why) < 0) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s: the node after '@' %s", field, why);
-            return false;
-        }
-        if (!streq(at + 1, c->cfg->node_id)) {
-            grpc_call_fail(call, GRPC_NOT_FOUND,
-                           "%s %s lives on node %s, not on this node (%s): volumes and snapshots "
-                           "are node-local", field, id, at + 1, c->cfg->node_id);
-            return false;
-        }
-        *at = '\0';
-    }
-    return id_ok(call, field, id);
+    return BACKEND_OF(.volume_id = id)->record_name(c, call, field, id);
 }
 
 /* ------------------------------------------------------ capabilities */
@@ -353,25 +327,18 @@ int export_opts_from(json_t *parameters, char *image, char *format, bool read_on
 
 int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
 {
-    if (rbd_record(v))
-        return rbd_export_opts(c, v, ret, ret_msg);
-    char *image = NULL, *format = NULL;
-    int r = pool_find_volume(&c->pool, v->id, &image, &format);
-    if (r < 0) {
-        *ret_msg = xasprintf("the image of volume %s is missing from the pool", v->id);
-        return r;
-    }
-    return export_opts_from(v->parameters, image, format, v->stage_ro, v->stage_gid, ret, ret_msg);
+    return BACKEND_OF(.record = v)->export_opts(c, v, ret, ret_msg);
 }
 
 static void qsd_event(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque)
 {
     struct csi *c = opaque;
     struct vol *v = store_find_vol(c->store, qsd_get_volume(q));
-    /* An RBD volume's QSD is not supervised: the plugin restarts it after
-     * the check (a first start that fails is its starter's). */
-    if (ev == QSD_EV_DIED && v && rbd_record(v) && v->staging_path && !v->start_ctx)
-        rbd_restart(c, v);
+    /* A QSD not supervised (an RBD volume's) is restarted by its backend,
+     * after its checks (a first start that fails is its starter's). */
+    const struct backend *b = v ? BACKEND_OF(.record = v) : NULL;
+    if (ev == QSD_EV_DIED && b && !b->supervised && v->staging_path && !v->start_ctx)
+        b->restart(c, v);
     static const char *const names[] = {"ready", "died", "restarted", "start failed", "stopped",
                                         "crash loop: retried every 30 s"};
     _cleanup_free_ char *d = detail ? log_quote(detail) : NULL;
@@ -418,7 +385,7 @@ int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaqu
     if (!v->qsd) {
         qsd_new(c->loop, &c->qcfg, v->id, &o, &v->qsd);
         qsd_set_event_handler(v->qsd, qsd_event, c);
-        qsd_set_supervised(v->qsd, !rbd_record(v)); /* rbd_restart's */
+        qsd_set_supervised(v->qsd, BACKEND_OF(.record = v)->supervised);
     }
     qsd_opts_clear(&o);
     struct start_ctx *s = xcalloc(1, sizeof(*s));
@@ -612,19 +579,19 @@ static void recover(struct csi *c)
         qsd_new(c->loop, &c->qcfg, v->id, &o, &v->qsd);
         qsd_opts_clear(&o);
         qsd_set_event_handler(v->qsd, qsd_event, c);
-        qsd_set_supervised(v->qsd, !rbd_record(v));
+        const struct backend *b = BACKEND_OF(.record = v);
+        qsd_set_supervised(v->qsd, b->supervised);
         if (qsd_adopt(v->qsd) == 0) {
             log_info("plugin", "adopted the QSD of a staged volume", "volume=%s pid=%d", v->id,
                      (int)qsd_get_pid(v->qsd));
             recover_layers(c, v, true);
-            if (rbd_record(v))
-                rbd_adopted(c, v);
+            b->adopted(c, v);
             continue;
         }
-        if (rbd_record(v)) { /* started after the check (rbd_lock.h) */
+        if (!b->supervised) { /* started after the backend's check (rbd_lock.h) */
             log_info("plugin", "QSD of a staged RBD volume is not running, checking before "
                      "starting it", "volume=%s", v->id);
-            rbd_restart(c, v);
+            b->restart(c, v);
             continue;
         }
         log_info("plugin", "QSD of a staged volume is not running, starting it", "volume=%s",
