@@ -78,7 +78,7 @@ int rbd_cred_check(const char *user, const char *key, const char *which, struct 
                    char **ret_msg);
 void rbd_cred_clear(struct rbd_cred *c); /* wipes the key */
 
-/* The RPCs for an RBD volume (controller.c hands them over). */
+/* The RPCs for an RBD volume (backend_rbd's operations: backend.h). */
 void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in);
 void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in);
 void rbd_expand_volume(struct csi *c, struct grpc_call *call,
