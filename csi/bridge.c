@@ -3,6 +3,7 @@
  * publications call (bridge_pvc_*).  See bridge.h; records in
  * bridge_store.c, mounts and placements in bridge_place.c. */
 #include "bridge_int.h"
+#include "capacity.h"
 #include "qsd/base/names.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"

@@ -16,6 +16,7 @@
  * before and "ready" after, so a crash leaves nothing half-created
  * (service.c). */
 #include "backend.h"
+#include "capacity.h"
 #include "controller.h"
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"

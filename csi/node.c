@@ -7,6 +7,7 @@
  * socket) onto the target path.  Staging and publications are recorded in
  * the volume's record before acting, so a restarted plugin knows them. */
 #include "backend.h"
+#include "capacity.h"
 #include "bridge.h"
 #include "clients.h"
 #include "qsd/base/log.h"
