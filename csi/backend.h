@@ -2,11 +2,13 @@
  *
  * Owns: struct backend, the table of what differs between a volume that is
  * an image in the node's pool (local.c) and one that is an image in a Ceph
- * RBD pool (rbd.c, rbd_snap.c, rbd_lock.c), and backend_of, the only place
- * that tells them apart: from the StorageClass parameters, a volume or
- * snapshot id, or the node's record.  The RPC handlers (controller.c,
- * node.c, service.c, ctlrole.c) validate what every backend shares, choose
- * the backend once and call it. */
+ * RBD pool (rbd_backend.c, over rbd.c, rbd_snap.c and rbd_guard.c), and
+ * backend_of, the one dispatch: from the StorageClass parameters, a volume
+ * or snapshot id, or the node's record, the backend that claims it (local
+ * the rest).  The RPC handlers (controller.c, node.c, service.c,
+ * ctlrole.c, and the capacity figures) choose the backend once and call
+ * it; none tests what backend a volume is.  This header includes no other
+ * csi/ module's: the backends depend on it, not it on them. */
 #pragma once
 
 #include "csi.pb-c.h"
@@ -19,9 +21,21 @@ struct csi;
 struct vol;
 struct qsd_opts;
 struct op;
+struct backend_key;
+struct rbd_req;
+
+/* NodeStageVolume of volume v, not staged yet, at path (node.c): checks,
+ * records the staging, starts its QSD, answers call.  rbd (taken over, or
+ * NULL): an RBD volume's request, checked again once its QSD runs
+ * (stage_confirm).  What a backend's stage_prepare goes on with. */
+typedef void (*stage_new_fn)(struct csi *c, struct grpc_call *call, struct vol *v,
+                             const char *path, int gid, bool ro, struct rbd_req *rbd);
 
 struct backend {
     const char *name; /* "local", "rbd" (logs) */
+    /* Whether key names one of its volumes or snapshots (backend_of asks
+     * every backend but the local one, which has the rest). */
+    bool (*claims)(const struct backend_key *k);
     /* Its volumes are images in the node's pool: ListVolumes lists their
      * records, the capacity policy counts their sizes (capacity.h). */
     bool in_pool;
@@ -53,10 +67,11 @@ struct backend {
      * it).  csi_id_ok's work. */
     bool (*record_name)(struct csi *c, struct grpc_call *call, const char *field, char *id);
     /* NodeStageVolume of a volume the node has no record of yet (or an
-     * unstaged, idle one): prepare and make the record, then go on as
-     * node_stage_new.  NULL: the record must exist (NOT_FOUND). */
+     * unstaged, idle one): prepare and make the record, then go on with
+     * then.  NULL: the record must exist (NOT_FOUND). */
     void (*stage_prepare)(struct csi *c, struct grpc_call *call,
-                          Csi__V1__NodeStageVolumeRequest *in, int gid, bool ro);
+                          Csi__V1__NodeStageVolumeRequest *in, int gid, bool ro,
+                          stage_new_fn then);
     /* The QSD of a NodeStageVolume (op->vol) started: true when the
      * backend checks it before the call is answered (and answers it). */
     bool (*stage_confirm)(struct op *op);
@@ -70,9 +85,9 @@ struct backend {
     void (*adopted)(struct csi *c, struct vol *v);
     /* Why staged v is not served (a refused restart), or NULL. */
     const char *(*refused)(const struct vol *v);
-    /* v was unstaged: its QSD is gone, the record about to be dropped
-     * (record_staged_only) or saved. */
-    void (*unstaged)(struct vol *v);
+    /* The plugin lets go of v: unstaged (its QSD gone, the record about to
+     * be dropped when record_staged_only, else saved) or shutting down. */
+    void (*forget)(struct vol *v);
 };
 
 extern const struct backend backend_local; /* local.c */

@@ -1034,13 +1034,14 @@ static const char *refused(const struct vol *v)
     return NULL;
 }
 
-static void unstaged(struct vol *v)
+static void forget(struct vol *v)
 {
     (void)v;
 }
 
 const struct backend backend_local = {
     .name = "local",
+    .claims = NULL, /* the rest */
     .in_pool = true,
     .central = false,
     .supervised = true,
@@ -1059,5 +1060,5 @@ const struct backend backend_local = {
     .restart = NULL,       /* supervised */
     .adopted = adopted,
     .refused = refused,
-    .unstaged = unstaged,
+    .forget = forget,
 };

@@ -18,6 +18,7 @@
 #include "plugin.h"
 #include "paths.h"
 #include "service.h"
+#include "startup.h"
 #include "qsd/base/util.h"
 
 #include <getopt.h>

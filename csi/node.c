@@ -241,6 +241,9 @@ static size_t staged_count(struct csi *c)
     return n;
 }
 
+static void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
+                           int gid, bool ro, struct rbd_req *rbd);
+
 static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in)
 {
     const char *why;
@@ -262,7 +265,7 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     struct vol *rv = store_find_vol(c->store, in->volume_id);
     const struct backend *b = BACKEND_OF(.record = rv, .record_name = in->volume_id);
     if (b->stage_prepare && (!rv || (!rv->staging_path && !rv->busy))) {
-        b->stage_prepare(c, call, in, gid, ro); /* the record (RBD: and key), then node_stage_new */
+        b->stage_prepare(c, call, in, gid, ro, node_stage_new); /* the record (RBD: and key) */
         return;
     }
     struct vol *v = find_or_fail(c, call, in->volume_id);
@@ -280,7 +283,7 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
             grpc_call_fail(call, GRPC_UNAVAILABLE,
                            "the QSD of volume %s is being (re)started: retry", v->id);
         else if (!vol_live(v) && !b->supervised) {
-            /* Restarted after the backend's check only (rbd_lock.h): try it now. */
+            /* Restarted after the backend's check only (rbd_guard.h): try it now. */
             const char *refused = b->refused(v);
             grpc_call_fail(call, refused ? GRPC_FAILED_PRECONDITION : GRPC_UNAVAILABLE,
                            "volume %s is %s", v->id, refused ? refused : "being restarted: retry");
@@ -300,8 +303,9 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     node_stage_new(c, call, v, in->staging_target_path, gid, ro, NULL);
 }
 
-void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
-                    int gid, bool ro, struct rbd_req *rbd)
+/* A stage_new_fn (backend.h). */
+static void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
+                           int gid, bool ro, struct rbd_req *rbd)
 {
     {
         _cleanup_free_ char *other = csi_path_owner(c, path, v->id);
@@ -347,6 +351,7 @@ void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const 
     struct op *op = op_begin(c, call);
     op->vol = v;
     op->rbd = rbd;
+    op->rbd_free = rbd_req_free;
     v->busy = true;
     if (v->image_size < v->size) {
         /* An expansion recorded while it was not served. */
@@ -374,7 +379,7 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     csi_remove_runtime(c, v->id);
     vol_clear_staging(v);
     const struct backend *b = BACKEND_OF(.record = v);
-    b->unstaged(v);
+    b->forget(v);
     if (b->record_staged_only) {
         log_info("node", "volume unstaged", "volume=%s", v->id);
         op->vol = NULL;

@@ -13,7 +13,6 @@
  * staged volume's QSD check with the record's user and key file
  * (rbd_check_fn). */
 #include "rbd.h"
-#include "backend.h"
 #include "rbd_int.h"
 #include "rbd_lock.h"
 #include "params.h"
@@ -641,6 +640,7 @@ void rbd_start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_
     q->clusters = c->cfg->rbd_clusters;
     struct op *op = op_begin(c, call);
     op->rbd = q;
+    op->rbd_free = rbd_req_free;
     op->size = size;
     op_worker(op, fn, RBD_WORKER_MS, done);
 }
@@ -862,7 +862,7 @@ int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
     return claim(op->rbd, 1, NULL, ret_result, ret_msg);
 }
 
-/* A check of a staged volume's record (rbd_lock.c's restarts): the
+/* A check of a staged volume's record (rbd_guard.c's restarts): the
  * record's location, user and key file (read in the worker). */
 struct rbd_check {
     struct rbd_req q;
@@ -953,14 +953,14 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     int gid = q->gid;
     bool ro = q->ro;
     op->rbd = NULL; /* kept for the check once the QSD runs (rbd_stage_confirm) */
-    op_end(op);     /* the call goes on in node_stage_new */
+    op_end(op);     /* the call goes on in q->then (node_stage_new) */
     if (r < 0) {
         grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume's key file: %s",
                        strerror(-r));
         rbd_req_free(q);
     } else {
         log_info("rbd", "staging", "volume=%s size=%" PRId64, v->id, (int64_t)size);
-        node_stage_new(c, call, v, path, gid, ro, q);
+        q->then(c, call, v, path, gid, ro, q);
     }
     if (!v->staging_path) { /* refused before it was staged: no record, no key */
         csi_remove_runtime(c, v->id);
@@ -969,7 +969,7 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
 }
 
 void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in,
-               int gid, bool ro)
+               int gid, bool ro, stage_new_fn then)
 {
     struct rbd_req *q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
@@ -985,61 +985,6 @@ void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRe
     q->path = xstrdup(in->staging_target_path);
     q->gid = gid;
     q->ro = ro;
+    q->then = then;
     rbd_start(c, call, q, 0, stage_fn, stage_done);
 }
-
-/* ------------------------------------------------------------ backend */
-
-/* An RBD volume id: the node's record of it has a name made from the id. */
-static bool record_name(struct csi *c, struct grpc_call *call, const char *field, char *id)
-{
-    (void)c;
-    struct rbd_loc l;
-    _cleanup_free_ char *m = NULL;
-    if (rbd_id_parse(id, field, &l, &m) < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", m);
-        return false;
-    }
-    rbd_loc_clear(&l);
-    rbd_id_to_name(id);
-    return true;
-}
-
-/* The first NodeStageVolume of a volume (op->rbd): checked again now
- * that its QSD runs with a watch of its own (rbd_lock.h). */
-static bool stage_confirm(struct op *op)
-{
-    if (!op->rbd)
-        return false;
-    rbd_stage_confirm(op);
-    return true;
-}
-
-/* The node's record of an RBD volume lives while it is staged. */
-static void unstaged(struct vol *v)
-{
-    rbd_guard_free(v);
-}
-
-const struct backend backend_rbd = {
-    .name = "rbd",
-    .in_pool = false,
-    .central = true,
-    .supervised = false, /* rbd_restart, after the check (rbd_lock.h) */
-    .record_staged_only = true,
-    .create_volume = rbd_create_volume,
-    .delete_volume = rbd_delete_volume,
-    .expand_volume = rbd_expand_volume,
-    .get_capacity = rbd_get_capacity,
-    .create_snapshot = rbd_create_snapshot,
-    .delete_snapshot = rbd_delete_snapshot,
-    .list_snapshots = rbd_list_snapshots,
-    .record_name = record_name,
-    .stage_prepare = rbd_stage,
-    .stage_confirm = stage_confirm,
-    .export_opts = rbd_export_opts,
-    .restart = rbd_restart,
-    .adopted = rbd_adopted,
-    .refused = rbd_guard_refused,
-    .unstaged = unstaged,
-};

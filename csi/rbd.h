@@ -13,6 +13,7 @@
  * Snapshots and clones: rbd_snap.c (declared here too). */
 #pragma once
 
+#include "backend.h"
 #include "csi.pb-c.h"
 #include "grpc.h"
 
@@ -99,20 +100,20 @@ void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnap
  * here: in a worker, connect with the node-stage secret and check the image
  * (ours, its size, no other live client: rbd_lock.h), then make the
  * node's record and the private key file, and go on as for any volume
- * (node_stage_new, which checks again once the QSD runs). */
+ * (then: node.c's node_stage_new, which checks again once the QSD runs). */
 struct Csi__V1__NodeStageVolumeRequest;
 void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in,
-               int gid, bool ro);
+               int gid, bool ro, stage_new_fn then);
 /* Export options of a staged RBD volume's record (vol_export_opts). */
 struct vol;
 struct qsd_opts;
 bool rbd_record(const struct vol *v);
 int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
 
-/* Worker of rbd_stage_confirm (rbd_lock.h): op->rbd's image may be
+/* Worker of rbd_stage_confirm (rbd_guard.h): op->rbd's image may be
  * served by the QSD this node just started. */
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result);
-/* The check of a staged volume's record for its restarts (rbd_lock.c):
+/* The check of a staged volume's record for its restarts (rbd_guard.c):
  * own and dead as rbd_lock_claim's; the key is read from the record's key
  * file in the worker.  NULL if the record's name is no RBD id. */
 struct rbd_check;

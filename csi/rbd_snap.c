@@ -688,6 +688,7 @@ static void flatten_start(struct csi *c, const struct rbd_req *from, const char 
     q->clusters = from->clusters;
     struct op *op = op_begin(c, NULL);
     op->rbd = q;
+    op->rbd_free = rbd_req_free;
     _cleanup_free_ char *id = rbd_id_format(&q->loc);
     log_info("rbd", "flattening", "image=%s depth_max=%d", id, RBD_DEPTH_MAX);
     int r = worker_start(c->loop, flatten_fn, op, FLATTEN_MS, flatten_done, op, &op->worker);

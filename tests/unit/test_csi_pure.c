@@ -654,7 +654,7 @@ static void test_backend_of(void **state)
         assert_true(b->create_volume && b->delete_volume && b->expand_volume && b->get_capacity &&
                     b->create_snapshot && b->delete_snapshot && b->list_snapshots &&
                     b->record_name && b->stage_confirm && b->export_opts && b->adopted &&
-                    b->refused && b->unstaged);
+                    b->refused && b->forget);
     }
 }
 

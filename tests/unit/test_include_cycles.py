@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """No include cycle among the modules of a directory (csi/ by default).
 
-A module is NAME.h with NAME.c (and NAME_*.c/NAME_int.h that include only
-their own module's headers are the same module: bridge_place.c,
-rbd_int.h...).  Module A depends on module B when a file of A includes
+A module is NAME.h with NAME.c; NAME_int.h (its internal header) and a
+.c with no header of its own that includes NAME_int.h are part of it
+(bridge_place.c, rbd_snap.c); any other file is a module of its own
+(main.c, node.c).  Module A depends on module B when a file of A includes
 B's header by its plain name ("b.h"; paths with '/' are the library's,
 below csi/).  Fails, printing every cycle found (as strongly connected
 components), when the dependency graph is not acyclic.
@@ -17,22 +18,21 @@ INC = re.compile(r'^\s*#\s*include\s+"([^"/]+)\.h"', re.M)
 
 
 def modules(d):
-    """file -> module name: a header's stem; a .c with no header of its own
-    belongs to the module whose name is its longest '_'-prefix with a header
-    (bridge_place.c -> bridge), else is a module of its own (main.c)."""
+    """file -> its module's name (see above)."""
     files = sorted(f for f in os.listdir(d) if f.endswith((".c", ".h")))
     heads = {f[:-2] for f in files if f.endswith(".h")}
     owner = {}
     for f in files:
         stem = f[:-2]
-        m = stem
-        if stem not in heads or stem.endswith("_int"):
-            parts = stem.split("_")
-            for k in range(len(parts) - 1, 0, -1):
-                if "_".join(parts[:k]) in heads:
-                    m = "_".join(parts[:k])
-                    break
-        owner[f] = m
+        if stem.endswith("_int") and stem[:-4] in heads:
+            owner[f] = stem[:-4]
+        elif stem in heads:
+            owner[f] = stem
+        else:
+            with open(os.path.join(d, f)) as fh:
+                ints = [i[:-4] for i in INC.findall(fh.read())
+                        if i.endswith("_int") and i[:-4] in heads]
+            owner[f] = ints[0] if ints else stem
     return owner
 
 
