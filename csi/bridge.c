@@ -3,6 +3,7 @@
  * publications call (bridge_pvc_*).  See bridge.h; records in
  * bridge_store.c, mounts and placements in bridge_place.c. */
 #include "bridge_int.h"
+#include "capacity.h"
 #include "qsd/base/names.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
@@ -457,4 +458,18 @@ void bridge_pvc_unplace(struct csi *c, struct vol *v, const char *pod_uid)
 {
     if (pod_uid)
         unplace_pod(c, pod_uid, v->id);
+}
+
+char *csi_path_owner(struct csi *c, const char *path, const char *except)
+{
+    for (size_t i = 0; i < c->store->n_vols; i++) {
+        const struct vol *v = c->store->vols[i];
+        if (except && streq(v->id, except))
+            continue;
+        if (v->staging_path && streq(v->staging_path, path))
+            return xasprintf("the staging path of volume %s", v->id);
+        if (vol_find_pub(v, path) >= 0)
+            return xasprintf("a publication of volume %s", v->id);
+    }
+    return bridge_path_owner(c, path, except);
 }

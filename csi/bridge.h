@@ -86,3 +86,8 @@ int bridge_pvc_check(struct csi *c, const struct vol *v, const char *pod_uid, in
 int bridge_pvc_place(struct csi *c, struct vol *v, const char *pod_uid, bool ro, char **ret_msg);
 /* The PVC's publication for pod_uid went: remove its placements. */
 void bridge_pvc_unplace(struct csi *c, struct vol *v, const char *pod_uid);
+
+/* Who else uses path (absolute) as a target or staging path: "a
+ * publication of volume X", "the bridge of pod Y"... (to free), or NULL.
+ * Records of the volume or ephemeral volume id `except` are not counted. */
+char *csi_path_owner(struct csi *c, const char *path, const char *except);

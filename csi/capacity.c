@@ -1,5 +1,6 @@
 /* capacity.c: see capacity.h. */
 #include "capacity.h"
+#include "backend.h"
 #include "service.h"
 #include "qsd/base/util.h"
 
@@ -136,7 +137,8 @@ int capacity_figures(struct csi *c, struct pool_figures *ret, char **ret_msg)
         .free = (uint64_t)sv.f_bavail * sv.f_frsize,
     };
     for (size_t i = 0; i < c->store->n_vols; i++)
-        f.committed += c->store->vols[i]->size;
+        if (BACKEND_OF(.record = c->store->vols[i])->in_pool)
+            f.committed += c->store->vols[i]->size;
     capacity_apply(&c->cfg->capacity, &f);
     *ret = f;
     return 0;

@@ -13,17 +13,10 @@
 #pragma once
 
 #include "grpc.h"
+#include "plugin.h" /* struct capacity_policy */
 
 #include <stdbool.h>
 #include <stdint.h>
-
-struct capacity_policy {
-    uint64_t reserve_bytes;   /* fixed reserve, or */
-    unsigned reserve_pct;     /* percent of the filesystem's size (0-99) */
-    unsigned overcommit_x100; /* ratio times 100; 0: no limit */
-};
-
-#define CAPACITY_DEFAULT_RESERVE_PCT 10
 
 /* "10G", "1073741824", "10%" -> reserve; -EINVAL otherwise. */
 int capacity_parse_reserve(const char *s, struct capacity_policy *p);

@@ -22,7 +22,7 @@
 #include "ctlrole.h"
 #include "csi.pb-c.h"
 #include "qsd/base/log.h"
-#include "rbd.h"
+#include "backend.h"
 #include "service.h"
 #include "qsd/base/util.h"
 
@@ -71,43 +71,43 @@ static void forward(struct grpc_call *call, const char *path, const uint8_t *req
 #define DECODE(Type, type) (Type *)csi_request_unpack(call, &type##__descriptor, req, len)
 
 /* CreateVolume, DeleteVolume, CreateSnapshot, DeleteSnapshot: passed on for
- * RBD volumes, refused for local ones. */
+ * a central backend's volumes (RBD), refused for the others (local). */
 struct route {
     const char *path;
     const ProtobufCMessageDescriptor *desc;
-    bool (*is_rbd)(const ProtobufCMessage *m);
-    const char *refusal; /* what is not RBD */
+    const struct backend *(*backend)(const ProtobufCMessage *m);
+    const char *refusal; /* what is not a central backend's */
 };
 
-static bool create_rbd(const ProtobufCMessage *m)
+static const struct backend *create_backend(const ProtobufCMessage *m)
 {
     const Csi__V1__CreateVolumeRequest *r = (const Csi__V1__CreateVolumeRequest *)m;
-    return rbd_selected(r->n_parameters, r->parameters);
+    return BACKEND_OF(.n_params = r->n_parameters, .params = r->parameters);
 }
 
-static bool delete_rbd(const ProtobufCMessage *m)
+static const struct backend *delete_backend(const ProtobufCMessage *m)
 {
-    return rbd_is_id(((const Csi__V1__DeleteVolumeRequest *)m)->volume_id);
+    return BACKEND_OF(.volume_id = ((const Csi__V1__DeleteVolumeRequest *)m)->volume_id);
 }
 
-static bool snapshot_rbd(const ProtobufCMessage *m)
+static const struct backend *snapshot_backend(const ProtobufCMessage *m)
 {
-    return rbd_is_id(((const Csi__V1__CreateSnapshotRequest *)m)->source_volume_id);
+    return BACKEND_OF(.volume_id = ((const Csi__V1__CreateSnapshotRequest *)m)->source_volume_id);
 }
 
-static bool delete_snapshot_rbd(const ProtobufCMessage *m)
+static const struct backend *delete_snapshot_backend(const ProtobufCMessage *m)
 {
-    return rbd_is_snap_id(((const Csi__V1__DeleteSnapshotRequest *)m)->snapshot_id);
+    return BACKEND_OF(.snapshot_id = ((const Csi__V1__DeleteSnapshotRequest *)m)->snapshot_id);
 }
 
 static const struct route routes[] = {
-    {CTL "CreateVolume", &csi__v1__create_volume_request__descriptor, create_rbd,
+    {CTL "CreateVolume", &csi__v1__create_volume_request__descriptor, create_backend,
      "parameters: no backend rbd"},
-    {CTL "DeleteVolume", &csi__v1__delete_volume_request__descriptor, delete_rbd,
+    {CTL "DeleteVolume", &csi__v1__delete_volume_request__descriptor, delete_backend,
      "volume_id is no RBD volume"},
-    {CTL "CreateSnapshot", &csi__v1__create_snapshot_request__descriptor, snapshot_rbd,
+    {CTL "CreateSnapshot", &csi__v1__create_snapshot_request__descriptor, snapshot_backend,
      "source_volume_id is no RBD volume"},
-    {CTL "DeleteSnapshot", &csi__v1__delete_snapshot_request__descriptor, delete_snapshot_rbd,
+    {CTL "DeleteSnapshot", &csi__v1__delete_snapshot_request__descriptor, delete_snapshot_backend,
      "snapshot_id is no RBD snapshot"},
 };
 
@@ -117,9 +117,9 @@ static void routed(struct grpc_call *call, const uint8_t *req, size_t len, void 
     ProtobufCMessage *in = csi_request_unpack(call, rt->desc, req, len);
     if (!in)
         return;
-    bool rbd = rt->is_rbd(in);
+    bool central = rt->backend(in)->central;
     protobuf_c_message_free_unpacked(in, NULL);
-    if (rbd)
+    if (central)
         forward(call, rt->path, req, len);
     else
         grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "%s: " LOCAL_REFUSED, rt->refusal);
@@ -143,7 +143,7 @@ static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len
         DECODE(Csi__V1__ControllerExpandVolumeRequest, csi__v1__controller_expand_volume_request);
     if (!in)
         return;
-    if (rbd_is_id(in->volume_id)) {
+    if (BACKEND_OF(.volume_id = in->volume_id)->central) {
         protobuf_c_message_free_unpacked(&in->base, NULL);
         forward(call, CTL "ControllerExpandVolume", req, len);
         return;

@@ -5,6 +5,7 @@
  * RBD Controller, ctlrole.h), serves gRPC on a unix socket from one event loop, and on
  * SIGTERM/SIGINT (read through a signalfd in the loop) shuts down gracefully:
  * GOAWAY, calls in flight finish within a bounded grace period, exit 0. */
+#include "capacity.h"
 #include "config.h"
 #include "ctlrole.h"
 #include "grpc.h"
@@ -17,6 +18,7 @@
 #include "plugin.h"
 #include "paths.h"
 #include "service.h"
+#include "startup.h"
 #include "qsd/base/util.h"
 
 #include <getopt.h>

@@ -6,6 +6,8 @@
  * socket's directory, never the socket file: a restarted QSD re-creates the
  * socket) onto the target path.  Staging and publications are recorded in
  * the volume's record before acting, so a restarted plugin knows them. */
+#include "backend.h"
+#include "capacity.h"
 #include "bridge.h"
 #include "clients.h"
 #include "qsd/base/log.h"
@@ -15,7 +17,6 @@
 #include "params.h"
 #include "paths.h"
 #include "rbd.h"
-#include "rbd_lock.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
@@ -150,10 +151,8 @@ static void stage_failed(struct op *op, int status, const char *msg)
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
-    if (status == 0 && op->rbd) {
-        rbd_stage_confirm(op); /* answers, or stops the QSD */
-        return;
-    }
+    if (status == 0 && BACKEND_OF(.record = v)->stage_confirm(op))
+        return; /* it answers, or stops the QSD */
     if (status == 0) {
         log_info("node", op->flag ? "staged volume repaired: its QSD serves again"
                                   : "volume staged", "volume=%s pid=%d", v->id,
@@ -243,6 +242,9 @@ static size_t staged_count(struct csi *c)
     return n;
 }
 
+static void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
+                           int gid, bool ro, struct rbd_req *rbd);
+
 static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in)
 {
     const char *why;
@@ -262,9 +264,9 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     cap_group(in->volume_capability, &gid);
     bool ro = cap_read_only(in->volume_capability);
     struct vol *rv = store_find_vol(c->store, in->volume_id);
-    if (rbd_is_name(in->volume_id) &&
-        (!rv || (rbd_record(rv) && !rv->staging_path && !rv->busy))) {
-        rbd_stage(c, call, in, gid, ro); /* the record and key, then node_stage_new */
+    const struct backend *b = BACKEND_OF(.record = rv, .record_name = in->volume_id);
+    if (b->stage_prepare && (!rv || (!rv->staging_path && !rv->busy))) {
+        b->stage_prepare(c, call, in, gid, ro, node_stage_new); /* the record (RBD: and key) */
         return;
     }
     struct vol *v = find_or_fail(c, call, in->volume_id);
@@ -281,12 +283,12 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
         else if (v->qsd && !vol_live(v) && !qsd_idle(v->qsd))
             grpc_call_fail(call, GRPC_UNAVAILABLE,
                            "the QSD of volume %s is being (re)started: retry", v->id);
-        else if (!vol_live(v) && rbd_record(v)) {
-            /* Restarted after the check only (rbd_lock.h): try it now. */
-            const char *refused = rbd_guard_refused(v);
+        else if (!vol_live(v) && !b->supervised) {
+            /* Restarted after the backend's check only (rbd_guard.h): try it now. */
+            const char *refused = b->refused(v);
             grpc_call_fail(call, refused ? GRPC_FAILED_PRECONDITION : GRPC_UNAVAILABLE,
                            "volume %s is %s", v->id, refused ? refused : "being restarted: retry");
-            rbd_restart(c, v);
+            b->restart(c, v);
         } else if (!vol_live(v)) {
             /* Staged, not served (its QSD could not be restarted): OK only
              * once its socket accepts again. */
@@ -302,8 +304,9 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
     node_stage_new(c, call, v, in->staging_target_path, gid, ro, NULL);
 }
 
-void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
-                    int gid, bool ro, struct rbd_req *rbd)
+/* A stage_new_fn (backend.h). */
+static void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
+                           int gid, bool ro, struct rbd_req *rbd)
 {
     {
         _cleanup_free_ char *other = csi_path_owner(c, path, v->id);
@@ -349,6 +352,7 @@ void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const 
     struct op *op = op_begin(c, call);
     op->vol = v;
     op->rbd = rbd;
+    op->rbd_free = rbd_req_free;
     v->busy = true;
     if (v->image_size < v->size) {
         /* An expansion recorded while it was not served. */
@@ -375,9 +379,9 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     v->qsd = NULL;
     csi_remove_runtime(c, v->id);
     vol_clear_staging(v);
-    if (rbd_record(v)) {
-        /* The node's record of an RBD volume lives while it is staged. */
-        rbd_guard_free(v);
+    const struct backend *b = BACKEND_OF(.record = v);
+    b->forget(v);
+    if (b->record_staged_only) {
         log_info("node", "volume unstaged", "volume=%s", v->id);
         op->vol = NULL;
         store_remove_vol(c->store, v);
@@ -712,9 +716,9 @@ static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bo
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s (pid %d) is hung: %s", v->id,
                       (int)qsd_get_pid(v->qsd), hung);
-    } else if (!vol_live(v) && rbd_guard_refused(v)) {
+    } else if (!vol_live(v) && BACKEND_OF(.record = v)->refused(v)) {
         cond.abnormal = true;
-        m = xasprintf("volume %s is %s", v->id, rbd_guard_refused(v));
+        m = xasprintf("volume %s is %s", v->id, BACKEND_OF(.record = v)->refused(v));
     } else if (v->qsd && qsd_crash_looping(v->qsd)) {
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s keeps dying at start (crash loop, retried "

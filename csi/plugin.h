@@ -1,10 +1,10 @@
 /* plugin.h: the CSI plugin's configuration and its service tables.
  *
- * Owns: struct plugin_config (filled from the command line by main.c) and the
- * entry points each service file exports: a method table for grpc.h. */
+ * Owns: struct plugin_config (filled from the command line by main.c; its
+ * capacity policy is applied by capacity.h) and the entry points each
+ * service file exports: a method table for grpc.h. */
 #pragma once
 
-#include "capacity.h"
 #include "grpc.h"
 #include "qsd/qemu/imagebase.h"
 
@@ -16,6 +16,16 @@
  * local volumes (and RBD ones); controller serves Identity and the
  * Controller for RBD volumes only, with no node state (ctlrole.h). */
 enum plugin_role { PLUGIN_ROLE_NODE, PLUGIN_ROLE_CONTROLLER };
+
+/* The pool's capacity policy (--capacity-reserve, --overcommit-ratio),
+ * applied by capacity.h. */
+struct capacity_policy {
+    uint64_t reserve_bytes;   /* fixed reserve, or */
+    unsigned reserve_pct;     /* percent of the filesystem's size (0-99) */
+    unsigned overcommit_x100; /* ratio times 100; 0: no limit */
+};
+
+#define CAPACITY_DEFAULT_RESERVE_PCT 10
 
 #define PLUGIN_MAX_ALLOW 8 /* --image-download-allow-cidr ranges */
 

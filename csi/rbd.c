@@ -254,16 +254,26 @@ int rbd_cluster_monitors(const char *file, const char *cluster, char **ret, char
     return r;
 }
 
+void rbd_secret_pick(const char *name, const char *value, const char **user, const char **key)
+{
+    if (streq(name, RBD_USER_KEY))
+        *user = value;
+    else if (streq(name, RBD_KEY_KEY))
+        *key = value;
+}
+
 int rbd_cred_parse(size_t n, Csi__V1__CreateVolumeRequest__SecretsEntry **s, const char *which,
                    struct rbd_cred *ret, char **ret_msg)
 {
     const char *user = NULL, *key = NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (streq(s[i]->key, RBD_USER_KEY))
-            user = s[i]->value;
-        else if (streq(s[i]->key, RBD_KEY_KEY))
-            key = s[i]->value;
-    }
+    for (size_t i = 0; i < n; i++)
+        rbd_secret_pick(s[i]->key, s[i]->value, &user, &key);
+    return rbd_cred_check(user, key, which, ret, ret_msg);
+}
+
+int rbd_cred_check(const char *user, const char *key, const char *which, struct rbd_cred *ret,
+                   char **ret_msg)
+{
     const char *why;
     if (!user || !key) {
         *ret_msg = xasprintf("secrets: %s is missing (the %s secret of the StorageClass, with "
@@ -630,6 +640,7 @@ void rbd_start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_
     q->clusters = c->cfg->rbd_clusters;
     struct op *op = op_begin(c, call);
     op->rbd = q;
+    op->rbd_free = rbd_req_free;
     op->size = size;
     op_worker(op, fn, RBD_WORKER_MS, done);
 }
@@ -691,8 +702,7 @@ void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVol
     _cleanup_free_ char *msg = NULL;
     int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "provisioner", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "provisioner", &q->cred, &msg);
     if (r < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
         rbd_req_free(q);
@@ -741,8 +751,7 @@ void rbd_expand_volume(struct csi *c, struct grpc_call *call,
     q->limit = in->capacity_range->limit_bytes;
     int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "controller-expand", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "controller-expand", &q->cred, &msg);
     if (r == 0)
         r = capacity_pick(q->required, q->limit, 0, 0, &size, &msg);
     if (r < 0) {
@@ -757,8 +766,9 @@ void rbd_expand_volume(struct csi *c, struct grpc_call *call,
  * checks the parameters and answers 0 available with no maximum: a
  * StorageClass of backend rbd is not for capacity tracking (Ceph's quotas
  * and full ratios apply at CreateVolume). */
-void rbd_get_capacity(struct grpc_call *call, Csi__V1__GetCapacityRequest *in)
+void rbd_get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapacityRequest *in)
 {
+    (void)c;
     struct rbd_loc l = {0};
     _cleanup_free_ char *msg = NULL;
     if (rbd_params_parse(in->n_parameters,
@@ -852,7 +862,7 @@ int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
     return claim(op->rbd, 1, NULL, ret_result, ret_msg);
 }
 
-/* A check of a staged volume's record (rbd_lock.c's restarts): the
+/* A check of a staged volume's record (rbd_guard.c's restarts): the
  * record's location, user and key file (read in the worker). */
 struct rbd_check {
     struct rbd_req q;
@@ -943,14 +953,14 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     int gid = q->gid;
     bool ro = q->ro;
     op->rbd = NULL; /* kept for the check once the QSD runs (rbd_stage_confirm) */
-    op_end(op);     /* the call goes on in node_stage_new */
+    op_end(op);     /* the call goes on in q->then (node_stage_new) */
     if (r < 0) {
         grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume's key file: %s",
                        strerror(-r));
         rbd_req_free(q);
     } else {
         log_info("rbd", "staging", "volume=%s size=%" PRId64, v->id, (int64_t)size);
-        node_stage_new(c, call, v, path, gid, ro, q);
+        q->then(c, call, v, path, gid, ro, q);
     }
     if (!v->staging_path) { /* refused before it was staged: no record, no key */
         csi_remove_runtime(c, v->id);
@@ -959,14 +969,13 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
 }
 
 void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in,
-               int gid, bool ro)
+               int gid, bool ro, stage_new_fn then)
 {
     struct rbd_req *q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
     int r = loc_from_name(in->volume_id, &q->loc, &msg);
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "node-stage", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "node-stage", &q->cred, &msg);
     if (r < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
         rbd_req_free(q);
@@ -976,5 +985,6 @@ void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRe
     q->path = xstrdup(in->staging_target_path);
     q->gid = gid;
     q->ro = ro;
+    q->then = then;
     rbd_start(c, call, q, 0, stage_fn, stage_done);
 }

@@ -13,6 +13,7 @@
  * Snapshots and clones: rbd_snap.c (declared here too). */
 #pragma once
 
+#include "backend.h"
 #include "csi.pb-c.h"
 #include "grpc.h"
 
@@ -63,16 +64,29 @@ struct rbd_cred {
 };
 int rbd_cred_parse(size_t n, Csi__V1__CreateVolumeRequest__SecretsEntry **s, const char *which,
                    struct rbd_cred *ret, char **ret_msg);
+/* The same for the secrets of any request `in` (each request type has its
+ * own SecretsEntry type, all with key and value). */
+#define RBD_CRED_OF(in, which, ret, ret_msg)                                        \
+    ({                                                                              \
+        const char *user_ = NULL, *key_ = NULL;                                     \
+        for (size_t i_ = 0; i_ < (in)->n_secrets; i_++)                             \
+            rbd_secret_pick((in)->secrets[i_]->key, (in)->secrets[i_]->value, &user_, \
+                            &key_);                                                 \
+        rbd_cred_check(user_, key_, which, ret, ret_msg);                           \
+    })
+void rbd_secret_pick(const char *name, const char *value, const char **user, const char **key);
+int rbd_cred_check(const char *user, const char *key, const char *which, struct rbd_cred *ret,
+                   char **ret_msg);
 void rbd_cred_clear(struct rbd_cred *c); /* wipes the key */
 
-/* The RPCs for an RBD volume (controller.c hands them over). */
+/* The RPCs for an RBD volume (backend_rbd's operations: backend.h). */
 void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in);
 void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in);
 void rbd_expand_volume(struct csi *c, struct grpc_call *call,
                        Csi__V1__ControllerExpandVolumeRequest *in);
 /* GetCapacity with backend: rbd parameters (no secrets: the cluster is not
  * asked; docs/rbd.md). */
-void rbd_get_capacity(struct grpc_call *call, Csi__V1__GetCapacityRequest *in);
+void rbd_get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapacityRequest *in);
 
 /* Snapshots (rbd_snap.c): ids "rbdsnap:<clusterID>:<pool>:<namespace>:<name>". */
 #define RBD_SNAP_ID_PREFIX "rbdsnap:"
@@ -86,20 +100,20 @@ void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnap
  * here: in a worker, connect with the node-stage secret and check the image
  * (ours, its size, no other live client: rbd_lock.h), then make the
  * node's record and the private key file, and go on as for any volume
- * (node_stage_new, which checks again once the QSD runs). */
+ * (then: node.c's node_stage_new, which checks again once the QSD runs). */
 struct Csi__V1__NodeStageVolumeRequest;
 void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in,
-               int gid, bool ro);
+               int gid, bool ro, stage_new_fn then);
 /* Export options of a staged RBD volume's record (vol_export_opts). */
 struct vol;
 struct qsd_opts;
 bool rbd_record(const struct vol *v);
 int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
 
-/* Worker of rbd_stage_confirm (rbd_lock.h): op->rbd's image may be
+/* Worker of rbd_stage_confirm (rbd_guard.h): op->rbd's image may be
  * served by the QSD this node just started. */
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result);
-/* The check of a staged volume's record for its restarts (rbd_lock.c):
+/* The check of a staged volume's record for its restarts (rbd_guard.c):
  * own and dead as rbd_lock_claim's; the key is read from the record's key
  * file in the worker.  NULL if the record's name is no RBD id. */
 struct rbd_check;

@@ -27,6 +27,7 @@ struct rbd_req {
     struct rbd_loc src;   /* CreateVolume from a source: the source volume or
                              snapshot (image = its name) */
     bool src_snap;        /* the source is a snapshot */
+    stage_new_fn then;    /* NodeStage: how it goes on once the record is made */
 };
 
 struct conn {

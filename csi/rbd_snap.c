@@ -688,6 +688,7 @@ static void flatten_start(struct csi *c, const struct rbd_req *from, const char 
     q->clusters = from->clusters;
     struct op *op = op_begin(c, NULL);
     op->rbd = q;
+    op->rbd_free = rbd_req_free;
     _cleanup_free_ char *id = rbd_id_format(&q->loc);
     log_info("rbd", "flattening", "image=%s depth_max=%d", id, RBD_DEPTH_MAX);
     int r = worker_start(c->loop, flatten_fn, op, FLATTEN_MS, flatten_done, op, &op->worker);
@@ -821,8 +822,7 @@ void rbd_create_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__CreateS
         r = -EINVAL;
     }
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "snapshotter", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "snapshotter", &q->cred, &msg);
     q->name = xstrdup(in->name);
     start_checked(c, call, q, r, msg, snapshot_fn, snapshot_done);
 }
@@ -846,8 +846,7 @@ void rbd_delete_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__DeleteS
     _cleanup_free_ char *msg = NULL;
     int r = snap_id_parse(in->snapshot_id, "snapshot_id", &q->loc, &msg);
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "snapshotter", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "snapshotter", &q->cred, &msg);
     start_checked(c, call, q, r, msg, delete_snapshot_fn, delete_snapshot_done);
 }
 
@@ -932,8 +931,7 @@ void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnap
         r = rbd_id_parse(in->source_volume_id, "source_volume_id", &q->loc, &msg);
     }
     if (r == 0)
-        r = rbd_cred_parse(in->n_secrets, (Csi__V1__CreateVolumeRequest__SecretsEntry **)in->secrets,
-                           "snapshotter-list", &q->cred, &msg);
+        r = RBD_CRED_OF(in, "snapshotter-list", &q->cred, &msg);
     q->limit = in->max_entries;
     q->path = tok ? xstrdup(tok + strlen(LIST_TOKEN)) : NULL;
     start_checked(c, call, q, r, msg, list_fn, list_done);

@@ -1,12 +1,9 @@
 /* service.c: see service.h. */
 #include "service.h"
-#include "bridge.h"
+#include "backend.h"
 #include "qsd/base/log.h"
-#include "mounts.h"
 #include "qsd/base/names.h"
 #include "params.h"
-#include "rbd.h"
-#include "rbd_lock.h"
 #include "records.h"
 #include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/thin.h"
@@ -49,7 +46,8 @@ void op_end(struct op *op)
     free(op->node);
     free(op->image);
     free(op->vol_id);
-    rbd_req_free(op->rbd);
+    if (op->rbd)
+        op->rbd_free(op->rbd);
     free(op);
 }
 
@@ -198,34 +196,7 @@ const char *csi_id_node(const struct csi *c, const char *id)
 
 bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *id)
 {
-    if (rbd_is_id(id)) {
-        /* An RBD volume: the node's record of it has a name made from the id. */
-        struct rbd_loc l;
-        _cleanup_free_ char *m = NULL;
-        if (rbd_id_parse(id, field, &l, &m) < 0) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", m);
-            return false;
-        }
-        rbd_loc_clear(&l);
-        rbd_id_to_name(id);
-        return true;
-    }
-    char *at = id ? strchr(id, '@') : NULL;
-    if (at) {
-        const char *why;
-        if (name_validate(at + 1, &why) < 0) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s: the node after '@' %s", field, why);
-            return false;
-        }
-        if (!streq(at + 1, c->cfg->node_id)) {
-            grpc_call_fail(call, GRPC_NOT_FOUND,
-                           "%s %s lives on node %s, not on this node (%s): volumes and snapshots "
-                           "are node-local", field, id, at + 1, c->cfg->node_id);
-            return false;
-        }
-        *at = '\0';
-    }
-    return id_ok(call, field, id);
+    return BACKEND_OF(.volume_id = id)->record_name(c, call, field, id);
 }
 
 /* ------------------------------------------------------ capabilities */
@@ -354,25 +325,18 @@ int export_opts_from(json_t *parameters, char *image, char *format, bool read_on
 
 int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
 {
-    if (rbd_record(v))
-        return rbd_export_opts(c, v, ret, ret_msg);
-    char *image = NULL, *format = NULL;
-    int r = pool_find_volume(&c->pool, v->id, &image, &format);
-    if (r < 0) {
-        *ret_msg = xasprintf("the image of volume %s is missing from the pool", v->id);
-        return r;
-    }
-    return export_opts_from(v->parameters, image, format, v->stage_ro, v->stage_gid, ret, ret_msg);
+    return BACKEND_OF(.record = v)->export_opts(c, v, ret, ret_msg);
 }
 
 static void qsd_event(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque)
 {
     struct csi *c = opaque;
     struct vol *v = store_find_vol(c->store, qsd_get_volume(q));
-    /* An RBD volume's QSD is not supervised: the plugin restarts it after
-     * the check (a first start that fails is its starter's). */
-    if (ev == QSD_EV_DIED && v && rbd_record(v) && v->staging_path && !v->start_ctx)
-        rbd_restart(c, v);
+    /* A QSD not supervised (an RBD volume's) is restarted by its backend,
+     * after its checks (a first start that fails is its starter's). */
+    const struct backend *b = v ? BACKEND_OF(.record = v) : NULL;
+    if (ev == QSD_EV_DIED && b && !b->supervised && v->staging_path && !v->start_ctx)
+        b->restart(c, v);
     static const char *const names[] = {"ready", "died", "restarted", "start failed", "stopped",
                                         "crash loop: retried every 30 s"};
     _cleanup_free_ char *d = detail ? log_quote(detail) : NULL;
@@ -419,7 +383,7 @@ int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaqu
     if (!v->qsd) {
         qsd_new(c->loop, &c->qcfg, v->id, &o, &v->qsd);
         qsd_set_event_handler(v->qsd, qsd_event, c);
-        qsd_set_supervised(v->qsd, !rbd_record(v)); /* rbd_restart's */
+        qsd_set_supervised(v->qsd, BACKEND_OF(.record = v)->supervised);
     }
     qsd_opts_clear(&o);
     struct start_ctx *s = xcalloc(1, sizeof(*s));
@@ -447,20 +411,6 @@ static void recovery_started(struct csi *c, struct vol *v, int status, const cha
         log_info("plugin", "restarted the QSD of a staged volume", "volume=%s pid=%d", v->id,
                  (int)qsd_get_pid(v->qsd));
     }
-}
-
-char *csi_path_owner(struct csi *c, const char *path, const char *except)
-{
-    for (size_t i = 0; i < c->store->n_vols; i++) {
-        const struct vol *v = c->store->vols[i];
-        if (except && streq(v->id, except))
-            continue;
-        if (v->staging_path && streq(v->staging_path, path))
-            return xasprintf("the staging path of volume %s", v->id);
-        if (vol_find_pub(v, path) >= 0)
-            return xasprintf("a publication of volume %s", v->id);
-    }
-    return bridge_path_owner(c, path, except);
 }
 
 void csi_remove_runtime(struct csi *c, const char *id)
@@ -536,19 +486,6 @@ static void recover_layers(struct csi *c, struct vol *v, bool running)
     }
 }
 
-#define LOG_TRIM_MS 1000
-
-static void trim_logs(struct loop *l, void *opaque)
-{
-    struct csi *c = opaque;
-    for (size_t i = 0; i < c->store->n_vols; i++) {
-        struct vol *v = c->store->vols[i];
-        if (v->qsd && qsd_log_trim(v->qsd) == 1)
-            log_warn("qsd", "log over its bound, cut to its last lines", "volume=%s", v->id);
-    }
-    c->log_timer = loop_timer_add(l, LOG_TRIM_MS, trim_logs, c);
-}
-
 /* A QSD found running at start is kept when its volume is staged (it was
  * adopted) or not the plugin's (an operator's qsdctl export). */
 static bool keep_qsd(const char *volume, pid_t pid, void *arg)
@@ -558,7 +495,7 @@ static bool keep_qsd(const char *volume, pid_t pid, void *arg)
     return !v || v->staging_path;
 }
 
-static void recover(struct csi *c)
+void csi_recover(struct csi *c)
 {
     struct store *s = c->store;
     for (size_t i = 0; i < s->n_snaps;) {
@@ -606,19 +543,19 @@ static void recover(struct csi *c)
         qsd_new(c->loop, &c->qcfg, v->id, &o, &v->qsd);
         qsd_opts_clear(&o);
         qsd_set_event_handler(v->qsd, qsd_event, c);
-        qsd_set_supervised(v->qsd, !rbd_record(v));
+        const struct backend *b = BACKEND_OF(.record = v);
+        qsd_set_supervised(v->qsd, b->supervised);
         if (qsd_adopt(v->qsd) == 0) {
             log_info("plugin", "adopted the QSD of a staged volume", "volume=%s pid=%d", v->id,
                      (int)qsd_get_pid(v->qsd));
             recover_layers(c, v, true);
-            if (rbd_record(v))
-                rbd_adopted(c, v);
+            b->adopted(c, v);
             continue;
         }
-        if (rbd_record(v)) { /* started after the check (rbd_lock.h) */
+        if (!b->supervised) { /* started after the backend's check (rbd_lock.h) */
             log_info("plugin", "QSD of a staged RBD volume is not running, checking before "
                      "starting it", "volume=%s", v->id);
-            rbd_restart(c, v);
+            b->restart(c, v);
             continue;
         }
         log_info("plugin", "QSD of a staged volume is not running, starting it", "volume=%s",
@@ -638,116 +575,6 @@ static void recover(struct csi *c)
     for (size_t i = 0; i < s->n_vols; i++)
         if (!s->vols[i]->staging_path)
             recover_layers(c, s->vols[i], false);
-}
-
-int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret, char **ret_msg)
-{
-    struct csi *c = xcalloc(1, sizeof(*c));
-    c->cfg = cfg;
-    c->loop = loop;
-    c->qcfg = (struct qsd_config){.run_dir = cfg->run_dir, .binary = cfg->qsd_binary,
-                                  .filter = cfg->filter_path,
-                                  .uid_base = cfg->qsd_uid_base, .uid_count = cfg->qsd_uid_count,
-                                  .hidden = c->qsd_hidden};
-    /* What no QSD may see besides other volumes' runtime (qsdconf.c). */
-    c->qsd_hidden[0] = cfg->state_dir;
-    c->qsd_hidden[1] = cfg->kubelet_root;
-    c->qsd_hidden[2] = NULL;
-    c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
-    mounts_open(c);
-    int r = 0;
-    if (cfg->qsd_cgroup) {
-        r = qsd_cgroup_open("/sys/fs/cgroup", cfg->qsd_cgroup, cfg->qsd_cpu_weight,
-                            cfg->qsd_memory_max, 0, &c->cgroup, ret_msg);
-        if (r < 0) {
-            mounts_close(c);
-            free(c->topo_key);
-            free(c);
-            return r;
-        }
-        c->qcfg.join_fds = c->cgroup.fds;
-        c->qcfg.n_join = c->cgroup.n;
-        c->qcfg.cgroup_root = "/sys/fs/cgroup";
-        c->qcfg.cgroup = cfg->qsd_cgroup;
-        c->qcfg.vol_memory_max = cfg->qsd_vol_memory_max;
-        c->qcfg.vol_pids_max = cfg->qsd_vol_pids_max;
-        c->qcfg.vol_cpu_weight = cfg->qsd_vol_cpu_weight;
-        log_info("plugin", "QSDs run in their own cgroup", "cgroup=%s hierarchies=%zu cpu_weight=%u "
-                 "memory_max=%llu", cfg->qsd_cgroup, c->cgroup.n, cfg->qsd_cpu_weight,
-                 (unsigned long long)cfg->qsd_memory_max);
-    }
-    r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
-    if (r < 0) {
-        mounts_close(c);
-        qsd_cgroup_close(&c->cgroup);
-        free(c->topo_key);
-        free(c);
-        return r;
-    }
-    r = records_new(loop, &c->records);
-    if (r < 0)
-        *ret_msg = xasprintf("cannot start the record writer: %s", strerror(-r));
-    else
-        r = store_open(cfg->state_dir, c->records, &c->store, ret_msg);
-    if (r < 0) {
-        records_free(c->records);
-        pool_close(&c->pool);
-        mounts_close(c);
-        qsd_cgroup_close(&c->cgroup);
-        free(c->topo_key);
-        free(c);
-        return r;
-    }
-    r = bridges_open(c, ret_msg);
-    if (r < 0) {
-        store_free(c->store);
-        records_free(c->records);
-        pool_close(&c->pool);
-        mounts_close(c);
-        qsd_cgroup_close(&c->cgroup);
-        free(c->topo_key);
-        free(c);
-        return r;
-    }
-    recover(c);
-    bridges_recover(c);
-    csi_gc(c);
-    c->log_timer = loop_timer_add(loop, LOG_TRIM_MS, trim_logs, c);
-    *ret = c;
-    return 0;
-}
-
-void csi_free(struct csi *c)
-{
-    if (!c)
-        return;
-    while (c->ops) {
-        struct op *op = c->ops;
-        worker_cancel(op->worker);
-        op->worker = NULL;
-        if (op->call)
-            grpc_call_fail(op->call, GRPC_UNAVAILABLE, "the plugin is shutting down");
-        op_end(op);
-    }
-    for (size_t i = 0; i < c->store->n_vols; i++) {
-        struct vol *v = c->store->vols[i];
-        qsd_free(v->qsd); /* the process keeps running: the next start adopts it */
-        v->qsd = NULL;
-        free(v->start_ctx);
-        v->start_ctx = NULL;
-        rbd_guard_free(v);
-    }
-    worker_cancel(c->gc);
-    c->gc = NULL;
-    loop_timer_cancel(c->log_timer);
-    bridges_free(c->bridges);
-    store_free(c->store);
-    records_free(c->records);
-    pool_close(&c->pool);
-    mounts_close(c);
-    qsd_cgroup_close(&c->cgroup);
-    free(c->topo_key);
-    free(c);
 }
 
 void reply_controller_caps(struct grpc_call *call,

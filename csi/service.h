@@ -6,9 +6,11 @@
  * works on; its worker fsyncs pending records first), holding every answer
  * until the records are durable (csi_hold_answers), the
  * decoding of every request (CSI_HANDLER: NUL and size checks first), the
- * ids the CO sees (csi_id_*: "<name>@<node>"), the volume-capability rules, start-up recovery (finish or undo half-done
- * records, adopt or restart the QSDs of staged volumes, stop the QSDs of
- * unstaged ones), and the periodic bound on the QSDs' logs. */
+ * ids the CO sees (csi_id_*: "<name>@<node>"), the volume-capability
+ * rules, a staged volume's QSD (export options, start, events), and
+ * start-up recovery (finish or undo half-done records, adopt or restart
+ * the QSDs of staged volumes, stop the QSDs of unstaged ones).  Made and
+ * unmade by startup.h. */
 #pragma once
 
 #include "csi.pb-c.h"
@@ -65,17 +67,18 @@ struct op {
     char *image;           /* image class: sha256 of the base it needs (imageclass.h) */
     char *vol_id;          /* a volume looked up again when done, not held busy (stats) */
     struct rbd_req *rbd;   /* RBD backend: the request, credentials included (rbd.h) */
+    void (*rbd_free)(struct rbd_req *); /* frees rbd (rbd_req_free; op_end) */
     bool image_lead;       /* its worker may download the base; others wait for it */
     struct op *next;
 };
 
-int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret, char **ret_msg);
 /* srv answers no RPC before the record changes made until then are durable
  * (grpc_server_set_barrier on the record store). */
 void csi_hold_answers(struct csi *c, struct grpc_server *srv);
-/* Fails every call in flight with UNAVAILABLE, cancels workers, forgets the
- * QSDs (their processes keep running, to be adopted by the next start). */
-void csi_free(struct csi *c);
+/* Start-up recovery (csi_new, startup.h): finish or undo half-done
+ * records, adopt or restart the QSDs of staged volumes, stop the QSDs of
+ * unstaged ones. */
+void csi_recover(struct csi *c);
 
 struct op *op_begin(struct csi *c, struct grpc_call *call);
 /* Release busy flags, unlink and free.  The call must have been completed. */
@@ -140,13 +143,6 @@ bool cap_read_only(const Csi__V1__VolumeCapability *cap);
 /* volume_mount_group -> gid (-1 when empty); -EINVAL if not a number. */
 int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);
 
-/* NodeStageVolume of volume v, not staged yet, at path (node.c): checks,
- * records the staging, starts its QSD, answers call.  rbd (taken over, or
- * NULL): an RBD volume's request, checked again once its QSD runs
- * (rbd_stage_confirm). */
-void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
-                    int gid, bool ro, struct rbd_req *rbd);
-
 /* Export options for a volume from its StorageClass parameters (a JSON
  * object of strings), image and format (both taken over, freed on error),
  * and staging flags: what every QSD the plugin starts runs with. */
@@ -163,10 +159,6 @@ typedef void (*vol_started_fn)(struct csi *c, struct vol *v, int status, const c
 int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg);
 bool vol_live(const struct vol *v);
 
-/* Who else uses path (absolute) as a target or staging path: "a
- * publication of volume X", "the bridge of pod Y"... (to free), or NULL.
- * Records of the volume or ephemeral volume id `except` are not counted. */
-char *csi_path_owner(struct csi *c, const char *path, const char *except);
 
 /* Answer ControllerGetCapabilities with these RPC capabilities (at most 16). */
 void reply_controller_caps(struct grpc_call *call,

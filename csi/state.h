@@ -48,7 +48,7 @@ struct vol {
     /* runtime only (not persisted) */
     struct qsd *qsd;
     void *start_ctx;       /* pending qsd_start completion (service.c) */
-    struct rbd_guard *rbd_guard; /* an RBD volume's restarts (rbd_lock.h) */
+    struct rbd_guard *rbd_guard; /* an RBD volume's restarts (rbd_guard.h) */
     bool busy;             /* an operation is in flight */
 };
 

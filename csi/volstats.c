@@ -13,7 +13,7 @@
 #include "qsd/base/util.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/qemu/qmpcmd.h"
-#include "rbd_lock.h"
+#include "backend.h"
 #include "service.h"
 
 #include <inttypes.h>
@@ -365,7 +365,7 @@ enum vol_state volstats_state(struct volstats *vs, const struct vol *v)
 {
     if (!v->staging_path)
         return VS_NONE;
-    if (!vol_live(v) && rbd_guard_refused(v))
+    if (!vol_live(v) && BACKEND_OF(.record = v)->refused(v))
         return VS_REFUSED;
     if (v->qsd && qsd_crash_looping(v->qsd))
         return VS_CRASH_LOOP;

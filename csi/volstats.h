@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "metrics.h"
+#include "exposition.h"
 
 struct csi;
 struct vol;

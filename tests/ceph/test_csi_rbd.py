@@ -62,7 +62,9 @@ def main():
         # A cluster file: ours, and one whose monitor port nobody listens on.
         clusters = ceph.write_clusters(env.root, extra=[
             {"clusterID": "dead", "monitors": ["127.0.0.1:%d" % cephlib._free_port()]}])
-        c = env.start(extra=["--rbd-clusters", clusters])
+        # An overcommit limit: GetCapacity of local volumes is what it leaves.
+        flags = ["--rbd-clusters", clusters, "--overcommit-ratio", "1"]
+        c = env.start(extra=flags)
         pb = env.pb
         secrets = ceph.secrets
         params = {"backend": "rbd", "clusterID": "c1", "pool": ceph.pool,
@@ -165,8 +167,22 @@ def main():
             volume_id=vid, staging_target_path=stg, volume_capability=cap), C.INVALID_ARGUMENT,
             "stage without secrets")
         assert "userID" in m, m
+        def local_capacity():
+            return c.GetCapacity(pb.GetCapacityRequest(), timeout=csilib.CALL_TIMEOUT)
+
+        cap_before = local_capacity()
+        assert cap_before.available_capacity > 0, cap_before
         c.NodeStageVolume(sreq, timeout=csilib.CALL_TIMEOUT)
         c.NodeStageVolume(sreq, timeout=csilib.CALL_TIMEOUT)  # idempotent
+        # The node's record of the staged RBD volume is no local volume:
+        # ListVolumes does not list it, the local pool's capacity does not
+        # count it (docs/rbd.md).
+        listed = [e.volume.volume_id for e in
+                  c.ListVolumes(pb.ListVolumesRequest(), timeout=csilib.CALL_TIMEOUT).entries]
+        assert not any("rbd" in i for i in listed), listed
+        cap_after = local_capacity()
+        assert cap_after.available_capacity == cap_before.available_capacity, \
+            (cap_before, cap_after)
         c.NodePublishVolume(pb.NodePublishVolumeRequest(
             volume_id=vid, staging_target_path=stg, target_path=tgt, volume_capability=cap),
             timeout=csilib.CALL_TIMEOUT)
@@ -184,7 +200,7 @@ def main():
         # needed), the client still reads what it wrote.
         qsd_before = set(env.running_qsds())
         env.stop(signal.SIGKILL)
-        c = env.start(extra=["--rbd-clusters", clusters])
+        c = env.start(extra=flags)
         assert set(env.running_qsds()) == qsd_before, (qsd_before, env.running_qsds())
         c.NodeStageVolume(sreq, timeout=csilib.CALL_TIMEOUT)
         subprocess.run([qsdctl, "verify", "--timeout-ms", "20000", "--check", "--seed", "9",

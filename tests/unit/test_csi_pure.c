@@ -3,13 +3,15 @@
  * lexical path rules, the state records' JSON round trip, the capacity
  * policy (flags, refusals, GetCapacity figures), and the record store
  * (records.h: a change is visible at once, durable once the flusher says
- * so, loaded back with its id checked), and the RBD backend's ids,
- * parameters, secrets and cluster file (rbd.h). */
+ * so, loaded back with its id checked), the RBD backend's ids,
+ * parameters, secrets and cluster file (rbd.h), and the choice of a
+ * backend (backend.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "backend.h"
 #include "capacity.h"
 #include "csi.pb-c.h"
 #include "params.h"
@@ -610,6 +612,81 @@ static void test_imagebase_redact_net(void **state)
         assert_int_equal(imagebase_parse_net(bad[i], &n), -EINVAL);
 }
 
+/* backend_of: the parameters, any id naming RBD, or the record, decide. */
+static void test_backend_of(void **state)
+{
+    (void)state;
+    Csi__V1__CreateVolumeRequest__ParametersEntry e[2], *pe[2];
+    const char *kv[][2] = {{"format", "qcow2"}, {"backend", "rbd"}};
+    for (size_t i = 0; i < 2; i++) {
+        e[i] = (Csi__V1__CreateVolumeRequest__ParametersEntry)
+            CSI__V1__CREATE_VOLUME_REQUEST__PARAMETERS_ENTRY__INIT;
+        e[i].key = (char *)kv[i][0];
+        e[i].value = (char *)kv[i][1];
+        pe[i] = &e[i];
+    }
+    assert_ptr_equal(BACKEND_OF(0), &backend_local);
+    assert_ptr_equal(BACKEND_OF(.n_params = 1, .params = pe), &backend_local);
+    assert_ptr_equal(BACKEND_OF(.n_params = 2, .params = pe), &backend_rbd);
+    assert_ptr_equal(BACKEND_OF(.volume_id = "v1"), &backend_local);
+    assert_ptr_equal(BACKEND_OF(.volume_id = "v1@node-1"), &backend_local);
+    assert_ptr_equal(BACKEND_OF(.volume_id = "rbd:c1:p::img"), &backend_rbd);
+    assert_ptr_equal(BACKEND_OF(.volume_id = "rbdsnap:c1:p::s"), &backend_local);
+    assert_ptr_equal(BACKEND_OF(.snapshot_id = "rbdsnap:c1:p::s"), &backend_rbd);
+    assert_ptr_equal(BACKEND_OF(.snapshot_id = "s1", .volume_id = "rbd:c1:p::img"), &backend_rbd);
+    assert_ptr_equal(BACKEND_OF(.record_name = "rbd_c1_p__img"), &backend_rbd);
+    assert_ptr_equal(BACKEND_OF(.record_name = "v1"), &backend_local);
+    struct vol *v = vol_new("rbd_c1_p__img");
+    /* the record decides, whatever its name */
+    assert_ptr_equal(BACKEND_OF(.record = v, .record_name = v->id), &backend_local);
+    json_object_set_new(v->parameters, "backend", json_string("rbd"));
+    assert_ptr_equal(BACKEND_OF(.record = v), &backend_rbd);
+    vol_free(v);
+    /* What the handlers rely on: local volumes are in the pool, supervised,
+     * recorded beyond staging, node-local; RBD's the opposite. */
+    assert_true(backend_local.in_pool && backend_local.supervised && !backend_local.central &&
+                !backend_local.record_staged_only && !backend_local.stage_prepare);
+    assert_true(!backend_rbd.in_pool && !backend_rbd.supervised && backend_rbd.central &&
+                backend_rbd.record_staged_only && backend_rbd.stage_prepare && backend_rbd.restart);
+    const struct backend *all[] = {&backend_local, &backend_rbd};
+    for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
+        const struct backend *b = all[i];
+        assert_true(b->create_volume && b->delete_volume && b->expand_volume && b->get_capacity &&
+                    b->create_snapshot && b->delete_snapshot && b->list_snapshots &&
+                    b->record_name && b->stage_confirm && b->export_opts && b->adopted &&
+                    b->refused && b->forget);
+    }
+}
+
+/* RBD_CRED_OF reads the secrets of any request type. */
+static void test_rbd_cred_of(void **state)
+{
+    (void)state;
+    Csi__V1__NodeStageVolumeRequest in = CSI__V1__NODE_STAGE_VOLUME_REQUEST__INIT;
+    Csi__V1__NodeStageVolumeRequest__SecretsEntry s[2], *ps[2];
+    const char *skv[][2] = {{"userKey", "AQBz+/=="}, {"userID", "csi"}};
+    for (size_t i = 0; i < 2; i++) {
+        s[i] = (Csi__V1__NodeStageVolumeRequest__SecretsEntry)
+            CSI__V1__NODE_STAGE_VOLUME_REQUEST__SECRETS_ENTRY__INIT;
+        s[i].key = (char *)skv[i][0];
+        s[i].value = (char *)skv[i][1];
+        ps[i] = &s[i];
+    }
+    in.secrets = ps;
+    in.n_secrets = 1;
+    struct rbd_cred cr = {0};
+    char *msg = NULL;
+    assert_int_equal(RBD_CRED_OF(&in, "node-stage", &cr, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "userID"));
+    assert_non_null(strstr(msg, "node-stage"));
+    free(msg);
+    in.n_secrets = 2;
+    assert_int_equal(RBD_CRED_OF(&in, "node-stage", &cr, &msg), 0);
+    assert_string_equal(cr.user, "csi");
+    assert_string_equal(cr.key, "AQBz+/==");
+    rbd_cred_clear(&cr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -625,6 +702,8 @@ int main(void)
         cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_records),
         cmocka_unit_test(test_rbd_pure),
+        cmocka_unit_test(test_backend_of),
+        cmocka_unit_test(test_rbd_cred_of),
         cmocka_unit_test(test_imagebase_redact_net),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,37 @@
+/* controller.h: what the Controller service (controller.c) lends the
+ * backends' controller code (local.c): a Volume message of a record, the
+ * StorageClass parameters as JSON, and the tokens of paginated lists. */
+#pragma once
+
+#include "csi.pb-c.h"
+#include "service.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "params.h" /* K8S_PREFIX */
+
+/* The StorageClass parameters (k8s = false) or the csi.storage.k8s.io/ keys
+ * the provisioner adds (k8s = true; at most 8, kept as volume_context). */
+json_t *params_json_k(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p, bool k8s);
+json_t *params_json(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p);
+
+/* A Volume message for a record; everything points into v or into *m. */
+struct volmsg {
+    Csi__V1__Volume vol;
+    Csi__V1__Topology topo;
+    Csi__V1__Topology__SegmentsEntry seg;
+    Csi__V1__Topology__SegmentsEntry *segs[1];
+    Csi__V1__Topology *topos[1];
+    Csi__V1__VolumeContentSource src;
+    Csi__V1__VolumeContentSource__SnapshotSource ssrc;
+    Csi__V1__VolumeContentSource__VolumeSource vsrc;
+    Csi__V1__Volume__VolumeContextEntry ctx[8];
+    Csi__V1__Volume__VolumeContextEntry *ctxp[8];
+    char id[CSI_ID_MAX + 1], src_id[CSI_ID_MAX + 1];
+};
+void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m);
+
+/* A list's starting_token: "" -> NULL (from the start); "<prefix><name>" ->
+ * name; else -EINVAL. */
+int list_token_parse(const char *tok, const char *prefix, const char **ret);

@@ -1,0 +1,74 @@
+/* rbd_backend.c: the RBD backend's table (backend.h): what it claims (the
+ * StorageClass parameter backend: rbd, "rbd:" and "rbdsnap:" ids, the
+ * records of staged RBD volumes), its RPCs (rbd.c, rbd_snap.c), the node's
+ * record name of an id, and the restarts of its QSDs after the rule
+ * (rbd_guard.h). */
+#include "backend.h"
+#include "rbd.h"
+#include "rbd_guard.h"
+#include "service.h"
+#include "qsd/base/util.h"
+
+/* The record, when given, decides; else any key naming RBD. */
+static bool claims(const struct backend_key *k)
+{
+    if (k->record)
+        return rbd_record(k->record);
+    return (k->params && rbd_selected(k->n_params, k->params)) || rbd_is_id(k->volume_id) ||
+           rbd_is_snap_id(k->snapshot_id) || rbd_is_name(k->record_name);
+}
+
+/* An RBD volume id: the node's record of it has a name made from the id. */
+static bool record_name(struct csi *c, struct grpc_call *call, const char *field, char *id)
+{
+    (void)c;
+    struct rbd_loc l;
+    _cleanup_free_ char *m = NULL;
+    if (rbd_id_parse(id, field, &l, &m) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", m);
+        return false;
+    }
+    rbd_loc_clear(&l);
+    rbd_id_to_name(id);
+    return true;
+}
+
+/* The first NodeStageVolume of a volume (op->rbd): checked again now
+ * that its QSD runs with a watch of its own (rbd_guard.h). */
+static bool stage_confirm(struct op *op)
+{
+    if (!op->rbd)
+        return false;
+    rbd_stage_confirm(op);
+    return true;
+}
+
+/* The restart guard of v (rbd_lock.h) goes. */
+static void forget(struct vol *v)
+{
+    rbd_guard_free(v);
+}
+
+const struct backend backend_rbd = {
+    .name = "rbd",
+    .claims = claims,
+    .in_pool = false,
+    .central = true,
+    .supervised = false, /* rbd_restart, after the check (rbd_guard.h) */
+    .record_staged_only = true,
+    .create_volume = rbd_create_volume,
+    .delete_volume = rbd_delete_volume,
+    .expand_volume = rbd_expand_volume,
+    .get_capacity = rbd_get_capacity,
+    .create_snapshot = rbd_create_snapshot,
+    .delete_snapshot = rbd_delete_snapshot,
+    .list_snapshots = rbd_list_snapshots,
+    .record_name = record_name,
+    .stage_prepare = rbd_stage,
+    .stage_confirm = stage_confirm,
+    .export_opts = rbd_export_opts,
+    .restart = rbd_restart,
+    .adopted = rbd_adopted,
+    .refused = rbd_guard_refused,
+    .forget = forget,
+};
