@@ -203,7 +203,8 @@ int rbd_cluster_monitors(const char *file, const char *cluster, char **ret, char
     }
     _cleanup_free_ char *data = NULL;
     size_t len;
-    int r = read_file(file, RBD_CLUSTERS_MAX, &data, &len);
+    /* Followed: a ConfigMap's files are symlinks into its ..data directory. */
+    int r = read_file_follow(file, RBD_CLUSTERS_MAX, &data, &len);
     if (r < 0) {
         *ret_msg = xasprintf("cannot read the cluster file %s: %s", file, strerror(-r));
         return -EIO;

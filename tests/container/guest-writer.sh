@@ -19,9 +19,11 @@
 #                     size=SECTORS, one patterned block written with fsync
 #                     and read back (HOTPLUG-IO ok|FAIL), UNPLUG when it goes
 #   writer.verify=K   write nothing: check K marker blocks on every virtio
-#                     disk (VERIFY dev=vdX ok|FAIL bad=N), VERIFY-DONE, then
-#                     exit after 15 s (the console lives in the VM pod's
-#                     volume, removed when the pod ends)
+#                     disk (VERIFY dev=vdX ok|FAIL bad=N), VERIFY-DONE, exit
+#   writer.hold=S     wait S seconds after the last line before exiting (the
+#                     guest then powers off): a test reading the console from
+#                     a VM pod's volume, which kubelet removes once the pod
+#                     ended, gets time to see it
 arg() { sed -n "s/.*$1=\([0-9]*\).*/\1/p" /proc/cmdline; }
 secs=$(arg writer.secs); secs=${secs:-20}
 bs=$(arg writer.bs); bs=${bs:-65536}
@@ -30,6 +32,7 @@ wait_dev() { i=0; while [ ! -b /dev/$1 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i
 marks=$(arg writer.marks); marks=${marks:-0}
 hotplug=$(arg writer.hotplug)
 verify=$(arg writer.verify)
+hold=$(arg writer.hold); hold=${hold:-0}
 wait_dev vda || { echo "FAIL no vda"; exit 1; }
 size=$(cat /sys/block/vda/size)
 echo "DISK size=$size"
@@ -53,9 +56,7 @@ if [ -n "$verify" ]; then
         d=${d##*/}; bad=$(check_marks $d $verify)
         if [ $bad = 0 ]; then echo "VERIFY dev=$d ok"; else echo "VERIFY dev=$d FAIL bad=$bad"; fi
     done
-    # A test reads the console from the VM pod's volume, which kubelet
-    # removes once the pod ended: give it time to see the lines.
-    echo "VERIFY-DONE"; sleep 15
+    echo "VERIFY-DONE"; sleep $hold
     exit 0
 fi
 k=0
@@ -115,3 +116,4 @@ while [ $b -lt $nb ] && [ $b -lt $n ]; do
 done
 ioerr=$(dmesg | grep -c 'I/O error')
 echo "SUMMARY writes=$n write_errors=$errors mismatches=$bad ioerr=$ioerr max_stall_ms=$max max_stall_i=$maxi bs=$bs blocks=$nb"
+sleep $hold

@@ -204,7 +204,7 @@ examples() {
 # ---------------------------------------------------------------- VM scenarios
 vm_boot() {
     { vm_namespace $ns; echo ---; vm_claim $ns root 1Gi qsd-vm; echo ---
-      vm_pod $ns $vm "$dir/guest" "writer.secs=$secs writer.marks=8 writer.hotplug=1" root
+      vm_pod $ns $vm "$dir/guest" "writer.secs=$secs writer.marks=8 writer.hotplug=1 writer.hold=15" root
     } >"$dir/vm-first.yaml"
     kubectl apply -f "$dir/vm-first.yaml" >/dev/null || return 1
     local t0=$SECONDS
@@ -327,7 +327,7 @@ vm_data() {
 # clone of the first VM's disk (vdb): both hold the 8 marker blocks.
 restore_clone() {
     local t0=$SECONDS
-    vm_pod $ns vm-verify "$dir/guest" "writer.verify=8" restored clone | kubectl apply -f - >/dev/null || return 1
+    vm_pod $ns vm-verify "$dir/guest" "writer.verify=8 writer.hold=15" restored clone | kubectl apply -f - >/dev/null || return 1
     wait_for 180 "vm-verify Running" phase_is vm-verify Running || return 1
     wait_vm vm-verify 180 "VERIFY-DONE on the console" console_has vm-verify '^VERIFY-DONE' || return 1
     keep_console vm-verify
@@ -361,6 +361,7 @@ rbd_step() {
     wait_for 120 "Ceph up (ceph.py)" test -s "$ceph_env" || { cat "$dir/ceph.log" >&2; return 1; }
     . "$ceph_env"
     echo "rbd: $(head -1 "$dir/ceph.log")"
+    vm_namespace $ns | kubectl apply -f - >/dev/null || return 1
     kubectl -n qsd-csi patch configmap qsd-csi-rbd-clusters --type merge -p "$(python3 -c '
 import json, sys
 print(json.dumps({"data": {"clusters.json": json.dumps(
@@ -386,7 +387,7 @@ print(json.dumps({"data": {"clusters.json": json.dumps(
     img=$(rbd_images)
     echo "rbd: claim Bound after $((SECONDS - t0)) s (controller Deployment); RBD images: $img"
     [ -n "$img" ] || { say "no RBD image in the pool"; return 1; }
-    vm_pod $ns vm-rbd "$dir/guest" "writer.secs=20 writer.marks=8" demo-rbd-disk |
+    vm_pod $ns vm-rbd "$dir/guest" "writer.secs=20 writer.marks=8 writer.hold=15" demo-rbd-disk |
         kubectl apply -f - >/dev/null || return 1
     wait_vm vm-rbd 240 "MARK-DONE on vm-rbd's console" console_has vm-rbd '^MARK-(DONE|FAIL)' || return 1
     console_has vm-rbd '^MARK-DONE' || { say "$(console_line vm-rbd '^MARK-FAIL')"; return 1; }
@@ -444,7 +445,7 @@ uninstall() {
         echo "uninstall: no RBD image left in the pool"
         kubectl delete -f "$repo_root/deploy/examples/rbd.yaml" --ignore-not-found >/dev/null || return 1
     fi
-    timeout 200 kubectl delete ns $ns --wait=true >/dev/null || return 1
+    timeout 200 kubectl delete ns $ns --wait=true --ignore-not-found >/dev/null || return 1
     timeout 200 kubectl delete -k "$repo_root/deploy/kubernetes" --wait=true >/dev/null || return 1
     echo "uninstall: driver deleted after $((SECONDS - t0)) s"
     wait_for 60 "no QSD left" eval '[ "$(qsds_left)" = 0 ]' || return 1

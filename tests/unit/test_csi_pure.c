@@ -26,6 +26,7 @@
 
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 static int parse(const char *const *kv, size_t n, struct vol_params *p, char **msg)
 {
@@ -579,7 +580,27 @@ static void test_rbd_pure(void **state)
     free(msg);
     assert_int_equal(rbd_cluster_monitors(NULL, "c1", &mons, &msg), -ENOENT);
     free(msg);
-    unlink(path);
+    /* As Kubernetes mounts a ConfigMap: clusters.json -> ..data/clusters.json
+     * (tests/k8s found the file refused with ELOOP). */
+    char dir[] = "/tmp/rbd-cm-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    _cleanup_free_ char *data = xasprintf("%s/..data", dir), *link = xasprintf("%s/clusters.json", dir),
+                        *real = xasprintf("%s/..data/clusters.json", dir);
+    assert_int_equal(mkdir(data, 0755), 0);
+    assert_int_equal(rename(path, real), 0);
+    assert_int_equal(symlink("..data/clusters.json", link), 0);
+    assert_int_equal(rbd_cluster_monitors(link, "c1", &mons, &msg), 0);
+    assert_string_equal(mons, "10.0.0.1:3300,v2:m2:3300");
+    free(mons);
+    /* Followed, but to a regular file only. */
+    assert_int_equal(unlink(real), 0);
+    assert_int_equal(mkfifo(real, 0600), 0);
+    assert_int_equal(rbd_cluster_monitors(link, "c1", &mons, &msg), -EIO);
+    free(msg);
+    unlink(real);
+    unlink(link);
+    rmdir(data);
+    rmdir(dir);
 }
 
 /* Issue 21: what an image URL shows of itself, and the allowed ranges. */
