@@ -404,8 +404,14 @@ spec:
     persistentVolumeClaimName: demo-rbd-disk
 EOF
     wait_for 120 "RBD VolumeSnapshot readyToUse" snap_ready_of rbd-snap || return 1
-    echo "rbd: rbd-snap readyToUse; RBD snapshots of $img: $(. "$ceph_env" && rbd -c "$CEPH_CONF" snap ls \
-        "$CEPH_POOL/$CEPH_NAMESPACE/$img" --format json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
+    # docs/rbd.md: a snapshot is an image of its own, csi-snap.<name>,
+    # carrying the RBD snapshot csi-snap.
+    local simg
+    simg=$(rbd_images | grep '^csi-snap\.' | head -1)
+    [ -n "$simg" ] || { say "no csi-snap.* image in the pool: $(rbd_images | tr '\n' ' ')"; return 1; }
+    (. "$ceph_env" && rbd -c "$CEPH_CONF" snap ls "$CEPH_POOL/$CEPH_NAMESPACE/$simg") | grep -qw csi-snap ||
+        { say "$simg has no snapshot csi-snap"; return 1; }
+    echo "rbd: rbd-snap readyToUse: image $simg with its snapshot csi-snap"
     wait_vm vm-rbd 180 "SUMMARY on vm-rbd's console" console_has vm-rbd '^SUMMARY' || return 1
     keep_console vm-rbd
     s=$(console_line vm-rbd '^SUMMARY')
