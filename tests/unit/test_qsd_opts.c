@@ -1,4 +1,4 @@
-/* Unit tests for qsd.c's pure parts: option parsing and validation, the QSD
+/* Unit tests for qsdopts.c (the pure parts of a QSD): option parsing and validation, the QSD
  * command line, the state record; and the RBD source (rbdsrc.h). */
 #include <setjmp.h>
 #include <stdarg.h>
