@@ -31,26 +31,7 @@ typedef void (*qsd_event_cb)(struct qsd *q, enum qsd_event ev, const char *detai
 /* status 0 or negative errno; msg says what happened (may be NULL on success). */
 typedef void (*qsd_done_cb)(struct qsd *q, int status, const char *msg, void *opaque);
 
-struct qsd_config {
-    const char *run_dir;
-    const char *binary;        /* qemu-storage-daemon (PATH searched) */
-    const char *filter;        /* qsd-vhost-filter in front of every export, or
-                                  NULL: tenants talk to the QSD directly */
-    uint64_t start_timeout_ms; /* spawn -> socket accepting; default 10 s */
-    uint64_t stop_timeout_ms;  /* QMP quit -> exit, then SIGKILL; default 5 s */
-    const int *join_fds;       /* cgroup.procs files a QSD joins before exec (cgroup.h) */
-    size_t n_join;
-    /* Confinement (qsdconf.h): each volume's QSD runs as a uid of its own
-     * from [uid_base, uid_base + uid_count); uid_count 0: unconfined. */
-    uint32_t uid_base, uid_count;
-    const char *const *hidden; /* more paths QSDs must not see (NULL-terminated) */
-    /* A cgroup per QSD (qsdconf.h): <cgroup>/vol-<volume> under cgroup_root
-     * with these limits (0: leave), joined instead of join_fds; NULL: none. */
-    const char *cgroup_root, *cgroup;
-    unsigned vol_cpu_weight;
-    uint64_t vol_memory_max, vol_pids_max;
-};
-
+/* cfg: qsdopts.h (the node's settings for every QSD). */
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
             const struct qsd_opts *opts, struct qsd **ret);
 void qsd_free(struct qsd *q); /* does not stop the process */

@@ -6,6 +6,8 @@
  *   qsd_paths   the per-volume runtime layout (docs/runtime-layout.md)
  *   qsd_argv    the QSD command line, and the unit's (behind the filter)
  *   node JSON   the image's file and format nodes (--blockdev or blockdev-add)
+ *   qsd_config  the node's settings for every QSD (binary, filter, bounds,
+ *               confinement, cgroups), read by the supervisor and qsdconf.h
  * Nothing here opens a file or starts a process (the one lookup: a
  * socket-group given by name, getgrnam): qsdrun.h makes the directories
  * these paths name, qsd.h starts what this argv says. */
@@ -13,6 +15,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct qsd_rbd;
@@ -103,3 +106,24 @@ json_t *qsd_format_node_json(const struct qsd_opts *o, const char *node, const c
 /* s with every ',' doubled: QEMU's comma-separated option syntax (the
  * monitor's socket path on the command line).  Malloc'd. */
 char *qsd_opt_escape(const char *s);
+
+/* The node's settings for every volume's QSD. */
+struct qsd_config {
+    const char *run_dir;
+    const char *binary;        /* qemu-storage-daemon (PATH searched) */
+    const char *filter;        /* qsd-vhost-filter in front of every export, or
+                                  NULL: tenants talk to the QSD directly */
+    uint64_t start_timeout_ms; /* spawn -> socket accepting; default 10 s */
+    uint64_t stop_timeout_ms;  /* QMP quit -> exit, then SIGKILL; default 5 s */
+    const int *join_fds;       /* cgroup.procs files a QSD joins before exec (cgroup.h) */
+    size_t n_join;
+    /* Confinement (qsdconf.h): each volume's QSD runs as a uid of its own
+     * from [uid_base, uid_base + uid_count); uid_count 0: unconfined. */
+    uint32_t uid_base, uid_count;
+    const char *const *hidden; /* more paths QSDs must not see (NULL-terminated) */
+    /* A cgroup per QSD (qsdconf.h): <cgroup>/vol-<volume> under cgroup_root
+     * with these limits (0: leave), joined instead of join_fds; NULL: none. */
+    const char *cgroup_root, *cgroup;
+    unsigned vol_cpu_weight;
+    uint64_t vol_memory_max, vol_pids_max;
+};
