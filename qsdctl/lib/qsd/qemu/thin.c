@@ -255,6 +255,40 @@ int thin_merge(const struct pool *p, const char *vol, struct qmp_sync *s, unsign
 
 /* ----------------------------------------------------------- snapshot */
 
+/* Step 3 of a snapshot: add the overlay tmp (of layer) to the QSD as
+ * "f-<layer>" and "ov-<layer>" and move its export onto it.  *ret_refused:
+ * the QSD refused (nothing switched, the nodes added are removed again);
+ * false when the outcome is unknown (connection lost). */
+static int switch_live(struct qmp_sync *s, const struct qsd_opts *o, const char *layer,
+                       const char *tmp, bool *ret_refused, char **ret_msg)
+{
+    _cleanup_free_ char *exp = NULL, *fnode = xasprintf("f-%s", layer),
+                    *onode = xasprintf("ov-%s", layer);
+    bool refused = true;
+    int r = qmpc_export_node(s, &exp, ret_msg);
+    if (r == 0)
+        r = qmpc_call(s, qmpc_named(qmpc_blockdev_add(qsd_file_node_json(o, fnode, tmp)),
+                                    "blockdev-add of the overlay's file"),
+                      NULL, NULL, ret_msg);
+    if (r == 0) {
+        json_t *fmt = qsd_format_node_json(o, onode, "qcow2", fnode);
+        json_object_set_new(fmt, "backing", json_null());
+        r = qmpc_call(s, qmpc_named(qmpc_blockdev_add(fmt), "blockdev-add of the overlay"),
+                      NULL, NULL, ret_msg);
+        if (r < 0)
+            qmp_del_node(s, fnode);
+    }
+    if (r == 0) {
+        r = qmpc_call(s, qmpc_blockdev_snapshot(exp, onode), NULL, &refused, ret_msg);
+        if (r < 0 && refused) {
+            qmp_del_node(s, onode);
+            qmp_del_node(s, fnode);
+        }
+    }
+    *ret_refused = refused;
+    return r;
+}
+
 int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
                   const struct qsd_opts *o, const char *snap, uint64_t timeout_ms,
                   char ret_layer[LAYER_NAME_LEN + 1], char **ret_msg)
@@ -323,29 +357,8 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
     pool_fsync_dir(p->volumes);
     /* 3. the running QSD moves its export onto the overlay */
     if (s) {
-        _cleanup_free_ char *exp = NULL, *fnode = xasprintf("f-%s", layer),
-                        *onode = xasprintf("ov-%s", layer);
         bool refused = true;
-        r = qmpc_export_node(s, &exp, ret_msg);
-        if (r == 0)
-            r = qmpc_call(s, qmpc_named(qmpc_blockdev_add(qsd_file_node_json(o, fnode, tmp)),
-                                        "blockdev-add of the overlay's file"),
-                          NULL, NULL, ret_msg);
-        if (r == 0) {
-            json_t *fmt = qsd_format_node_json(o, onode, "qcow2", fnode);
-            json_object_set_new(fmt, "backing", json_null());
-            r = qmpc_call(s, qmpc_named(qmpc_blockdev_add(fmt), "blockdev-add of the overlay"),
-                          NULL, NULL, ret_msg);
-            if (r < 0)
-                qmp_del_node(s, fnode);
-        }
-        if (r == 0) {
-            r = qmpc_call(s, qmpc_blockdev_snapshot(exp, onode), NULL, &refused, ret_msg);
-            if (r < 0 && refused) {
-                qmp_del_node(s, onode);
-                qmp_del_node(s, fnode);
-            }
-        }
+        r = switch_live(s, o, layer, tmp, &refused, ret_msg);
         if (r < 0) {
             if (refused) {
                 /* Nothing switched: undo steps 1 and 2. */
