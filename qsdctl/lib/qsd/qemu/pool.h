@@ -2,7 +2,8 @@
  *
  * One directory per pool (docs/thin-layers.md):
  *   volumes/<vol>.<format>  each volume's image (its chain's top)
- *   snapshots/<snap>.qcow2  snapshots: hard links to layers
+ *   snapshots/<snap>.qcow2  snapshots: second names (hard links) of layers,
+ *                           or standalone qcow2 copies (image.h)
  *   layers/<L>.qcow2        frozen qcow2 layers, referenced by backing file
  *                           name "../layers/<L>.qcow2" (layers.h)
  *   images/<sha256>         image names: symbolic links holding a layer's
