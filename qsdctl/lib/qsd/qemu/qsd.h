@@ -7,6 +7,8 @@
  *               state), stop (QMP quit, SIGKILL after a bound, and a bound
  *               on that too), adopt a QSD left running by an earlier
  *               controller (recorded, or found by its monitor socket).
+ *   sync        qsd_start_sync, qsd_stop_sync: the same on a private loop
+ *               (the CLI, and qsd_stop_orphans for QSDs nobody wants).
  * What the QSD is given (options, paths, command line) is qsdopts.h, pure;
  * its directories, state file and the /proc scan are qsdrun.h; its log is
  * qsdlog.h.  This header includes the first two, so callers of the QSD need
