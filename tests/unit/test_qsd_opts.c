@@ -1,11 +1,12 @@
-/* Unit tests for qsd.c's pure parts: option parsing and validation, the QSD
- * command line, the state record; and the RBD source (rbdsrc.h). */
+/* Unit tests for qsdopts.c (what a QSD is given, pure): option parsing and
+ * validation, the runtime paths, the QSD command line and block nodes, the
+ * options record; and the RBD source (rbdsrc.h).  No QSD, no files. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "qsd/qemu/qsd.h"
+#include "qsd/qemu/qsdopts.h"
 #include "qsd/qemu/rbdsrc.h"
 #include "qsd/base/util.h"
 
@@ -358,6 +359,125 @@ static void test_rbd(void **state)
     qsd_opts_clear(&o);
 }
 
+/* Every runtime path of a volume, as docs/runtime-layout.md lays them out. */
+static void test_paths_layout(void **state)
+{
+    (void)state;
+    struct qsd_paths p;
+    qsd_paths_init("/run/x", "vol-1", &p);
+    const struct {
+        const char *got, *want;
+    } cases[] = {
+        {p.run_dir, "/run/x"},
+        {p.export_dir, "/run/x/exports/vol-1"},
+        {p.socket, "/run/x/exports/vol-1/vhost.sock"},
+        {p.meta, "/run/x/exports/vol-1/volume.json"},
+        {p.ro_dir, "/run/x/exports-ro/vol-1"},
+        {p.ro_socket, "/run/x/exports-ro/vol-1/vhost.sock"},
+        {p.ctl_dir, "/run/x/ctl/vol-1"},
+        {p.qmp, "/run/x/ctl/vol-1/qmp.sock"},
+        {p.state, "/run/x/ctl/vol-1/qsd.json"},
+        {p.log, "/run/x/ctl/vol-1/qsd.log"},
+        {p.lock, "/run/x/ctl/vol-1/lock"},
+        {p.rbd_key, "/run/x/ctl/vol-1/rbd.key"},
+        {p.rbd_conf, "/run/x/ctl/vol-1/rbd.conf"},
+        {p.upstream, "/run/x/ctl/vol-1/vhost.sock"},
+        {p.ro_upstream, "/run/x/ctl/vol-1/vhost-ro.sock"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+        assert_string_equal(cases[i].got, cases[i].want);
+    qsd_paths_clear(&p);
+    assert_null(p.socket); /* cleared: a second clear is harmless */
+    qsd_paths_clear(&p);
+}
+
+/* QEMU's option syntax: every ',' doubled, nothing else touched. */
+static void test_opt_escape(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {
+        {"", ""}, {"a", "a"}, {",", ",,"}, {"a,,b,", "a,,,,b,,"}, {"/r=1 x/q.sock", "/r=1 x/q.sock"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        char *e = qsd_opt_escape(cases[i][0]);
+        assert_string_equal(e, cases[i][1]);
+        free(e);
+    }
+}
+
+/* The two block nodes for the options that change them: O_DIRECT by cache
+ * mode, no-flush only for unsafe, discard, detect-zeroes, read-only. */
+static void test_node_json(void **state)
+{
+    (void)state;
+    const struct {
+        const char *cache, *discard, *dz;
+        bool ro;
+        const char *file, *format;
+    } cases[] = {
+        {"writeback", "ignore", "on", true,
+         "{\"aio\":\"io_uring\",\"cache\":{\"direct\":false,\"no-flush\":false},\"discard\":"
+         "\"ignore\",\"driver\":\"file\",\"filename\":\"/p/v.raw\",\"node-name\":\"f\","
+         "\"read-only\":true}",
+         "{\"cache\":{\"direct\":false,\"no-flush\":false},\"detect-zeroes\":\"on\",\"discard\":"
+         "\"ignore\",\"driver\":\"raw\",\"file\":\"f\",\"node-name\":\"n\",\"read-only\":true}"},
+        {"unsafe", "unmap", "unmap", false,
+         "{\"aio\":\"io_uring\",\"cache\":{\"direct\":false,\"no-flush\":true},\"discard\":"
+         "\"unmap\",\"driver\":\"file\",\"filename\":\"/p/v.raw\",\"node-name\":\"f\","
+         "\"read-only\":false}",
+         "{\"cache\":{\"direct\":false,\"no-flush\":true},\"detect-zeroes\":\"unmap\",\"discard\":"
+         "\"unmap\",\"driver\":\"raw\",\"file\":\"f\",\"node-name\":\"n\",\"read-only\":false}"},
+        {"directsync", "unmap", "off", false,
+         "{\"aio\":\"io_uring\",\"cache\":{\"direct\":true,\"no-flush\":false},\"discard\":"
+         "\"unmap\",\"driver\":\"file\",\"filename\":\"/p/v.raw\",\"node-name\":\"f\","
+         "\"read-only\":false}",
+         "{\"cache\":{\"direct\":true,\"no-flush\":false},\"detect-zeroes\":\"off\",\"discard\":"
+         "\"unmap\",\"driver\":\"raw\",\"file\":\"f\",\"node-name\":\"n\",\"read-only\":false}"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        struct qsd_opts o;
+        qsd_opts_init(&o);
+        o.image = xstrdup("/p/v.raw");
+        o.format = xstrdup("raw");
+        char *msg = NULL;
+        assert_int_equal(qsd_opts_set(&o, "cache", cases[i].cache, &msg), 0);
+        assert_int_equal(qsd_opts_set(&o, "discard", cases[i].discard, &msg), 0);
+        assert_int_equal(qsd_opts_set(&o, "detect-zeroes", cases[i].dz, &msg), 0);
+        o.read_only = cases[i].ro;
+        assert_int_equal(qsd_opts_validate(&o, &msg), 0);
+        json_t *f = qsd_file_node_json(&o, "f", o.image);
+        json_t *n = qsd_format_node_json(&o, "n", o.format, "f");
+        char *fs = json_dumps(f, JSON_COMPACT | JSON_SORT_KEYS);
+        char *ns = json_dumps(n, JSON_COMPACT | JSON_SORT_KEYS);
+        assert_string_equal(fs, cases[i].file);
+        assert_string_equal(ns, cases[i].format);
+        free(fs);
+        free(ns);
+        json_decref(f);
+        json_decref(n);
+        qsd_opts_clear(&o);
+    }
+}
+
+/* A copy owns its strings: the source cleared, the copy still reads. */
+static void test_opts_copy(void **state)
+{
+    (void)state;
+    struct qsd_opts o, c;
+    qsd_opts_init(&o);
+    o.image = xstrdup("/p/v.qcow2");
+    o.format = xstrdup("qcow2");
+    char *msg = NULL;
+    assert_int_equal(qsd_opts_set(&o, "cache", "writeback", &msg), 0);
+    qsd_opts_copy(&c, &o);
+    qsd_opts_clear(&o);
+    assert_null(o.image);
+    assert_string_equal(c.image, "/p/v.qcow2");
+    assert_string_equal(c.cache, "writeback");
+    assert_int_equal(qsd_opts_validate(&c, &msg), 0);
+    qsd_opts_clear(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +490,10 @@ int main(void)
         cmocka_unit_test(test_validate_combinations),
         cmocka_unit_test(test_json_roundtrip),
         cmocka_unit_test(test_rbd),
+        cmocka_unit_test(test_paths_layout),
+        cmocka_unit_test(test_opt_escape),
+        cmocka_unit_test(test_node_json),
+        cmocka_unit_test(test_opts_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

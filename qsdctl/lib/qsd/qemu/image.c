@@ -1,10 +1,12 @@
-/* qsd/qemu/image.c: pool layout, qemu-img operations, online operations over QMP. */
+/* qsd/qemu/image.c: image operations on the pool (pool.h): create, delete,
+ * resize, info, standalone snapshots (qemu-img, bounded), and the live
+ * full-copy snapshot over QMP.  See image.h. */
 #include "qsd/qemu/image.h"
 #include "qsd/base/names.h"
 #include "qsd/base/proc.h"
-#include "qsd/base/confine.h"
+#include "qsd/qemu/qemuimg.h"
 #include "qsd/qemu/qmpcmd.h"
-#include "qsd/qemu/qsd.h"
+#include "qsd/qemu/qsdopts.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 
@@ -14,65 +16,6 @@
 #include <sys/stat.h>
 
 #define QEMU_IMG_TIMEOUT_MS (30u * 60u * 1000u) /* copies of big images take time */
-
-int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg)
-{
-    struct pool p = {
-        .root = xstrdup(root),
-        .volumes = xasprintf("%s/volumes", root),
-        .snapshots = xasprintf("%s/snapshots", root),
-        .layers = xasprintf("%s/layers", root),
-        .images = xasprintf("%s/images", root),
-    };
-    int r = 0;
-    /* volumes/ and layers/: searchable by QSDs (each runs as a uid of its
-     * own and opens its chain by name), listable by none; snapshots/ and
-     * images/ not even searchable (qsdconf.h). */
-    if (create && ((r = mkdir_p(p.volumes, 0711)) < 0 || (r = mkdir_p(p.snapshots, 0700)) < 0 ||
-                   (r = mkdir_p(p.layers, 0711)) < 0 || (r = mkdir_p(p.images, 0700)) < 0)) {
-        *ret_msg = xasprintf("cannot create pool directories under %s: %s", root, strerror(-r));
-        pool_close(&p);
-        return r;
-    }
-    if (create) {
-        chmod(p.volumes, 0711);
-        chmod(p.layers, 0711);
-    }
-    *ret = p;
-    return 0;
-}
-
-void pool_close(struct pool *p)
-{
-    free(p->root);
-    free(p->volumes);
-    free(p->snapshots);
-    free(p->layers);
-    free(p->images);
-    memset(p, 0, sizeof(*p));
-}
-
-int pool_find_volume(const struct pool *p, const char *name, char **ret_path, char **ret_format)
-{
-    static const char *const fmts[] = {"qcow2", "raw"};
-    for (unsigned i = 0; i < ARRAY_SIZE(fmts); i++) {
-        _cleanup_free_ char *path = xasprintf("%s/%s.%s", p->volumes, name, fmts[i]);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            if (ret_path)
-                *ret_path = TAKE_PTR(path);
-            if (ret_format)
-                *ret_format = xstrdup(fmts[i]);
-            return 0;
-        }
-    }
-    return -ENOENT;
-}
-
-char *pool_snapshot_path(const struct pool *p, const char *name)
-{
-    return xasprintf("%s/%s.qcow2", p->snapshots, name);
-}
 
 int image_check_size(uint64_t size, unsigned align, char **ret_msg)
 {
@@ -105,74 +48,14 @@ int image_check_prealloc(const char *format, const char *prealloc, char **ret_ms
     return -EINVAL;
 }
 
-/* Run qemu-img; on failure its last stderr line becomes the message. */
-int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char **ret_msg)
-{
-    return image_qemu_img_confined(argv, timeout_ms, NULL, ret_out, ret_msg);
-}
 
-int image_qemu_img_confined(char *const argv[], uint64_t timeout_ms, const struct confine *c,
-                            char **ret_out, char **ret_msg)
-{
-    struct proc_result res = {0};
-    int r = c ? proc_run_confined(argv, timeout_ms, c, &res) : proc_run(argv, timeout_ms, &res);
-    if (r == -ETIMEDOUT) {
-        *ret_msg = xasprintf("qemu-img %s did not finish within %llu s", argv[1],
-                             (unsigned long long)(timeout_ms / 1000));
-        return r;
-    }
-    if (r < 0) {
-        *ret_msg = xasprintf("cannot run qemu-img: %s", strerror(-r));
-        return r;
-    }
-    if (res.exit_code > 128 && c) {
-        char line[512];
-        *ret_msg = xasprintf("qemu-img %s was stopped by signal %d at its limits (%llu MiB of "
-                             "address space, %llu s of CPU): %s", argv[1], res.exit_code - 128,
-                             (unsigned long long)(c->rlimit_as >> 20),
-                             (unsigned long long)c->rlimit_cpu,
-                             proc_last_line(res.err, line, sizeof(line)));
-        proc_result_clear(&res);
-        return -EIO;
-    }
-    if (res.exit_code != 0) {
-        char line[512];
-        *ret_msg = xasprintf("qemu-img %s failed: %s", argv[1], proc_last_line(res.err, line, sizeof(line)));
-        proc_result_clear(&res);
-        return errno_from_text(-EIO, *ret_msg);
-    }
-    if (ret_out)
-        *ret_out = TAKE_PTR(res.out);
-    proc_result_clear(&res);
-    return 0;
-}
-
-/* Move tmp to final without replacing an existing file. */
-int image_publish(const char *tmp, const char *final, char **ret_msg)
-{
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) < 0) {
-        int e = -errno;
-        unlink(tmp);
-        *ret_msg = e == -EEXIST ? xasprintf("%s already exists", final)
-                                : xasprintf("cannot rename %s: %s", tmp, strerror(-e));
-        return e;
-    }
-    _cleanup_free_ char *dir = xstrdup(final);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0)
-        fsync(dfd);
-    return 0;
-}
 
 int image_info(const char *path, const char *format, uint64_t *ret_size, uint64_t *ret_alloc,
                char **ret_msg)
 {
     char *argv[] = {"qemu-img", "info", "-U", "--output=json", "-f", (char *)format, (char *)path, NULL};
     _cleanup_free_ char *out = NULL;
-    int r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, &out, ret_msg);
+    int r = qemu_img_run(argv, QEMU_IMG_QUICK_MS, &out, ret_msg);
     if (r < 0)
         return r;
     json_t *j = json_loads(out, 0, NULL);
@@ -205,7 +88,7 @@ int image_resize_offline(const char *path, const char *format, uint64_t size, ch
     char sz[32];
     snprintf(sz, sizeof(sz), "%" PRIu64, size);
     char *argv[] = {"qemu-img", "resize", "-q", "-f", (char *)format, (char *)path, sz, NULL};
-    return image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg);
+    return qemu_img_run(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg);
 }
 
 int image_create(const struct pool *p, const char *name, const char *format, uint64_t size,
@@ -244,7 +127,7 @@ int image_create(const struct pool *p, const char *name, const char *format, uin
                         "-o", NULL, snap, tmp, NULL};
         _cleanup_free_ char *o = xasprintf("preallocation=%s", prealloc);
         argv[8] = o;
-        r = image_qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
+        r = qemu_img_run(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
         if (r == 0 && size > snap_size)
             r = image_resize_offline(tmp, format, size, ret_msg);
     } else {
@@ -252,14 +135,14 @@ int image_create(const struct pool *p, const char *name, const char *format, uin
         snprintf(sz, sizeof(sz), "%" PRIu64, size);
         _cleanup_free_ char *o = xasprintf("preallocation=%s", prealloc);
         char *argv[] = {"qemu-img", "create", "-q", "-f", (char *)format, "-o", o, tmp, sz, NULL};
-        r = image_qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
+        r = qemu_img_run(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
     }
     if (r < 0) {
         unlink(tmp);
         return r;
     }
     chmod(tmp, 0600);
-    return image_publish(tmp, final, ret_msg);
+    return pool_publish(tmp, final, ret_msg);
 }
 
 int image_delete(const struct pool *p, const char *name, char **ret_msg)
@@ -288,13 +171,13 @@ int snapshot_create_offline(const struct pool *p, const char *src, const char *s
     _cleanup_free_ char *tmp = xasprintf("%s/.%s.tmp-%d", p->snapshots, snap, (int)getpid());
     char *argv[] = {"qemu-img", "convert", "-q", "-f", (char *)src_format, "-O", "qcow2",
                     (char *)src, tmp, NULL};
-    int r = image_qemu_img(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
+    int r = qemu_img_run(argv, QEMU_IMG_TIMEOUT_MS, NULL, ret_msg);
     if (r < 0) {
         unlink(tmp);
         return r;
     }
     chmod(tmp, 0400);
-    return image_publish(tmp, final, ret_msg);
+    return pool_publish(tmp, final, ret_msg);
 }
 
 int snapshot_delete(const struct pool *p, const char *snap, char **ret_msg)
@@ -343,7 +226,7 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
     char sz[32];
     snprintf(sz, sizeof(sz), "%" PRIu64, size);
     char *argv[] = {"qemu-img", "create", "-q", "-f", "qcow2", tmp, sz, NULL};
-    if ((r = image_qemu_img(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0)
+    if ((r = qemu_img_run(argv, QEMU_IMG_QUICK_MS, NULL, ret_msg)) < 0)
         return r;
     if (chown(tmp, quid, qgid) < 0 || chmod(tmp, 0600) < 0) {
         r = -errno;
@@ -394,5 +277,6 @@ int live_snapshot(struct qmp_sync *s, const struct pool *p, const char *snap, ui
         *ret_msg = xasprintf("cannot take %s back from the QSD: %s", tmp, strerror(-r));
         return r;
     }
-    return image_publish(tmp, final, ret_msg);
+    return pool_publish(tmp, final, ret_msg);
 }
+

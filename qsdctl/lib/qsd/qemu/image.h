@@ -1,6 +1,6 @@
-/* qsd/qemu/image.h: the volume pool and image operations.
+/* qsd/qemu/image.h: image operations on the volume pool (pool.h).
  *
- * Offline operations run qemu-img with a bound; online ones go through the
+ * Offline operations run qemu-img with a bound (qemuimg.h); online ones go through the
  * volume's QSD over QMP (qmp_sync).  Formats are recorded by the file
  * extension and always passed explicitly: an image's format is never probed
  * (a raw image a guest wrote a qcow2 header into must stay raw).
@@ -12,22 +12,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "qsd/qemu/pool.h"
 #include "qsd/qemu/qmp.h"
 
 #define IMAGE_MAX_SIZE (1ull << 50)     /* 1 PiB */
 #define IMAGE_SIZE_ALIGN 512u
-#define QEMU_IMG_QUICK_MS 30000u /* bound of the quick qemu-img steps (info, create, resize) */
-
-struct pool {
-    char *root, *volumes, *snapshots, *layers; /* layers/: thin.h */
-    char *images;                              /* images/: imagebase.h */
-};
-/* Create the pool directories (0700) if needed. */
-int pool_open(const char *root, bool create, struct pool *ret, char **ret_msg);
-void pool_close(struct pool *p);
-/* Find a volume's image.  -ENOENT if it does not exist. */
-int pool_find_volume(const struct pool *p, const char *name, char **ret_path, char **ret_format);
-char *pool_snapshot_path(const struct pool *p, const char *name);
 
 /* Check a requested size: non-zero, aligned to align, not above the maximum. */
 int image_check_size(uint64_t size, unsigned align, char **ret_msg);
@@ -51,17 +40,6 @@ int image_info(const char *path, const char *format, uint64_t *ret_size, uint64_
 int snapshot_create_offline(const struct pool *p, const char *src, const char *src_format,
                             const char *snap, char **ret_msg);
 int snapshot_delete(const struct pool *p, const char *snap, char **ret_msg);
-
-/* Run qemu-img with a bound; on failure its last stderr line is the message. */
-int image_qemu_img(char *const argv[], uint64_t timeout_ms, char **ret_out, char **ret_msg);
-/* The same, confined (confine.h: qemu-img on an image nobody vouches for);
- * killed at its limits: -EIO with a message naming them. */
-struct confine;
-int image_qemu_img_confined(char *const argv[], uint64_t timeout_ms, const struct confine *c,
-                            char **ret_out, char **ret_msg);
-/* Rename tmp to final without replacing, fsync the directory (tmp is
- * removed on failure). */
-int image_publish(const char *tmp, const char *final, char **ret_msg);
 
 /* ---- online (through the volume's QSD, qmpcmd.h) ---- */
 /* Point-in-time copy of the live node into a standalone qcow2 snapshot

@@ -1,4 +1,5 @@
-/* qsd/qemu/imagebase.c: image bases.  See imagebase.h. */
+/* qsd/qemu/imagebase.c: image bases: download, verify, probe, convert and
+ * publish a base; a volume made from it.  See imagebase.h. */
 #include "qsd/qemu/imagebase.h"
 #include "qsd/qemu/qsdconf.h"
 #include "qsd/base/confine.h"
@@ -6,6 +7,7 @@
 #include "qsd/base/log.h"
 #include "qsd/base/proc.h"
 #include "qsd/base/util.h"
+#include "qsd/qemu/qemuimg.h"
 #include "qsd/qemu/thin.h"
 
 #include <arpa/inet.h>
@@ -52,11 +54,10 @@ const char *imagebase_url_problem(const char *url)
 
 const char *imagebase_sha_problem(const char *sha)
 {
-    if (!sha || strlen(sha) != IMAGEBASE_SHA_LEN)
+    if (!sha || strlen(sha) != POOL_IMAGE_NAME_LEN)
         return "is not 64 hexadecimal digits";
-    for (const char *c = sha; *c; c++)
-        if (!strchr("0123456789abcdef", *c))
-            return "is not 64 lowercase hexadecimal digits";
+    if (!pool_image_name_valid(sha))
+        return "is not 64 lowercase hexadecimal digits";
     return NULL;
 }
 
@@ -70,43 +71,6 @@ static int fsync_fd_path(int dfd, const char *name)
     return 0;
 }
 
-/* The layer an image name refers to (without following it).  -ENOENT: no
- * such name; -EINVAL: not one of ours. */
-static int name_read(int dfd, const char *name, char ret_layer[LAYER_NAME_LEN + 1],
-                     struct stat *ret_st)
-{
-    struct stat st;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-        return -errno;
-    if (!S_ISLNK(st.st_mode))
-        return -EINVAL;
-    char ref[64];
-    ssize_t n = readlinkat(dfd, name, ref, sizeof(ref) - 1);
-    if (n < 0)
-        return -errno;
-    ref[n] = '\0';
-    if (layer_from_ref(ref, ret_layer) < 0)
-        return -EINVAL;
-    if (ret_st)
-        *ret_st = st;
-    return 0;
-}
-
-static bool layer_exists(const struct pool *p, const char *layer)
-{
-    _cleanup_free_ char *lp = xasprintf("%s/%s.qcow2", p->layers, layer);
-    struct stat st;
-    return lstat(lp, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-int imagebase_name_layer(int dfd, const char *name, uint64_t keep_s,
-                         char ret_layer[LAYER_NAME_LEN + 1])
-{
-    struct stat st;
-    if (imagebase_sha_problem(name) || name_read(dfd, name, ret_layer, &st) < 0)
-        return 0;
-    return (uint64_t)time(NULL) < (uint64_t)st.st_mtime + keep_s;
-}
 
 /* ----------------------------------------------------------- download */
 
@@ -362,13 +326,13 @@ static int check_sha(const struct imagebase_fetch *f, const char *part, const ch
     char *argv[] = {"sha256sum", "--", (char *)part, NULL};
     struct proc_result res = {0};
     int r = proc_run(argv, SHA_TIMEOUT_MS, &res);
-    if (r < 0 || res.exit_code != 0 || strlen(res.out) < IMAGEBASE_SHA_LEN) {
+    if (r < 0 || res.exit_code != 0 || strlen(res.out) < POOL_IMAGE_NAME_LEN) {
         *ret_msg = xasprintf("cannot compute the sha256 of the download: %s",
                              r < 0 ? strerror(-r) : res.err);
         proc_result_clear(&res);
         return r < 0 ? r : -EIO;
     }
-    res.out[IMAGEBASE_SHA_LEN] = '\0';
+    res.out[POOL_IMAGE_NAME_LEN] = '\0';
     if (!streq(res.out, f->sha256)) {
         /* The error goes to whoever made the request (an event of the
          * claim): nothing of the content, not even its hash; the
@@ -465,7 +429,7 @@ static int run_convert(const struct pool *p, const char *wpath, const char *form
     c.rlimit_nofile = 256;
     c.profile = CONFINE_PROFILE_IMAGE;
     char *argv[] = {"qemu-img", "convert", "-q", "-O", "qcow2", spec, (char *)out, NULL};
-    return image_qemu_img_confined(argv, CONVERT_TIMEOUT_MS, &c, NULL, ret_msg);
+    return qemu_img_run_confined(argv, CONVERT_TIMEOUT_MS, &c, NULL, ret_msg);
 }
 
 /* The work directory around run_convert; the output is root's again before
@@ -609,11 +573,11 @@ int imagebase_create_volume(const struct pool *p, const char *vol, const char *s
     if (r < 0)
         return r;
     char layer[LAYER_NAME_LEN + 1];
-    if (name_read(dfd, sha, layer, NULL) < 0 || !layer_exists(p, layer)) {
+    if (pool_image_layer(dfd, sha, layer, NULL) < 0 || !pool_layer_exists(p, layer)) {
         *ret_msg = xasprintf("no base of image %s in the pool", sha);
         return -ENOLINK;
     }
-    /* Used now: the garbage collection keeps it IMAGEBASE_KEEP_S more. */
+    /* Used now: the garbage collection keeps it POOL_IMAGE_KEEP_S more. */
     utimensat(dfd, sha, NULL, AT_SYMLINK_NOFOLLOW);
     _cleanup_free_ char *lp = xasprintf("%s/%s.qcow2", p->layers, layer);
     uint64_t bsize;
@@ -625,48 +589,4 @@ int imagebase_create_volume(const struct pool *p, const char *vol, const char *s
         return -ERANGE;
     }
     return thin_create_locked(p, vol, layer, size, ret_msg);
-}
-
-/* ----------------------------------------------------------------- gc */
-
-void imagebase_gc_locked(const struct pool *p)
-{
-    DIR *d = opendir(p->images);
-    if (!d)
-        return;
-    int dfd = dirfd(d);
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *n = de->d_name;
-        char layer[LAYER_NAME_LEN + 1];
-        if (!imagebase_sha_problem(n)) {
-            if (name_read(dfd, n, layer, NULL) == 0 && !layer_exists(p, layer))
-                unlinkat(dfd, n, 0); /* its layer was removed */
-            continue;
-        }
-        if (n[0] != '.' || strlen(n) < 1 + IMAGEBASE_SHA_LEN)
-            continue;
-        _cleanup_free_ char *sha = xstrndup(n + 1, IMAGEBASE_SHA_LEN);
-        const char *rest = n + 1 + IMAGEBASE_SHA_LEN;
-        if (imagebase_sha_problem(sha))
-            continue;
-        if (streq(rest, ".link")) {
-            unlinkat(dfd, n, 0); /* made and renamed under the pool lock: stale */
-        } else if (streq(rest, ".part")) {
-            int fd = openat(dfd, n, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-            if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
-                _cleanup_free_ char *conv = xasprintf("%s.qcow2", n);
-                unlinkat(dfd, conv, 0);
-                unlinkat(dfd, n, 0);
-            }
-            if (fd >= 0)
-                close(fd);
-        } else if (streq(rest, ".part.qcow2")) {
-            _cleanup_free_ char *part = xasprintf(".%s.part", sha);
-            struct stat st;
-            if (fstatat(dfd, part, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
-                unlinkat(dfd, n, 0); /* a fetch keeps its .part until after this */
-        }
-    }
-    closedir(d);
 }

@@ -9,7 +9,7 @@
  * volume of the image is a thin overlay on that layer (thin_create).  The
  * name is a weak reference: the garbage collection (pool_gc) keeps the layer
  * while a volume or snapshot uses it or while the name was used (by a fetch
- * or a volume creation: its mtime) in the last IMAGEBASE_KEEP_S seconds, and
+ * or a volume creation: its mtime) in the last POOL_IMAGE_KEEP_S seconds, and
  * removes the name once its layer is gone.
  *
  * A fetch works in images/.<sha256>.part (the download) and
@@ -17,7 +17,8 @@
  * first: two fetches of one image never run at once (-EBUSY), and the
  * garbage collection removes temporaries no fetch holds (a killed plugin's).
  *
- * Owns: the images/ directory, the download (curl: bounded, retried, with
+ * Owns: the fetch into the images/ directory (its layout and garbage
+ * collection are pool.h's), the download (curl: bounded, retried, with
  * progress logs, hop by hop through redirects, to addresses fetchaddr.h
  * allows), the checksum (sha256sum), the conversion and publication.
  * Every function but the pure checks blocks: for workers and the CLI. */
@@ -27,13 +28,11 @@
 #include <stdint.h>
 
 #include "qsd/qemu/fetchaddr.h"
-#include "qsd/qemu/image.h"
+#include "qsd/qemu/pool.h"
 #include "qsd/qemu/layers.h"
 
-#define IMAGEBASE_KEEP_S 3600u               /* unused bases stay this long */
 #define IMAGEBASE_MAX_BYTES (64ull << 30)    /* largest download */
 #define IMAGEBASE_URL_MAX 2048u
-#define IMAGEBASE_SHA_LEN 64u
 
 /* Pure checks (the StorageClass parameters).  NULL when fine, else why. */
 const char *imagebase_url_problem(const char *url);
@@ -78,13 +77,6 @@ int imagebase_fetch(const struct pool *p, const struct imagebase_fetch *f, char 
  * size; -EEXIST: the volume exists. */
 int imagebase_create_volume(const struct pool *p, const char *vol, const char *sha256,
                             uint64_t size, char **ret_msg);
-
-/* For pool_gc (the pool lock held).  1 when name (in images/, dirfd) is an
- * image name used within keep_s seconds, with its layer; 0 otherwise. */
-int imagebase_name_layer(int dirfd, const char *name, uint64_t keep_s,
-                         char ret_layer[LAYER_NAME_LEN + 1]);
-/* Remove names whose layer is gone and temporaries no fetch holds. */
-void imagebase_gc_locked(const struct pool *p);
 
 /* qemu-img on a download runs as this uid and gid (between the QSDs' default
  * range 60000..61023 and systemd's DynamicUser range), with at most this

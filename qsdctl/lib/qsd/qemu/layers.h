@@ -13,7 +13,7 @@
  * (image_probe), layer names and backing references, the
  * temporary overlay name of a snapshot in flight, the garbage rule (which
  * layers nothing references) and the chain-depth policy (when and how much
- * to merge).  thin.c does the I/O. */
+ * to merge).  pool.c (chains, garbage collection) and thin.c do the I/O. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 /* qsd/qemu/qmpcmd.c: the QMP commands the project sends.  See qmpcmd.h. */
 #include "qsd/qemu/qmpcmd.h"
-#include "qsd/qemu/qsd.h"
+#include "qsd/qemu/qsdopts.h"
 #include "qsd/base/util.h"
 
 #include <inttypes.h>

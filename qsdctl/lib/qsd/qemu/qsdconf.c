@@ -5,9 +5,9 @@
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
 #include "qsd/qemu/layers.h"
-#include "qsd/qemu/qsd.h"
+#include "qsd/qemu/qsdopts.h"
 #include "qsd/qemu/rbdsrc.h"
-#include "qsd/qemu/thin.h"
+#include "qsd/qemu/pool.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,6 +1,7 @@
 /* qsd/qemu/thin.h: thin snapshots, clones and merges on the pool's qcow2 layers.
  *
- * The graph and its rules are layers.h; this file does the I/O.  Every
+ * The graph and its rules are layers.h, the pool's layout, lock, chains and
+ * garbage collection pool.h; this file does the operations.  Every
  * function here is blocking (qemu-img, QMP over qmp_sync): the CLI calls it
  * directly, the CSI plugin from a worker process.  Functions that change
  * references take the pool lock (flock on the pool directory, bounded wait), so a
@@ -20,38 +21,10 @@
  * step 3 happened. */
 #pragma once
 
-#include "qsd/qemu/image.h"
 #include "qsd/qemu/layers.h"
+#include "qsd/qemu/pool.h"
 #include "qsd/qemu/qmp.h"
-#include "qsd/qemu/qsd.h"
-
-#define POOL_LOCK_TIMEOUT_MS 30000u
-
-/* flock of the pool directory, waiting at most timeout_ms. */
-int pool_lock(const struct pool *p, uint64_t timeout_ms, int *ret_fd, char **ret_msg);
-
-/* qcow2 facts of an image: its backing layer ("" if none) and virtual size.
- * -EXDEV: backed by something that is not a layer of the pool. */
-int image_header(const char *path, char ret_backing[LAYER_NAME_LEN + 1], uint64_t *ret_size,
-                 char **ret_msg);
-
-struct chain_layer {
-    char *path;
-    char layer[LAYER_NAME_LEN + 1]; /* "" for the top */
-    uint64_t alloc;                 /* bytes allocated on disk (st_blocks) */
-    uint64_t size;                  /* virtual size */
-    unsigned nlink;                 /* > 1: also a snapshot (or another name) */
-};
-struct chain {
-    struct chain_layer *l;
-    size_t n;                        /* depth: files, top included */
-};
-/* The chain of an image (a volume's top or a snapshot), top first.  A raw
- * image is a chain of one. */
-int pool_chain(const struct pool *p, const char *path, const char *format, struct chain *ret,
-               char **ret_msg);
-void chain_clear(struct chain *c);
-json_t *chain_to_json(const struct chain *c);
+#include "qsd/qemu/qsdopts.h"
 
 /* Freeze the top of qcow2 volume vol into a new layer and continue the
  * volume in an empty overlay on it; link the layer as snapshot snap when not
@@ -76,11 +49,6 @@ int thin_create(const struct pool *p, const char *vol, const char *layer, uint64
 /* The same, for a caller that holds the pool lock. */
 int thin_create_locked(const struct pool *p, const char *vol, const char *layer, uint64_t size,
                        char **ret_msg);
-/* Give the file at path (in the pool's filesystem) a new layer name (a hard
- * link in layers/).  The caller holds the pool lock and references the layer before
- * releasing it (or the next garbage collection removes it). */
-int pool_link_layer(const struct pool *p, const char *path, char ret[LAYER_NAME_LEN + 1],
-                    char **ret_msg);
 /* Finish or undo a snapshot of vol interrupted by a crash (see above).
  * s: the monitor of a running read-write QSD of vol, or NULL when no QSD
  * runs it (or a read-only one).  *ret_what (may be NULL) says what was done
@@ -96,8 +64,3 @@ int thin_merge(const struct pool *p, const char *vol, struct qmp_sync *s, unsign
                uint64_t timeout_ms, char **ret_msg);
 /* Is a merge job running in this QSD? 1 yes, 0 no. */
 int thin_merge_running(struct qmp_sync *s, char **ret_msg);
-/* Remove every layer nothing references (layers.h's rule); image bases
- * (imagebase.h) count as references while used by CreateVolume in the last
- * IMAGEBASE_KEEP_S seconds.  Then remove image names whose layer is gone,
- * and download temporaries no fetch holds. */
-int pool_gc(const struct pool *p, unsigned *ret_removed, uint64_t *ret_freed, char **ret_msg);
