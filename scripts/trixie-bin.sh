@@ -4,7 +4,8 @@
 # through that root's loader, for running tests on it by hand:
 #   PATH="$(scripts/trixie-bin.sh):$PATH" ctest --test-dir build -R ...
 # The plugin and the tests find both programs in PATH.  Block modules (rbd,
-# curl...) are not in the root: RBD tests still need the host's QEMU.
+# curl...) and librbd's libceph-common load from the root (QEMU_MODULE_DIR,
+# the loader's library path), not from the host.
 # Idempotent; as root (trixie-root.sh needs it when the root is missing).
 # usage: scripts/trixie-bin.sh [DIR [ROOT]]
 #   (defaults /var/cache/qsd-csi/trixie-bin, /var/cache/qsd-csi/trixie-root)
@@ -22,7 +23,7 @@ for b in qemu-storage-daemon qemu-img; do
     cat >"$tmp" <<EOF
 #!/bin/sh
 # $b of QEMU 11.1 from $ROOT (scripts/trixie-bin.sh), through its loader.
-exec $ROOT/lib64/ld-linux-x86-64.so.2 --library-path $ROOT/usr/lib/x86_64-linux-gnu:$ROOT/lib/x86_64-linux-gnu $ROOT/usr/bin/$b "\$@"
+QEMU_MODULE_DIR=$ROOT/usr/lib/x86_64-linux-gnu/qemu exec $ROOT/lib64/ld-linux-x86-64.so.2 --library-path $ROOT/usr/lib/x86_64-linux-gnu:$ROOT/lib/x86_64-linux-gnu:$ROOT/usr/lib/x86_64-linux-gnu/ceph $ROOT/usr/bin/$b "\$@"
 EOF
     chmod 755 "$tmp"
     mv -f "$tmp" "$DIR/$b"
