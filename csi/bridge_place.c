@@ -9,6 +9,7 @@
 #include "mounts.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 

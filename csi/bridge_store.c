@@ -7,6 +7,7 @@
 #include "qsd/base/util.h"
 #include "records.h"
 
+#include <fcntl.h>
 #include <sys/mount.h>
 
 /* ------------------------------------------------------------ names */

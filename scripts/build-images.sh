@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Build the node plugin and launcher images from deploy/images/ with podman,
-# offline-capable: without a registry, the base image is a Debian bookworm
-# made by debootstrap from Debian's archive (minbase; bookworm, -updates,
-# -security and -backports sources), imported as localhost/qsd-csi/debian:bookworm
-# when missing and reused when present.  Layer caches are kept between runs.
+# offline-capable: without a registry, the base image is a Debian 13 (trixie)
+# made by debootstrap from Debian's archive (minbase; trixie, -updates,
+# -security and -backports sources: QEMU 11.1 comes from trixie-backports),
+# imported as localhost/qsd-csi/debian:trixie when missing and reused when
+# present.  Layer caches are kept between runs.
 #
 #   scripts/build-images.sh [options]
 #     --tag TAG           image tag (default: the project version, 0.1.0)
 #     --sanitize          CMake -DSANITIZE=ON -DCMAKE_BUILD_TYPE=Debug, the ASan/UBSan
 #                         runtime libraries in the images, tag suffix -asan
 #     --cmake-args ARGS   extra CMake arguments for the build stage
-#     --base IMAGE        base image (default localhost/qsd-csi/debian:bookworm; a
-#                         missing localhost/ image is made here with debootstrap;
-#                         with a registry: docker.io/library/debian:bookworm)
+#     --base IMAGE        base image, Debian 13 (default localhost/qsd-csi/debian:trixie;
+#                         a missing localhost/ image is made here with debootstrap;
+#                         with a registry: docker.io/library/debian:trixie)
 #     --repo PREFIX       image name prefix (default localhost/qsd-csi)
 #     --only plugin|launcher   build one image
 #     --revision STR      org.opencontainers.image.revision label (default: git HEAD)
@@ -34,7 +35,7 @@ version=$(sed -n 's/^project(qsd-csi VERSION \([0-9.]*\).*/\1/p' "$repo_root/CMa
 tag=${version:-0.1.0}
 sanitize=0
 cmake_args=
-base=localhost/qsd-csi/debian:bookworm
+base=localhost/qsd-csi/debian:trixie
 prefix=localhost/qsd-csi
 only=
 revision=
@@ -90,16 +91,16 @@ if [[ $base == localhost/* ]] && ! podman image exists "$base"; then
     work=$(mktemp -d "${TMPDIR:-/tmp}/qsd-images.XXXXXX")
     trap 'rm -rf "$work"' EXIT
     log "making $base with debootstrap (minbase) in $work"
-    debootstrap --variant=minbase bookworm "$work/rootfs" http://deb.debian.org/debian \
+    debootstrap --variant=minbase trixie "$work/rootfs" http://deb.debian.org/debian \
         >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
     rm -rf "$work"/rootfs/var/cache/apt/archives/*.deb "$work"/rootfs/var/cache/apt/*.bin \
         "$work"/rootfs/var/lib/apt/lists/*
     mkdir -p "$work/rootfs/var/lib/apt/lists/partial"
     cat >"$work/rootfs/etc/apt/sources.list" <<'EOF'
-deb http://deb.debian.org/debian bookworm main
-deb http://deb.debian.org/debian bookworm-updates main
-deb http://deb.debian.org/debian-security bookworm-security main
-deb http://deb.debian.org/debian bookworm-backports main
+deb http://deb.debian.org/debian trixie main
+deb http://deb.debian.org/debian trixie-updates main
+deb http://deb.debian.org/debian-security trixie-security main
+deb http://deb.debian.org/debian trixie-backports main
 EOF
     tar --numeric-owner --xattrs -C "$work/rootfs" --exclude='./dev/*' --exclude='./proc/*' \
         --exclude='./sys/*' -cf "$work/rootfs.tar" .

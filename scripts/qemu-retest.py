@@ -10,7 +10,7 @@ and 11.1.3 are in docs/qemu-11.md.
   scripts/qemu-retest.py --qsd "$(scripts/trixie-root.sh)" drain resize-noclient ...
   scripts/qemu-retest.py drain            # the host's QSD (PATH)
 
-Checks: drain resize-noclient wce kill9 serial aio blockstats close.
+Checks: drain resize-noclient wce kill9 serial aio aio-iops blockstats close.
 """
 import argparse
 import json
@@ -335,30 +335,56 @@ def check_serial():
 # --- 5. aio: submission syscalls per I/O -------------------------------------
 
 def check_aio():
+    """Submission syscalls per I/O and IOPS (under strace: no benchmark) of
+    aio=native and aio=io_uring on a written raw file, reads and writes."""
     path = img("aio.raw", "raw", "1G")
     subprocess.run(["dd", "if=/dev/zero", "of=" + path, "bs=1M", "count=1024", "conv=notrunc",
                     "status=none"], check=True)
-    for aio in ("native", "io_uring"):
-        q = Qsd("aio-" + aio, path, aio=aio)
-        st_out = os.path.join(q.dir, "strace-c.txt")
-        st = subprocess.Popen(["strace", "-c", "-f", "-e", "trace=io_uring_enter,io_submit",
-                               "-o", st_out, "-p", str(q.p.pid)])
-        time.sleep(1)
-        b = qsdctl("bench", "--json", "--tests", "randread-4k-qd32", "--ramp-ms", "0",
-                   "--runtime-ms", "3000", q.sock)
-        o, e = b.communicate(timeout=60)
-        stop_proc(st, signal.SIGINT)
-        q.stop()
-        res = json.loads(o)
-        t = res["results"][0] if "results" in res else res
-        ios = t.get("ios") or int(t["iops"] * 3.0)
-        calls = {}
-        for line in open(st_out):
-            f = line.split()
-            if len(f) >= 5 and f[-1] in ("io_uring_enter", "io_submit"):
-                calls[f[-1]] = int(f[3])
-        out("aio", "raw aio=%s randread-4k-qd32: iops %d, %s over ~%d I/Os = %.2f per I/O" % (
-            aio, t["iops"], calls, ios, sum(calls.values()) / max(ios, 1)))
+    for test in ("randread-4k-qd32", "randwrite-4k-qd32", "randwrite-4k-qd1"):
+        for aio in ("native", "io_uring"):
+            q = Qsd("aio-%s-%s" % (aio, test), path, aio=aio)
+            st_out = os.path.join(q.dir, "strace-c.txt")
+            st = subprocess.Popen(["strace", "-c", "-f", "-e", "trace=io_uring_enter,io_submit",
+                                   "-o", st_out, "-p", str(q.p.pid)])
+            time.sleep(1)
+            b = qsdctl("bench", "--json", "--tests", test, "--ramp-ms", "0",
+                       "--runtime-ms", "3000", q.sock)
+            o, e = b.communicate(timeout=60)
+            stop_proc(st, signal.SIGINT)
+            q.stop()
+            res = json.loads(o)
+            t = res["results"][0] if "results" in res else res
+            ios = t.get("ios") or int(t["iops"] * 3.0)
+            calls = {}
+            for line in open(st_out):
+                f = line.split()
+                if len(f) >= 5 and f[-1] in ("io_uring_enter", "io_submit"):
+                    calls[f[-1]] = int(f[3])
+            out("aio", "raw aio=%s %s: iops %d, %s over ~%d I/Os = %.2f per I/O" % (
+                aio, test, t["iops"], calls, ios, sum(calls.values()) / max(ios, 1)))
+
+
+def check_aio_iops():
+    """aio=native against aio=io_uring without strace, interleaved rounds on
+    one written raw file, each QSD fresh: IOPS and mean latency (a shared
+    machine: the CPU pressure of each line says how much to trust it)."""
+    path = img("aio-iops.raw", "raw", "1G")
+    subprocess.run(["dd", "if=/dev/zero", "of=" + path, "bs=1M", "count=1024", "conv=notrunc",
+                    "status=none"], check=True)
+    tests = "randread-4k-qd32,randwrite-4k-qd32,randwrite-4k-qd1,randread-4k-qd1"
+    for rnd in range(A.reps):
+        for aio in ("native", "io_uring") if rnd % 2 == 0 else ("io_uring", "native"):
+            q = Qsd("aio-iops-%s-%d" % (aio, rnd), path, aio=aio)
+            b = qsdctl("bench", "--json", "--tests", tests, "--ramp-ms", "300",
+                       "--runtime-ms", "2000", q.sock)
+            o, e = b.communicate(timeout=120)
+            q.stop()
+            res = json.loads(o)
+            for t in res.get("results", [res]):
+                cpu = t.get("qsd_cpu_us_per_io")
+                out("aio-iops", "round %d raw aio=%-8s %-17s iops %6d mean %6.1f us, QSD CPU %s us/I/O" % (
+                    rnd, aio, t["test"], t["iops"], t["mean_us"],
+                    "?" if cpu is None else "%.1f" % cpu))
 
 
 # --- 6. blockstats ----------------------------------------------------------
@@ -402,7 +428,7 @@ def check_close():
 
 
 CHECKS = {"drain": check_drain, "resize-noclient": check_resize_noclient, "wce": check_wce,
-          "kill9": check_kill9, "serial": check_serial, "aio": check_aio,
+          "kill9": check_kill9, "serial": check_serial, "aio": check_aio, "aio-iops": check_aio_iops,
           "blockstats": check_blockstats, "close": check_close}
 
 
@@ -412,7 +438,8 @@ def main():
     p.add_argument("--qsd", default="qemu-storage-daemon", help="QSD command (may be a loader command)")
     p.add_argument("--qemu-img", default="qemu-img")
     p.add_argument("--qsdctl", default="build/qsdctl/qsdctl")
-    p.add_argument("--reps", type=int, default=1, help="repetitions of the iothread drain checks")
+    p.add_argument("--reps", type=int, default=1,
+                   help="repetitions of the iothread drain checks; rounds of aio-iops")
     p.add_argument("checks", nargs="*", default=list(CHECKS))
     A = p.parse_args()
     ver = subprocess.run(shlex.split(A.qsd) + ["--version"], capture_output=True, text=True).stdout

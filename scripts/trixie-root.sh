@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A Debian 13 (trixie) root file system holding QEMU 11.1.3 from
-# trixie-backports, for running its qemu-storage-daemon on this bookworm host
+# trixie-backports (qemu-utils, and qemu-block-extra for the rbd driver:
+# QEMU_MODULE_DIR=ROOT/usr/lib/x86_64-linux-gnu/qemu, see
+# scripts/trixie-bin.sh), for running its qemu-storage-daemon on this bookworm host
 # through the root's own loader (tests/security/repro/run.sh --qsd ...):
 #   ROOT/lib64/ld-linux-x86-64.so.2 \
 #     --library-path ROOT/usr/lib/x86_64-linux-gnu:ROOT/lib/x86_64-linux-gnu \
@@ -30,11 +32,11 @@ if [[ ! -s $LIST ]]; then
     echo "deb $MIRROR trixie-backports main" > "$LIST"
 fi
 
-if [[ ! -x $ROOT/usr/bin/qemu-storage-daemon ]]; then
+if [[ ! -x $ROOT/usr/bin/qemu-storage-daemon || ! -e $ROOT/usr/lib/x86_64-linux-gnu/qemu/block-rbd.so ]]; then
     cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
     chroot "$ROOT" apt-get update -q >&2
     DEBIAN_FRONTEND=noninteractive chroot "$ROOT" \
-        apt-get install -y -q --no-install-recommends -t trixie-backports qemu-utils >&2
+        apt-get install -y -q --no-install-recommends -t trixie-backports qemu-utils qemu-block-extra >&2
 fi
 
 LD=$ROOT/lib64/ld-linux-x86-64.so.2
