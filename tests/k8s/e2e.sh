@@ -356,7 +356,7 @@ rbd_step() {
     local host_ip t0=$SECONDS img s
     host_ip=$(ip -4 route get 1.1.1.1 | sed -n 's/.* src \([0-9.]*\).*/\1/p')
     ceph_env=$dir/ceph.env
-    /usr/bin/python3 "$here/ceph.py" "$host_ip" "$ceph_env" >"$dir/ceph.log" 2>&1 &
+    /usr/bin/python3 "$here/ceph.py" "$host_ip" "$ceph_env" >"$dir/ceph.log" 2>&1 8>&- &
     ceph_pid=$!
     wait_for 120 "Ceph up (ceph.py)" test -s "$ceph_env" || { cat "$dir/ceph.log" >&2; return 1; }
     . "$ceph_env"
@@ -468,7 +468,12 @@ uninstall() {
 
 # ---------------------------------------------------------------- sequence
 step build build || exit 1
-step up "$here/cluster.sh" up "$dir" || exit 1
+# One such cluster per machine (kubelet's root is fixed): a second run
+# waits for the first (bounded), instead of failing at `up`.  fd 8 is closed
+# for the cluster's processes, so only this script holds the lock.
+exec 8>/run/qsd-k8s-e2e.lock
+step lock flock -w 2400 8 || exit 1
+step up "$here/cluster.sh" up "$dir" 8>&- || exit 1
 eval "$("$here/cluster.sh" env "$dir")"
 step images images || exit 1
 step seccomp-probe "$here/seccomp-probe.sh" "$dir"
