@@ -15,7 +15,7 @@
 #   uninstall    deploy/README.md's uninstall, then what is left on the node
 #   down         cluster.sh down
 # Owns its cluster directory, the namespace vm-e2e, its Ceph (ceph.py) and
-# podman's images tagged k8s-e2e; the machine's caches (build.sh, tests/guest) stay.
+# podman's images tagged with its name (k8s-qsd-k8s-...); the machine's caches (build.sh, tests/guest) stay.
 #
 #   tests/k8s/e2e.sh [--keep]     --keep: leave the cluster up (prints DIR)
 # Prints "STEP <name> <seconds> ok|FAIL" per step and "E2E <n> passed <m>
@@ -31,7 +31,9 @@ repo_root=$(cd "$here/../.." && pwd)
 keep=0; [ "${1:-}" = --keep ] && keep=1
 secs=${QSD_K8S_WRITER_SECS:-180}
 dir=$(mktemp -d /tmp/qsd-k8s.XXXXXX)
-ptag=k8s-e2e
+# This run's tag of podman's images (two runs on one machine must not
+# remove each other's).
+ptag=k8s-$(basename "$dir" | tr 'A-Z.' 'a-z-')
 ns=vm-e2e
 vm=vm-first
 passed=0 failed=0
