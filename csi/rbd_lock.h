@@ -22,7 +22,8 @@
 /* In a worker: img is the volume name's image, opened read-only (which
  * adds no watch); own is how many of its watchers are ours (0 before our
  * QSD runs, 1 after); a watch at address dead (our QSD, reaped: provably
- * dead) is not counted, a lock it holds is broken.  0: this node may serve
+ * dead) is not counted, a lock it holds is broken; with own 1, a lock held
+ * by the image's only watcher is our QSD's (its guest wrote already).  0: this node may serve
  * it; *ret_fenced (a new reference, or NULL) lists the dead holders whose
  * lock was broken; with own 1, *ret_own (malloc'd) is our QSD's address;
  * *ret_held is set when the refusal is for a live lock holder.
