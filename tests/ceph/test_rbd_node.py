@@ -403,6 +403,7 @@ def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     print("after the check: %s" % st.volume_condition.message)
     log = n1.log()
     assert "QSD hung: killed" in log and "killed by the plugin, hung" in log, log[-2000:]
+    assert log.count("QSD hung: killed") == 1, log[-4000:]  # only the frozen one
     verify(qsdctl, sock, 2, timeout_ms=30000)
     # The same node loses plugin and QSD at once (kill -9 of both): the next
     # plugin (same node id) serves the volume again, the data is there and
@@ -418,6 +419,8 @@ def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     verify(qsdctl, sock, 2, timeout_ms=30000)
     verify(qsdctl, sock, 3, write=True, timeout_ms=60000)
     verify(qsdctl, sock, 3)
+    log = n1.log()  # no healthy QSD was killed as hung, loaded or not
+    assert log.count("QSD hung: killed") == 1, log[-4000:]
     n1.unstage(vid, "q")
     assert not n1.env.running_qsds()
 
