@@ -825,8 +825,8 @@ int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
  * address dead not counted; a dead lock holder is fenced): the result
  * {size, fenced?, addr?, held} (addr: our QSD's, when own is 1; held: a
  * live client holds the lock). */
-static int claim(const struct rbd_req *q, size_t own, const char *dead, json_t **ret_result,
-                 char **ret_msg)
+static int claim(const struct rbd_req *q, size_t own, bool fresh, const char *dead,
+                 json_t **ret_result, char **ret_msg)
 {
     struct conn k = {0};
     rbd_image_t img;
@@ -837,7 +837,7 @@ static int claim(const struct rbd_req *q, size_t own, const char *dead, json_t *
     int r = open_volume(q, true, &k, &img, &size, ret_msg);
     if (r < 0)
         return r;
-    r = rbd_lock_claim(img, q->loc.image, own, dead, &fenced, &addr, &held, ret_msg);
+    r = rbd_lock_claim(img, q->loc.image, own, fresh, dead, &fenced, &addr, &held, ret_msg);
     rbd_close(img);
     conn_close(&k);
     *ret_result = json_pack("{s:I, s:o*, s:s*, s:b}", "size", (json_int_t)size, "fenced", fenced,
@@ -851,7 +851,7 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
     struct op *op = arg;
     const struct rbd_req *q = op->rbd;
     _cleanup_free_ char *mons = NULL;
-    int r = claim(q, 0, NULL, ret_result, ret_msg);
+    int r = claim(q, 0, false, NULL, ret_result, ret_msg);
     if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
         json_object_set_new(*ret_result, "monitors", json_string(mons));
     return r;
@@ -860,7 +860,7 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    return claim(op->rbd, 1, NULL, ret_result, ret_msg);
+    return claim(op->rbd, 1, true, NULL, ret_result, ret_msg);
 }
 
 /* A check of a staged volume's record (rbd_guard.c's restarts): the
@@ -869,9 +869,11 @@ struct rbd_check {
     struct rbd_req q;
     char *key_file, *dead;
     size_t own;
+    bool fresh;
 };
 
-struct rbd_check *rbd_check_new(struct csi *c, const struct vol *v, size_t own, const char *dead)
+struct rbd_check *rbd_check_new(struct csi *c, const struct vol *v, size_t own, bool fresh,
+                                const char *dead)
 {
     struct rbd_check *k = xcalloc(1, sizeof(*k));
     _cleanup_free_ char *msg = NULL;
@@ -887,6 +889,7 @@ struct rbd_check *rbd_check_new(struct csi *c, const struct vol *v, size_t own, 
     k->q.clusters = c->cfg->rbd_clusters;
     k->dead = xstrdup_or_null(dead);
     k->own = own;
+    k->fresh = fresh;
     return k;
 }
 
@@ -912,7 +915,7 @@ int rbd_check_fn(void *arg, char **ret_msg, json_t **ret_result)
         return r;
     }
     k->q.cred.key[strcspn(k->q.cred.key, "\n")] = '\0';
-    return claim(&k->q, k->own, k->dead, ret_result, ret_msg);
+    return claim(&k->q, k->own, k->fresh, k->dead, ret_result, ret_msg);
 }
 
 static void stage_done(int status, const char *msg, json_t *result, void *opaque)

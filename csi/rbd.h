@@ -114,10 +114,12 @@ int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
  * served by the QSD this node just started. */
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result);
 /* The check of a staged volume's record for its restarts (rbd_guard.c):
- * own and dead as rbd_lock_claim's; the key is read from the record's key
- * file in the worker.  NULL if the record's name is no RBD id. */
+ * own, fresh and dead as rbd_lock_claim's; the key is read from the
+ * record's key file in the worker.  NULL if the record's name is no RBD
+ * id. */
 struct rbd_check;
-struct rbd_check *rbd_check_new(struct csi *c, const struct vol *v, size_t own, const char *dead);
+struct rbd_check *rbd_check_new(struct csi *c, const struct vol *v, size_t own, bool fresh,
+                                const char *dead);
 void rbd_check_free(struct rbd_check *k);
 int rbd_check_fn(void *arg, char **ret_msg, json_t **ret_result);
 /* errno of a worker -> gRPC code. */

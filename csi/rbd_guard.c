@@ -157,11 +157,12 @@ static void refuse(struct rbd_guard *g, int status, const char *msg)
 
 static void check_done(int status, const char *msg, json_t *result, void *opaque);
 
-/* Check in a worker (own: 1 for a running QSD of ours, dead: our reaped
- * QSD's address); v is busy meanwhile. */
-static void check(struct rbd_guard *g, struct vol *v, size_t own, const char *dead)
+/* Check in a worker (own: 1 for a running QSD of ours, fresh: started
+ * just now, dead: our reaped QSD's address; rbd_lock_claim); v is busy
+ * meanwhile. */
+static void check(struct rbd_guard *g, struct vol *v, size_t own, bool fresh, const char *dead)
 {
-    g->check = rbd_check_new(g->c, v, own, dead);
+    g->check = rbd_check_new(g->c, v, own, fresh, dead);
     g->confirming = own > 0;
     int r = g->check ? worker_start(g->c->loop, rbd_check_fn, g->check, CONFIRM_MS, check_done,
                                     g, &g->worker)
@@ -188,8 +189,9 @@ static void guard_started(struct csi *c, struct vol *v, int status, const char *
         retry(g);
         return;
     }
-    /* still busy; the reaped QSD's watch may still be there */
-    check(g, v, 1, json_string_value(json_object_get(v->parameters, "addr")));
+    /* still busy; the reaped QSD's watch may still be there; the new QSD's
+     * guest reconnects at once and may already hold the lock */
+    check(g, v, 1, true, json_string_value(json_object_get(v->parameters, "addr")));
 }
 
 static void guard_stopped(struct qsd *q, int status, const char *msg, void *opaque)
@@ -262,7 +264,7 @@ static void step(struct loop *l, void *opaque)
         retry(g); /* another operation on it: later */
         return;
     }
-    check(g, v, 0, json_string_value(json_object_get(v->parameters, "addr")));
+    check(g, v, 0, false, json_string_value(json_object_get(v->parameters, "addr")));
 }
 
 void rbd_restart(struct csi *c, struct vol *v)
@@ -276,5 +278,5 @@ void rbd_adopted(struct csi *c, struct vol *v)
 {
     if (json_object_get(v->parameters, "addr"))
         return; /* checked after its start */
-    check(guard_of(c, v), v, 1, NULL);
+    check(guard_of(c, v), v, 1, false, NULL);
 }

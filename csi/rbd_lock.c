@@ -16,8 +16,16 @@
  * Two nodes staging at once: each QSD registers its watch when it opens
  * the image, before the second check lists the watchers; whichever node
  * checks last sees the other's QSD and gives up (both may: kubelet
- * retries).  No QSD gets a client before its node's check passed (the
- * socket is published after NodeStageVolume answered), so none writes. */
+ * retries).  No QSD of a first stage gets a client before its node's check
+ * passed (the socket is published after NodeStageVolume answered), so none
+ * writes.  A restarted QSD does: its socket is published, its guest
+ * reconnects and writes at once, and librbd hands our QSD the lock (the
+ * dead holder's was broken by the first check).  So in the second check
+ * of a QSD just started (fresh: a new client, not blocklisted, its watch
+ * registered when it opened the image) the image's only watcher holding
+ * the lock is our QSD, not a live other client; with more watchers it is
+ * refused anyway.  An adopted QSD of unknown age gets no such benefit: it
+ * may have been fenced (watch gone) while another node's QSD took over. */
 #include "rbd_lock.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
@@ -57,7 +65,7 @@ static size_t drop_dead(rbd_image_watcher_t *w, size_t nw, const char *dead)
     return n;
 }
 
-int rbd_lock_claim(rbd_image_t img, const char *name, size_t own, const char *dead,
+int rbd_lock_claim(rbd_image_t img, const char *name, size_t own, bool fresh, const char *dead,
                    json_t **ret_fenced, char **ret_own, bool *ret_held, char **ret_msg)
 {
     rbd_image_watcher_t w[WATCHERS_MAX];
@@ -85,7 +93,11 @@ int rbd_lock_claim(rbd_image_t img, const char *name, size_t own, const char *de
     json_t *fenced = json_array();
     const char *cli = clients, *ck = cookies, *ad = addrs;
     for (ssize_t i = 0; i < n && r == 0; i++) {
-        if (holder_alive(w, nw, cli, ad)) {
+        if (fresh && own == 1 && nw == 1 && holder_alive(w, 1, cli, ad)) {
+            /* Our new QSD, the only client left, holds the lock: its
+             * guest wrote before this check (a restart's client reconnects
+             * at once).  Not another node's. */
+        } else if (holder_alive(w, nw, cli, ad)) {
             *ret_msg = xasprintf("volume %s is in use: %s at %s holds the image's lock and is "
                                  "alive (it watches the image); unstage the volume on its node, "
                                  "or stop that node: Ceph drops a dead client's watch after "

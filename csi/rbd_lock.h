@@ -22,12 +22,17 @@
 /* In a worker: img is the volume name's image, opened read-only (which
  * adds no watch); own is how many of its watchers are ours (0 before our
  * QSD runs, 1 after); a watch at address dead (our QSD, reaped: provably
- * dead) is not counted, a lock it holds is broken.  0: this node may serve
- * it; *ret_fenced (a new reference, or NULL) lists the dead holders whose
- * lock was broken; with own 1, *ret_own (malloc'd) is our QSD's address;
- * *ret_held is set when the refusal is for a live lock holder.
+ * dead) is not counted, a lock it holds is broken.  fresh (with own 1):
+ * our QSD was started just before this check, a new client, so the
+ * image's only watcher is it, and a lock held by that watcher is ours
+ * (a restarted QSD's guest may have written already); not for a QSD of
+ * unknown age (adopted: it may have been fenced, its watch gone, and the
+ * only watcher another node's).  0: this node may serve it; *ret_fenced
+ * (a new reference, or NULL) lists the dead holders whose lock was broken;
+ * with own 1, *ret_own (malloc'd) is our QSD's address; *ret_held is set
+ * when the refusal is for a live lock holder.
  * -EBUSY (FAILED_PRECONDITION) with *ret_msg naming the live client. */
-int rbd_lock_claim(rbd_image_t img, const char *name, size_t own, const char *dead,
+int rbd_lock_claim(rbd_image_t img, const char *name, size_t own, bool fresh, const char *dead,
                    json_t **ret_fenced, char **ret_own, bool *ret_held, char **ret_msg);
 
 /* Log the holders rbd_lock_claim fenced (its *ret_fenced; may be NULL). */

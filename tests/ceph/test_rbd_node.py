@@ -23,8 +23,9 @@ Scenario "qsd":
     back, and the restarted QSD gets the image's lock (its write waits until
     Ceph expired the dead QSD's watch; librbd then blocklists it); the same
     for a hung QSD (SIGSTOP: killed after 3 unanswered monitor probes, then
-    restarted through the lock check), and with plugin and QSD killed at
-    once (the next plugin, same node id);
+    restarted through the lock check; its guest writes at once, before the
+    check once the new QSD runs, which must keep it serving), and with
+    plugin and QSD killed at once (the next plugin, same node id);
   - a read-only staging and publication: reads back, writes fail;
   - a wrong key in the node-stage secret: UNAUTHENTICATED before any QSD
     starts, bounded.
@@ -143,6 +144,21 @@ def stage_until(node, req, what, code=C.FAILED_PRECONDITION):
                                                                  time.monotonic() - t0))
             refusals.append(e.details())
             time.sleep(1)
+
+
+def wait_checked(node, n, rec, pid):
+    """The check once a restarted QSD runs passed (the n-th "QSD serves
+    after the check" of node's log), bounded, and left QSD pid serving:
+    never "restart refused" (the guest wrote before that check)."""
+    t0 = time.monotonic()
+    while True:
+        log = node.log()
+        assert "restart refused" not in log, log[-4000:]
+        if log.count("QSD serves after the check") >= n:
+            break
+        assert time.monotonic() - t0 < RETRY_BOUND, "no verdict of the check: %s" % log[-3000:]
+        time.sleep(0.1)
+    assert node.env.qsd_pids().get(rec) == pid, (pid, node.env.qsd_pids(), log[-3000:])
 
 
 def create(node, ceph, name, secrets):
@@ -341,37 +357,54 @@ def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     print("restarted QSD wrote after %.1f s (watch timeout %d s)" % (time.monotonic() - t0,
                                                                      WATCH_TIMEOUT))
     new = lockers(ceph, "q")
-    assert len(new) == 1 and new[0]["address"] != old[0]["address"], (old, new)
+    assert len(new) == 1 and new[0]["address"] != old[0]["address"], (old, new,
+                                                                       n1.log()[-4000:])
     assert old[0]["address"] in blocklist(ceph), "the dead QSD was not blocklisted"
+    wait_checked(n1, 1, rec, n1.env.qsd_pids()[rec])
+    assert lockers(ceph, "q") == new, (new, lockers(ceph, "q"))
     verify(qsdctl, sock, 2)
     # A hung QSD (SIGSTOP: alive, its monitor silent, as after a tenant's
     # SET_MEM_TABLE of 2^32-1 regions) is killed after 3 unanswered probes
-    # and restarted through the same checked path as a dead one.
+    # and restarted through the same checked path as a dead one.  Its guest
+    # writes as soon as the new QSD accepts it (a VM's pending I/O), before
+    # the check once it runs: that check must take the lock the new QSD got
+    # for our QSD's, not another node's (it once stopped it, under load).
+    old = lockers(ceph, "q")
     pid = n1.env.qsd_pids()[rec]
     os.kill(csilib.qsd_process(pid), signal.SIGSTOP)
     t0 = time.monotonic()
+    tries = 0
     try:
-        while True:  # killed, restarted and serving again
-            st = n1.c.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
-                volume_id=vid, volume_path=tgt), timeout=csilib.CALL_TIMEOUT)
-            if n1.env.qsd_pids().get(rec) not in (None, pid) and \
-                    not os.path.exists("/proc/%d" % pid) and not st.volume_condition.abnormal:
-                break
+        while True:  # killed, restarted, and the guest's write went through
+            new_pid = n1.env.qsd_pids().get(rec)
+            if new_pid not in (None, pid) and not os.path.exists("/proc/%d" % pid):
+                r = verify(qsdctl, sock, 2, write=True, check=False, timeout_ms=30000)
+                tries += 1
+                if r.returncode == 0:
+                    break
+                assert r.returncode == 3, (r.returncode, r.stderr, n1.log()[-3000:])  # not up yet
             assert time.monotonic() - t0 < 40, "the hung QSD was not replaced: %s" % \
                 n1.log()[-2000:]
-            time.sleep(0.1)
+            time.sleep(0.01)
     finally:
         try:
             os.kill(pid, signal.SIGCONT)
         except OSError:
             pass
-    print("hung RBD QSD killed and restarted after %.1f s: %s" % (time.monotonic() - t0,
-                                                                 st.volume_condition.message))
+    print("hung RBD QSD killed and restarted, its guest wrote after %.1f s (%d tries)" %
+          (time.monotonic() - t0, tries))
+    wait_checked(n1, 2, rec, new_pid)
+    new = lockers(ceph, "q")
+    assert len(new) == 1 and new[0]["address"] != old[0]["address"], (old, new,
+                                                                       n1.log()[-4000:])
+    st = n1.c.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=tgt),
+                                 timeout=csilib.CALL_TIMEOUT)
+    assert not st.volume_condition.abnormal, st
+    print("after the check: %s" % st.volume_condition.message)
     log = n1.log()
     assert "QSD hung: killed" in log and "killed by the plugin, hung" in log, log[-2000:]
+    assert log.count("QSD hung: killed") == 1, log[-4000:]  # only the frozen one
     verify(qsdctl, sock, 2, timeout_ms=30000)
-    verify(qsdctl, sock, 2, write=True, timeout_ms=60000)  # the new QSD got the lock
-    verify(qsdctl, sock, 2)
     # The same node loses plugin and QSD at once (kill -9 of both): the next
     # plugin (same node id) serves the volume again, the data is there and
     # the new QSD gets the lock (the dead one provably gone).
@@ -386,6 +419,8 @@ def scenario_qsd(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
     verify(qsdctl, sock, 2, timeout_ms=30000)
     verify(qsdctl, sock, 3, write=True, timeout_ms=60000)
     verify(qsdctl, sock, 3)
+    log = n1.log()  # no healthy QSD was killed as hung, loaded or not
+    assert log.count("QSD hung: killed") == 1, log[-4000:]
     n1.unstage(vid, "q")
     assert not n1.env.running_qsds()
 
