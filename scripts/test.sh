@@ -16,7 +16,7 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 k8s_log=$(mktemp /tmp/qsd-k8s-build.XXXXXX)
 setsid nice -n 19 tests/k8s/build.sh --jobs "$jobs" >"$k8s_log" 2>&1 &
 k8s_build=$!
-trap 'kill -- -$k8s_build 2>/dev/null || true' EXIT
+trap 'kill -- -$k8s_build 2>/dev/null || true; rm -f "$k8s_log"' EXIT
 run_build() {
     local dir=$1; shift
     echo "=== build $dir ($*)"
@@ -45,6 +45,6 @@ echo "=== k8s build (started in the background)"
 if ! wait $k8s_build; then
     tail -20 "$k8s_log"; echo "k8s build failed"; exit 1
 fi
-grep -E '^(TIME|STANDIN|BIN)' "$k8s_log" | tr '\n' ' '; echo; rm -f "$k8s_log"
+grep -E '^(TIME|STANDIN|BIN)' "$k8s_log" | tr '\n' ' '; echo
 echo "=== k8s end-to-end"
 tests/k8s/e2e.sh
