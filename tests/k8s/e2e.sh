@@ -76,7 +76,7 @@ finish() {
         QSD_K8S_DEBUG=1 step down "$here/cluster.sh" down "$dir"; echo "logs kept in $dir/logs"
     else step down "$here/cluster.sh" down "$dir" && rm -rf "$dir"; fi
     podman rmi -f "localhost/qsd-csi/qsd-csi-plugin:$ptag" "localhost/qsd-csi/qsd-vm-launcher:$ptag" \
-        >/dev/null 2>&1
+        "localhost/qsd-csi/qsd-csi-build:$ptag" >/dev/null 2>&1
     echo "E2E $passed passed $failed failed"
     [ $failed = 0 ] && exit 0
     exit 1
