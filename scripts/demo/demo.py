@@ -315,6 +315,9 @@ def run(env, build):
 
 def main():
     build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+    # Every QSD runs behind the vhost-user filter (docs/security.md); in the
+    # build tree it is beside qsdctl, not beside the plugin.
+    os.environ.setdefault("QSD_VHOST_FILTER", os.path.join(build, "qsdctl", "qsd-vhost-filter"))
     env = csilib.Env(os.path.join(build, "csi", "qsd-csi-plugin"), os.path.join(SRC, "proto"),
                      prefix="qd-", driver=DRIVER)
     # passt (the guest's network, started by libvirt) runs as nobody and
