@@ -42,6 +42,12 @@ ctest --test-dir build-fuzz -L fuzz --output-on-failure
 
 # Kubernetes: wait for the binaries, then the whole end-to-end run.
 echo "=== k8s build (started in the background)"
+# Bounded: a cold build took 17 min here beside the C suite; 45 min means
+# something hangs (the module proxy, a stuck compiler).
+for _ in $(seq 2700); do kill -0 $k8s_build 2>/dev/null || break; sleep 1; done
+if kill -0 $k8s_build 2>/dev/null; then
+    tail -20 "$k8s_log"; echo "k8s build still running after 45 min: stopped"; exit 1
+fi
 if ! wait $k8s_build; then
     tail -20 "$k8s_log"; echo "k8s build failed"; exit 1
 fi

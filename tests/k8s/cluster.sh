@@ -17,8 +17,9 @@
 #   tests/k8s/cluster.sh env DIR    print the exports for kubectl (KUBECONFIG)
 #
 # Fixed by the manifests: kubelet's root is /var/lib/kubelet (kustomization
-# kubeletRoot), so only one such cluster runs per machine; `up` refuses when
-# /var/lib/kubelet exists.  No kube-proxy: the one Service pods need (the API
+# kubeletRoot), so only one such cluster runs per machine: `up` refuses while
+# another one runs, takes down what a killed run left (reap_leftover), and
+# refuses a /var/lib/kubelet it did not make.  No kube-proxy: the one Service pods need (the API
 # server's, 10.96.0.1:443) is a DNAT rule (PREROUTING for pods on the
 # bridge, OUTPUT for pods on the host's network).
 # Environment: QSD_K8S_BIN (the binary directory; default: build.sh's),
@@ -55,6 +56,8 @@ shared_paths="/run/qsd-csi"
 # hierarchy: removed by `down` when `up` did not find it.
 driver_cgroup=qsd-csi
 cni_bin=/usr/lib/cni
+# Which DIR holds the machine's cluster (see reap_leftover).
+owner_file=/run/qsd-k8s-cluster
 host_ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
 
 log() { echo "cluster.sh: $*" >&2; }
@@ -72,13 +75,21 @@ start() { # NAME CMD...: start in the background, log and PID file in DIR
     echo $! >"$dir/pids/$name"
 }
 
-alive() { [ -f "$dir/pids/$1" ] && kill -0 "$(cat "$dir/pids/$1")" 2>/dev/null; }
+# NAME's PID when that process still runs: the PID file's process, if its
+# command line still names the binary (a PID file of a killed run may name a
+# PID reused since).
+pid_of() {
+    local pid
+    pid=$(cat "$dir/pids/$1" 2>/dev/null) && [ -n "$pid" ] || return 1
+    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "/$1 " || return 1
+    echo "$pid"
+}
+alive() { pid_of "$1" >/dev/null; }
 
 stop() { # NAME: SIGTERM, then SIGKILL after 15 s
     local name=$1 pid i
     [ -f "$dir/pids/$name" ] || return 0
-    pid=$(cat "$dir/pids/$name")
-    if kill -0 "$pid" 2>/dev/null; then
+    if pid=$(pid_of "$name"); then
         kill -TERM "$pid" 2>/dev/null || true
         for i in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -0 "$pid" 2>/dev/null && { log "$name ($pid) ignored SIGTERM: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; }
@@ -259,11 +270,36 @@ EOF
 
 # --- up / down -------------------------------------------------------------
 
+# A run killed with its cluster up (kill -9, a session's end) leaves mounts,
+# /var/lib/kubelet, a bridge and rules behind, and the next `up` would refuse
+# for ever.  `up` names its DIR in $owner_file before it makes anything, and
+# a clean `down` removes it; an owner none of whose processes runs is a
+# leftover, taken down here (its DIR included) before a new cluster starts.
+reap_leftover() {
+    local old p
+    [ -f "$owner_file" ] || return 0
+    old=$(cat "$owner_file")
+    [ "$old" != "$dir" ] || { log "$dir already holds a cluster"; return 1; }
+    if [ -d "$old/pids" ]; then
+        for p in "$old"/pids/*; do
+            [ -e "$p" ] || continue
+            if dir=$old alive "${p##*/}"; then
+                log "the cluster of $old runs (${p##*/}): run 'down $old' first"; return 1
+            fi
+        done
+    fi
+    log "a killed run left a cluster in $old: taking it down"
+    QSD_K8S_DEBUG=0 "$0" down "$old" || { log "cannot take down $old"; return 1; }
+    [ ! -f "$owner_file" ] || { log "$owner_file remains"; return 1; }
+}
+
 up() {
     local t0=$SECONDS bin
+    reap_leftover || exit 1
     if [ -e "$kubelet_root" ]; then
-        log "$kubelet_root exists (another cluster, or a leftover): run 'down' first"; exit 1
+        log "$kubelet_root exists, made by no cluster of this script: remove it first"; exit 1
     fi
+    echo "$dir" >"$owner_file"
     [ -n "$host_ip" ] || { log "no IPv4 source address for the API server"; exit 1; }
     bin=$(bin_dir)
     for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl \
@@ -349,7 +385,7 @@ up() {
 # The CRI's sandboxes and containers: what kubelet leaves when it stops.
 remove_containers() {
     local sock=$dir/containerd/containerd.sock id ctr
-    ctr=$(cat "$dir/bin")/ctr; [ -x "$ctr" ] || ctr=ctr
+    ctr=$(cat "$dir/bin" 2>/dev/null)/ctr; [ -x "$ctr" ] || ctr=ctr
     [ -S "$sock" ] && alive containerd || return 0
     for id in $("$ctr" -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
         "$ctr" -a "$sock" -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
@@ -370,6 +406,22 @@ stop_shims() {
         tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "-address $dir/containerd/containerd.sock" || continue
         kill -KILL "${p#/proc/}" 2>/dev/null || true
     done
+}
+
+# The QSDs the installed plugin started (they outlive it by design, so an
+# uninstall that never ran leaves them): the PIDs in the driver's cgroup,
+# which only this cluster's plugin made (made-driver-cgroup).
+stop_driver_qsds() {
+    local pids i
+    pids=$(cat /sys/fs/cgroup/*/"$driver_cgroup"/cgroup.procs 2>/dev/null | sort -u)
+    [ -n "$pids" ] || return 0
+    log "stopping the driver's processes left in its cgroup: $(echo $pids)"
+    kill -KILL $pids 2>/dev/null || true
+    for i in $(seq 50); do
+        [ -z "$(cat /sys/fs/cgroup/*/"$driver_cgroup"/cgroup.procs 2>/dev/null)" ] && return 0
+        sleep 0.1
+    done
+    log "processes remain in the $driver_cgroup cgroup"
 }
 
 unmount_below() { # PATH: every mount at or below PATH, deepest first
@@ -414,6 +466,7 @@ down() {
     done
     if [ -f "$dir/made-var-log-containers" ]; then rm -rf /var/log/containers; fi
     if [ -f "$dir/made-driver-cgroup" ]; then
+        stop_driver_qsds
         for p in /sys/fs/cgroup/*/"$driver_cgroup"; do
             [ -d "$p" ] && { find "$p" -depth -type d -exec rmdir {} + 2>/dev/null || log "cannot remove $p (processes left?)"; }
         done
@@ -430,6 +483,7 @@ down() {
         done
     fi
     rm -rf "$dir/containerd" "$dir/etcd" "$dir/cni" "$dir/pod-logs"
+    if [ "$(cat "$owner_file" 2>/dev/null)" = "$dir" ]; then rm -f "$owner_file"; fi
     if [ "${QSD_K8S_DEBUG:-0}" = 0 ]; then rm -rf "$dir"; fi
     return 0
 }

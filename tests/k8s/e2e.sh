@@ -13,6 +13,8 @@
 #   rbd          an RBD class on the tests' single-node Ceph (ceph.py)
 #                through the controller Deployment: provision, boot, snapshot
 #   uninstall    deploy/README.md's uninstall, then what is left on the node
+#   reap         the cluster killed (-9) with a pod running; the next
+#                cluster.sh up takes the leftover down and starts
 #   down         cluster.sh down
 # Owns its cluster directory, the namespace vm-e2e, its Ceph (ceph.py) and
 # podman's images tagged with its name (k8s-qsd-k8s-...); the machine's caches (build.sh, tests/guest) stay.
@@ -34,6 +36,7 @@ dir=$(mktemp -d /tmp/qsd-k8s.XXXXXX)
 # This run's tag of podman's images (two runs on one machine must not
 # remove each other's).
 ptag=k8s-$(basename "$dir" | tr 'A-Z.' 'a-z-')
+echo "$ptag" >"$dir/ptag"
 ns=vm-e2e
 vm=vm-first
 passed=0 failed=0
@@ -84,6 +87,18 @@ finish() {
 trap finish EXIT
 
 # ---------------------------------------------------------------- helpers
+# podman's tags of runs whose directory is gone: a run killed before its
+# finish (cluster.sh's `up` removed its directory with its cluster).
+remove_stale_tags() {
+    local live t
+    live=$(cat /tmp/qsd-k8s.*/ptag 2>/dev/null)
+    for t in $(podman images --format '{{.Repository}}:{{.Tag}}' |
+               grep -E '^localhost/qsd-csi/[a-z-]+:k8s-qsd-k8s-'); do
+        grep -qxF "${t##*:}" <<<"$live" && continue
+        say "removing $t (a killed run's)"; podman rmi -f "$t" >/dev/null || return 1
+    done
+}
+
 wait_for() { # SECONDS DESCRIPTION CMD...: CMD until it succeeds, bounded
     local t=$1 what=$2 end=$((SECONDS + $1)); shift 2
     until "$@" >/dev/null 2>&1; do
@@ -468,6 +483,34 @@ uninstall() {
         /var/lib/kubelet/plugins/qsd.csi.qsd-csi.dev 2>/dev/null | tr '\n' ' ')"
 }
 
+# A run killed with its cluster up (kill -9 of every process, as the end of
+# a CI job or a session does) must not stop the next run: a pod runs (its
+# sandbox, rootfs and token mounts), every process of the cluster and its
+# shims is killed, and a new `up` in a new directory must take the leftover
+# down and start.  From here on the new cluster is the run's.
+reap_killed() {
+    local new old p pids
+    kubectl -n default run reap-probe --image=registry.k8s.io/pause:3.10.2 --restart=Never \
+        >/dev/null || return 1
+    wait_for 60 "pod reap-probe running" eval '[ "$(kubectl -n default get pod reap-probe -o jsonpath={.status.phase})" = Running ]' || return 1
+    pids=$(cat "$dir"/pids/*)
+    for p in /proc/[0-9]*; do
+        tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "-address $dir/containerd/containerd.sock" &&
+            pids="$pids ${p#/proc/}"
+    done
+    say "killing the cluster: $(echo $pids)"
+    kill -KILL $pids
+    grep -q " $dir/containerd/" /proc/self/mountinfo || { say "no pod mount to leave behind"; return 1; }
+    new=$(mktemp -d /tmp/qsd-k8s.XXXXXX); echo "$ptag" >"$new/ptag"
+    "$here/cluster.sh" up "$new" 8>&- 2>"$new/up.log" || { cat "$new/up.log" >&2; return 1; }
+    grep -q "a killed run left a cluster in $dir" "$new/up.log" || { say "the leftover was not seen"; return 1; }
+    old=$dir; dir=$new
+    eval "$("$here/cluster.sh" env "$dir")"
+    ! grep -q " $old/" /proc/self/mountinfo || { say "mounts of the killed cluster remain"; return 1; }
+    [ ! -e "$old" ] || { say "$old remains"; return 1; }
+    echo "reap: a cluster killed with a pod running was taken down by the next up"
+}
+
 # ---------------------------------------------------------------- sequence
 step build build || exit 1
 # One such cluster per machine (kubelet's root is fixed): a second run
@@ -476,6 +519,7 @@ step build build || exit 1
 exec 8>/run/qsd-k8s-e2e.lock
 step lock flock -w 2400 8 || exit 1
 step up "$here/cluster.sh" up "$dir" 8>&- || exit 1
+remove_stale_tags
 eval "$("$here/cluster.sh" env "$dir")"
 step images images || exit 1
 step seccomp-probe "$here/seccomp-probe.sh" "$dir"
@@ -494,3 +538,4 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
 fi
 [ "${QSD_K8S_ONLY:-rbd}" = rbd ] && step rbd rbd_step
 step uninstall uninstall
+step reap reap_killed
