@@ -13,6 +13,7 @@
 
 #include "csi.pb-c.h"
 #include "grpc.h"
+#include "verdict.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -62,10 +63,10 @@ struct backend {
     void (*list_snapshots)(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in);
 
     /* An id of a request (volume_id, source_volume_id...) -> the name of
-     * the node's record, in place; false when it is not valid here (the
-     * call failed: INVALID_ARGUMENT, or NOT_FOUND naming the node holding
-     * it).  csi_id_ok's work. */
-    bool (*record_name)(struct csi *c, struct grpc_call *call, const char *field, char *id);
+     * the node's record, in place; false when it is not valid here (v
+     * says why: INVALID_ARGUMENT, or NOT_FOUND naming the node holding
+     * it).  csi_id_check's work. */
+    bool (*record_name)(struct csi *c, struct verdict *v, const char *field, char *id);
     /* NodeStageVolume of a volume the node has no record of yet (or an
      * unstaged, idle one): prepare and make the record, then go on with
      * then.  NULL: the record must exist (NOT_FOUND). */

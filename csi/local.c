@@ -14,10 +14,12 @@
  * copies, offline resize, snapshots) runs in a worker process (worker.h)
  * so the loop never blocks; records are written with phase "creating"
  * before and "ready" after, so a crash leaves nothing half-created
- * (service.c). */
+ * (service.c).  What CreateVolume does is decided first by its pure
+ * plan (create_plan.h); the act here does what needs the node. */
 #include "backend.h"
 #include "capacity.h"
 #include "controller.h"
+#include "create_plan.h"
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
 #include "imageclass.h"
@@ -36,42 +38,6 @@
 #define LIST_TOKEN_SNAP "s1:"
 
 /* ------------------------------------------------------------ helpers */
-
-/* A restore or clone is made where its source lives: one of another node
- * fails at once, naming the node to schedule on.  RESOURCE_EXHAUSTED is the
- * specification's "unable to provision in accessible_topology" (the
- * external-provisioner then lets the scheduler pick a node again).  Then
- * the id is validated and made the local name (csi_id_ok). */
-static bool source_here(struct csi *c, struct grpc_call *call, const char *type, char *id)
-{
-    bool snap = streq(type, "snapshot");
-    const char *field = snap ? "volume_content_source.snapshot.snapshot_id"
-                             : "volume_content_source.volume.volume_id";
-    const char *node = csi_id_node(c, id);
-    if (node && name_validate(node, NULL) == 0) {
-        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
-                       "source %s %.*s lives on node %s and volumes are node-local: schedule the "
-                       "pod that uses this claim on node %s (nodeSelector %s: %s), this is node %s",
-                       type, (int)(node - 1 - id), id, node, node, c->topo_key, node,
-                       c->cfg->node_id);
-        return false;
-    }
-    return csi_id_ok(c, call, field, id);
-}
-
-static bool topology_ok(struct csi *c, const Csi__V1__TopologyRequirement *req)
-{
-    if (!req || req->n_requisite == 0)
-        return true;
-    for (size_t i = 0; i < req->n_requisite; i++) {
-        const Csi__V1__Topology *t = req->requisite[i];
-        for (size_t k = 0; k < t->n_segments; k++)
-            if (streq(t->segments[k]->key, c->topo_key) &&
-                streq(t->segments[k]->value, c->cfg->node_id))
-                return true;
-    }
-    return false;
-}
 
 /* Fill a Volume message for v; everything points into v or into *tmp. */
 static void reply_volume(struct csi *c, struct grpc_call *call, const struct vol *v)
@@ -95,15 +61,6 @@ static void snapmsg_fill(struct csi *c, const struct snap *sn, Csi__V1__Snapshot
     s->source_volume_id = (char *)csi_id_out(c, sn->source, ids[1]);
     s->creation_time = ts;
     s->ready_to_use = true;
-}
-
-static bool vol_matches(const struct vol *v, int64_t req, int64_t lim, const char *format,
-                        const char *prealloc, json_t *params, const char *st, const char *sid)
-{
-    return v->size >= (uint64_t)req && (lim == 0 || v->size <= (uint64_t)lim) &&
-           streq(v->format, format) && streq(v->preallocation, prealloc) &&
-           json_equal(v->parameters, params) && streq_ptr(v->src_type, st) &&
-           streq_ptr(v->src_id, sid);
 }
 
 /* ------------------------------------------------ thin layers (worker) */
@@ -270,184 +227,84 @@ static void create_done(int status, const char *msg, json_t *result, void *opaqu
     op_end(op);
 }
 
-static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
+/* What only the node can say (a foreign image of that name in the pool,
+ * the pool's room), then the record (phase creating) and the worker. */
+static void create_act(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in,
+                       struct create_plan *pl)
 {
-    const char *why;
-    if (!in->name || !*in->name) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "name is missing");
-        return;
-    }
-    if (name_validate(in->name, &why) < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "name %s (the name becomes the volume id: 1-128 bytes of [A-Za-z0-9._-])",
-                       why);
-        return;
-    }
-    if (BACKEND_OF(.record_name = in->name) != &backend_local) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "name: names starting with rbd_ are reserved (RBD volumes)");
-        return;
-    }
-    if (!caps_ok(call, in->n_volume_capabilities, in->volume_capabilities))
-        return;
-    json_t *params = params_json(in->n_parameters, in->parameters);
-    struct vol_params p;
-    _cleanup_free_ char *msg = NULL;
-    int r = vol_params_from_json(params, &p, &msg);
-    if (r < 0) {
-        json_decref(params);
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        return;
-    }
-    unsigned align = p.opts.logical_block_size;
-    int64_t req = in->capacity_range ? in->capacity_range->required_bytes : 0;
-    int64_t lim = in->capacity_range ? in->capacity_range->limit_bytes : 0;
-    uint64_t size;
-    const char *st = NULL;
-    char *sid = NULL;
-    struct vol *v = NULL, *src = NULL;
-    struct snap *ssrc = NULL;
-    /* Malformed ranges first (the source's size is not known yet). */
-    if ((r = capacity_pick(req, lim, 0, align, &size, &msg)) == -EINVAL) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        goto out;
-    }
-    free(msg);
-    msg = NULL;
-    if (in->volume_content_source) {
-        Csi__V1__VolumeContentSource *cs = in->volume_content_source;
-        if (cs->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT && cs->snapshot) {
-            st = "snapshot";
-            sid = cs->snapshot->snapshot_id;
-        } else if (cs->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME && cs->volume) {
-            st = "volume";
-            sid = cs->volume->volume_id;
-        } else {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_content_source has no type");
-            goto out;
-        }
-        if ((streq(st, "snapshot") ? BACKEND_OF(.snapshot_id = sid) : BACKEND_OF(.volume_id = sid)) !=
-            &backend_local) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                           "volume_content_source.%s: %s is an RBD %s: it is the source of RBD "
-                           "volumes only (StorageClass parameter backend: rbd)",
-                           streq(st, "snapshot") ? "snapshot.snapshot_id" : "volume.volume_id",
-                           sid, st);
-            goto out;
-        }
-        if (!source_here(c, call, st, sid))
-            goto out;
-    }
-    if (p.image && st) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "parameter image: a volume of an image class has no volume_content_source");
-        goto out;
-    }
-    if (!topology_ok(c, in->accessibility_requirements)) {
-        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
-                       "volumes are node-local: accessibility_requirements.requisite does not "
-                       "include %s=%s", c->topo_key, c->cfg->node_id);
-        goto out;
-    }
-    if ((v = store_find_vol(c->store, in->name))) {
-        if (v->busy || v->phase != PHASE_READY) {
-            grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
-        } else if (vol_matches(v, req, lim, p.format, p.preallocation, params, st, sid)) {
-            reply_volume(c, call, v);
-        } else {
-            grpc_call_fail(call, GRPC_ALREADY_EXISTS,
-                           "volume %s exists with a different capacity, parameters or source",
-                           v->id);
-        }
-        goto out;
-    }
-    uint64_t min_size = 0;
-    if (st && streq(st, "snapshot")) {
-        ssrc = store_find_snap(c->store, sid);
-        if (!ssrc || ssrc->phase != PHASE_READY) {
-            grpc_call_fail(call, GRPC_NOT_FOUND, "snapshot %s does not exist", sid);
-            goto out;
-        }
-        min_size = ssrc->size;
-    } else if (st) {
-        src = store_find_vol(c->store, sid);
-        if (!src || src->phase != PHASE_READY) {
-            grpc_call_fail(call, GRPC_NOT_FOUND, "source volume %s does not exist", sid);
-            goto out;
-        }
-        if (src->busy) {
-            grpc_call_fail(call, GRPC_ABORTED, "an operation on source volume %s is in progress",
-                           sid);
-            goto out;
-        }
-        if (src->staging_path && !vol_live(src)) {
-            grpc_call_fail(call, GRPC_UNAVAILABLE,
-                           "source volume %s is staged but its QSD is not running (restarting)",
-                           sid);
-            goto out;
-        }
-        min_size = src->image_size;
-    }
-    if ((r = capacity_pick(req, lim, min_size, align, &size, &msg)) < 0) {
-        grpc_call_fail(call, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s", msg);
-        goto out;
-    }
-    if (pool_find_volume(&c->pool, in->name, NULL, NULL) == 0) {
+    const char *name = in->name;
+    if (pool_find_volume(&c->pool, name, NULL, NULL) == 0) {
         grpc_call_fail(call, GRPC_ALREADY_EXISTS,
                        "an image named %s exists in the pool but is not a volume of this plugin",
-                       in->name);
-        goto out;
+                       name);
+        return;
     }
-    bool prealloc = !streq(p.preallocation, "off") && !streq(p.preallocation, "metadata");
-    char *what = xasprintf("volume %s of %" PRIu64 " bytes (preallocation=%s)", in->name, size,
-                           p.preallocation);
-    bool admitted = capacity_admit(c, call, what, size, prealloc ? size : 0);
+    bool prealloc = !streq(pl->p.preallocation, "off") && !streq(pl->p.preallocation, "metadata");
+    char *what = xasprintf("volume %s of %" PRIu64 " bytes (preallocation=%s)", name, pl->size,
+                           pl->p.preallocation);
+    bool admitted = capacity_admit(c, call, what, pl->size, prealloc ? pl->size : 0);
     free(what);
     if (!admitted)
-        goto out;
-    v = vol_new(in->name);
+        return;
+    struct vol *v = vol_new(name);
     v->phase = PHASE_CREATING;
     free(v->format);
-    v->format = xstrdup(p.format);
+    v->format = xstrdup(pl->p.format);
     free(v->preallocation);
-    v->preallocation = xstrdup(p.preallocation);
+    v->preallocation = xstrdup(pl->p.preallocation);
     json_decref(v->parameters);
-    v->parameters = json_incref(params);
+    v->parameters = json_incref(pl->params);
     json_decref(v->context);
     v->context = params_json_k(in->n_parameters, in->parameters, true);
-    v->size = size;
-    v->src_type = st ? xstrdup(st) : NULL;
-    v->src_id = sid ? xstrdup(sid) : NULL;
+    v->size = pl->size;
+    v->src_type = pl->src_type ? xstrdup(pl->src_type) : NULL;
+    v->src_id = pl->src_id ? xstrdup(pl->src_id) : NULL;
     v->created = (int64_t)time(NULL);
     v->busy = true;
     store_add_vol(c->store, v);
-    if ((r = store_save_vol(c->store, v)) < 0) {
+    int r = store_save_vol(c->store, v);
+    if (r < 0) {
         store_remove_vol(c->store, v);
         grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
                        "cannot write the volume record: %s", strerror(-r));
-        goto out;
+        return;
     }
     struct op *op = op_begin(c, call);
     op->vol = v;
-    op->size = size;
-    if (src) {
-        src->busy = true;
-        op->vol2 = src;
-        op->flag = vol_live(src);
+    op->size = pl->size;
+    if (pl->src) {
+        pl->src->busy = true;
+        op->vol2 = pl->src;
+        op->flag = vol_live(pl->src);
     }
-    if (ssrc) {
-        ssrc->readers++;
-        op->snap_read = ssrc;
+    if (pl->ssrc) {
+        pl->ssrc->readers++;
+        op->snap_read = pl->ssrc;
     }
-    if (p.image)
-        imageclass_create(op, p.image_sha256, create_done);
+    if (pl->p.image)
+        imageclass_create(op, pl->p.image_sha256, create_done);
     else if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
         /* op_worker failed the call and released the busy flags. */
         store_remove_vol(c->store, v);
     }
-out:
-    json_decref(params);
-    vol_params_clear(&p);
+}
+
+static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
+{
+    struct create_plan pl;
+    create_plan_make(c, in, &pl);
+    switch (pl.kind) {
+    case CREATE_REFUSE:
+        verdict_send(&pl.refusal, call);
+        break;
+    case CREATE_EXISTS:
+        reply_volume(c, call, pl.existing);
+        break;
+    case CREATE_NEW:
+        create_act(c, call, in, &pl);
+        break;
+    }
+    create_plan_clear(&pl);
 }
 
 /* ------------------------------------------------------- DeleteVolume */
@@ -975,24 +832,21 @@ static void expand_volume(struct csi *c, struct grpc_call *call,
 /* ------------------------------------------------------ the node side */
 
 /* NAME or NAME@NODE (csi_id_out): NAME when NODE is this node. */
-static bool record_name(struct csi *c, struct grpc_call *call, const char *field, char *id)
+static bool record_name(struct csi *c, struct verdict *v, const char *field, char *id)
 {
     char *at = id ? strchr(id, '@') : NULL;
     if (at) {
         const char *why;
-        if (name_validate(at + 1, &why) < 0) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s: the node after '@' %s", field, why);
-            return false;
-        }
-        if (!streq(at + 1, c->cfg->node_id)) {
-            grpc_call_fail(call, GRPC_NOT_FOUND,
-                           "%s %s lives on node %s, not on this node (%s): volumes and snapshots "
-                           "are node-local", field, id, at + 1, c->cfg->node_id);
-            return false;
-        }
+        if (name_validate(at + 1, &why) < 0)
+            return verdict_fail(v, GRPC_INVALID_ARGUMENT, "%s: the node after '@' %s", field,
+                                why);
+        if (!streq(at + 1, c->cfg->node_id))
+            return verdict_fail(v, GRPC_NOT_FOUND,
+                                "%s %s lives on node %s, not on this node (%s): volumes and "
+                                "snapshots are node-local", field, id, at + 1, c->cfg->node_id);
         *at = '\0';
     }
-    return id_ok(call, field, id);
+    return id_check(v, field, id);
 }
 
 static int export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)

@@ -19,15 +19,13 @@ static bool claims(const struct backend_key *k)
 }
 
 /* An RBD volume id: the node's record of it has a name made from the id. */
-static bool record_name(struct csi *c, struct grpc_call *call, const char *field, char *id)
+static bool record_name(struct csi *c, struct verdict *v, const char *field, char *id)
 {
     (void)c;
     struct rbd_loc l;
     _cleanup_free_ char *m = NULL;
-    if (rbd_id_parse(id, field, &l, &m) < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", m);
-        return false;
-    }
+    if (rbd_id_parse(id, field, &l, &m) < 0)
+        return verdict_fail(v, GRPC_INVALID_ARGUMENT, "%s", m);
     rbd_loc_clear(&l);
     rbd_id_to_name(id);
     return true;

@@ -162,18 +162,28 @@ ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMess
     return m;
 }
 
-bool id_ok(struct grpc_call *call, const char *field, const char *id)
+bool id_check(struct verdict *v, const char *field, const char *id)
 {
     const char *why;
-    if (!id || !*id) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s is missing", field);
-        return false;
-    }
-    if (name_validate(id, &why) < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s %s", field, why);
-        return false;
-    }
+    if (!id || !*id)
+        return verdict_fail(v, GRPC_INVALID_ARGUMENT, "%s is missing", field);
+    if (name_validate(id, &why) < 0)
+        return verdict_fail(v, GRPC_INVALID_ARGUMENT, "%s %s", field, why);
     return true;
+}
+
+/* A check's verdict sent on call. */
+static bool sent(bool ok, struct verdict *v, struct grpc_call *call)
+{
+    if (!ok)
+        verdict_send(v, call);
+    return ok;
+}
+
+bool id_ok(struct grpc_call *call, const char *field, const char *id)
+{
+    struct verdict v = {0};
+    return sent(id_check(&v, field, id), &v, call);
 }
 
 const char *csi_id_out(const struct csi *c, const char *name, char buf[CSI_ID_MAX + 1])
@@ -194,27 +204,35 @@ const char *csi_id_node(const struct csi *c, const char *id)
     return at && !streq(at + 1, c->cfg->node_id) ? at + 1 : NULL;
 }
 
+bool csi_id_check(struct csi *c, struct verdict *v, const char *field, char *id)
+{
+    return BACKEND_OF(.volume_id = id)->record_name(c, v, field, id);
+}
+
 bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *id)
 {
-    return BACKEND_OF(.volume_id = id)->record_name(c, call, field, id);
+    struct verdict v = {0};
+    return sent(csi_id_check(c, &v, field, id), &v, call);
 }
 
 /* ------------------------------------------------------ capabilities */
 
-bool caps_ok(struct grpc_call *call, size_t n, Csi__V1__VolumeCapability **caps)
+bool caps_check(struct verdict *v, size_t n, Csi__V1__VolumeCapability **caps)
 {
-    if (n == 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
-        return false;
-    }
+    if (n == 0)
+        return verdict_fail(v, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
     for (size_t i = 0; i < n; i++) {
         const char *why = cap_problem(caps[i]);
-        if (why) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_capabilities[%zu]: %s", i, why);
-            return false;
-        }
+        if (why)
+            return verdict_fail(v, GRPC_INVALID_ARGUMENT, "volume_capabilities[%zu]: %s", i, why);
     }
     return true;
+}
+
+bool caps_ok(struct grpc_call *call, size_t n, Csi__V1__VolumeCapability **caps)
+{
+    struct verdict v = {0};
+    return sent(caps_check(&v, n, caps), &v, call);
 }
 
 const char *cap_problem(const Csi__V1__VolumeCapability *cap)

@@ -20,6 +20,7 @@
 #include "plugin.h"
 #include "qsd/qemu/qsd.h"
 #include "state.h"
+#include "verdict.h"
 #include "qsd/base/worker.h"
 
 #include <stdbool.h>
@@ -118,8 +119,11 @@ ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMess
     }
 
 /* Validate an id field: non-empty and valid per names.h.  On failure the
- * call is failed with INVALID_ARGUMENT and false returned. */
+ * call is failed (id_ok) or v filled (id_check) with INVALID_ARGUMENT and
+ * false returned.  The *_check forms below decide the same way without a
+ * call (verdict.h). */
 bool id_ok(struct grpc_call *call, const char *field, const char *id);
+bool id_check(struct verdict *v, const char *field, const char *id);
 
 /* Volume and snapshot ids as the CO sees them carry the node that holds
  * them ("<name>@<node id>": both are node-local, so a node handed another
@@ -133,12 +137,14 @@ bool id_ok(struct grpc_call *call, const char *field, const char *id);
 const char *csi_id_out(const struct csi *c, const char *name, char buf[CSI_ID_MAX + 1]);
 const char *csi_id_node(const struct csi *c, const char *id);
 bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *id);
+bool csi_id_check(struct csi *c, struct verdict *v, const char *field, char *id);
 
 /* NULL when the capability is supported, else why (INVALID_ARGUMENT). */
 const char *cap_problem(const Csi__V1__VolumeCapability *cap);
 /* CreateVolume's volume_capabilities: present and each supported; else
  * the call is failed with INVALID_ARGUMENT naming the entry. */
 bool caps_ok(struct grpc_call *call, size_t n, Csi__V1__VolumeCapability **caps);
+bool caps_check(struct verdict *v, size_t n, Csi__V1__VolumeCapability **caps);
 bool cap_read_only(const Csi__V1__VolumeCapability *cap);
 /* volume_mount_group -> gid (-1 when empty); -EINVAL if not a number. */
 int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);

@@ -13,7 +13,7 @@
 static void trim_logs(struct loop *l, void *opaque)
 {
     struct csi *c = opaque;
-    for (size_t i = 0; i < c->store->n_vols; i++) {
+    for (size_t i = 0; c->store && i < c->store->n_vols; i++) {
         struct vol *v = c->store->vols[i];
         if (v->qsd && qsd_log_trim(v->qsd) == 1)
             log_warn("qsd", "log over its bound, cut to its last lines", "volume=%s", v->id);
@@ -40,12 +40,8 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     if (cfg->qsd_cgroup) {
         r = qsd_cgroup_open("/sys/fs/cgroup", cfg->qsd_cgroup, cfg->qsd_cpu_weight,
                             cfg->qsd_memory_max, 0, &c->cgroup, ret_msg);
-        if (r < 0) {
-            mounts_close(c);
-            free(c->topo_key);
-            free(c);
-            return r;
-        }
+        if (r < 0)
+            goto fail;
         c->qcfg.join_fds = c->cgroup.fds;
         c->qcfg.n_join = c->cgroup.n;
         c->qcfg.cgroup_root = "/sys/fs/cgroup";
@@ -58,44 +54,27 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
                  (unsigned long long)cfg->qsd_memory_max);
     }
     r = pool_open(cfg->pool_dir, true, &c->pool, ret_msg);
-    if (r < 0) {
-        mounts_close(c);
-        qsd_cgroup_close(&c->cgroup);
-        free(c->topo_key);
-        free(c);
-        return r;
-    }
+    if (r < 0)
+        goto fail;
     r = records_new(loop, &c->records);
     if (r < 0)
         *ret_msg = xasprintf("cannot start the record writer: %s", strerror(-r));
     else
         r = store_open(cfg->state_dir, c->records, &c->store, ret_msg);
-    if (r < 0) {
-        records_free(c->records);
-        pool_close(&c->pool);
-        mounts_close(c);
-        qsd_cgroup_close(&c->cgroup);
-        free(c->topo_key);
-        free(c);
-        return r;
-    }
+    if (r < 0)
+        goto fail;
     r = bridges_open(c, ret_msg);
-    if (r < 0) {
-        store_free(c->store);
-        records_free(c->records);
-        pool_close(&c->pool);
-        mounts_close(c);
-        qsd_cgroup_close(&c->cgroup);
-        free(c->topo_key);
-        free(c);
-        return r;
-    }
+    if (r < 0)
+        goto fail;
     csi_recover(c);
     bridges_recover(c);
     csi_gc(c);
     c->log_timer = loop_timer_add(loop, LOG_TRIM_MS, trim_logs, c);
     *ret = c;
     return 0;
+fail:
+    csi_free(c); /* every part is closed whether or not it was opened */
+    return r;
 }
 
 void csi_free(struct csi *c)
@@ -110,7 +89,7 @@ void csi_free(struct csi *c)
             grpc_call_fail(op->call, GRPC_UNAVAILABLE, "the plugin is shutting down");
         op_end(op);
     }
-    for (size_t i = 0; i < c->store->n_vols; i++) {
+    for (size_t i = 0; c->store && i < c->store->n_vols; i++) {
         struct vol *v = c->store->vols[i];
         qsd_free(v->qsd); /* the process keeps running: the next start adopts it */
         v->qsd = NULL;
