@@ -14,12 +14,13 @@
  * copies, offline resize, snapshots) runs in a worker process (worker.h)
  * so the loop never blocks; records are written with phase "creating"
  * before and "ready" after, so a crash leaves nothing half-created
- * (service.c).  What CreateVolume does is decided first by its pure
- * plan (create_plan.h); the act here does what needs the node. */
+ * (service.c).  What CreateVolume and CreateSnapshot do is decided
+ * first by their pure plans (local_plan.h); the acts here do what needs
+ * the node. */
 #include "backend.h"
 #include "capacity.h"
 #include "controller.h"
-#include "create_plan.h"
+#include "local_plan.h"
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
 #include "imageclass.h"
@@ -294,13 +295,13 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
     struct create_plan pl;
     create_plan_make(c, in, &pl);
     switch (pl.kind) {
-    case CREATE_REFUSE:
+    case PLAN_REFUSE:
         verdict_send(&pl.refusal, call);
         break;
-    case CREATE_EXISTS:
+    case PLAN_EXISTS:
         reply_volume(c, call, pl.existing);
         break;
-    case CREATE_NEW:
+    case PLAN_NEW:
         create_act(c, call, in, &pl);
         break;
     }
@@ -536,48 +537,11 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
     op_end(op);
 }
 
-static void create_snapshot(struct csi *c, struct grpc_call *call,
-                            Csi__V1__CreateSnapshotRequest *in)
+/* What only the node can say (the pool's room, a foreign image of that
+ * name), then the record (phase creating) and the worker. */
+static void snapshot_act(struct csi *c, struct grpc_call *call, Csi__V1__CreateSnapshotRequest *in,
+                         struct vol *v)
 {
-    const char *why;
-    if (!in->name || !*in->name) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "name is missing");
-        return;
-    }
-    if (name_validate(in->name, &why) < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "name %s (the name becomes the snapshot id: 1-128 bytes of [A-Za-z0-9._-])",
-                       why);
-        return;
-    }
-    if (!csi_id_ok(c, call, "source_volume_id", in->source_volume_id))
-        return;
-    struct snap *sn = store_find_snap(c->store, in->name);
-    if (sn) {
-        if (sn->busy || sn->phase != PHASE_READY)
-            grpc_call_fail(call, GRPC_ABORTED, "an operation on snapshot %s is in progress", sn->id);
-        else if (streq(sn->source, in->source_volume_id))
-            reply_snapshot(c, call, sn);
-        else
-            grpc_call_fail(call, GRPC_ALREADY_EXISTS,
-                           "snapshot %s exists with a different source volume (%s)", sn->id,
-                           sn->source);
-        return;
-    }
-    struct vol *v = store_find_vol(c->store, in->source_volume_id);
-    if (!v || v->phase != PHASE_READY) {
-        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s does not exist", in->source_volume_id);
-        return;
-    }
-    if (v->busy) {
-        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
-        return;
-    }
-    if (v->staging_path && !vol_live(v)) {
-        grpc_call_fail(call, GRPC_UNAVAILABLE,
-                       "volume %s is staged but its QSD is not running (restarting)", v->id);
-        return;
-    }
     /* A snapshot of a qcow2 volume is thin (its data stays where it is);
      * of a raw one, a copy of what the volume has allocated. */
     uint64_t need = 0;
@@ -598,7 +562,7 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
     }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    sn = snap_new(in->name);
+    struct snap *sn = snap_new(in->name);
     sn->phase = PHASE_CREATING;
     sn->source = xstrdup(v->id);
     sn->created_sec = now.tv_sec;
@@ -619,6 +583,25 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
     op->flag = vol_live(v);
     if (op_worker(op, snapshot_fn, COPY_TIMEOUT_MS, snapshot_done) < 0)
         store_remove_snap(c->store, sn);
+}
+
+static void create_snapshot(struct csi *c, struct grpc_call *call,
+                            Csi__V1__CreateSnapshotRequest *in)
+{
+    struct snapshot_plan pl;
+    snapshot_plan_make(c, in, &pl);
+    switch (pl.kind) {
+    case PLAN_REFUSE:
+        verdict_send(&pl.refusal, call);
+        break;
+    case PLAN_EXISTS:
+        reply_snapshot(c, call, pl.existing);
+        break;
+    case PLAN_NEW:
+        snapshot_act(c, call, in, pl.src);
+        break;
+    }
+    snapshot_plan_clear(&pl);
 }
 
 static void delete_snapshot(struct csi *c, struct grpc_call *call,

@@ -1,11 +1,13 @@
-/* create_plan.c: the pure core of a local CreateVolume (create_plan.h).
- * The order of the checks is the order of the status codes a caller sees:
+/* local_plan.c: the pure cores of a local CreateVolume and CreateSnapshot
+ * (local_plan.h).  The order of the checks is the order of the status
+ * codes a caller sees (CreateVolume's; CreateSnapshot's is the same
+ * without sources and topology):
  * the request's own fields (INVALID_ARGUMENT), where the source lives
  * (RESOURCE_EXHAUSTED: schedule elsewhere), the topology, a record of the
  * same name (an idempotent repeat, ABORTED while busy, ALREADY_EXISTS when
  * different), the source's record (NOT_FOUND, ABORTED, UNAVAILABLE), and
  * the capacity against the source (OUT_OF_RANGE). */
-#include "create_plan.h"
+#include "local_plan.h"
 
 #include "backend.h"
 #include "controller.h"
@@ -143,7 +145,7 @@ static bool source_ok(struct csi *c, struct create_plan *pl, uint64_t *ret_min)
 
 void create_plan_make(struct csi *c, Csi__V1__CreateVolumeRequest *in, struct create_plan *pl)
 {
-    *pl = (struct create_plan){.kind = CREATE_REFUSE};
+    *pl = (struct create_plan){.kind = PLAN_REFUSE};
     int64_t req = in->capacity_range ? in->capacity_range->required_bytes : 0;
     int64_t lim = in->capacity_range ? in->capacity_range->limit_bytes : 0;
     if (!request_ok(c, in, pl, req, lim))
@@ -164,7 +166,7 @@ void create_plan_make(struct csi *c, Csi__V1__CreateVolumeRequest *in, struct cr
                          "volume %s exists with a different capacity, parameters or source",
                          v->id);
         else
-            pl->kind = CREATE_EXISTS, pl->existing = v;
+            pl->kind = PLAN_EXISTS, pl->existing = v;
         return;
     }
     uint64_t min_size;
@@ -177,7 +179,7 @@ void create_plan_make(struct csi *c, Csi__V1__CreateVolumeRequest *in, struct cr
                      "%s", msg);
         return;
     }
-    pl->kind = CREATE_NEW;
+    pl->kind = PLAN_NEW;
 }
 
 void create_plan_clear(struct create_plan *pl)
@@ -186,4 +188,52 @@ void create_plan_clear(struct create_plan *pl)
     json_decref(pl->params);
     vol_params_clear(&pl->p);
     *pl = (struct create_plan){0};
+}
+
+void snapshot_plan_make(struct csi *c, Csi__V1__CreateSnapshotRequest *in,
+                        struct snapshot_plan *pl)
+{
+    *pl = (struct snapshot_plan){.kind = PLAN_REFUSE};
+    struct verdict *v = &pl->refusal;
+    const char *why;
+    if (!in->name || !*in->name) {
+        verdict_fail(v, GRPC_INVALID_ARGUMENT, "name is missing");
+        return;
+    }
+    if (name_validate(in->name, &why) < 0) {
+        verdict_fail(v, GRPC_INVALID_ARGUMENT,
+                     "name %s (the name becomes the snapshot id: 1-128 bytes of [A-Za-z0-9._-])",
+                     why);
+        return;
+    }
+    if (!csi_id_check(c, v, "source_volume_id", in->source_volume_id))
+        return;
+    struct snap *sn = store_find_snap(c->store, in->name);
+    if (sn) {
+        if (sn->busy || sn->phase != PHASE_READY)
+            verdict_fail(v, GRPC_ABORTED, "an operation on snapshot %s is in progress", sn->id);
+        else if (!streq(sn->source, in->source_volume_id))
+            verdict_fail(v, GRPC_ALREADY_EXISTS,
+                         "snapshot %s exists with a different source volume (%s)", sn->id,
+                         sn->source);
+        else
+            pl->kind = PLAN_EXISTS, pl->existing = sn;
+        return;
+    }
+    struct vol *src = store_find_vol(c->store, in->source_volume_id);
+    if (!src || src->phase != PHASE_READY)
+        verdict_fail(v, GRPC_NOT_FOUND, "volume %s does not exist", in->source_volume_id);
+    else if (src->busy)
+        verdict_fail(v, GRPC_ABORTED, "an operation on volume %s is in progress", src->id);
+    else if (src->staging_path && !vol_live(src))
+        verdict_fail(v, GRPC_UNAVAILABLE,
+                     "volume %s is staged but its QSD is not running (restarting)", src->id);
+    else
+        pl->kind = PLAN_NEW, pl->src = src;
+}
+
+void snapshot_plan_clear(struct snapshot_plan *pl)
+{
+    verdict_clear(&pl->refusal);
+    *pl = (struct snapshot_plan){0};
 }

@@ -1,4 +1,5 @@
-/* Unit tests for the pure core of a local CreateVolume (csi/create_plan.h):
+/* Unit tests for the pure cores of a local CreateVolume and CreateSnapshot
+ * (csi/local_plan.h):
  * every refusal with its status code and the field its message names,
  * in the order a caller meets them; idempotent repeats; conflicts with
  * the records (busy, different, a source that is gone, busy or down);
@@ -9,7 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "create_plan.h"
+#include "local_plan.h"
 #include "plugin.h"
 #include "state.h"
 #include "qsd/base/util.h"
@@ -141,7 +142,7 @@ static void refused(struct fixture *f, struct req *r, enum grpc_code code, const
     size_t nv = f->c.store->n_vols, ns = f->c.store->n_snaps;
     struct create_plan pl;
     create_plan_make(&f->c, &r->in, &pl);
-    if (pl.kind != CREATE_REFUSE || pl.refusal.code != code || !strstr(pl.refusal.msg, want))
+    if (pl.kind != PLAN_REFUSE || pl.refusal.code != code || !strstr(pl.refusal.msg, want))
         fail_msg("%s: kind %d code %d (%s), wanted code %d and \"%s\"", r->name, pl.kind,
                  pl.refusal.code, pl.refusal.msg ? pl.refusal.msg : "-", code, want);
     assert_int_equal(f->c.store->n_vols, nv);
@@ -227,7 +228,7 @@ static void test_topology(void **state)
     se.value = "n1";
     struct create_plan pl;
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, CREATE_NEW);
+    assert_int_equal(pl.kind, PLAN_NEW);
     create_plan_clear(&pl);
 }
 
@@ -239,7 +240,7 @@ static void test_new_and_repeat(void **state)
     req_range(&r, 1000, 0);
     struct create_plan pl;
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, CREATE_NEW);
+    assert_int_equal(pl.kind, PLAN_NEW);
     assert_int_equal(pl.size, 1024); /* aligned up to the logical block */
     assert_string_equal(pl.p.format, "qcow2");
     assert_null(pl.src_type);
@@ -251,7 +252,7 @@ static void test_new_and_repeat(void **state)
     free(v->preallocation);
     v->preallocation = xstrdup("off");
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, CREATE_EXISTS);
+    assert_int_equal(pl.kind, PLAN_EXISTS);
     assert_ptr_equal(pl.existing, v);
     create_plan_clear(&pl);
     /* Different: another format, a size out of the range, parameters. */
@@ -296,7 +297,7 @@ static void test_sources(void **state)
     req_source(&r, "snapshot", "s1@n1"); /* this node's suffix is cut */
     req_range(&r, GiB, 0);
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, CREATE_NEW);
+    assert_int_equal(pl.kind, PLAN_NEW);
     assert_int_equal(pl.size, 2 * GiB);
     assert_string_equal(pl.src_type, "snapshot");
     assert_string_equal(pl.src_id, "s1");
@@ -316,7 +317,7 @@ static void test_sources(void **state)
     free(src->staging_path);
     src->staging_path = NULL;
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, CREATE_NEW);
+    assert_int_equal(pl.kind, PLAN_NEW);
     assert_int_equal(pl.size, 3 * GiB);
     assert_ptr_equal(pl.src, src);
     assert_false(src->busy);
@@ -328,6 +329,69 @@ static void test_sources(void **state)
                                           "is an RBD volume");
 }
 
+/* CreateSnapshot: name, source id, a repeat, conflicts, the source. */
+static void snap_refused(struct fixture *f, const char *name, const char *src, enum grpc_code code,
+                         const char *want)
+{
+    char n[64], sid[64];
+    snprintf(n, sizeof(n), "%s", name);
+    snprintf(sid, sizeof(sid), "%s", src);
+    Csi__V1__CreateSnapshotRequest in = CSI__V1__CREATE_SNAPSHOT_REQUEST__INIT;
+    in.name = n;
+    in.source_volume_id = sid;
+    size_t ns = f->c.store->n_snaps;
+    struct snapshot_plan pl;
+    snapshot_plan_make(&f->c, &in, &pl);
+    if (pl.kind != PLAN_REFUSE || pl.refusal.code != code || !strstr(pl.refusal.msg, want))
+        fail_msg("%s of %s: kind %d code %d (%s), wanted code %d and \"%s\"", name, src, pl.kind,
+                 pl.refusal.code, pl.refusal.msg ? pl.refusal.msg : "-", code, want);
+    assert_int_equal(f->c.store->n_snaps, ns);
+    assert_int_equal(files_in(f->c.store->snap_dir), 0);
+    snapshot_plan_clear(&pl);
+}
+
+static void test_snapshot(void **state)
+{
+    struct fixture *f = *state;
+    snap_refused(f, "", "v0", GRPC_INVALID_ARGUMENT, "name is missing");
+    snap_refused(f, "a b", "v0", GRPC_INVALID_ARGUMENT, "name ");
+    snap_refused(f, "s1", "", GRPC_INVALID_ARGUMENT, "source_volume_id is missing");
+    snap_refused(f, "s1", "v0@n2", GRPC_NOT_FOUND, "lives on node n2");
+    snap_refused(f, "s1", "v0@bad/node", GRPC_INVALID_ARGUMENT, "the node after '@'");
+    snap_refused(f, "s1", "v0", GRPC_NOT_FOUND, "volume v0 does not exist");
+    struct vol *v = ready_vol(f, "v0", GiB);
+    v->busy = true;
+    snap_refused(f, "s1", "v0", GRPC_ABORTED, "an operation on volume v0 is in progress");
+    v->busy = false;
+    v->staging_path = xstrdup("/k/staging/v0");
+    snap_refused(f, "s1", "v0", GRPC_UNAVAILABLE, "volume v0 is staged but its QSD is not");
+    free(v->staging_path);
+    v->staging_path = NULL;
+    char n[] = "s1", sid[] = "v0@n1";
+    Csi__V1__CreateSnapshotRequest in = CSI__V1__CREATE_SNAPSHOT_REQUEST__INIT;
+    in.name = n;
+    in.source_volume_id = sid;
+    struct snapshot_plan pl;
+    snapshot_plan_make(&f->c, &in, &pl);
+    assert_int_equal(pl.kind, PLAN_NEW);
+    assert_ptr_equal(pl.src, v);
+    assert_false(v->busy);
+    snapshot_plan_clear(&pl);
+    /* Once it exists: the same request answers it; another source conflicts. */
+    struct snap *sn = snap_new("s1");
+    sn->phase = PHASE_READY;
+    sn->source = xstrdup("v0");
+    store_add_snap(f->c.store, sn);
+    snapshot_plan_make(&f->c, &in, &pl);
+    assert_int_equal(pl.kind, PLAN_EXISTS);
+    assert_ptr_equal(pl.existing, sn);
+    snapshot_plan_clear(&pl);
+    ready_vol(f, "v9", GiB);
+    snap_refused(f, "s1", "v9", GRPC_ALREADY_EXISTS, "snapshot s1 exists with a different source");
+    sn->busy = true;
+    snap_refused(f, "s1", "v0", GRPC_ABORTED, "an operation on snapshot s1 is in progress");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +399,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_topology, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_and_repeat, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sources, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
