@@ -43,7 +43,8 @@ etcd_peer_port=23800
 api_port=6443
 pause_image=registry.k8s.io/pause:3.10.2
 # Host paths the installed driver makes (deploy/kubernetes hostPath volumes
-# of type DirectoryOrCreate): removed by `down` when `up` did not find them.
+# of type DirectoryOrCreate): a killed run's removed by `up`
+# (remove_driver_leftovers), this run's by `down`.
 driver_paths="/run/qsd-csi /var/lib/qsd-csi"
 # Of those, the ones mounted with Bidirectional propagation outside kubelet's
 # root: containerd refuses that unless the host path is on a shared mount
@@ -81,7 +82,7 @@ start() { # NAME CMD...: start in the background, log and PID file in DIR
 pid_of() {
     local pid
     pid=$(cat "$dir/pids/$1" 2>/dev/null) && [ -n "$pid" ] || return 1
-    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "/$1 " || return 1
+    { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qF "/$1 " || return 1
     echo "$pid"
 }
 alive() { pid_of "$1" >/dev/null; }
@@ -311,6 +312,7 @@ up() {
     # From here on, any failure tears down what was started.
     trap 'rc=$?; if [ $rc != 0 ]; then log "up failed ($rc): tearing down; logs were in $dir/logs"; tail -n 20 "$dir"/logs/*.log >&2 || true; QSD_K8S_DEBUG=${QSD_K8S_DEBUG:-1} down; fi' EXIT
     [ -e /var/log/containers ] || { mkdir -p /var/log/containers; touch "$dir/made-var-log-containers"; }
+    remove_driver_leftovers
     for p in $driver_paths; do [ -e "$p" ] || echo "$p"; done >"$dir/made-driver-paths"
     ls -d /sys/fs/cgroup/*/"$driver_cgroup" >/dev/null 2>&1 || touch "$dir/made-driver-cgroup"
     for p in $shared_paths; do
@@ -403,25 +405,51 @@ remove_containers() {
 stop_shims() {
     local p
     for p in /proc/[0-9]*; do
-        tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "-address $dir/containerd/containerd.sock" || continue
+        { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q -- "-address $dir/containerd/containerd.sock" || continue
         kill -KILL "${p#/proc/}" 2>/dev/null || true
     done
 }
 
-# The QSDs the installed plugin started (they outlive it by design, so an
-# uninstall that never ran leaves them): the PIDs in the driver's cgroup,
-# which only this cluster's plugin made (made-driver-cgroup).
+# The QSDs (and their vhost-user filters) the installed plugin started:
+# they outlive it by design, so an uninstall that never ran leaves them.
+# Found by PID, by their command line naming the driver's runtime directory
+# (/run/qsd-csi, a hostPath only this cluster's plugin uses: the container
+# tests map their own directories there).
+driver_qsds() {
+    local p
+    for p in /proc/[0-9]*; do
+        case $({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) in
+        *qemu-storage-daemon*/run/qsd-csi/*|*qsd-vhost-filter*/run/qsd-csi/*) echo "${p#/proc/}" ;;
+        esac
+    done
+}
 stop_driver_qsds() {
     local pids i
-    pids=$(cat /sys/fs/cgroup/*/"$driver_cgroup"/cgroup.procs 2>/dev/null | sort -u)
+    pids=$(driver_qsds)
     [ -n "$pids" ] || return 0
-    log "stopping the driver's processes left in its cgroup: $(echo $pids)"
+    log "stopping the driver's QSDs left running: $(echo $pids)"
     kill -KILL $pids 2>/dev/null || true
     for i in $(seq 50); do
-        [ -z "$(cat /sys/fs/cgroup/*/"$driver_cgroup"/cgroup.procs 2>/dev/null)" ] && return 0
+        [ -z "$(driver_qsds)" ] && return 0
         sleep 0.1
     done
-    log "processes remain in the $driver_cgroup cgroup"
+    log "QSDs remain: $(driver_qsds | tr '\n' ' ')"; return 1
+}
+
+# The driver's host directories found at `up`: what a killed run's plugin
+# left (its records would make the new plugin restart QSDs of volumes no
+# claim of the new cluster names).  No cluster runs at this point and no
+# kubelet is on the machine, so no driver uses them.
+remove_driver_leftovers() {
+    local p
+    for p in $driver_paths; do
+        [ -e "$p" ] || continue
+        stop_driver_qsds || return 1
+        log "removing $p, left by an earlier cluster"
+        unmount_below "$p"
+        if grep -qE " $p[ /]" /proc/self/mountinfo; then log "mounts remain below $p"; return 1; fi
+        rm -rf "$p"
+    done
 }
 
 unmount_below() { # PATH: every mount at or below PATH, deepest first
@@ -465,8 +493,8 @@ down() {
         [ -d "$p" ] && find "$p" -depth -type d -exec rmdir {} + 2>/dev/null || true
     done
     if [ -f "$dir/made-var-log-containers" ]; then rm -rf /var/log/containers; fi
+    stop_driver_qsds || true
     if [ -f "$dir/made-driver-cgroup" ]; then
-        stop_driver_qsds
         for p in /sys/fs/cgroup/*/"$driver_cgroup"; do
             [ -d "$p" ] && { find "$p" -depth -type d -exec rmdir {} + 2>/dev/null || log "cannot remove $p (processes left?)"; }
         done

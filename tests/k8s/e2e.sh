@@ -449,7 +449,7 @@ qsds_left() { # the driver's QSDs (and filter heads) still running: their
     # sockets are below /run/qsd-csi (other QSDs on the machine are not counted)
     local p n=0
     for p in /proc/[0-9]*; do
-        case $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) in
+        case $({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) in
         *qemu-storage-daemon*/run/qsd-csi/*|*qsd-vhost-filter*/run/qsd-csi/*) n=$((n + 1)) ;; esac
     done
     echo $n
@@ -495,7 +495,7 @@ reap_killed() {
     wait_for 60 "pod reap-probe running" eval '[ "$(kubectl -n default get pod reap-probe -o jsonpath={.status.phase})" = Running ]' || return 1
     pids=$(cat "$dir"/pids/*)
     for p in /proc/[0-9]*; do
-        tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "-address $dir/containerd/containerd.sock" &&
+        { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q -- "-address $dir/containerd/containerd.sock" &&
             pids="$pids ${p#/proc/}"
     done
     say "killing the cluster: $(echo $pids)"
