@@ -244,17 +244,7 @@ snap_ready() { [ "$(kubectl -n $ns get volumesnapshot root-snap -o jsonpath='{.s
 # verifying VM pod is scheduled (WaitForFirstConsumer).
 snapshot() {
     local t0=$SECONDS
-    kubectl apply -f - >/dev/null <<EOF || return 1
-apiVersion: snapshot.storage.k8s.io/v1
-kind: VolumeSnapshot
-metadata:
-  name: root-snap
-  namespace: $ns
-spec:
-  volumeSnapshotClassName: qsd-vm-snapshot
-  source:
-    persistentVolumeClaimName: root
-EOF
+    vm_snapshot $ns root-snap qsd-vm-snapshot root | kubectl apply -f - >/dev/null || return 1
     wait_for 120 "VolumeSnapshot readyToUse" snap_ready || return 1
     echo "snapshot: root-snap readyToUse after $((SECONDS - t0)) s, size" \
          "$(kubectl -n $ns get volumesnapshot root-snap -o jsonpath='{.status.restoreSize}')"
@@ -409,17 +399,7 @@ print(json.dumps({"data": {"clusters.json": json.dumps(
     wait_vm vm-rbd 240 "MARK-DONE on vm-rbd's console" console_has vm-rbd '^MARK-(DONE|FAIL)' || return 1
     console_has vm-rbd '^MARK-DONE' || { say "$(console_line vm-rbd '^MARK-FAIL')"; return 1; }
     echo "rbd: vm-rbd booted from the RBD claim: $(console_line vm-rbd '^DISK size='), $(console_line vm-rbd '^MARK-DONE')"
-    kubectl apply -f - >/dev/null <<EOF || return 1
-apiVersion: snapshot.storage.k8s.io/v1
-kind: VolumeSnapshot
-metadata:
-  name: rbd-snap
-  namespace: $ns
-spec:
-  volumeSnapshotClassName: qsd-rbd-snapshot
-  source:
-    persistentVolumeClaimName: demo-rbd-disk
-EOF
+    vm_snapshot $ns rbd-snap qsd-rbd-snapshot demo-rbd-disk | kubectl apply -f - >/dev/null || return 1
     wait_for 120 "RBD VolumeSnapshot readyToUse" snap_ready_of rbd-snap || return 1
     # docs/rbd.md: a snapshot is an image of its own, csi-snap.<name>,
     # carrying the RBD snapshot csi-snap.

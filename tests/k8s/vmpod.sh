@@ -51,6 +51,21 @@ EOF
     esac
 }
 
+# vm_snapshot NS NAME CLASS CLAIM: a VolumeSnapshot of CLAIM.
+vm_snapshot() {
+    cat <<EOF
+apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata:
+  name: $2
+  namespace: $1
+spec:
+  volumeSnapshotClassName: $3
+  source:
+    persistentVolumeClaimName: $4
+EOF
+}
+
 # vm_pod NS NAME GUEST-DIR CMDLINE CLAIM...: the VM description (a
 # ConfigMap) and the VM pod, one virtio disk per claim, named after it, in
 # that order (vda, vdb, ...).
