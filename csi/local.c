@@ -14,9 +14,9 @@
  * copies, offline resize, snapshots) runs in a worker process (worker.h)
  * so the loop never blocks; records are written with phase "creating"
  * before and "ready" after, so a crash leaves nothing half-created
- * (service.c).  What CreateVolume and CreateSnapshot do is decided
- * first by their pure plans (local_plan.h); the acts here do what needs
- * the node. */
+ * (service.c).  What CreateVolume, CreateSnapshot, DeleteVolume,
+ * DeleteSnapshot and ControllerExpandVolume do is decided first by their
+ * pure plans (local_plan.h); the acts here do what needs the node. */
 #include "backend.h"
 #include "capacity.h"
 #include "controller.h"
@@ -143,7 +143,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
          * goes on in a new overlay, inside its QSD when live) and the new
          * volume is an empty overlay on it.  Constant time. */
         char layer[LAYER_NAME_LEN + 1];
-        r = thin_freeze(c, op->vol2, op->flag, NULL, layer, &merging, ret_msg);
+        r = thin_freeze(c, op->vol2, op->live, NULL, layer, &merging, ret_msg);
         if (r == 0)
             r = thin_create(&c->pool, v->id, layer, op->size, ret_msg);
         if (r < 0 && r != -EOPNOTSUPP)
@@ -162,7 +162,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
         _cleanup_free_ char *tmp = xasprintf(".clone-%s", v->id);
         _cleanup_free_ char *m = NULL;
         snapshot_delete(&c->pool, tmp, &m);
-        r = copy_volume(c, src, op->flag, tmp, ret_msg);
+        r = copy_volume(c, src, op->live, tmp, ret_msg);
         if (r < 0)
             return r == -ENOENT ? -EIO : r;
         r = image_create(&c->pool, v->id, v->format, op->size, v->preallocation, tmp, ret_msg);
@@ -276,7 +276,7 @@ static void create_act(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
     if (pl->src) {
         pl->src->busy = true;
         op->vol2 = pl->src;
-        op->flag = vol_live(pl->src);
+        op->live = vol_live(pl->src);
     }
     if (pl->ssrc) {
         pl->ssrc->readers++;
@@ -298,10 +298,10 @@ static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__Create
     case PLAN_REFUSE:
         verdict_send(&pl.refusal, call);
         break;
-    case PLAN_EXISTS:
+    case PLAN_DONE:
         reply_volume(c, call, pl.existing);
         break;
-    case PLAN_NEW:
+    case PLAN_ACT:
         create_act(c, call, in, &pl);
         break;
     }
@@ -327,39 +327,25 @@ static void delete_finish(struct csi *c, struct vol *v)
 static void delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
 {
     Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
-    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
-        return;
-    struct vol *v = store_find_vol(c->store, in->volume_id);
-    if (!v) {
-        grpc_call_reply_pb(call, &out.base);
-        return;
-    }
-    if (v->busy) {
-        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
+    struct delete_plan pl;
+    delete_volume_plan(c, in, &pl);
+    if (pl.kind == PLAN_REFUSE) {
+        verdict_send(&pl.refusal, call);
         return;
     }
-    if (v->n_pubs > 0) {
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                       "volume %s is published at %s: unpublish it first", v->id,
-                       v->pubs[0].target);
-        return;
+    struct vol *v = pl.vol;
+    delete_plan_clear(&pl);
+    if (v) {
+        v->phase = PHASE_DELETING;
+        int r = store_save_vol(c->store, v);
+        if (r < 0) {
+            v->phase = PHASE_READY;
+            grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
+                           "cannot write the volume record: %s", strerror(-r));
+            return;
+        }
+        delete_finish(c, v);
     }
-    if (v->staging_path) {
-        /* A guest may still hold its disk: NodeUnstageVolume waits for it
-         * to let go, DeleteVolume would not. */
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                       "volume %s is staged at %s: unstage it first", v->id, v->staging_path);
-        return;
-    }
-    v->phase = PHASE_DELETING;
-    int r = store_save_vol(c->store, v);
-    if (r < 0) {
-        v->phase = PHASE_READY;
-        grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
-                       "cannot write the volume record: %s", strerror(-r));
-        return;
-    }
-    delete_finish(c, v);
     grpc_call_reply_pb(call, &out.base);
 }
 
@@ -451,7 +437,7 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
     if (!copy) {
         /* Thin: the volume's top is frozen and becomes the snapshot. */
         char layer[LAYER_NAME_LEN + 1];
-        r = thin_freeze(c, src, op->flag, sn->id, layer, &merging, ret_msg);
+        r = thin_freeze(c, src, op->live, sn->id, layer, &merging, ret_msg);
         if (r == -EOPNOTSUPP) {
             /* a QSD started with an iothread by an older plugin */
             free(*ret_msg);
@@ -460,7 +446,7 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
         }
     }
     if (copy) /* raw: a full copy (docs/thin-layers.md) */
-        r = copy_volume(c, src, op->flag, sn->id, ret_msg);
+        r = copy_volume(c, src, op->live, sn->id, ret_msg);
     if (r < 0)
         return r == -EEXIST || r == -ENOENT ? -EIO : r;
     _cleanup_free_ char *spath = pool_snapshot_path(&c->pool, sn->id);
@@ -516,7 +502,7 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
         if (r == 0) {
             log_info("controller", "snapshot created",
                      "snapshot=%s volume=%s live=%s thin=%s depth=%zu merging=%s", sn->id,
-                     sn->source, op->flag ? "yes" : "no", sn->layers ? "yes" : "no",
+                     sn->source, op->live ? "yes" : "no", sn->layers ? "yes" : "no",
                      json_array_size(sn->layers),
                      json_is_true(json_object_get(result, "merging")) ? "yes" : "no");
             reply_snapshot(c, op->call, sn);
@@ -580,7 +566,7 @@ static void snapshot_act(struct csi *c, struct grpc_call *call, Csi__V1__CreateS
     op->snap = sn;
     op->vol = v;
     v->busy = true;
-    op->flag = vol_live(v);
+    op->live = vol_live(v);
     if (op_worker(op, snapshot_fn, COPY_TIMEOUT_MS, snapshot_done) < 0)
         store_remove_snap(c->store, sn);
 }
@@ -594,10 +580,10 @@ static void create_snapshot(struct csi *c, struct grpc_call *call,
     case PLAN_REFUSE:
         verdict_send(&pl.refusal, call);
         break;
-    case PLAN_EXISTS:
+    case PLAN_DONE:
         reply_snapshot(c, call, pl.existing);
         break;
-    case PLAN_NEW:
+    case PLAN_ACT:
         snapshot_act(c, call, in, pl.src);
         break;
     }
@@ -608,15 +594,16 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in)
 {
     Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
-    if (!csi_id_ok(c, call, "snapshot_id", in->snapshot_id))
-        return;
-    struct snap *sn = store_find_snap(c->store, in->snapshot_id);
-    if (!sn) {
-        grpc_call_reply_pb(call, &out.base);
+    struct delete_plan pl;
+    delete_snapshot_plan(c, in, &pl);
+    if (pl.kind == PLAN_REFUSE) {
+        verdict_send(&pl.refusal, call);
         return;
     }
-    if (sn->busy || sn->readers) {
-        grpc_call_fail(call, GRPC_ABORTED, "an operation on snapshot %s is in progress", sn->id);
+    struct snap *sn = pl.snap;
+    delete_plan_clear(&pl);
+    if (!sn) {
+        grpc_call_reply_pb(call, &out.base);
         return;
     }
     sn->phase = PHASE_DELETING;
@@ -735,55 +722,10 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
     op_end(op);
 }
 
-static void expand_volume(struct csi *c, struct grpc_call *call,
-                          Csi__V1__ControllerExpandVolumeRequest *in)
+/* What only the node can say (the pool's room), then the record (staged:
+ * the node grows it) or the offline resize in a worker. */
+static void expand_act(struct csi *c, struct grpc_call *call, struct vol *v, uint64_t size)
 {
-    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
-        return;
-    if (!in->capacity_range) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "capacity_range is missing");
-        return;
-    }
-    const char *why;
-    if (in->volume_capability && (why = cap_problem(in->volume_capability))) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
-        return;
-    }
-    struct vol *v = store_find_vol(c->store, in->volume_id);
-    if (!v || v->phase != PHASE_READY) {
-        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s does not exist", in->volume_id);
-        return;
-    }
-    if (v->busy) {
-        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
-        return;
-    }
-    _cleanup_free_ char *msg = NULL;
-    struct qsd_opts o;
-    unsigned align = IMAGE_SIZE_ALIGN;
-    if (vol_export_opts(c, v, &o, &msg) == 0) {
-        align = o.logical_block_size;
-        qsd_opts_clear(&o);
-    }
-    free(msg);
-    msg = NULL;
-    uint64_t size;
-    int r = capacity_pick(in->capacity_range->required_bytes, in->capacity_range->limit_bytes, 0,
-                          align, &size, &msg);
-    if (r < 0) {
-        grpc_call_fail(call, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s", msg);
-        return;
-    }
-    if (in->capacity_range->limit_bytes > 0 && v->size > (uint64_t)in->capacity_range->limit_bytes) {
-        grpc_call_fail(call, GRPC_OUT_OF_RANGE,
-                       "volume %s is already %" PRIu64 " bytes, above limit_bytes (no shrinking)",
-                       v->id, v->size);
-        return;
-    }
-    if (size <= v->size) {
-        reply_expand(call, v->size, v->staging_path && v->image_size < v->size);
-        return;
-    }
     _cleanup_free_ char *what = xasprintf("expansion of volume %s from %" PRIu64 " to %" PRIu64
                                           " bytes", v->id, v->size, size);
     if (!capacity_admit(c, call, what, size - v->size, 0))
@@ -793,7 +735,8 @@ static void expand_volume(struct csi *c, struct grpc_call *call,
          * NodeStageVolume does it offline before the next start. */
         uint64_t old = v->size;
         v->size = size;
-        if ((r = store_save_vol(c->store, v)) < 0) {
+        int r = store_save_vol(c->store, v);
+        if (r < 0) {
             v->size = old;
             grpc_call_fail(call, capacity_errno_code(r, GRPC_INTERNAL),
                            "cannot write the volume record: %s", strerror(-r));
@@ -811,6 +754,24 @@ static void expand_volume(struct csi *c, struct grpc_call *call,
     op_worker(op, expand_fn, QUICK_TIMEOUT_MS, expand_done);
 }
 
+static void expand_volume(struct csi *c, struct grpc_call *call,
+                          Csi__V1__ControllerExpandVolumeRequest *in)
+{
+    struct expand_plan pl;
+    expand_plan_make(c, in, &pl);
+    switch (pl.kind) {
+    case PLAN_REFUSE:
+        verdict_send(&pl.refusal, call);
+        break;
+    case PLAN_DONE:
+        reply_expand(call, pl.size, pl.node);
+        break;
+    case PLAN_ACT:
+        expand_act(c, call, pl.vol, pl.size);
+        break;
+    }
+    expand_plan_clear(&pl);
+}
 
 /* ------------------------------------------------------ the node side */
 

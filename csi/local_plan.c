@@ -1,5 +1,5 @@
-/* local_plan.c: the pure cores of a local CreateVolume and CreateSnapshot
- * (local_plan.h).  The order of the checks is the order of the status
+/* local_plan.c: the pure cores of a local CreateVolume, CreateSnapshot,
+ * DeleteVolume, DeleteSnapshot and ControllerExpandVolume (local_plan.h).  The order of the checks is the order of the status
  * codes a caller sees (CreateVolume's; CreateSnapshot's is the same
  * without sources and topology):
  * the request's own fields (INVALID_ARGUMENT), where the source lives
@@ -13,9 +13,11 @@
 #include "controller.h"
 #include "params.h"
 #include "qsd/base/names.h"
+#include "qsd/qemu/image.h"
 #include "qsd/base/util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 /* A restore or clone is made where its source lives: one of another node
@@ -166,7 +168,7 @@ void create_plan_make(struct csi *c, Csi__V1__CreateVolumeRequest *in, struct cr
                          "volume %s exists with a different capacity, parameters or source",
                          v->id);
         else
-            pl->kind = PLAN_EXISTS, pl->existing = v;
+            pl->kind = PLAN_DONE, pl->existing = v;
         return;
     }
     uint64_t min_size;
@@ -179,7 +181,7 @@ void create_plan_make(struct csi *c, Csi__V1__CreateVolumeRequest *in, struct cr
                      "%s", msg);
         return;
     }
-    pl->kind = PLAN_NEW;
+    pl->kind = PLAN_ACT;
 }
 
 void create_plan_clear(struct create_plan *pl)
@@ -217,7 +219,7 @@ void snapshot_plan_make(struct csi *c, Csi__V1__CreateSnapshotRequest *in,
                          "snapshot %s exists with a different source volume (%s)", sn->id,
                          sn->source);
         else
-            pl->kind = PLAN_EXISTS, pl->existing = sn;
+            pl->kind = PLAN_DONE, pl->existing = sn;
         return;
     }
     struct vol *src = store_find_vol(c->store, in->source_volume_id);
@@ -229,11 +231,122 @@ void snapshot_plan_make(struct csi *c, Csi__V1__CreateSnapshotRequest *in,
         verdict_fail(v, GRPC_UNAVAILABLE,
                      "volume %s is staged but its QSD is not running (restarting)", src->id);
     else
-        pl->kind = PLAN_NEW, pl->src = src;
+        pl->kind = PLAN_ACT, pl->src = src;
 }
 
 void snapshot_plan_clear(struct snapshot_plan *pl)
 {
     verdict_clear(&pl->refusal);
     *pl = (struct snapshot_plan){0};
+}
+
+void delete_volume_plan(struct csi *c, Csi__V1__DeleteVolumeRequest *in, struct delete_plan *pl)
+{
+    *pl = (struct delete_plan){.kind = PLAN_REFUSE};
+    struct verdict *v = &pl->refusal;
+    if (!csi_id_check(c, v, "volume_id", in->volume_id))
+        return;
+    struct vol *vol = store_find_vol(c->store, in->volume_id);
+    if (!vol)
+        pl->kind = PLAN_DONE;
+    else if (vol->busy)
+        verdict_fail(v, GRPC_ABORTED, "an operation on volume %s is in progress", vol->id);
+    else if (vol->n_pubs > 0)
+        verdict_fail(v, GRPC_FAILED_PRECONDITION, "volume %s is published at %s: unpublish it first",
+                     vol->id, vol->pubs[0].target);
+    else if (vol->staging_path)
+        /* A guest may still hold its disk: NodeUnstageVolume waits for it
+         * to let go, DeleteVolume would not. */
+        verdict_fail(v, GRPC_FAILED_PRECONDITION, "volume %s is staged at %s: unstage it first",
+                     vol->id, vol->staging_path);
+    else
+        pl->kind = PLAN_ACT, pl->vol = vol;
+}
+
+void delete_snapshot_plan(struct csi *c, Csi__V1__DeleteSnapshotRequest *in,
+                          struct delete_plan *pl)
+{
+    *pl = (struct delete_plan){.kind = PLAN_REFUSE};
+    if (!csi_id_check(c, &pl->refusal, "snapshot_id", in->snapshot_id))
+        return;
+    struct snap *sn = store_find_snap(c->store, in->snapshot_id);
+    if (!sn)
+        pl->kind = PLAN_DONE;
+    else if (sn->busy || sn->readers)
+        verdict_fail(&pl->refusal, GRPC_ABORTED, "an operation on snapshot %s is in progress",
+                     sn->id);
+    else
+        pl->kind = PLAN_ACT, pl->snap = sn;
+}
+
+void delete_plan_clear(struct delete_plan *pl)
+{
+    verdict_clear(&pl->refusal);
+    *pl = (struct delete_plan){0};
+}
+
+/* The volume's logical block size (its parameters), for aligning a new size. */
+static unsigned vol_align(const struct vol *v)
+{
+    struct vol_params p;
+    _cleanup_free_ char *msg = NULL;
+    if (vol_params_from_json(v->parameters, &p, &msg) < 0)
+        return IMAGE_SIZE_ALIGN;
+    unsigned align = p.opts.logical_block_size;
+    vol_params_clear(&p);
+    return align;
+}
+
+void expand_plan_make(struct csi *c, Csi__V1__ControllerExpandVolumeRequest *in,
+                      struct expand_plan *pl)
+{
+    *pl = (struct expand_plan){.kind = PLAN_REFUSE};
+    struct verdict *v = &pl->refusal;
+    const char *why;
+    if (!csi_id_check(c, v, "volume_id", in->volume_id))
+        return;
+    const Csi__V1__CapacityRange *cr = in->capacity_range;
+    if (!cr) {
+        verdict_fail(v, GRPC_INVALID_ARGUMENT, "capacity_range is missing");
+        return;
+    }
+    if (in->volume_capability && (why = cap_problem(in->volume_capability))) {
+        verdict_fail(v, GRPC_INVALID_ARGUMENT, "%s", why);
+        return;
+    }
+    struct vol *vol = store_find_vol(c->store, in->volume_id);
+    if (!vol || vol->phase != PHASE_READY) {
+        verdict_fail(v, GRPC_NOT_FOUND, "volume %s does not exist", in->volume_id);
+        return;
+    }
+    if (vol->busy) {
+        verdict_fail(v, GRPC_ABORTED, "an operation on volume %s is in progress", vol->id);
+        return;
+    }
+    _cleanup_free_ char *msg = NULL;
+    int r = capacity_pick(cr->required_bytes, cr->limit_bytes, 0, vol_align(vol), &pl->size, &msg);
+    if (r < 0) {
+        verdict_fail(v, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s", msg);
+        return;
+    }
+    if (cr->limit_bytes > 0 && vol->size > (uint64_t)cr->limit_bytes) {
+        verdict_fail(v, GRPC_OUT_OF_RANGE,
+                     "volume %s is already %" PRIu64 " bytes, above limit_bytes (no shrinking)",
+                     vol->id, vol->size);
+        return;
+    }
+    pl->vol = vol;
+    if (pl->size <= vol->size) {
+        pl->kind = PLAN_DONE;
+        pl->size = vol->size;
+        pl->node = vol->staging_path && vol->image_size < vol->size;
+        return;
+    }
+    pl->kind = PLAN_ACT;
+}
+
+void expand_plan_clear(struct expand_plan *pl)
+{
+    verdict_clear(&pl->refusal);
+    *pl = (struct expand_plan){0};
 }

@@ -132,14 +132,14 @@ static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapa
 /* ------------------------------------------------------------- stage */
 
 /* A start that failed: a first stage is undone (kubelet retries it from
- * scratch); a repair (op->flag) leaves the volume staged, not served. */
+ * scratch); a repair (op->repair) leaves the volume staged, not served. */
 static void stage_failed(struct op *op, int status, const char *msg)
 {
     struct csi *c = op->csi;
     struct vol *v = op->vol;
     qsd_free(v->qsd);
     v->qsd = NULL;
-    if (!op->flag) {
+    if (!op->repair) {
         csi_remove_runtime(c, v->id);
         vol_clear_staging(v);
         store_save_vol(c->store, v);
@@ -154,8 +154,8 @@ static void stage_started(struct csi *c, struct vol *v, int status, const char *
     if (status == 0 && BACKEND_OF(.record = v)->stage_confirm(op))
         return; /* it answers, or stops the QSD */
     if (status == 0) {
-        log_info("node", op->flag ? "staged volume repaired: its QSD serves again"
-                                  : "volume staged", "volume=%s pid=%d", v->id,
+        log_info("node", op->repair ? "staged volume repaired: its QSD serves again"
+                                    : "volume staged", "volume=%s pid=%d", v->id,
                  (int)qsd_get_pid(v->qsd));
         reply_empty(op->call);
         op_end(op);
@@ -294,7 +294,7 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
              * once its socket accepts again. */
             struct op *op = op_begin(c, call);
             op->vol = v;
-            op->flag = true;
+            op->repair = true;
             v->busy = true;
             stage_start(op);
         } else if (regroup(c, call, v, gid) == 0)
@@ -850,8 +850,8 @@ static void on_qmp_state(struct qmp *q, int status, const struct qmp_error *err,
         return;
     }
     /* Connection failed or closed: only an op still waiting cares. */
-    if (op->qmp == q && !op->flag) {
-        op->flag = true;
+    if (op->qmp == q && !op->qmp_failed) {
+        op->qmp_failed = true;
         _cleanup_free_ char *m = xasprintf("cannot talk to the QSD of volume %s: %s", op->vol->id,
                                            err && err->desc ? err->desc : strerror(-status));
         op->qmp = NULL;

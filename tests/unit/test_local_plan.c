@@ -1,4 +1,5 @@
-/* Unit tests for the pure cores of a local CreateVolume and CreateSnapshot
+/* Unit tests for the pure cores of a local CreateVolume, CreateSnapshot,
+ * DeleteVolume, DeleteSnapshot and ControllerExpandVolume
  * (csi/local_plan.h):
  * every refusal with its status code and the field its message names,
  * in the order a caller meets them; idempotent repeats; conflicts with
@@ -228,7 +229,7 @@ static void test_topology(void **state)
     se.value = "n1";
     struct create_plan pl;
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, PLAN_NEW);
+    assert_int_equal(pl.kind, PLAN_ACT);
     create_plan_clear(&pl);
 }
 
@@ -240,7 +241,7 @@ static void test_new_and_repeat(void **state)
     req_range(&r, 1000, 0);
     struct create_plan pl;
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, PLAN_NEW);
+    assert_int_equal(pl.kind, PLAN_ACT);
     assert_int_equal(pl.size, 1024); /* aligned up to the logical block */
     assert_string_equal(pl.p.format, "qcow2");
     assert_null(pl.src_type);
@@ -252,7 +253,7 @@ static void test_new_and_repeat(void **state)
     free(v->preallocation);
     v->preallocation = xstrdup("off");
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, PLAN_EXISTS);
+    assert_int_equal(pl.kind, PLAN_DONE);
     assert_ptr_equal(pl.existing, v);
     create_plan_clear(&pl);
     /* Different: another format, a size out of the range, parameters. */
@@ -297,7 +298,7 @@ static void test_sources(void **state)
     req_source(&r, "snapshot", "s1@n1"); /* this node's suffix is cut */
     req_range(&r, GiB, 0);
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, PLAN_NEW);
+    assert_int_equal(pl.kind, PLAN_ACT);
     assert_int_equal(pl.size, 2 * GiB);
     assert_string_equal(pl.src_type, "snapshot");
     assert_string_equal(pl.src_id, "s1");
@@ -317,7 +318,7 @@ static void test_sources(void **state)
     free(src->staging_path);
     src->staging_path = NULL;
     create_plan_make(&f->c, &r.in, &pl);
-    assert_int_equal(pl.kind, PLAN_NEW);
+    assert_int_equal(pl.kind, PLAN_ACT);
     assert_int_equal(pl.size, 3 * GiB);
     assert_ptr_equal(pl.src, src);
     assert_false(src->busy);
@@ -373,7 +374,7 @@ static void test_snapshot(void **state)
     in.source_volume_id = sid;
     struct snapshot_plan pl;
     snapshot_plan_make(&f->c, &in, &pl);
-    assert_int_equal(pl.kind, PLAN_NEW);
+    assert_int_equal(pl.kind, PLAN_ACT);
     assert_ptr_equal(pl.src, v);
     assert_false(v->busy);
     snapshot_plan_clear(&pl);
@@ -383,13 +384,146 @@ static void test_snapshot(void **state)
     sn->source = xstrdup("v0");
     store_add_snap(f->c.store, sn);
     snapshot_plan_make(&f->c, &in, &pl);
-    assert_int_equal(pl.kind, PLAN_EXISTS);
+    assert_int_equal(pl.kind, PLAN_DONE);
     assert_ptr_equal(pl.existing, sn);
     snapshot_plan_clear(&pl);
     ready_vol(f, "v9", GiB);
     snap_refused(f, "s1", "v9", GRPC_ALREADY_EXISTS, "snapshot s1 exists with a different source");
     sn->busy = true;
     snap_refused(f, "s1", "v0", GRPC_ABORTED, "an operation on snapshot s1 is in progress");
+}
+
+/* DeleteVolume of id: expect kind, and for a refusal its code and text. */
+static void delete_is(struct fixture *f, const char *id, enum plan_kind kind, enum grpc_code code,
+                      const char *want)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s", id);
+    Csi__V1__DeleteVolumeRequest dv = CSI__V1__DELETE_VOLUME_REQUEST__INIT;
+    dv.volume_id = buf;
+    struct delete_plan pl;
+    delete_volume_plan(&f->c, &dv, &pl);
+    if (pl.kind != kind || pl.refusal.code != code || (want && !strstr(pl.refusal.msg, want)))
+        fail_msg("DeleteVolume %s: kind %d code %d (%s), wanted kind %d code %d \"%s\"", id,
+                 pl.kind, pl.refusal.code, pl.refusal.msg ? pl.refusal.msg : "-", kind, code,
+                 want ? want : "-");
+    delete_plan_clear(&pl);
+}
+
+static void test_delete(void **state)
+{
+    struct fixture *f = *state;
+    struct delete_plan pl;
+    char id[64];
+    Csi__V1__DeleteVolumeRequest dv = CSI__V1__DELETE_VOLUME_REQUEST__INIT;
+    Csi__V1__DeleteSnapshotRequest ds = CSI__V1__DELETE_SNAPSHOT_REQUEST__INIT;
+    dv.volume_id = id;
+    ds.snapshot_id = id;
+    delete_is(f, "", PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "volume_id is missing");
+    delete_is(f, "v0@n2", PLAN_REFUSE, GRPC_NOT_FOUND, "lives on node n2");
+    delete_is(f, "v0", PLAN_DONE, GRPC_OK, NULL); /* never made, or deleted already */
+    struct vol *v = ready_vol(f, "v0", GiB);
+    v->busy = true;
+    delete_is(f, "v0", PLAN_REFUSE, GRPC_ABORTED, "an operation on volume v0 is in progress");
+    v->busy = false;
+    vol_add_pub(v, "/k/pods/t1", false);
+    delete_is(f, "v0@n1", PLAN_REFUSE, GRPC_FAILED_PRECONDITION, "published at /k/pods/t1");
+    vol_del_pub(v, 0);
+    v->staging_path = xstrdup("/k/staging/v0");
+    delete_is(f, "v0", PLAN_REFUSE, GRPC_FAILED_PRECONDITION, "staged at /k/staging/v0");
+    free(v->staging_path);
+    v->staging_path = NULL;
+    snprintf(id, sizeof(id), "v0");
+    delete_volume_plan(&f->c, &dv, &pl);
+    assert_int_equal(pl.kind, PLAN_ACT);
+    assert_ptr_equal(pl.vol, v);
+    assert_int_equal(v->phase, PHASE_READY); /* the plan changes nothing */
+    delete_plan_clear(&pl);
+    /* DeleteSnapshot: gone is done; busy or read (a restore) is ABORTED. */
+    snprintf(id, sizeof(id), "s1");
+    delete_snapshot_plan(&f->c, &ds, &pl);
+    assert_int_equal(pl.kind, PLAN_DONE);
+    delete_plan_clear(&pl);
+    struct snap *sn = snap_new("s1");
+    sn->phase = PHASE_READY;
+    sn->source = xstrdup("v0");
+    sn->readers = 1;
+    store_add_snap(f->c.store, sn);
+    delete_snapshot_plan(&f->c, &ds, &pl);
+    assert_int_equal(pl.kind, PLAN_REFUSE);
+    assert_int_equal(pl.refusal.code, GRPC_ABORTED);
+    delete_plan_clear(&pl);
+    sn->readers = 0;
+    delete_snapshot_plan(&f->c, &ds, &pl);
+    assert_int_equal(pl.kind, PLAN_ACT);
+    assert_ptr_equal(pl.snap, sn);
+    delete_plan_clear(&pl);
+    snprintf(id, sizeof(id), "s1@");
+    delete_snapshot_plan(&f->c, &ds, &pl);
+    assert_int_equal(pl.kind, PLAN_REFUSE);
+    assert_int_equal(pl.refusal.code, GRPC_INVALID_ARGUMENT);
+    delete_plan_clear(&pl);
+}
+
+/* ControllerExpandVolume of id to [required, limit] (limit -1: no range). */
+static void expand_is(struct fixture *f, const char *id, int64_t required, int64_t limit,
+                      enum plan_kind kind, enum grpc_code code, const char *want,
+                      struct expand_plan *ret)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s", id);
+    Csi__V1__ControllerExpandVolumeRequest in = CSI__V1__CONTROLLER_EXPAND_VOLUME_REQUEST__INIT;
+    Csi__V1__CapacityRange cr = CSI__V1__CAPACITY_RANGE__INIT;
+    in.volume_id = buf;
+    cr.required_bytes = required;
+    cr.limit_bytes = limit;
+    if (limit >= 0)
+        in.capacity_range = &cr;
+    struct expand_plan pl;
+    expand_plan_make(&f->c, &in, &pl);
+    if (pl.kind != kind || pl.refusal.code != code || (want && !strstr(pl.refusal.msg, want)))
+        fail_msg("expand %s: kind %d code %d (%s), wanted kind %d code %d \"%s\"", id, pl.kind,
+                 pl.refusal.code, pl.refusal.msg ? pl.refusal.msg : "-", kind, code,
+                 want ? want : "-");
+    if (ret)
+        *ret = pl;
+    else
+        expand_plan_clear(&pl);
+}
+
+static void test_expand(void **state)
+{
+    struct fixture *f = *state;
+    struct expand_plan pl;
+    expand_is(f, "", GiB, 0, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "volume_id is missing", NULL);
+    expand_is(f, "v0", GiB, -1, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "capacity_range is missing",
+              NULL);
+    expand_is(f, "v0", GiB, 0, PLAN_REFUSE, GRPC_NOT_FOUND, "volume v0 does not exist", NULL);
+    struct vol *v = ready_vol(f, "v0", GiB);
+    json_object_set_new(v->parameters, "logicalBlockSize", json_string("4096"));
+    v->busy = true;
+    expand_is(f, "v0", 2 * GiB, 0, PLAN_REFUSE, GRPC_ABORTED, "in progress", NULL);
+    v->busy = false;
+    expand_is(f, "v0", 2 * GiB, GiB, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "", NULL);
+    /* No shrinking below what the volume is. */
+    expand_is(f, "v0", GiB / 2, GiB / 2, PLAN_REFUSE, GRPC_OUT_OF_RANGE, "above limit_bytes", NULL);
+    /* Already that large: the size it has, no node step when not staged. */
+    expand_is(f, "v0", GiB / 2, 0, PLAN_DONE, GRPC_OK, NULL, &pl);
+    assert_int_equal(pl.size, GiB);
+    assert_false(pl.node);
+    expand_plan_clear(&pl);
+    /* Grow, aligned to the volume's 4096-byte blocks. */
+    expand_is(f, "v0@n1", GiB + 1, 0, PLAN_ACT, GRPC_OK, NULL, &pl);
+    assert_int_equal(pl.size, GiB + 4096);
+    assert_ptr_equal(pl.vol, v);
+    assert_int_equal(v->size, GiB); /* the plan changes nothing */
+    expand_plan_clear(&pl);
+    /* Recorded larger while staged, not yet grown by the node: node step. */
+    v->staging_path = xstrdup("/k/staging/v0");
+    v->size = 2 * GiB;
+    expand_is(f, "v0", 2 * GiB, 0, PLAN_DONE, GRPC_OK, NULL, &pl);
+    assert_true(pl.node);
+    expand_plan_clear(&pl);
 }
 
 int main(void)
@@ -400,6 +534,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_new_and_repeat, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sources, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expand, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
