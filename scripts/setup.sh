@@ -115,3 +115,8 @@ command -v kubectl >/dev/null || echo "setup.sh: warning: no kubectl: tests/depl
 
 qsd_ok || { echo "setup.sh: qemu-storage-daemon >= 8 is required (have: $(qemu-storage-daemon --version | head -1))" >&2; exit 1; }
 echo "setup.sh: $(qemu-storage-daemon --version | head -1); libvirt $(pkg-config --modversion libvirt)"
+# The QEMU that ships (11.1.3 from Debian 13's trixie-backports, as in the
+# images) in a cached Debian 13 root, with wrappers the tests and the demo
+# put first in PATH (scripts/trixie-root.sh, scripts/trixie-bin.sh).
+QEMU_SHIPS=$("$(dirname "$0")/trixie-bin.sh" | tail -1)
+echo "setup.sh: the QEMU that ships: $("$QEMU_SHIPS/qemu-storage-daemon" --version | head -1) ($QEMU_SHIPS)"
