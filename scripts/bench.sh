@@ -9,7 +9,8 @@
 #   scripts/bench.sh [--size-mib 1024] [--runtime-ms 1000] [--ramp-ms 300]
 #                    [--rounds 3] [--out docs/bench] [--workdir build/bench]
 #
-# Needs a build (build/csi/qsd-csi-plugin, build/qsdctl/qsdctl), QEMU >= 8.1,
+# Needs a build (build/csi/qsd-csi-plugin, build/qsdctl/qsdctl), root (the
+# Debian 13 root of the QEMU that ships is made on first use),
 # gnuplot-nox for the plot; fio optional.  About 4 GiB x 2 of scratch files in
 # the work directory, removed at the end.  Only ratios mean anything on a
 # shared machine: the tables give the spread over rounds and the CPU pressure.
@@ -18,4 +19,8 @@ cd "$(dirname "$0")/.."
 for b in build/csi/qsd-csi-plugin build/qsdctl/qsdctl; do
     [[ -x $b ]] || { echo "bench.sh: build first ($b missing)" >&2; exit 1; }
 done
+# What ships: QEMU 11.1.3 of the images (scripts/trixie-bin.sh) first in
+# PATH, for the QSDs and `qemu-img bench` (bench.py --qsd overrides).
+PATH=$(scripts/trixie-bin.sh | tail -1):$PATH
+export PATH
 exec /usr/bin/python3 scripts/bench.py "$@"
