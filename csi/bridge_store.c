@@ -5,7 +5,7 @@
 #include "qsd/base/names.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
-#include "records.h"
+#include "qsd/state/records.h"
 
 #include <fcntl.h>
 #include <sys/mount.h>

@@ -4,7 +4,7 @@
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
 #include "params.h"
-#include "records.h"
+#include "qsd/state/records.h"
 #include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/thin.h"
 #include "pbcheck.h"

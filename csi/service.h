@@ -19,7 +19,7 @@
 #include "qsd/qemu/image.h"
 #include "plugin.h"
 #include "qsd/qemu/qsd.h"
-#include "state.h"
+#include "qsd/state/state.h"
 #include "verdict.h"
 #include "qsd/base/worker.h"
 

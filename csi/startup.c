@@ -4,7 +4,7 @@
 #include "bridge.h"
 #include "qsd/base/log.h"
 #include "mounts.h"
-#include "records.h"
+#include "qsd/state/records.h"
 #include "service.h"
 #include "qsd/base/util.h"
 

@@ -5,7 +5,9 @@
  *
  * Owns: the guard that refuses to change a volume or snapshot the plugin
  * manages without --force (plugin_guard), and `qsdctl plugin-status`.
- * Read-only: nothing here writes the plugin's state. */
+ * Records are read with the plugin's own code (qsd/state: records_read,
+ * and vol_from_json/snap_from_json for volumes and snapshots), never parsed
+ * here.  Read-only: nothing here writes the plugin's state. */
 #include <dirent.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -15,21 +17,39 @@
 #include "qsd/base/names.h"
 #include "qsd/base/util.h"
 #include "qsd/qemu/qsd.h"
+#include "qsd/state/records.h"
+#include "qsd/state/state.h"
 
-#define RECORD_MAX (1u << 20)
-
-static json_t *load_record(const char *dir, const char *file)
+/* A record as the plugin reads it (records_read); volumes and snapshots
+ * also go through the plugin's own parser and come back in its form, so a
+ * record the plugin would skip is skipped here too (NULL). */
+static json_t *load_record(const char *dir, const char *id, const char *kind)
 {
-    _cleanup_free_ char *path = xasprintf("%s/%s", dir, file), *data = NULL;
-    size_t len;
-    if (read_file(path, RECORD_MAX, &data, &len) < 0)
+    json_t *j = NULL;
+    if (records_read(dir, id, kind ? "id" : NULL, &j) < 0)
         return NULL;
-    json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES, NULL);
-    if (j && !json_is_object(j)) {
-        json_decref(j);
-        return NULL;
+    if (!kind)
+        return j;
+    _cleanup_free_ char *msg = NULL;
+    json_t *out = NULL;
+    if (streq(kind, "volume")) {
+        struct vol *v;
+        if (vol_from_json(j, &v, &msg) == 0) {
+            out = vol_to_json(v);
+            vol_free(v);
+        }
+    } else {
+        struct snap *sn;
+        if (snap_from_json(j, &sn, &msg) == 0) {
+            out = snap_to_json(sn);
+            snap_free(sn);
+        }
     }
-    return j;
+    if (!out)
+        fprintf(stderr, "qsdctl: warning: record %s/%s.json skipped: %s\n", dir, id,
+                msg ? msg : "invalid");
+    json_decref(j);
+    return out;
 }
 
 /* Why changing it behind the plugin's back breaks it, per command. */
@@ -58,12 +78,11 @@ int plugin_guard(const char *kind, const char *name, const char *action)
 {
     bool vol = streq(kind, "volume");
     _cleanup_free_ char *dir = xasprintf("%s/%s", g_opts.state_dir, vol ? "volumes" : "snapshots");
-    _cleanup_free_ char *file = xasprintf("%s.json", name);
-    _cleanup_free_ char *path = xasprintf("%s/%s", dir, file);
+    _cleanup_free_ char *path = xasprintf("%s/%s.json", dir, name);
     struct stat st;
     if (lstat(path, &st) < 0)
         return 0;
-    json_t *rec = load_record(dir, file);
+    json_t *rec = load_record(dir, name, kind);
     const char *staged = json_string_value(json_object_get(json_object_get(rec, "staged"), "path"));
     size_t npub = json_array_size(json_object_get(rec, "published"));
     _cleanup_free_ char *use = staged ? xasprintf("; staged at %s, %zu publication(s)", staged, npub)
@@ -84,8 +103,9 @@ int plugin_guard(const char *kind, const char *name, const char *action)
 
 /* -------------------------------------------------------- plugin-status */
 
-/* Record files of one kind, sorted by name. */
-static json_t *load_dir(const char *sub)
+/* Record files of one kind (kind: "volume", "snapshot", or NULL for the
+ * bridge and hot-plug records), sorted by name. */
+static json_t *load_dir(const char *sub, const char *kind)
 {
     _cleanup_free_ char *dir = xasprintf("%s/%s", g_opts.state_dir, sub);
     json_t *out = json_array();
@@ -95,7 +115,8 @@ static json_t *load_dir(const char *sub)
         const char *f = ents[i]->d_name;
         size_t len = strlen(f);
         if (f[0] != '.' && len > 5 && streq(f + len - 5, ".json")) {
-            json_t *j = load_record(dir, f);
+            _cleanup_free_ char *id = xstrndup(f, len - 5);
+            json_t *j = load_record(dir, id, kind);
             if (j)
                 json_array_append_new(out, j);
         }
@@ -207,8 +228,8 @@ int cmd_plugin_status(int argc, char **argv)
                         "see --state-dir\n", g_opts.state_dir);
         return EXIT_NOT_FOUND;
     }
-    json_t *vols = load_dir("volumes"), *snaps = load_dir("snapshots");
-    json_t *bridges = load_dir("bridges"), *reqs = load_dir("hotplug");
+    json_t *vols = load_dir("volumes", "volume"), *snaps = load_dir("snapshots", "snapshot");
+    json_t *bridges = load_dir("bridges", NULL), *reqs = load_dir("hotplug", NULL);
     size_t i;
     json_t *v;
     json_array_foreach(vols, i, v)

@@ -110,6 +110,21 @@ def run(env, qsdctl):
     assert st["volumes"][0]["qsd"]["state"] != "running", st["volumes"][0]
     print("ok --force unexport; plugin-status now says", st["volumes"][0]["qsd"])
 
+    # Records the plugin would skip are skipped here too (the same reader):
+    # another id inside, a duplicate key, not an object.
+    vdir = os.path.join(env.state, "volumes")
+    for name, text in (("pvc-other", '{"id": "pvc-op"}'),
+                       ("pvc-dup", '{"id": "pvc-dup", "id": "pvc-dup"}'),
+                       ("pvc-list", '["pvc-list"]')):
+        with open(os.path.join(vdir, name + ".json"), "w") as f:
+            f.write(text)
+    r = q("plugin-status", "--json")
+    st = json.loads(r.stdout)
+    assert [v["id"] for v in st["volumes"]] == ["pvc-op"], st["volumes"]
+    for name in ("pvc-other", "pvc-dup", "pvc-list"):
+        os.unlink(os.path.join(vdir, name + ".json"))
+    print("ok plugin-status skips the records the plugin skips")
+
     bad = q("--state-dir", "/nonexistent-qsd-state", "plugin-status")
     assert bad.returncode == 3 and "not a CSI plugin state directory" in bad.stderr, bad.stderr
     c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id="csi-bridge-op",

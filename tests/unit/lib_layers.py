@@ -2,7 +2,8 @@
 """unit/lib_layers: the shared library's layering (docs/files.md) holds.
 
 Fails when, under qsdctl/lib/qsd/:
-- base/ includes a qemu/ or vhost/ header, or vhost/ a qemu/ one;
+- base/ includes a header of another layer, vhost/ a qemu/ or state/ one,
+  or qemu/ a state/ one (state/, the plugin's records, is the top);
 - two qemu/ modules (a .c and its .h) include each other, directly or round
   a longer cycle;
 - pool, the bottom of qemu/'s storage side, includes a qemu/ header other
@@ -14,14 +15,14 @@ import re
 import sys
 import tempfile
 
-INC = re.compile(r'^\s*#\s*include\s+"qsd/(base|qemu|vhost)/(\w+)\.h"', re.M)
+INC = re.compile(r'^\s*#\s*include\s+"qsd/(base|qemu|vhost|state)/(\w+)\.h"', re.M)
 ALLOWED = {"pool": {"layers"}, "qsdopts": {"rbdsrc"}}
 
 
 def includes(lib):
     """{(layer, module): {(layer, module) it includes}} over lib's files."""
     g = {}
-    for layer in ("base", "qemu", "vhost"):
+    for layer in ("base", "qemu", "vhost", "state"):
         d = os.path.join(lib, layer)
         for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
             if not f.endswith((".c", ".h")):
@@ -55,8 +56,10 @@ def problems(lib):
         for dl, dm in sorted(deps):
             if layer == "base" and dl != "base":
                 out.append(f"base/{mod} includes {dl}/{dm}.h (base is the bottom layer)")
-            if layer == "vhost" and dl == "qemu":
-                out.append(f"vhost/{mod} includes qemu/{dm}.h")
+            if layer == "vhost" and dl in ("qemu", "state"):
+                out.append(f"vhost/{mod} includes {dl}/{dm}.h")
+            if layer == "qemu" and dl == "state":
+                out.append(f"qemu/{mod} includes state/{dm}.h (state is the top layer)")
             if layer == "qemu" and mod in ALLOWED and dl == "qemu" and dm not in ALLOWED[mod]:
                 out.append(f"qemu/{mod} includes qemu/{dm}.h (allowed: {sorted(ALLOWED[mod])})")
     reported = set()
@@ -86,11 +89,12 @@ def main():
             "qemu/x.c": '#include "qsd/qemu/y.h"\n',
             "qemu/y.h": '#include "qsd/qemu/x.h"\n',
             "qemu/pool.c": '#include "qsd/qemu/layers.h"\n#include "qsd/qemu/thin.h"\n',
-            "qemu/z.c": '#include "qsd/qemu/layers.h"\n',
+            "qemu/z.c": '#include "qsd/qemu/layers.h"\n#include "qsd/state/s.h"\n',
+            "state/s.c": '#include "qsd/qemu/layers.h"\n',
         })
         got = problems(tmp)
         want = ["base/a includes qemu/x.h", "include cycle: x -> y -> x",
-                "qemu/pool includes qemu/thin.h"]
+                "qemu/pool includes qemu/thin.h", "qemu/z includes state/s.h"]
         missing = [w for w in want if not any(p.startswith(w) for p in got)]
         if missing or len(got) != len(want):
             print(f"FAIL: the check itself is broken on a planted tree: {got}", file=sys.stderr)
@@ -101,7 +105,7 @@ def main():
         for p in got:
             print("  " + p, file=sys.stderr)
         return 1
-    print("ok: base < qemu, vhost; pool at the bottom of qemu/; no include cycle in qemu/")
+    print("ok: base < qemu < state, base < vhost; pool at the bottom of qemu/; no include cycle in qemu/")
     return 0
 
 

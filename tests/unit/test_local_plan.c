@@ -13,7 +13,7 @@
 
 #include "local_plan.h"
 #include "plugin.h"
-#include "state.h"
+#include "qsd/state/state.h"
 #include "qsd/base/util.h"
 
 #include <dirent.h>

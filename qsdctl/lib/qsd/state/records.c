@@ -10,7 +10,7 @@
  *    number the batch covered.
  * Both hold a path at most once, so they are bounded by the number of
  * records. */
-#include "records.h"
+#include "qsd/state/records.h"
 #include "qsd/base/fsat.h"
 #include "qsd/base/log.h"
 #include "qsd/base/loop.h"
@@ -301,6 +301,25 @@ int records_remove(struct records *r, const char *dir, const char *id)
 
 /* ------------------------------------------------------------ loading */
 
+int records_read(const char *dir, const char *id, const char *id_key, json_t **ret)
+{
+    if (name_validate(id, NULL) < 0)
+        return -EINVAL;
+    _cleanup_free_ char *path = xasprintf("%s/%s.json", dir, id), *data = NULL;
+    size_t len;
+    int r = read_file(path, RECORD_MAX, &data, &len);
+    if (r < 0)
+        return r;
+    json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_object(j) ||
+        (id_key && !streq(json_string_value(json_object_get(j, id_key)) ?: "", id))) {
+        json_decref(j);
+        return -EBADMSG;
+    }
+    *ret = j;
+    return 0;
+}
+
 void records_load(const char *dir, const char *id_key, records_load_fn fn, void *opaque)
 {
     DIR *d = opendir(dir);
@@ -311,24 +330,18 @@ void records_load(const char *dir, const char *id_key, records_load_fn fn, void 
         size_t n = strlen(de->d_name);
         if (de->d_name[0] == '.' || n <= 5 || !streq(de->d_name + n - 5, ".json"))
             continue;
-        _cleanup_free_ char *id = xstrndup(de->d_name, n - 5);
-        _cleanup_free_ char *path = xasprintf("%s/%s", dir, de->d_name);
-        _cleanup_free_ char *data = NULL, *msg = NULL;
-        if (name_validate(id, NULL) < 0 || read_file(path, RECORD_MAX, &data, NULL) < 0) {
-            log_warn("state", "record skipped", "path=%s reason=\"unreadable or bad name\"", path);
-            continue;
-        }
-        json_t *j = json_loads(data, 0, NULL);
-        int r = -EBADMSG;
-        if (json_is_object(j) &&
-            (!id_key || streq(json_string_value(json_object_get(j, id_key)) ?: "", id)))
+        _cleanup_free_ char *id = xstrndup(de->d_name, n - 5), *msg = NULL;
+        json_t *j = NULL;
+        int r = records_read(dir, id, id_key, &j);
+        if (r == 0)
             r = fn(j, opaque, &msg);
         json_decref(j);
         if (r < 0) {
             _cleanup_free_ char *q = log_quote(msg                ? msg
-                                               : r == -EBADMSG ? "not JSON or id mismatch"
+                                               : r == -EBADMSG ? "not a JSON object of its id"
+                                               : r == -EINVAL  ? "bad name"
                                                                : strerror(-r));
-            log_warn("state", "record skipped", "path=%s reason=%s", path, q);
+            log_warn("state", "record skipped", "path=%s/%s reason=%s", dir, de->d_name, q);
         }
     }
     closedir(d);

@@ -1,6 +1,6 @@
 /* state.c: see state.h. */
-#include "state.h"
-#include "records.h"
+#include "qsd/state/state.h"
+#include "qsd/state/records.h"
 #include "qsd/qemu/layers.h"
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"

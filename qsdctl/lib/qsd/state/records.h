@@ -53,3 +53,9 @@ int records_flush_pending(const struct records *r);
  * *msg) or that cannot be read is skipped with a warning naming it. */
 typedef int (*records_load_fn)(json_t *j, void *opaque, char **msg);
 void records_load(const char *dir, const char *id_key, records_load_fn fn, void *opaque);
+/* One record, read as records_load reads each (at most RECORD_MAX bytes,
+ * duplicate keys refused): DIR/<id>.json into *ret (a new reference).
+ * -EINVAL for an id that is not a valid name, -errno when unreadable,
+ * -EBADMSG when not a JSON object (whose id_key member, when id_key is not
+ * NULL, is the string id).  qsdctl reads the plugin's records with it. */
+int records_read(const char *dir, const char *id, const char *id_key, json_t **ret);
