@@ -172,3 +172,44 @@ bool capacity_admit(struct csi *c, struct grpc_call *call, const char *what, uin
     grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "%s: %s", what, why);
     return false;
 }
+
+int capacity_pick(int64_t required, int64_t limit, uint64_t min_size, unsigned align,
+                  uint64_t *ret, char **ret_msg)
+{
+    if (required < 0 || limit < 0) {
+        *ret_msg = xstrdup("capacity_range: required_bytes and limit_bytes must not be negative");
+        return -EINVAL;
+    }
+    if (limit > 0 && required > limit) {
+        *ret_msg = xasprintf("capacity_range: required_bytes %" PRId64 " exceeds limit_bytes %" PRId64,
+                             required, limit);
+        return -EINVAL;
+    }
+    if (align == 0)
+        align = IMAGE_SIZE_ALIGN;
+    uint64_t want = (uint64_t)required;
+    if (want == 0) {
+        want = min_size ? min_size : VOLUME_DEFAULT_SIZE;
+        if (limit > 0 && want > (uint64_t)limit && min_size == 0)
+            want = (uint64_t)limit - (uint64_t)limit % align; /* the largest aligned size allowed */
+    }
+    if (want < min_size)
+        want = min_size;
+    if (want > IMAGE_MAX_SIZE) {
+        *ret_msg = xasprintf("capacity %" PRIu64 " bytes is above the maximum of 1 PiB", want);
+        return -ERANGE;
+    }
+    want = (want + align - 1) / align * align;
+    if (want == 0) {
+        *ret_msg = xasprintf("capacity_range allows no size that is a multiple of %u bytes", align);
+        return -ERANGE;
+    }
+    if (limit > 0 && want > (uint64_t)limit) {
+        *ret_msg = xasprintf("no size of at least %" PRIu64 " bytes (multiple of %u%s) fits "
+                             "limit_bytes %" PRId64, want, align,
+                             min_size ? ", content source included" : "", limit);
+        return -ERANGE;
+    }
+    *ret = want;
+    return 0;
+}

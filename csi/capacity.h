@@ -5,7 +5,8 @@
  * (--overcommit-ratio R: the volumes' virtual sizes together at most R times
  * the filesystem's size less the reserve), the figures they apply to
  * (statvfs of the pool, the sizes in the volume records), the decisions made
- * from them (pure, unit-tested): what GetCapacity reports and why a
+ * from them (pure, unit-tested): the size a capacity range gives
+ * (capacity_pick), what GetCapacity reports and why a
  * CreateVolume, an expansion or a CreateSnapshot is refused
  * (RESOURCE_EXHAUSTED with the numbers), and the rule that out of space
  * (ENOSPC, EDQUOT) anywhere is RESOURCE_EXHAUSTED (docs/storageclass.md,
@@ -61,3 +62,12 @@ double capacity_overcommit_ratio(const struct csi *c);
  * what was asked ("volume pvc-1 of 1073741824 bytes"). */
 bool capacity_admit(struct csi *c, struct grpc_call *call, const char *what, uint64_t grow,
                     uint64_t need);
+
+#define VOLUME_DEFAULT_SIZE (1ull << 30) /* when capacity_range says nothing */
+
+/* The size to provision for capacity_range (required, limit; 0 = unset),
+ * at least min_size (a content source's size; 0 if none), rounded up to align.
+ * -EINVAL: malformed range (negative, limit < required); -ERANGE: no size in
+ * the range can be provided (spec: OUT_OF_RANGE). */
+int capacity_pick(int64_t required, int64_t limit, uint64_t min_size, unsigned align,
+                  uint64_t *ret, char **ret_msg);

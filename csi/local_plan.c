@@ -10,6 +10,7 @@
 #include "local_plan.h"
 
 #include "backend.h"
+#include "capacity.h"
 #include "controller.h"
 #include "params.h"
 #include "qsd/base/names.h"

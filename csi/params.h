@@ -1,7 +1,7 @@
-/* params.h: StorageClass parameters and capacity ranges (pure, unit-tested).
+/* params.h: StorageClass parameters (pure, unit-tested).
  *
- * Owns: the CreateVolume parameter keys the plugin understands, their
- * validation, and how a CSI capacity_range becomes an image size.  Keys with
+ * Owns: the CreateVolume parameter keys the plugin understands and their
+ * validation (a capacity_range becomes a size in capacity.h).  Keys with
  * the prefix "csi.storage.k8s.io/" (added by the external-provisioner) are
  * ignored; any other unknown key is an error. */
 #pragma once
@@ -11,7 +11,6 @@
 
 #include "qsd/qemu/qsd.h"
 
-#define VOLUME_DEFAULT_SIZE (1ull << 30) /* when capacity_range says nothing */
 /* Parameters and secrets the external-provisioner adds (never ours). */
 #define K8S_PREFIX "csi.storage.k8s.io/"
 
@@ -29,9 +28,3 @@ int vol_params_parse(size_t n, const char *const *keys, const char *const *value
                      struct vol_params *ret, char **ret_msg);
 void vol_params_clear(struct vol_params *p);
 
-/* The size to provision for capacity_range (required, limit; 0 = unset),
- * at least min_size (a content source's size; 0 if none), rounded up to align.
- * -EINVAL: malformed range (negative, limit < required); -ERANGE: no size in
- * the range can be provided (spec: OUT_OF_RANGE). */
-int capacity_pick(int64_t required, int64_t limit, uint64_t min_size, unsigned align,
-                  uint64_t *ret, char **ret_msg);

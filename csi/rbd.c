@@ -15,6 +15,7 @@
 #include "rbd.h"
 #include "rbd_int.h"
 #include "rbd_lock.h"
+#include "capacity.h"
 #include "params.h"
 #include "service.h"
 #include "qsd/base/log.h"
