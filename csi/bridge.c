@@ -9,6 +9,7 @@
 #include "qsd/base/util.h"
 #include "mounts.h"
 #include "paths.h"
+#include "ids.h"
 
 #include <sys/stat.h>
 

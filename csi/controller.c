@@ -14,6 +14,7 @@
 #include "qsd/base/names.h"
 #include "service.h"
 #include "qsd/base/util.h"
+#include "ids.h"
 
 #define LIST_TOKEN_VOL "v1:"
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "csi.pb-c.h"
+#include "ids.h" /* CSI_ID_MAX */
 #include "service.h"
 
 #include <jansson.h>

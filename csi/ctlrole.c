@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "service.h"
 #include "qsd/base/util.h"
+#include "ids.h"
 
 #include <inttypes.h>
 

@@ -5,6 +5,7 @@
 #include "qsd/base/util.h"
 #include "qsd/qemu/imagebase.h"
 #include "qsd/qemu/thin.h"
+#include "op.h"
 
 #define FETCH_ATTEMPTS 3u
 /* after the download (--image-timeout): sha256sum, conversion and overlay */

@@ -29,6 +29,9 @@
 #include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
+#include "volqsd.h"
+#include "ids.h"
+#include "op.h"
 
 #include <inttypes.h>
 #include <sys/stat.h>

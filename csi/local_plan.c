@@ -8,6 +8,8 @@
  * different), the source's record (NOT_FOUND, ABORTED, UNAVAILABLE), and
  * the capacity against the source (OUT_OF_RANGE). */
 #include "local_plan.h"
+#include "volqsd.h"
+#include "ids.h"
 
 #include "backend.h"
 #include "capacity.h"

@@ -20,6 +20,8 @@
 #include "service.h"
 #include "startup.h"
 #include "qsd/base/util.h"
+#include "volqsd.h"
+#include "op.h"
 
 #include <getopt.h>
 #include <inttypes.h>

@@ -21,6 +21,9 @@
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 #include "volstats.h"
+#include "volqsd.h"
+#include "ids.h"
+#include "op.h"
 
 #include <fcntl.h>
 #include <inttypes.h>

@@ -22,6 +22,9 @@
 #include "qsd/base/names.h"
 #include "qsd/base/util.h"
 #include "qsd/qemu/rbdsrc.h"
+#include "volqsd.h"
+#include "ids.h"
+#include "op.h"
 
 #include <fcntl.h>
 #include <inttypes.h>

@@ -8,6 +8,7 @@
 #include "rbd_guard.h"
 #include "service.h"
 #include "qsd/base/util.h"
+#include "op.h"
 
 /* The record, when given, decides; else any key naming RBD. */
 static bool claims(const struct backend_key *k)

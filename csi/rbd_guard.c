@@ -5,6 +5,8 @@
 #include "service.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
+#include "volqsd.h"
+#include "op.h"
 
 #include <inttypes.h>
 

@@ -31,6 +31,8 @@
 #include "qsd/base/log.h"
 #include "qsd/base/names.h"
 #include "qsd/base/util.h"
+#include "ids.h"
+#include "op.h"
 
 #include <inttypes.h>
 #include <time.h>

@@ -1,16 +1,11 @@
 /* service.h: what the Controller and Node services share.
  *
  * Owns: struct csi (configuration, loop, record store and state, pool, the
- * QSD of every staged volume), the in-flight operations (struct op: one per
- * asynchronous RPC, holding the call and the busy flags of the records it
- * works on; its worker fsyncs pending records first), holding every answer
- * until the records are durable (csi_hold_answers), the
- * decoding of every request (CSI_HANDLER: NUL and size checks first), the
- * ids the CO sees (csi_id_*: "<name>@<node>"), the volume-capability
- * rules, a staged volume's QSD (export options, start, events), and
- * start-up recovery (finish or undo half-done records, adopt or restart
- * the QSDs of staged volumes, stop the QSDs of unstaged ones).  Made and
- * unmade by startup.h. */
+ * QSD of every staged volume; made and unmade by startup.h), the decoding
+ * of every request (CSI_HANDLER: NUL and size checks first), and the
+ * method tables.  Beside it: operations in flight (op.h), ids and
+ * capabilities (ids.h), a staged volume's QSD (volqsd.h), start-up
+ * recovery (recover.h). */
 #pragma once
 
 #include "csi.pb-c.h"
@@ -50,58 +45,6 @@ struct csi {
     struct volstats *vstats; /* health and I/O figures, cached (volstats.h; set by main) */
 };
 
-/* One asynchronous RPC.  Records named here are busy (snap_read: read) until
- * op_end(). */
-struct op {
-    struct csi *csi;
-    struct grpc_call *call;
-    struct worker *worker;
-    worker_fn fn;          /* what the worker runs, after records_flush_pending */
-    struct qmp *qmp;
-    struct vol *vol, *vol2;
-    struct snap *snap;
-    struct snap *snap_read; /* read by the operation: its readers count */
-    /* per-operation data */
-    uint64_t size;
-    bool live;             /* the source is read through its QSD (snapshot, clone) */
-    bool repair;           /* a stage that restarts the QSD of a staged volume */
-    bool qmp_failed;       /* its monitor connection failed (NodeExpandVolume) */
-    char *node;            /* the QSD's exported node (NodeExpandVolume) */
-    char *image;           /* image class: sha256 of the base it needs (imageclass.h) */
-    char *vol_id;          /* a volume looked up again when done, not held busy (stats) */
-    struct rbd_req *rbd;   /* RBD backend: the request, credentials included (rbd.h) */
-    void (*rbd_free)(struct rbd_req *); /* frees rbd (rbd_req_free; op_end) */
-    bool image_lead;       /* its worker may download the base; others wait for it */
-    struct op *next;
-};
-
-/* srv answers no RPC before the record changes made until then are durable
- * (grpc_server_set_barrier on the record store). */
-void csi_hold_answers(struct csi *c, struct grpc_server *srv);
-/* Start-up recovery (csi_new, startup.h): finish or undo half-done
- * records, adopt or restart the QSDs of staged volumes, stop the QSDs of
- * unstaged ones. */
-void csi_recover(struct csi *c);
-
-struct op *op_begin(struct csi *c, struct grpc_call *call);
-/* Release busy flags, unlink and free.  The call must have been completed. */
-void op_end(struct op *op);
-/* Run fn in a worker; done runs on the loop.  The child first makes every
- * record change made so far durable (records_flush_pending), so a record is
- * on disk before the image it describes is touched.  At most CSI_MAX_WORKERS at a
- * time (RESOURCE_EXHAUSTED beyond).  On failure, the call is failed and the
- * op ended (returns < 0). */
-#define CSI_MAX_WORKERS 16
-int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done);
-
-/* Remove the pool's layers nothing references any more (thin.h pool_gc),
- * in a worker; runs again once if asked while running.  After every
- * deletion and at start. */
-void csi_gc(struct csi *c);
-/* Remove a volume's export and control directories (qsd_remove_runtime),
- * logging a failure. */
-void csi_remove_runtime(struct csi *c, const char *id);
-
 /* Decode a request.  Undecodable bytes, or a string field with a NUL byte
  * (pbcheck.h), fail the call with INVALID_ARGUMENT naming the field, and
  * NULL is returned. */
@@ -119,54 +62,6 @@ ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMess
         impl(opaque, call, in);                                                             \
         protobuf_c_message_free_unpacked(&in->base, NULL);                                  \
     }
-
-/* Validate an id field: non-empty and valid per names.h.  On failure the
- * call is failed (id_ok) or v filled (id_check) with INVALID_ARGUMENT and
- * false returned.  The *_check forms below decide the same way without a
- * call (verdict.h). */
-bool id_ok(struct grpc_call *call, const char *field, const char *id);
-bool id_check(struct verdict *v, const char *field, const char *id);
-
-/* Volume and snapshot ids as the CO sees them carry the node that holds
- * them ("<name>@<node id>": both are node-local, so a node handed another
- * node's id can say where it lives); plain names, as issued before, and ids
- * that would pass CSI's 128 bytes are this node's.  csi_id_out gives the
- * CO's form of a record's name (in buf); csi_id_node the node an id names
- * when it is another one (pointer into id), else NULL; csi_id_ok validates
- * like id_ok and cuts this node's suffix off in place (id is then the
- * record's name), failing another node's id with NOT_FOUND naming it. */
-#define CSI_ID_MAX 128
-const char *csi_id_out(const struct csi *c, const char *name, char buf[CSI_ID_MAX + 1]);
-const char *csi_id_node(const struct csi *c, const char *id);
-bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *id);
-bool csi_id_check(struct csi *c, struct verdict *v, const char *field, char *id);
-
-/* NULL when the capability is supported, else why (INVALID_ARGUMENT). */
-const char *cap_problem(const Csi__V1__VolumeCapability *cap);
-/* CreateVolume's volume_capabilities: present and each supported; else
- * the call is failed with INVALID_ARGUMENT naming the entry. */
-bool caps_ok(struct grpc_call *call, size_t n, Csi__V1__VolumeCapability **caps);
-bool caps_check(struct verdict *v, size_t n, Csi__V1__VolumeCapability **caps);
-bool cap_read_only(const Csi__V1__VolumeCapability *cap);
-/* volume_mount_group -> gid (-1 when empty); -EINVAL if not a number. */
-int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);
-
-/* Export options for a volume from its StorageClass parameters (a JSON
- * object of strings), image and format (both taken over, freed on error),
- * and staging flags: what every QSD the plugin starts runs with. */
-int export_opts_from(json_t *parameters, char *image, char *format, bool read_only, int gid,
-                     struct qsd_opts *ret, char **ret_msg);
-/* Export options for a volume (its parameters, image, staging flags). */
-int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
-/* Parse StorageClass parameters kept as a JSON object of strings (params.h). */
-struct vol_params;
-int vol_params_from_json(json_t *params, struct vol_params *ret, char **ret_msg);
-/* Start the QSD of a staged volume; done(status, msg) on the loop. */
-typedef void (*vol_started_fn)(struct csi *c, struct vol *v, int status, const char *msg,
-                               void *opaque);
-int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg);
-bool vol_live(const struct vol *v);
-
 
 /* Answer ControllerGetCapabilities with these RPC capabilities (at most 16). */
 void reply_controller_caps(struct grpc_call *call,

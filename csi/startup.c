@@ -7,6 +7,8 @@
 #include "qsd/state/records.h"
 #include "service.h"
 #include "qsd/base/util.h"
+#include "recover.h"
+#include "op.h"
 
 #define LOG_TRIM_MS 1000
 

@@ -15,6 +15,8 @@
 #include "qsd/qemu/qmpcmd.h"
 #include "backend.h"
 #include "service.h"
+#include "volqsd.h"
+#include "op.h"
 
 #include <inttypes.h>
 #include <sys/statvfs.h>
