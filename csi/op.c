@@ -36,7 +36,6 @@ void op_end(struct op *op)
     if (op->snap_read)
         op->snap_read->readers--;
     qmp_close(op->qmp);
-    free(op->node);
     free(op->image);
     free(op->vol_id);
     if (op->rbd)

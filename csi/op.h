@@ -34,7 +34,6 @@ struct op {
     bool live;             /* the source is read through its QSD (snapshot, clone) */
     bool repair;           /* a stage that restarts the QSD of a staged volume */
     bool qmp_failed;       /* its monitor connection failed (NodeExpandVolume) */
-    char *node;            /* the QSD's exported node (NodeExpandVolume) */
     char *image;           /* image class: sha256 of the base it needs (imageclass.h) */
     char *vol_id;          /* a volume looked up again when done, not held busy (stats) */
     struct rbd_req *rbd;   /* RBD backend: the request, credentials included (rbd.h) */
