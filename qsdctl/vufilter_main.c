@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "qsd/base/confine.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
@@ -53,6 +54,7 @@ static void usage(FILE *f)
             "                        [--max-conns 1] [--allow-adjacent-regions]\n"
             "                        [--connect-timeout-ms MS] [--log-level L]\n"
             "                        [-- QSD_ARGV...]\n"
+            "       qsd-vhost-filter --version | --help\n"
             "\n"
             "Passes only the vhost-user control messages a virtio-blk front-end needs\n"
             "between tenants and a qemu-storage-daemon, each checked (docs/security.md,\n"
@@ -185,6 +187,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         {"connect-timeout-ms", required_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {0},
     };
     uint64_t v;
@@ -245,6 +248,9 @@ static int parse_args(int argc, char **argv, struct args *a)
         }
         case 'h':
             usage(stdout);
+            exit(0);
+        case 'V':
+            printf("qsd-vhost-filter %s\n", QSD_CSI_VERSION);
             exit(0);
         default:
             usage(stderr);
