@@ -14,6 +14,7 @@
 #include "volstats.h"
 #include "qsd/base/log.h"
 #include "qsd/base/loop.h"
+#include "qsd/base/proc.h"
 #include "qsd/qemu/qsdconf.h"
 #include "plugin.h"
 #include "paths.h"
@@ -212,6 +213,22 @@ static int print_qsd_command(const struct plugin_config *cfg, const char *image,
     qsd_paths_clear(&p);
     qsd_opts_clear(&o);
     return 0;
+}
+
+/* The QEMU version of the configured qemu-storage-daemon for
+ * qsd_csi_build_info: `QSD --version`, run once at start-up before the loop
+ * serves, bounded by QSD_VERSION_TIMEOUT_MS; unknown (NULL) when it cannot
+ * run (the controller's image has no QSD) or names no version. */
+#define QSD_VERSION_TIMEOUT_MS 5000
+static char *qsd_version(const char *binary)
+{
+    char *argv[] = {(char *)binary, "--version", NULL};
+    struct proc_result res = {0};
+    char *v = NULL;
+    if (proc_run(argv, QSD_VERSION_TIMEOUT_MS, &res) == 0 && res.exit_code == 0)
+        v = metrics_qemu_version_parse(res.out);
+    proc_result_clear(&res);
+    return v;
 }
 
 /* An integer flag in [min, max]; on failure says so on stderr. */
@@ -660,6 +677,10 @@ int main(int argc, char **argv)
         pl.csi->vstats = pl.vstats;
     }
     metrics_new(pl.csi, &pl.metrics);
+    {
+        _cleanup_free_ char *qv = qsd_version(pl.cfg.qsd_binary);
+        metrics_set_qemu_version(pl.metrics, qv);
+    }
     grpc_server_set_observer(pl.srv, metrics_rpc_observe, pl.metrics);
 
     {
@@ -687,9 +708,9 @@ int main(int argc, char **argv)
     }
     pl.sigwatch = loop_watch_fd(pl.loop, pl.sigfd, POLLIN, on_signal, &pl);
 
-    log_info("plugin", "serving", "role=%s endpoint=%s http=%s driver=%s node=%s version=%s",
+    log_info("plugin", "serving", "role=%s endpoint=%s http=%s driver=%s node=%s version=%s revision=%s",
              pl.cfg.role == PLUGIN_ROLE_CONTROLLER ? "controller" : "node", pl.cfg.endpoint, pl.cfg.http_endpoint ? pl.cfg.http_endpoint : "none",
-             pl.cfg.driver_name, pl.cfg.node_id, QSD_CSI_VERSION);
+             pl.cfg.driver_name, pl.cfg.node_id, QSD_CSI_VERSION, QSD_CSI_REVISION);
     r = loop_run(pl.loop);
     if (r < 0) {
         log_error("plugin", "event loop failed", "error=\"%s\"", strerror(-r));

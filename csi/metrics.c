@@ -2,15 +2,18 @@
  * See metrics.h; the series are listed in docs/observability.md. */
 #include "metrics.h"
 #include "backend.h"
+#include "config.h"
 #include "capacity.h"
 #include "qsd/base/util.h"
 #include "service.h"
 #include "volstats.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <stdarg.h>
+#include <string.h>
 
 /* ------------------------------------------------------------ registry */
 
@@ -30,6 +33,7 @@ struct rpc_series {
 struct metrics {
     struct csi *csi;
     struct rpc_series *rpcs;
+    char *qemu_version;    /* NULL: unknown */
 };
 
 int metrics_new(struct csi *c, struct metrics **ret)
@@ -51,7 +55,27 @@ void metrics_free(struct metrics *m)
         free(r->labels);
         free(r);
     }
+    free(m->qemu_version);
     free(m);
+}
+
+void metrics_set_qemu_version(struct metrics *m, const char *qemu_version)
+{
+    free(m->qemu_version);
+    m->qemu_version = qemu_version ? xstrdup(qemu_version) : NULL;
+}
+
+char *metrics_qemu_version_parse(const char *out)
+{
+    const char *p = out ? strstr(out, " version ") : NULL;
+    if (!p)
+        return NULL;
+    p += strlen(" version ");
+    size_t n = strspn(p, "0123456789.");
+    /* at least MAJOR.MINOR, digits first */
+    if (n < 3 || !isdigit((unsigned char)p[0]) || !memchr(p, '.', n) || p[n - 1] == '.')
+        return NULL;
+    return xstrndup(p, n);
 }
 
 void metrics_rpc_observe(const struct grpc_method *method, enum grpc_code code,
@@ -75,6 +99,18 @@ void metrics_rpc_observe(const struct grpc_method *method, enum grpc_code code,
 }
 
 /* ------------------------------------------------------------ the page */
+
+void metrics_build_info(FILE *f, const char *version, const char *revision,
+                        const char *qemu_version)
+{
+    metrics_family(f, "qsd_csi_build_info", "gauge",
+                   "Always 1; the labels name the plugin's version, its git revision and "
+                   "the QEMU version of its qemu-storage-daemon.");
+    _cleanup_free_ char *l =
+        metrics_labels("version", version, "revision", revision, "qemu_version",
+                       qemu_version ? qemu_version : "unknown", NULL);
+    metrics_sample(f, "qsd_csi_build_info", l, 1);
+}
 
 static void render_rpcs(FILE *f, struct metrics *m)
 {
@@ -255,6 +291,7 @@ int metrics_render(struct metrics *m, char **ret, size_t *ret_len)
     FILE *f = open_memstream(&out, &len);
     if (!f)
         return -errno;
+    metrics_build_info(f, QSD_CSI_VERSION, QSD_CSI_REVISION, m->qemu_version);
     render_rpcs(f, m);
     render_pool(f, m->csi);
     render_volumes(f, m->csi);

@@ -6,6 +6,8 @@
  * series, then the pool and per-volume series read from the collector's
  * cache (volstats.h).  Rendering never waits: it reads what is cached.
  * Every series name starts with qsd_csi_ (docs/observability.md).  The
+ * page opens with qsd_csi_build_info (the plugin's version and revision,
+ * the QEMU version of the qemu-storage-daemon it runs).  The
  * text format's helpers are exposition.h's. */
 #pragma once
 
@@ -24,5 +26,14 @@ void metrics_free(struct metrics *m);
 /* A grpc_observer_fn (opaque: the struct metrics). */
 void metrics_rpc_observe(const struct grpc_method *method, enum grpc_code code,
                          uint64_t duration_us, void *opaque);
+/* The QEMU version the page names in qsd_csi_build_info (copied; NULL or
+ * never set: "unknown"). */
+void metrics_set_qemu_version(struct metrics *m, const char *qemu_version);
+/* The version in a `qemu-storage-daemon --version` output ("...version
+ * 10.0.2 (Debian ...)" -> "10.0.2"), malloc'd; NULL when it names none. */
+char *metrics_qemu_version_parse(const char *version_output);
+/* The qsd_csi_build_info family (pure: the tests render it). */
+void metrics_build_info(FILE *f, const char *version, const char *revision,
+                        const char *qemu_version);
 /* The whole page (malloc'd, *ret_len bytes). */
 int metrics_render(struct metrics *m, char **ret, size_t *ret_len);

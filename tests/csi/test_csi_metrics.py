@@ -23,6 +23,7 @@ Runtime: about 30 s.
 usage: test_csi_metrics.py PLUGIN PROTO_DIR QSDCTL
 """
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -209,6 +210,24 @@ def stats(env, c, tgt):
     return r.volume_condition
 
 
+def check_build_info(body):
+    """qsd_csi_build_info: one sample, 1, naming the version --version
+    prints, a revision, and the QSD's QEMU version as it prints it."""
+    fams = [f for f in text_string_to_metric_families(body) if f.name == "qsd_csi_build_info"]
+    assert len(fams) == 1 and len(fams[0].samples) == 1, fams
+    s = fams[0].samples[0]
+    assert s.value == 1, s
+    plugin = subprocess.run([sys.argv[1], "--version"], capture_output=True, text=True,
+                            timeout=10).stdout.split()
+    assert s.labels["version"] == plugin[1], (s.labels, plugin)
+    assert s.labels["revision"], s.labels
+    out = subprocess.run(["qemu-storage-daemon", "--version"], capture_output=True, text=True,
+                         timeout=10).stdout
+    qemu = re.search(r" version ([0-9]+\.[0-9.]*[0-9])", out).group(1)
+    assert s.labels["qemu_version"] == qemu, (s.labels, out)
+    print("build info: %s" % s.labels)
+
+
 def run(env, qsdctl, stopped):
     c, port, tgt = start(env)
     pb = env.pb
@@ -250,6 +269,7 @@ def run(env, qsdctl, stopped):
         assert got == n, "%s %s: %s calls counted, %d made" % (m, code, got, n)
         cnt = value(smp, "qsd_csi_rpc_duration_seconds_count", method=m, code=code)
         assert cnt == n, "%s %s: histogram count %s" % (m, code, cnt)
+    check_build_info(body)
     assert value(smp, "qsd_csi_volume_qsd_state", volume_id=VOL, state="running") == 1
     assert value(smp, "qsd_csi_volume_qsd_state", volume_id=VOL, state="hung") == 0
     assert value(smp, "qsd_csi_volume_qsd_restarts_total", volume_id=VOL) == 0

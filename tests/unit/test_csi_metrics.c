@@ -11,6 +11,7 @@
 #include "qsd/base/util.h"
 
 #include <netinet/in.h>
+#include <string.h>
 
 static char *render(void (*fn)(FILE *f, void *arg), void *arg)
 {
@@ -67,6 +68,47 @@ static void test_histogram(void **state)
     histogram_clear(&h);
 }
 
+static void build_info(FILE *f, void *arg)
+{
+    metrics_build_info(f, "0.2.0-3-gabc1234", "abc1234", arg);
+}
+
+static void test_build_info(void **state)
+{
+    _cleanup_free_ char *s = render(build_info, "10.0.2");
+    assert_non_null(strstr(s, "# TYPE qsd_csi_build_info gauge\n"));
+    assert_non_null(strstr(s, "\nqsd_csi_build_info{version=\"0.2.0-3-gabc1234\","
+                              "revision=\"abc1234\",qemu_version=\"10.0.2\"} 1\n"));
+    _cleanup_free_ char *u = render(build_info, NULL);
+    assert_non_null(strstr(u, "qemu_version=\"unknown\"} 1\n"));
+}
+
+static void test_qemu_version_parse(void **state)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"qemu-storage-daemon version 10.0.2 (Debian 1:10.0.2+ds-1)\nCopyright (c) 2003-2025 "
+         "Fabrice Bellard and the QEMU Project developers\n", "10.0.2"},
+        {"qemu-storage-daemon version 11.1.3\n", "11.1.3"},
+        {"qemu-storage-daemon version 9.2\n", "9.2"},
+        {"qemu-storage-daemon version \n", NULL},
+        {"qemu-storage-daemon version 10.\n", NULL},
+        {"qemu-storage-daemon version .1\n", NULL},
+        {"qemu-storage-daemon version 10\n", NULL},
+        {"no such option\n", NULL},
+        {"", NULL},
+        {NULL, NULL},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        _cleanup_free_ char *v = metrics_qemu_version_parse(cases[i].in);
+        if (cases[i].want)
+            assert_string_equal(v, cases[i].want);
+        else
+            assert_null(v);
+    }
+}
+
 static void test_endpoint(void **state)
 {
     struct sockaddr_storage ss;
@@ -93,6 +135,8 @@ int main(void)
         cmocka_unit_test(test_samples),
         cmocka_unit_test(test_histogram),
         cmocka_unit_test(test_endpoint),
+        cmocka_unit_test(test_build_info),
+        cmocka_unit_test(test_qemu_version_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
