@@ -7,7 +7,11 @@
 # present.  Layer caches are kept between runs.
 #
 #   scripts/build-images.sh [options]
-#     --tag TAG           image tag (default: the project version, 0.1.0)
+#     --tag TAG           image tag, the only one (default: the version,
+#                         scripts/version.sh --image-tag, e.g. 0.2.0 on a release
+#                         tag, 0.2.0-3-gabc1234 after it, 0.1.0-gabc1234 before
+#                         any; and also the project() version of CMakeLists.txt,
+#                         the tag deploy/ names, e.g. 0.1.0)
 #     --sanitize          CMake -DSANITIZE=ON -DCMAKE_BUILD_TYPE=Debug, the ASan/UBSan
 #                         runtime libraries in the images, tag suffix -asan
 #     --cmake-args ARGS   extra CMake arguments for the build stage
@@ -21,6 +25,9 @@
 #     --quiet             podman build output to a log file, not the terminal
 #
 # Prints, at the end, one line per image:  IMAGE <kind> <name> <id> <seconds>
+# and, without --tag, one per second tag:  ALSO <kind> <name>
+# A cluster pulls a new build only under a new tag (the manifests say
+# IfNotPresent): deploy the version tag (deploy/README.md, "Upgrade").
 # The build image is PREFIX/qsd-csi-build:TAG (deploy/images/builder/: the
 # compile step, whose binaries both runtime images copy; the one it replaces
 # is removed).
@@ -31,8 +38,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo_root=$(cd "$here/.." && pwd)
 
-version=$(sed -n 's/^project(qsd-csi VERSION \([0-9.]*\).*/\1/p' "$repo_root/CMakeLists.txt")
-tag=${version:-0.1.0}
+project=$(sed -n 's/^project(qsd-csi VERSION \([0-9.]*\).*/\1/p' "$repo_root/CMakeLists.txt")
+{ read -r version && read -r version_rev; } < <("$here/version.sh")
+tag=$(printf '%s\n' "$version" | tr + -)
+also=$project    # the tag deploy/ names; none with --tag
 sanitize=0
 cmake_args=
 base=localhost/qsd-csi/debian:trixie
@@ -44,7 +53,7 @@ extra=()
 
 while (($#)); do
     case $1 in
-        --tag) tag=$2; shift 2 ;;
+        --tag) tag=$2; also=; shift 2 ;;
         --sanitize) sanitize=1; shift ;;
         --cmake-args) cmake_args=$2; shift 2 ;;
         --base) base=$2; shift 2 ;;
@@ -67,7 +76,9 @@ if ((sanitize)); then
     cmake_args="-DSANITIZE=ON -DCMAKE_BUILD_TYPE=Debug${cmake_args:+ $cmake_args}"
     runtime_pkgs="libasan8 libubsan1"
     tag=$tag-asan
+    [[ -z $also ]] || also=$also-asan
 fi
+[[ $also != "$tag" ]] || also=
 if [[ -z $revision ]]; then
     revision=$(git -C "$repo_root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
     git -C "$repo_root" diff --quiet HEAD -- 2>/dev/null || revision=$revision-dirty
@@ -143,18 +154,33 @@ build() { # KIND NAME
     fi
     id=${id:0:12}
     results+=("IMAGE $kind $name $id $(secs "$t0")")
+    if [[ -n $also ]]; then
+        # the manifests' tag too (their image, where nodes load images
+        # locally); the image it named before is removed as above
+        local second=${name%:*}:$also old2
+        old2=$(podman image inspect -f '{{.Id}}' "$second" 2>/dev/null || true)
+        podman tag "$name" "$second"
+        if [[ -n $old2 && ${old2:0:12} != "$id" ]] &&
+            [[ $(podman image inspect -f '{{len .RepoTags}}' "$old2" 2>/dev/null) == 0 ]]; then
+            podman rmi "$old2" >/dev/null 2>&1 || true
+        fi
+        results+=("ALSO $kind $second")
+    fi
 }
 # The build image (deploy/images/builder/Containerfile), which both runtime
 # images copy their binaries from; the one built from older sources for
 # this tag is removed: each holds a whole build tree (~0.7 GB) that would
 # otherwise pile up as an untagged image on every source change.
-stage="$prefix/qsd-csi-build:$tag"
+# Named by the stable tag (the project() version without --tag), so the
+# build of the previous commit is the one replaced.
+stage="$prefix/qsd-csi-build:${also:-$tag}"
 old_stage=$(podman image inspect -f '{{.Id}}' "$stage" 2>/dev/null || true)
 t0=$(now)
 log "build stage $stage"
 stage_args=(build --layers -f "$repo_root/deploy/images/builder/Containerfile"
     --ignorefile "$repo_root/deploy/images/builder/Containerfile.dockerignore"
-    --build-arg "BASE_IMAGE=$base" --build-arg "CMAKE_ARGS=$cmake_args" "${extra[@]}"
+    --build-arg "BASE_IMAGE=$base" --build-arg "CMAKE_ARGS=$cmake_args"
+    --build-arg "QSD_CSI_VERSION=$version" --build-arg "QSD_CSI_REVISION=$version_rev" "${extra[@]}"
     -t "$stage" "$repo_root")
 if ((quiet)); then
     logf=$(mktemp "${TMPDIR:-/tmp}/qsd-images-build.XXXXXX.log")

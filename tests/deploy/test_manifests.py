@@ -1378,8 +1378,36 @@ class Checker:
                       "service): the per-node provisioner needs NodeGetInfo to report it" %
                       TOPOLOGY_KEY)
 
+    # ------------------------------------------------------------ releases
+    def check_release_tags(self):
+        """Our images carry the project() version of CMakeLists.txt, the tag
+        scripts/build-images.sh gives besides the git version and the one a
+        release bumps (README.md, "Versions and releases"): a manifest naming
+        another tag would run an image no build made."""
+        with open(os.path.join(self.root, "CMakeLists.txt")) as fh:
+            m = re.search(r"^project\(qsd-csi VERSION ([0-9.]+)", fh.read(), re.M)
+        if not m:
+            self.err("CMakeLists.txt", "no project(qsd-csi VERSION ...)")
+            return
+        want = m.group(1)
+        seen = 0
+        for f, i, doc in self.docs:
+            for c in _containers(doc) if isinstance(doc, dict) else []:
+                image = str(c.get("image"))
+                name, _, tag = image.rpartition(":")
+                if not name.endswith(("/qsd-csi-plugin", "/qsd-vm-launcher")):
+                    continue
+                seen += 1
+                if tag != want:
+                    self.err("%s#%d" % (f, i), "container %s runs %s: our images are tagged "
+                             "%s (CMakeLists.txt project() version)" % (c.get("name"), image,
+                                                                         want))
+        if not seen:
+            self.err(KUSTOMIZATION, "no container runs qsd-csi-plugin or qsd-vm-launcher")
+
     def run(self):
         self.load()
+        self.check_release_tags()
         self.check_shapes()
         self.check_containers()
         self.check_consistency()
@@ -1533,7 +1561,14 @@ def self_check(root, make_checker, with_launcher):
         if d.get("kind") == "DaemonSet":
             d["spec"]["template"]["spec"]["priorityClassName"] = "system-node-critical"
 
+    def _plugin_tag(d):
+        for im in d.get("images") or []:
+            if im["name"] == "qsd-csi-plugin":
+                im["newTag"] = "0.0.9"
+
     cases += [
+        ("plugin image at another tag than the project version", "CMakeLists.txt project()",
+         kust, _plugin_tag),
         ("sidecar behind its latest release", "is not the release", kust, _old_snapshotter),
         ("resizer watching every pod", "--handle-volume-inuse-error=false is missing", ctl,
          _edit_args("csi-resizer", lambda a: [x for x in a if "inuse" not in x])),
@@ -1618,6 +1653,7 @@ def self_check(root, make_checker, with_launcher):
         try:
             shutil.copytree(os.path.join(root, "deploy"), os.path.join(tmp, "deploy"))
             shutil.copytree(os.path.join(root, "docs"), os.path.join(tmp, "docs"))
+            shutil.copy(os.path.join(root, "CMakeLists.txt"), tmp)
             path = os.path.join(tmp, rel)
             if isinstance(mutate, str):
                 # Raw text appended to the file (the last document's spec).
@@ -1655,6 +1691,7 @@ def settings_check(root, make_checker):
     try:
         shutil.copytree(os.path.join(root, "deploy"), os.path.join(tmp, "deploy"))
         shutil.copytree(os.path.join(root, "docs"), os.path.join(tmp, "docs"))
+        shutil.copy(os.path.join(root, "CMakeLists.txt"), tmp)
         path = os.path.join(tmp, KUSTOMIZATION, "kustomization.yaml")
         with open(path) as fh:
             k = yaml.safe_load(fh)
