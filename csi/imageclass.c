@@ -1,14 +1,17 @@
 /* imageclass.c: CreateVolume of an image class.  See imageclass.h. */
 #include "imageclass.h"
 #include "capacity.h"
+#include "imagememo.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
 #include "qsd/qemu/imagebase.h"
 #include "qsd/qemu/thin.h"
 #include "op.h"
 
+#include <inttypes.h>
+
 #define FETCH_ATTEMPTS 3u
-/* after the download (--image-timeout): sha256sum, conversion and overlay */
+/* after the download (--image-timeout): the checksum, conversion and overlay */
 #define AFTER_FETCH_MS (45ull * 60 * 1000)
 
 static worker_done g_done; /* the controller's completion */
@@ -21,8 +24,20 @@ static struct op *lead_of(struct csi *c, const char *sha)
     return NULL;
 }
 
+static const char *image_url(const struct op *op)
+{
+    return json_string_value(json_object_get(op->vol->parameters, "image"));
+}
+
+/* The StorageClass parameter that names the digest. */
+static const char *digest_param(const char *digest)
+{
+    return streq(imagebase_digest_algo(digest), "sha512") ? "imageSha512" : "imageSha256";
+}
+
 /* Worker: the overlay, after downloading the base if op leads and the pool
- * has none.  result: {"size", "fetched", "fetch_failed"}. */
+ * has none.  result: {"size", "fetched", "fetch_failed", "got" (the
+ * content's digest when it was not the class's)}. */
 static int image_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
@@ -33,21 +48,24 @@ static int image_fn(void *arg, char **ret_msg, json_t **ret_result)
     if (r == -ENOLINK && op->image_lead) {
         free(*ret_msg);
         *ret_msg = NULL;
+        char got[IMAGEBASE_DIGEST_MAX + 1] = "";
         struct imagebase_fetch f = {
-            .url = json_string_value(json_object_get(op->vol->parameters, "image")),
-            .sha256 = op->image,
+            .url = image_url(op),
+            .digest = op->image,
             .max_bytes = c->cfg->image_max_bytes,
             .timeout_ms = c->cfg->image_timeout_ms,
             .attempts = FETCH_ATTEMPTS,
             .keep_free = capacity_reserved_bytes(c), /* --capacity-reserve */
             .allow = c->cfg->image_allow,
             .n_allow = c->cfg->n_image_allow,
+            .ret_got = got,
         };
         if ((r = imagebase_fetch(&c->pool, &f, ret_msg)) < 0) {
             char *m = *ret_msg;
-            *ret_msg = xasprintf("parameter %s: %s", r == -EBADMSG ? "imageSha256" : "image", m);
+            *ret_msg = xasprintf("parameter %s: %s", r == -EBADMSG ? digest_param(op->image)
+                                                                   : "image", m);
             free(m);
-            *ret_result = json_pack("{s:b}", "fetch_failed", 1);
+            *ret_result = json_pack("{s:b, s:s}", "fetch_failed", 1, "got", got);
             return r;
         }
         fetched = true;
@@ -79,17 +97,40 @@ static void start(struct op *op)
         store_remove_vol(c->store, v); /* op_worker failed the call and ended op */
 }
 
-void imageclass_create(struct op *op, const char *sha256, worker_done done)
+/* A checksum refusal of this image remembered (imagememo.h): fail op at
+ * once with it, the digests and the time left.  true when it did. */
+static bool refused_recently(struct op *op)
+{
+    struct csi *c = op->csi;
+    const char *url = image_url(op), *got;
+    uint64_t left_ms;
+    if (!url || !imagememo_find(c->image_refusals, url, op->image, now_ms(), &got, &left_ms))
+        return false;
+    _cleanup_free_ char *shown = imagebase_url_redact(url);
+    _cleanup_free_ char *msg = xasprintf(
+        "parameter %s: the content at %s does not have %s %s (it has %s); found %" PRIu64
+        " s ago, not downloaded again for %" PRIu64 " s", digest_param(op->image), shown,
+        imagebase_digest_algo(op->image), op->image, got,
+        (uint64_t)((IMAGEMEMO_TTL_MS - left_ms) / 1000), (left_ms + 999) / 1000);
+    log_info("controller", "image refused again without a download", "volume=%s digest=%s",
+             op->vol->id, op->image);
+    g_done(-EBADMSG, msg, NULL, op);
+    return true;
+}
+
+void imageclass_create(struct op *op, const char *digest, worker_done done)
 {
     g_done = done;
     if (!op->image)
-        op->image = xstrdup(sha256);
-    op->image_lead = !lead_of(op->csi, sha256);
+        op->image = xstrdup(digest);
+    op->image_lead = !lead_of(op->csi, digest);
     if (!op->image_lead) {
         log_info("controller", "waiting for the image download of another volume",
-                 "volume=%s sha256=%s", op->vol->id, sha256);
+                 "volume=%s digest=%s", op->vol->id, digest);
         return;
     }
+    if (refused_recently(op))
+        return;
     start(op);
 }
 
@@ -108,9 +149,16 @@ static void image_done(int status, const char *msg, json_t *result, void *opaque
     if (op->image_lead) {
         op->image_lead = false;
         bool fetch_failed = json_is_true(json_object_get(result, "fetch_failed"));
-        if (json_is_true(json_object_get(result, "fetched")))
-            log_info("controller", "image downloaded", "volume=%s sha256=%s", op->vol->id,
+        const char *got = json_string_value(json_object_get(result, "got"));
+        const char *url = image_url(op);
+        if (json_is_true(json_object_get(result, "fetched"))) {
+            log_info("controller", "image downloaded", "volume=%s digest=%s", op->vol->id,
                      op->image);
+            if (url)
+                imagememo_forget(c->image_refusals, url, op->image);
+        }
+        if (fetch_failed && status == -EBADMSG && url && got && *got)
+            imagememo_note(c->image_refusals, url, op->image, got, now_ms());
         /* The waiters: one error for all, or their overlays in parallel
          * (the first becomes the lead, should the base be missing). */
         struct op *next;

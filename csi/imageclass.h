@@ -1,5 +1,6 @@
 /* imageclass.h: CreateVolume of an image class, a StorageClass whose
- * parameters image and imageSha256 (params.h) name the volumes' content.
+ * parameters image and imageSha256 or imageSha512 (params.h) name the
+ * volumes' content.
  *
  * Owns the loop side of "each node downloads an image once": the first
  * CreateVolume of an image leads (its worker downloads the base when the pool
@@ -7,15 +8,17 @@
  * other CreateVolumes of the same image wait for the lead, without a worker,
  * then create their overlays in parallel, or fail with the lead's error when
  * the download failed (one download, one error, whatever the number of
- * requests).  Worker errors name the parameter at fault. */
+ * requests).  Worker errors name the parameter at fault.  A checksum
+ * refusal is remembered (imagememo.h): the same image's CreateVolumes fail
+ * with it, without a download, for IMAGEMEMO_TTL_MS. */
 #pragma once
 
 #include "service.h"
 
 /* Create op->vol (record written, phase creating) of size op->size from the
- * image with this sha256; done(status, msg, result {"size"}, op) finishes it
+ * image with this digest (SHA-256 or SHA-512, hex); done(status, msg, result {"size"}, op) finishes it
  * (the controller's CreateVolume completion). */
-void imageclass_create(struct op *op, const char *sha256, worker_done done);
+void imageclass_create(struct op *op, const char *digest, worker_done done);
 
 /* The gRPC code of an image volume's failure status, when it is one of
  * the image's (refused content, checksum, size, another download running):

@@ -286,7 +286,7 @@ static void create_act(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
         op->snap_read = pl->ssrc;
     }
     if (pl->p.image)
-        imageclass_create(op, pl->p.image_sha256, create_done);
+        imageclass_create(op, pl->p.image_digest, create_done);
     else if (op_worker(op, create_fn, COPY_TIMEOUT_MS, create_done) < 0) {
         /* op_worker failed the call and released the busy flags. */
         store_remove_vol(c->store, v);

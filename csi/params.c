@@ -23,7 +23,7 @@ void vol_params_clear(struct vol_params *p)
     free(p->format);
     free(p->preallocation);
     free(p->image);
-    free(p->image_sha256);
+    free(p->image_digest);
     qsd_opts_clear(&p->opts);
     memset(p, 0, sizeof(*p));
 }
@@ -53,14 +53,20 @@ int vol_params_parse(size_t n, const char *const *keys, const char *const *value
             p.preallocation = xstrdup(v);
             continue;
         }
-        if (streq(k, "image") || streq(k, "imageSha256")) {
+        if (streq(k, "image") || streq(k, "imageSha256") || streq(k, "imageSha512")) {
             bool url = streq(k, "image");
-            const char *why = url ? imagebase_url_problem(v) : imagebase_sha_problem(v);
+            const char *why = url ? imagebase_url_problem(v)
+                                  : imagebase_digest_problem(streq(k, "imageSha512") ? "sha512"
+                                                                                    : "sha256", v);
             if (why) {
                 *ret_msg = xasprintf("invalid parameter %s: %s", k, why);
                 r = -EINVAL;
+            } else if (!url && p.image_digest) {
+                *ret_msg = xstrdup("parameters imageSha256 and imageSha512: give one of them, "
+                                   "not both");
+                r = -EINVAL;
             } else {
-                char **dst = url ? &p.image : &p.image_sha256;
+                char **dst = url ? &p.image : &p.image_digest;
                 free(*dst);
                 *dst = xstrdup(v);
             }
@@ -72,7 +78,7 @@ int vol_params_parse(size_t n, const char *const *keys, const char *const *value
                 break;
         if (j == ARRAY_SIZE(OPT_KEYS)) {
             *ret_msg = xasprintf("unknown parameter '%s' (known: format, preallocation, image, "
-                                 "imageSha256, cache, aio, numQueues, logicalBlockSize, discard, "
+                                 "imageSha256, imageSha512, cache, aio, numQueues, logicalBlockSize, discard, "
                                  "detectZeroes)", k);
             r = -EINVAL;
             break;
@@ -83,9 +89,11 @@ int vol_params_parse(size_t n, const char *const *keys, const char *const *value
             r = -EINVAL;
         }
     }
-    if (r == 0 && !p.image != !p.image_sha256) {
-        *ret_msg = xstrdup(p.image ? "parameter image needs imageSha256 (the sha256 of the image)"
-                                   : "parameter imageSha256 needs image (the image's URL)");
+    if (r == 0 && !p.image != !p.image_digest) {
+        *ret_msg = xstrdup(p.image ? "parameter image needs imageSha256 or imageSha512 (the "
+                                     "image's SHA-256 or SHA-512)"
+                                   : "parameter imageSha256 or imageSha512 needs image (the "
+                                     "image's URL)");
         r = -EINVAL;
     }
     if (r == 0 && p.image && (!streq(p.format, "qcow2") || !streq(p.preallocation, "off"))) {

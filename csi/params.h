@@ -19,7 +19,8 @@ struct vol_params {
     char *preallocation;   /* off (default) | metadata (qcow2) | falloc | full */
     struct qsd_opts opts;  /* export options; image and format unset */
     char *image;           /* image class: URL the volume's content comes from, or NULL */
-    char *image_sha256;    /* its required sha256 (64 lowercase hex) */
+    char *image_digest;    /* its required digest, lowercase hex: imageSha256 (64
+                            * digits) or imageSha512 (128), exactly one of them */
 };
 
 /* Parse n key/value pairs.  On failure *ret_msg names the parameter and says

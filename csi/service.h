@@ -43,6 +43,7 @@ struct csi {
     const char *qsd_hidden[3]; /* paths hidden from QSDs (qsd_config.hidden) */
     struct loop_timer *log_timer; /* bounds the QSDs' logs (qsd_log_trim) */
     struct volstats *vstats; /* health and I/O figures, cached (volstats.h; set by main) */
+    struct imagememo *image_refusals; /* checksum refusals remembered (imagememo.h) */
 };
 
 /* Decode a request.  Undecodable bytes, or a string field with a NUL byte

@@ -3,6 +3,7 @@
 #include "backend.h"
 #include "bridge.h"
 #include "qsd/base/log.h"
+#include "imagememo.h"
 #include "mounts.h"
 #include "qsd/state/records.h"
 #include "service.h"
@@ -37,6 +38,7 @@ int csi_new(const struct plugin_config *cfg, struct loop *loop, struct csi **ret
     c->qsd_hidden[1] = cfg->kubelet_root;
     c->qsd_hidden[2] = NULL;
     c->topo_key = xasprintf("topology.%s/node", cfg->driver_name);
+    c->image_refusals = imagememo_new();
     mounts_open(c);
     int r = 0;
     if (cfg->qsd_cgroup) {
@@ -103,6 +105,7 @@ void csi_free(struct csi *c)
     c->gc = NULL;
     loop_timer_cancel(c->log_timer);
     bridges_free(c->bridges);
+    imagememo_free(c->image_refusals);
     store_free(c->store);
     records_free(c->records);
     pool_close(&c->pool);

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Image classes: a StorageClass whose parameters image and imageSha256 name
+"""Image classes: a StorageClass whose parameters image and imageSha256 (or
+imageSha512) name
 the volumes' content, served here by an HTTP server on 127.0.0.1 that counts
 requests.  Through CSI, real plugin, real qemu-img:
 
@@ -9,9 +10,13 @@ requests.  Through CSI, real plugin, real qemu-img:
   view of one, staged and published, is too (qsdctl verify --check through
   its vhost-user socket of an image qsdctl verify --write made);
 - concurrent CreateVolumes of one image download it once;
+- imageSha512 instead of imageSha256 (exactly one of them): a base named by
+  the SHA-512, downloaded once;
+- a wrong checksum names both digests and is remembered: the retry fails
+  the same way, with the time left, without a GET (csi/imagememo.h);
 - refusals with the right code, naming the parameter, leaving nothing
   behind (no volume, record, layer, image name or temporary): malformed
-  parameters, wrong checksum, 404, unreachable server, a qcow2 with a backing
+  parameters (a malformed SHA-512, both digests given), wrong checksum, 404, unreachable server, a qcow2 with a backing
   file (a path and a json: one) or an external data file, another format,
   a corrupt qcow2, a qcow2 whose dirty bitmaps need more memory than the
   confined qemu-img may take, an image above --image-max-size (with and without
@@ -266,9 +271,10 @@ def run(env, srv, qsdctl):
     c = env.start(ALLOW)
     cap = mount_cap(pb)
 
-    def create(name, path, size=8 * MiB, digest=None, **params):
+    def create(name, path, size=8 * MiB, digest=None, algo="sha256", **params):
         data = srv.files.get(path, b"")
-        p = {"image": srv.url(path), "imageSha256": digest or sha(data)}
+        key = "imageSha512" if algo == "sha512" else "imageSha256"
+        p = {"image": srv.url(path), key: digest or hashlib.new(algo, data).hexdigest()}
         p.update(params)
         return c.CreateVolume(pb.CreateVolumeRequest(
             name=name, capacity_range=pb.CapacityRange(required_bytes=size),
@@ -391,10 +397,50 @@ def run(env, srv, qsdctl):
         raise AssertionError("image without imageSha256 accepted")
     except grpc.RpcError as e:
         assert e.code() == IA and "imageSha256" in e.details(), e
-    # The error names the expected sum, never the content's (a hash of what
-    # was fetched is content: the operator's log has it).
-    fails(FP, ["imageSha256", sha(b"other"), "!" + sha(raw)], "wrong-sha", "/disk.raw",
-          digest=sha(b"other"))
+    # The error names both sums: the class's author compares them with the
+    # publisher's list.  The refusal is remembered (csi/imagememo.h): a retry
+    # within 10 minutes gets the same error and the time left, without a GET.
+    gets = srv.count("/disk.raw")
+    fails(FP, ["imageSha256", "does not have sha256 " + sha(b"other"), "it has " + sha(raw)],
+          "wrong-sha", "/disk.raw", digest=sha(b"other"))
+    assert srv.count("/disk.raw") == gets + 1, (gets, srv.count("/disk.raw"))
+    fails(FP, ["imageSha256", sha(b"other"), "it has " + sha(raw), "not downloaded again for"],
+          "wrong-sha", "/disk.raw", digest=sha(b"other"))
+    assert srv.count("/disk.raw") == gets + 1, "a remembered refusal downloaded again"
+    # -- imageSha512 (Debian publishes SHA512SUMS only): exactly one of the two
+    s512 = hashlib.sha512(raw2).hexdigest()
+    srv.files["/disk512.raw"] = raw2
+    fails(IA, ["imageSha512", "128"], "bad-sha512", "/disk512.raw", algo="sha512",
+          digest=sha(raw2))
+    fails(IA, ["imageSha512", "lowercase"], "bad-sha512b", "/disk512.raw", algo="sha512",
+          digest=s512.upper())
+    fails(IA, ["imageSha256 and imageSha512", "not both"], "both-sha", "/disk512.raw",
+          algo="sha512", imageSha256=sha(raw2))
+    assert srv.count("/disk512.raw") == 0
+    wrong512 = hashlib.sha512(b"other").hexdigest()
+    fails(FP, ["imageSha512", "does not have sha512 " + wrong512, "it has " + s512],
+          "wrong-512", "/disk512.raw", algo="sha512", digest=wrong512)
+    assert srv.count("/disk512.raw") == 1
+    t0 = time.monotonic()
+    fails(FP, ["imageSha512", wrong512, "it has " + s512, "not downloaded again for"],
+          "wrong-512b", "/disk512.raw", algo="sha512", digest=wrong512)
+    assert srv.count("/disk512.raw") == 1, "a remembered refusal downloaded again"
+    assert time.monotonic() - t0 < 5, "the remembered refusal took %.1f s" % (
+        time.monotonic() - t0)
+    # the right SHA-512: downloaded (the refusal is keyed by the digest), and
+    # the volume's content is the image's
+    v = create("good-512", "/disk512.raw", algo="sha512").volume
+    assert srv.count("/disk512.raw") == 2, srv.count("/disk512.raw")
+    assert v.capacity_bytes == 8 * MiB, v.capacity_bytes
+    base = [n for n in os.listdir(os.path.join(env.pool, "images")) if n == s512]
+    assert base, "no base named by the SHA-512 in images/: %s" % os.listdir(
+        os.path.join(env.pool, "images"))
+    create("good-512b", "/disk512.raw", algo="sha512")
+    assert srv.count("/disk512.raw") == 2, "the SHA-512 base was downloaded again"
+    for n in ("good-512", "good-512b"):
+        c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=n), timeout=TIMEOUT)
+    print("imageSha512: refused (bad, both, wrong; the retry without a GET), then "
+          "created from one download")
     # a qcow2 whose 600 dirty bitmaps (8 GiB at 512-byte granularity: 2 MiB
     # each) make qemu-img allocate 1.2 GB: refused at the confined qemu-img's
     # 1 GiB bound (docs/security.md), quickly, naming the limits

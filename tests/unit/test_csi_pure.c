@@ -133,7 +133,16 @@ static void test_params_image(void **state)
     char *msg = NULL;
     assert_int_equal(parse(ok, 2, &p, &msg), 0);
     assert_string_equal(p.image, "https://example.org/img.qcow2");
-    assert_string_equal(p.image_sha256, sha);
+    assert_string_equal(p.image_digest, sha);
+    vol_params_clear(&p);
+    /* SHA-512: Debian publishes SHA512SUMS only */
+    static const char sha512[] =
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+    static const char *const ok512[] = {"image", "https://example.org/img.qcow2",
+                                        "imageSha512", sha512};
+    assert_int_equal(parse(ok512, 2, &p, &msg), 0);
+    assert_string_equal(p.image_digest, sha512);
     vol_params_clear(&p);
     static const struct {
         const char *kv[6];
@@ -154,6 +163,23 @@ static void test_params_image(void **state)
          2, "lowercase"},
         {{"image", "http://h/x", "imageSha256", sha, "format", "raw"}, 3, "format qcow2"},
         {{"image", "http://h/x", "imageSha256", sha, "preallocation", "full"}, 3, "preallocation off"},
+        {{"image", "http://h/x", "imageSha256", sha, "imageSha512", sha512}, 3,
+         "imageSha256 and imageSha512: give one of them, not both"},
+        {{"image", "http://h/x", "imageSha512", sha512, "imageSha256", sha}, 3, "not both"},
+        {{"imageSha512", sha512}, 1, "needs image"},
+        {{"image", "http://h/x"}, 1, "needs imageSha256 or imageSha512"},
+        {{"image", "http://h/x", "imageSha512", sha}, 2,
+         "invalid parameter imageSha512: is not 128 hexadecimal digits"},
+        {{"image", "http://h/x", "imageSha256", sha512}, 2,
+         "invalid parameter imageSha256: is not 64 hexadecimal digits"},
+        {{"image", "http://h/x", "imageSha512",
+          "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"
+          "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"},
+         2, "imageSha512: is not 128 lowercase"},
+        {{"image", "http://h/x", "imageSha512",
+          "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+          "fedcba9876543210fedcba9876543210fedcba9876543210fedcba987654321g"},
+         2, "imageSha512: is not 128 lowercase"},
     };
     for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
         msg = NULL;

@@ -52,12 +52,22 @@ const char *imagebase_url_problem(const char *url)
     return NULL;
 }
 
-const char *imagebase_sha_problem(const char *sha)
+const char *imagebase_digest_algo(const char *digest)
 {
-    if (!sha || strlen(sha) != POOL_IMAGE_NAME_LEN)
-        return "is not 64 hexadecimal digits";
-    if (!pool_image_name_valid(sha))
-        return "is not 64 lowercase hexadecimal digits";
+    size_t n = digest ? strlen(digest) : 0;
+    return n == POOL_IMAGE_NAME_LEN ? "sha256" : n == POOL_IMAGE_NAME_LEN_512 ? "sha512" : NULL;
+}
+
+const char *imagebase_digest_problem(const char *algo, const char *digest)
+{
+    bool is512 = streq(algo, "sha512");
+    size_t want = is512 ? POOL_IMAGE_NAME_LEN_512 : POOL_IMAGE_NAME_LEN;
+    if (!digest || strlen(digest) != want)
+        return is512 ? "is not 128 hexadecimal digits (a SHA-512)"
+                     : "is not 64 hexadecimal digits (a SHA-256)";
+    if (!pool_image_name_valid(digest))
+        return is512 ? "is not 128 lowercase hexadecimal digits"
+                     : "is not 64 lowercase hexadecimal digits";
     return NULL;
 }
 
@@ -323,23 +333,30 @@ static int download(const struct imagebase_fetch *f, const char *dir, int fd, co
 static int check_sha(const struct imagebase_fetch *f, const char *part, const char *shown,
                      char **ret_msg)
 {
-    char *argv[] = {"sha256sum", "--", (char *)part, NULL};
+    const char *algo = imagebase_digest_algo(f->digest);
+    size_t len = strlen(f->digest);
+    _cleanup_free_ char *tool = xasprintf("%ssum", algo);
+    char *argv[] = {tool, "--", (char *)part, NULL};
     struct proc_result res = {0};
     int r = proc_run(argv, SHA_TIMEOUT_MS, &res);
-    if (r < 0 || res.exit_code != 0 || strlen(res.out) < POOL_IMAGE_NAME_LEN) {
-        *ret_msg = xasprintf("cannot compute the sha256 of the download: %s",
+    if (r < 0 || res.exit_code != 0 || strlen(res.out) < len) {
+        *ret_msg = xasprintf("cannot compute the %s of the download: %s", algo,
                              r < 0 ? strerror(-r) : res.err);
         proc_result_clear(&res);
         return r < 0 ? r : -EIO;
     }
-    res.out[POOL_IMAGE_NAME_LEN] = '\0';
-    if (!streq(res.out, f->sha256)) {
-        /* The error goes to whoever made the request (an event of the
-         * claim): nothing of the content, not even its hash; the
-         * operator's log has it. */
-        log_warn("image", "checksum mismatch", "url=%s expected=%s got=%s", shown, f->sha256,
-                 res.out);
-        *ret_msg = xasprintf("the content at %s does not have sha256 %s", shown, f->sha256);
+    res.out[len] = '\0';
+    if (!streq(res.out, f->digest)) {
+        /* The error names both digests: the class's author compares them
+         * with the publisher's list (a new release replaces the file under
+         * the same URL).  A digest tells nothing of the content but
+         * whether it is a given file. */
+        log_warn("image", "checksum mismatch", "url=%s algo=%s expected=%s got=%s", shown, algo,
+                 f->digest, res.out);
+        *ret_msg = xasprintf("the content at %s does not have %s %s (it has %s)", shown, algo,
+                             f->digest, res.out);
+        if (f->ret_got)
+            memcpy(f->ret_got, res.out, len + 1);
         r = -EBADMSG;
     }
     proc_result_clear(&res);
@@ -512,10 +529,10 @@ static int fetch_finish(const struct pool *p, const struct imagebase_fetch *f, i
         *ret_msg = xasprintf("cannot write %s: %s", conv_path, strerror(-r));
         return r;
     }
-    if ((r = publish(p, dfd, conv, f->sha256, ret_msg)) < 0)
+    if ((r = publish(p, dfd, conv, f->digest, ret_msg)) < 0)
         return r;
-    log_info("image", "image base ready", "url=%s sha256=%s format=%s bytes=%" PRIu64
-             " virtual_size=%" PRIu64, shown, f->sha256, pr.format, (uint64_t)st.st_size, vsize);
+    log_info("image", "image base ready", "url=%s digest=%s format=%s bytes=%" PRIu64
+             " virtual_size=%" PRIu64, shown, f->digest, pr.format, (uint64_t)st.st_size, vsize);
     return 0;
 }
 
@@ -526,8 +543,8 @@ int imagebase_fetch(const struct pool *p, const struct imagebase_fetch *f, char 
         *ret_msg = xasprintf("cannot open %s: %s", p->images, strerror(errno));
         return -errno;
     }
-    _cleanup_free_ char *part = xasprintf(".%s.part", f->sha256);
-    _cleanup_free_ char *conv = xasprintf(".%s.part.qcow2", f->sha256);
+    _cleanup_free_ char *part = xasprintf(".%s.part", f->digest);
+    _cleanup_free_ char *conv = xasprintf(".%s.part.qcow2", f->digest);
     _cleanup_free_ char *part_path = xasprintf("%s/%s", p->images, part);
     _cleanup_free_ char *shown = imagebase_url_redact(f->url);
     _cleanup_close_ int fd = -1;
@@ -540,7 +557,7 @@ int imagebase_fetch(const struct pool *p, const struct imagebase_fetch *f, char 
     }
     unlinkat(dfd, conv, 0);
     uint64_t t0 = now_ms();
-    log_info("image", "download started", "url=%s sha256=%s", shown, f->sha256);
+    log_info("image", "download started", "url=%s digest=%s", shown, f->digest);
     if (ftruncate(fd, 0) < 0) { /* a killed fetch's leftovers */
         r = -errno;
         *ret_msg = xasprintf("cannot truncate %s: %s", part_path, strerror(-r));

@@ -2,9 +2,9 @@
  * of an image class (a StorageClass naming an image URL) are made from.
  *
  * A base is an image downloaded once per pool (curl), verified against its
- * sha256, probed by us (layers.h image_probe: raw, or a self-contained qcow2;
+ * digest (imageSha256 or imageSha512: sha256sum or sha512sum), probed by us (layers.h image_probe: raw, or a self-contained qcow2;
  * nothing QEMU would follow) and converted into a fresh qcow2 layer of the
- * pool.  Its name images/<sha256> is a symbolic link holding the layer's
+ * pool.  Its name images/<digest> (pool.h: 64 or 128 hex digits) is a symbolic link holding the layer's
  * reference "../layers/<L>.qcow2" (read with readlinkat, never followed).  A
  * volume of the image is a thin overlay on that layer (thin_create).  The
  * name is a weak reference: the garbage collection (pool_gc) keeps the layer
@@ -12,15 +12,16 @@
  * or a volume creation: its mtime) in the last POOL_IMAGE_KEEP_S seconds, and
  * removes the name once its layer is gone.
  *
- * A fetch works in images/.<sha256>.part (the download) and
- * images/.<sha256>.part.qcow2 (the conversion), holding a flock on the
+ * A fetch works in images/.<digest>.part (the download) and
+ * images/.<digest>.part.qcow2 (the conversion), holding a flock on the
  * first: two fetches of one image never run at once (-EBUSY), and the
  * garbage collection removes temporaries no fetch holds (a killed plugin's).
  *
  * Owns: the fetch into the images/ directory (its layout and garbage
  * collection are pool.h's), the download (curl: bounded, retried, with
  * progress logs, hop by hop through redirects, to addresses fetchaddr.h
- * allows), the checksum (sha256sum), the conversion and publication.
+ * allows), the checksum (sha256sum or sha512sum), the conversion and
+ * publication.
  * Every function but the pure checks blocks: for workers and the CLI. */
 #pragma once
 
@@ -36,20 +37,27 @@
 
 /* Pure checks (the StorageClass parameters).  NULL when fine, else why. */
 const char *imagebase_url_problem(const char *url);
-const char *imagebase_sha_problem(const char *sha256);
+/* A digest of algo ("sha256": 64 lowercase hex digits, "sha512": 128). */
+const char *imagebase_digest_problem(const char *algo, const char *digest);
+/* "sha256" or "sha512" for a digest of 64 or 128 characters, else NULL. */
+const char *imagebase_digest_algo(const char *digest);
+#define IMAGEBASE_DIGEST_MAX POOL_IMAGE_NAME_LEN_512
 
 struct imagebase_fetch {
     const char *url;       /* http:// or https:// */
-    const char *sha256;    /* 64 lowercase hex digits */
+    const char *digest;    /* SHA-256 or SHA-512, lowercase hex (its length says which) */
     uint64_t max_bytes;    /* 0: IMAGEBASE_MAX_BYTES */
     uint64_t timeout_ms;   /* the whole fetch, retries included */
     unsigned attempts;     /* downloads tried on transient failures (>= 1) */
     uint64_t keep_free;    /* bytes of the pool's filesystem the base must leave free */
     const struct imagebase_net *allow; /* refused ranges allowed anyway (tests) */
     size_t n_allow;
+    /* out: on -EBADMSG, the digest the content has (IMAGEBASE_DIGEST_MAX + 1
+     * bytes; NULL: not wanted) */
+    char *ret_got;
 };
 
-/* Download, verify, probe, convert and publish the base of f->sha256.
+/* Download, verify, probe, convert and publish the base of f->digest.
  *
  * The download: curl, http(s) only, no proxy, to an address resolved and
  * checked by fetchaddr_resolve (it blocks: call from a worker) and pinned

@@ -295,7 +295,7 @@ void pool_drop_extra_names(const struct pool *p, const char *top)
 
 bool pool_image_name_valid(const char *name)
 {
-    if (!name || strlen(name) != POOL_IMAGE_NAME_LEN)
+    if (!name || (strlen(name) != POOL_IMAGE_NAME_LEN && strlen(name) != POOL_IMAGE_NAME_LEN_512))
         return false;
     for (const char *c = name; *c; c++)
         if (!strchr("0123456789abcdef", *c))
@@ -360,10 +360,11 @@ static void gc_images(const struct pool *p)
                 unlinkat(dfd, n, 0); /* its layer was removed */
             continue;
         }
-        if (n[0] != '.' || strlen(n) < 1 + POOL_IMAGE_NAME_LEN)
+        /* .<image name><rest> */
+        const char *rest = n[0] == '.' ? strchr(n + 1, '.') : NULL;
+        if (!rest)
             continue;
-        _cleanup_free_ char *sha = xstrndup(n + 1, POOL_IMAGE_NAME_LEN);
-        const char *rest = n + 1 + POOL_IMAGE_NAME_LEN;
+        _cleanup_free_ char *sha = xstrndup(n + 1, (size_t)(rest - n - 1));
         if (!pool_image_name_valid(sha))
             continue;
         if (streq(rest, ".link")) {

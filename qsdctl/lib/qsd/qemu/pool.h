@@ -29,7 +29,10 @@
 #include "qsd/qemu/layers.h"
 
 #define POOL_LOCK_TIMEOUT_MS 30000u
-#define POOL_IMAGE_NAME_LEN 64u   /* an image name: a sha256, lowercase hex */
+/* An image name: the digest of the image's bytes in lowercase hex, a
+ * SHA-256 (64 digits) or a SHA-512 (128); the length says which. */
+#define POOL_IMAGE_NAME_LEN 64u       /* SHA-256 */
+#define POOL_IMAGE_NAME_LEN_512 128u  /* SHA-512 */
 #define POOL_IMAGE_KEEP_S 3600u   /* unused image bases stay this long */
 
 struct pool {
@@ -89,7 +92,8 @@ int pool_link_layer(const struct pool *p, const char *path, char ret[LAYER_NAME_
  * truth. */
 void pool_drop_extra_names(const struct pool *p, const char *top);
 
-/* Whether name is an image name (POOL_IMAGE_NAME_LEN lowercase hex digits). */
+/* Whether name is an image name (POOL_IMAGE_NAME_LEN or
+ * POOL_IMAGE_NAME_LEN_512 lowercase hex digits). */
 bool pool_image_name_valid(const char *name);
 /* The layer image name `name` (in images/, dirfd) refers to, without
  * following it; its lstat in *ret_st (may be NULL).  -ENOENT: no such name;
