@@ -107,13 +107,16 @@ static bool refused_recently(struct op *op)
     if (!url || !imagememo_find(c->image_refusals, url, op->image, now_ms(), &got, &left_ms))
         return false;
     _cleanup_free_ char *shown = imagebase_url_redact(url);
+    /* as the download's error: the expected digest only, the content's in
+     * the log (imagebase.c check_sha) */
     _cleanup_free_ char *msg = xasprintf(
-        "parameter %s: the content at %s does not have %s %s (it has %s); found %" PRIu64
-        " s ago, not downloaded again for %" PRIu64 " s", digest_param(op->image), shown,
-        imagebase_digest_algo(op->image), op->image, got,
-        (uint64_t)((IMAGEMEMO_TTL_MS - left_ms) / 1000), (left_ms + 999) / 1000);
-    log_info("controller", "image refused again without a download", "volume=%s digest=%s",
-             op->vol->id, op->image);
+        "parameter %s: the content at %s does not have %s %s (its own is in the node plugin's "
+        "log: msg=\"checksum mismatch\"); found %" PRIu64 " s ago, not downloaded again for "
+        "%" PRIu64 " s", digest_param(op->image), shown, imagebase_digest_algo(op->image),
+        op->image, (uint64_t)((IMAGEMEMO_TTL_MS - left_ms) / 1000), (left_ms + 999) / 1000);
+    log_warn("controller", "checksum mismatch remembered, not downloaded again",
+             "volume=%s url=%s expected=%s got=%s left_s=%" PRIu64, op->vol->id, shown,
+             op->image, got, (left_ms + 999) / 1000);
     g_done(-EBADMSG, msg, NULL, op);
     return true;
 }

@@ -347,14 +347,15 @@ static int check_sha(const struct imagebase_fetch *f, const char *part, const ch
     }
     res.out[len] = '\0';
     if (!streq(res.out, f->digest)) {
-        /* The error names both digests: the class's author compares them
-         * with the publisher's list (a new release replaces the file under
-         * the same URL).  A digest tells nothing of the content but
-         * whether it is a given file. */
+        /* The error goes to whoever made the request (an event of the
+         * claim): nothing of the content, not even its hash (a hash of
+         * what a refused address served was a leak: docs/security.md);
+         * the operator's log has it, and the caller gets it in
+         * f->ret_got for that log. */
         log_warn("image", "checksum mismatch", "url=%s algo=%s expected=%s got=%s", shown, algo,
                  f->digest, res.out);
-        *ret_msg = xasprintf("the content at %s does not have %s %s (it has %s)", shown, algo,
-                             f->digest, res.out);
+        *ret_msg = xasprintf("the content at %s does not have %s %s (its own is in the node "
+                             "plugin's log: msg=\"checksum mismatch\")", shown, algo, f->digest);
         if (f->ret_got)
             memcpy(f->ret_got, res.out, len + 1);
         r = -EBADMSG;
