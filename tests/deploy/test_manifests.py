@@ -300,6 +300,7 @@ PARAM_OPTION = {
 IMAGE_PARAMS = {
     "image": re.compile(r"^https?://[!-~]{1,2040}$"),
     "imageSha256": re.compile(r"^[0-9a-f]{64}$"),
+    "imageSha512": re.compile(r"^[0-9a-f]{128}$"),
 }
 
 
