@@ -45,6 +45,13 @@ static int image_fn(void *arg, char **ret_msg, json_t **ret_result)
     const char *vol = op->vol->id;
     bool fetched = false;
     int r = imagebase_create_volume(&c->pool, vol, op->image, op->size, ret_msg);
+    if (r == -ENOLINK && op->image_lead && op->image_refusal) {
+        /* no base, and this download failed its checksum a moment ago */
+        free(*ret_msg);
+        *ret_msg = xstrdup(op->image_refusal);
+        *ret_result = json_pack("{s:b}", "fetch_failed", 1); /* the waiters too */
+        return -EBADMSG;
+    }
     if (r == -ENOLINK && op->image_lead) {
         free(*ret_msg);
         *ret_msg = NULL;
@@ -97,28 +104,30 @@ static void start(struct op *op)
         store_remove_vol(c->store, v); /* op_worker failed the call and ended op */
 }
 
-/* A checksum refusal of this image remembered (imagememo.h): fail op at
- * once with it, the digests and the time left.  true when it did. */
-static bool refused_recently(struct op *op)
+/* A checksum refusal of this image remembered (imagememo.h): its error,
+ * with the time left, in op->image_refusal; the worker gives it instead of
+ * downloading when the pool has no base (another class may have brought
+ * the right content under that digest meanwhile: then the volume is made). */
+static void note_refusal(struct op *op)
 {
     struct csi *c = op->csi;
     const char *url = image_url(op), *got;
     uint64_t left_ms;
+    free(op->image_refusal);
+    op->image_refusal = NULL;
     if (!url || !imagememo_find(c->image_refusals, url, op->image, now_ms(), &got, &left_ms))
-        return false;
+        return;
     _cleanup_free_ char *shown = imagebase_url_redact(url);
     /* as the download's error: the expected digest only, the content's in
      * the log (imagebase.c check_sha) */
-    _cleanup_free_ char *msg = xasprintf(
+    op->image_refusal = xasprintf(
         "parameter %s: the content at %s does not have %s %s (its own is in the node plugin's "
         "log: msg=\"checksum mismatch\"); found %" PRIu64 " s ago, not downloaded again for "
         "%" PRIu64 " s", digest_param(op->image), shown, imagebase_digest_algo(op->image),
         op->image, (uint64_t)((IMAGEMEMO_TTL_MS - left_ms) / 1000), (left_ms + 999) / 1000);
-    log_warn("controller", "checksum mismatch remembered, not downloaded again",
+    log_info("controller", "checksum refusal remembered: no download unless the pool has the base",
              "volume=%s url=%s expected=%s got=%s left_s=%" PRIu64, op->vol->id, shown,
              op->image, got, (left_ms + 999) / 1000);
-    g_done(-EBADMSG, msg, NULL, op);
-    return true;
 }
 
 void imageclass_create(struct op *op, const char *digest, worker_done done)
@@ -132,8 +141,7 @@ void imageclass_create(struct op *op, const char *digest, worker_done done)
                  "volume=%s digest=%s", op->vol->id, digest);
         return;
     }
-    if (refused_recently(op))
-        return;
+    note_refusal(op);
     start(op);
 }
 

@@ -37,6 +37,7 @@ void op_end(struct op *op)
         op->snap_read->readers--;
     qmp_close(op->qmp);
     free(op->image);
+    free(op->image_refusal);
     free(op->vol_id);
     if (op->rbd)
         op->rbd_free(op->rbd);

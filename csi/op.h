@@ -34,7 +34,9 @@ struct op {
     bool live;             /* the source is read through its QSD (snapshot, clone) */
     bool repair;           /* a stage that restarts the QSD of a staged volume */
     bool qmp_failed;       /* its monitor connection failed (NodeExpandVolume) */
-    char *image;           /* image class: sha256 of the base it needs (imageclass.h) */
+    char *image;           /* image class: digest of the base it needs (imageclass.h) */
+    char *image_refusal;   /* a remembered checksum refusal of it: the error to give
+                            * instead of downloading (imageclass.c, imagememo.h) */
     char *vol_id;          /* a volume looked up again when done, not held busy (stats) */
     struct rbd_req *rbd;   /* RBD backend: the request, credentials included (rbd.h) */
     void (*rbd_free)(struct rbd_req *); /* frees rbd (rbd_req_free; op_end) */

@@ -408,7 +408,7 @@ def run(env, srv, qsdctl):
     assert srv.count("/disk.raw") == gets + 1, (gets, srv.count("/disk.raw"))
     fails(FP, ["imageSha256", sha(b"other"), "!" + sha(raw), "not downloaded again for"],
           "wrong-sha", "/disk.raw", digest=sha(b"other"))
-    assert "not downloaded again" in env.log_tail(50) and sha(raw) in env.log_tail(50)
+    assert "checksum refusal remembered" in env.log_tail(50) and sha(raw) in env.log_tail(50)
     assert srv.count("/disk.raw") == gets + 1, "a remembered refusal downloaded again"
     # -- imageSha512 (Debian publishes SHA512SUMS only): exactly one of the two
     s512 = hashlib.sha512(raw2).hexdigest()
@@ -420,7 +420,8 @@ def run(env, srv, qsdctl):
     fails(IA, ["imageSha256 and imageSha512", "not both"], "both-sha", "/disk512.raw",
           algo="sha512", imageSha256=sha(raw2))
     assert srv.count("/disk512.raw") == 0
-    wrong512 = hashlib.sha512(b"other").hexdigest()
+    # the digest of another image (raw): wrong for /disk512.raw (raw2)
+    wrong512 = hashlib.sha512(raw).hexdigest()
     fails(FP, ["imageSha512", "does not have sha512 " + wrong512, "!" + s512],
           "wrong-512", "/disk512.raw", algo="sha512", digest=wrong512)
     assert srv.count("/disk512.raw") == 1
@@ -430,6 +431,15 @@ def run(env, srv, qsdctl):
     assert srv.count("/disk512.raw") == 1, "a remembered refusal downloaded again"
     assert time.monotonic() - t0 < 5, "the remembered refusal took %.1f s" % (
         time.monotonic() - t0)
+    # once the pool has a base of that digest (another class brought it),
+    # the remembered refusal no longer stops the volume: no GET either
+    srv.files["/other512.raw"] = raw
+    create("other-512", "/other512.raw", algo="sha512")
+    assert srv.count("/other512.raw") == 1
+    create("wrong-512c", "/disk512.raw", algo="sha512", digest=wrong512)
+    assert srv.count("/disk512.raw") == 1, "downloaded although the base was there"
+    for n in ("other-512", "wrong-512c"):
+        c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=n), timeout=TIMEOUT)
     # the right SHA-512: downloaded (the refusal is keyed by the digest), and
     # the volume's content is the image's
     v = create("good-512", "/disk512.raw", algo="sha512").volume
