@@ -32,6 +32,18 @@ static bool record_name(struct csi *c, struct verdict *v, const char *field, cha
     return true;
 }
 
+/* The id of a record: rbd_id_to_name reversed (the parts of an id never
+ * contain '_'). */
+static char *volume_handle(const struct csi *c, const struct vol *v)
+{
+    (void)c;
+    char *id = xstrdup(v->id);
+    for (char *p = id; *p; p++)
+        if (*p == '_')
+            *p = ':';
+    return id;
+}
+
 /* The first NodeStageVolume of a volume (op->rbd): checked again now
  * that its QSD runs with a watch of its own (rbd_guard.h). */
 static bool stage_confirm(struct op *op)
@@ -63,6 +75,7 @@ const struct backend backend_rbd = {
     .delete_snapshot = rbd_delete_snapshot,
     .list_snapshots = rbd_list_snapshots,
     .record_name = record_name,
+    .volume_handle = volume_handle,
     .stage_prepare = rbd_stage,
     .stage_confirm = stage_confirm,
     .export_opts = rbd_export_opts,

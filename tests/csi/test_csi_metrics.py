@@ -4,7 +4,10 @@ a real QSD under I/O (qsdctl verify through the published socket).
 
 Checks: /healthz answers; the page parses (prometheus_client's parser plus
 a strict check of our own: HELP and TYPE for every family, cumulative
-buckets ending in +Inf == _count, the qsd_csi_ prefix); the volume's I/O
+buckets ending in +Inf == _count, the qsd_csi_ prefix); every per-volume series carries the labels that
+join with kube-state-metrics (namespace and persistentvolumeclaim from the
+provisioner's --extra-create-metadata parameters, volume_handle NAME@NODE as
+the PV has it); the volume's I/O
 counters moved with the I/O; the RPC counters and histograms count the
 calls made (a failing one under its code); a SIGSTOPped QSD becomes "hung"
 and NodeGetVolumeStats abnormal, SIGCONT makes it running and normal again,
@@ -42,6 +45,10 @@ except ImportError:
 
 MiB = 1 << 20
 VOL = "pvc-metrics"
+# What csi-provisioner --extra-create-metadata adds to CreateVolume's parameters.
+PVC_META = {"csi.storage.k8s.io/pvc/name": "disk-a",
+            "csi.storage.k8s.io/pvc/namespace": "vms",
+            "csi.storage.k8s.io/pv/name": VOL}
 POOL_SIZE = 256 * MiB
 WAIT_S = 20  # bound on every wait for a collection round (interval 1 s, probe bound 3 s)
 
@@ -110,7 +117,28 @@ def scrape(port, timeout=5.0):
 
 
 def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))))
+    """The value of the one sample of name whose labels include labels
+    (None when there is none; two are an error)."""
+    want = set(labels.items())
+    got = [v for (n, ls), v in samples.items() if n == name and want <= set(ls)]
+    assert len(got) <= 1, "%d samples of %s with %s" % (len(got), name, labels)
+    return got[0] if got else None
+
+
+def check_volume_labels(samples, node):
+    """Every qsd_csi_volume_ sample names its volume the ways Kubernetes
+    does."""
+    n = 0
+    for (name, ls), _ in samples.items():
+        if not name.startswith("qsd_csi_volume_"):
+            continue
+        d = dict(ls)
+        assert d.get("volume_id") == VOL, (name, d)
+        assert d.get("volume_handle") == VOL + "@" + node, (name, d)
+        assert d.get("namespace") == "vms", (name, d)
+        assert d.get("persistentvolumeclaim") == "disk-a", (name, d)
+        n += 1
+    assert n >= 10, "only %d per-volume samples" % n
 
 
 def check_histograms(body):
@@ -170,7 +198,7 @@ def start(env, extra=()):
     port = s.getsockname()[1]
     s.close()
     c = env.start(["--http-endpoint", "127.0.0.1:%d" % port, "--metrics-interval", "1", *extra])
-    _, tgt = thinlib.create_published(env, c, VOL, 64 * MiB, mount_cap(env.pb), 60)
+    _, tgt = thinlib.create_published(env, c, VOL, 64 * MiB, mount_cap(env.pb), 60, PVC_META)
     return c, port, tgt
 
 
@@ -238,6 +266,7 @@ def run(env, qsdctl, stopped):
     smp = wait_for("write and read bytes to grow by the 32 MiB verify wrote and read back", moved)
     smp, body = scrape(port)
     check_histograms(body)
+    check_volume_labels(smp, env.node)
     print("sample of /metrics:\n" + "\n".join(
         line for line in body.split("\n")
         if "le=" not in line or 'le="+Inf"' in line)[:6000])

@@ -1,5 +1,6 @@
 /* Unit tests for the pure parts of the plugin's metrics: label escaping,
- * sample and histogram rendering (text format 0.0.4), and the parsing of
+ * a volume's labels (the ones that join with kube-state-metrics), sample
+ * and histogram rendering (text format 0.0.4), and the parsing of
  * --http-endpoint. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +29,28 @@ static void test_labels(void **state)
     assert_string_equal(l, "volume_id=\"a\\\"b\\\\c\\nd\",state=\"hung\"");
     _cleanup_free_ char *e = metrics_labels("k", "", NULL);
     assert_string_equal(e, "k=\"\"");
+}
+
+static void test_volume_labels(void **state)
+{
+    json_t *ctx = json_pack("{s:s, s:s, s:s}", "csi.storage.k8s.io/pvc/name", "disk-a",
+                            "csi.storage.k8s.io/pvc/namespace", "vms",
+                            "csi.storage.k8s.io/pv/name", "pvc-1");
+    _cleanup_free_ char *l = metrics_volume_labels("pvc-1", "pvc-1@node-a", ctx);
+    assert_string_equal(l, "volume_id=\"pvc-1\",volume_handle=\"pvc-1@node-a\","
+                           "namespace=\"vms\",persistentvolumeclaim=\"disk-a\"");
+    json_decref(ctx);
+    /* A record made before the context was kept, or without the
+     * provisioner's metadata: empty, never missing. */
+    _cleanup_free_ char *none = metrics_volume_labels("pvc-2", NULL, NULL);
+    assert_string_equal(none, "volume_id=\"pvc-2\",volume_handle=\"\",namespace=\"\","
+                              "persistentvolumeclaim=\"\"");
+    json_t *odd = json_pack("{s:i, s:s}", "csi.storage.k8s.io/pvc/name", 7,
+                            "csi.storage.k8s.io/pvc/namespace", "a\"b");
+    _cleanup_free_ char *e = metrics_volume_labels("v", "v@n", odd);
+    assert_string_equal(e, "volume_id=\"v\",volume_handle=\"v@n\",namespace=\"a\\\"b\","
+                           "persistentvolumeclaim=\"\"");
+    json_decref(odd);
 }
 
 static void samples(FILE *f, void *arg)
@@ -90,6 +113,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_labels),
+        cmocka_unit_test(test_volume_labels),
         cmocka_unit_test(test_samples),
         cmocka_unit_test(test_histogram),
         cmocka_unit_test(test_endpoint),
