@@ -97,7 +97,15 @@ static void test_endpoint(void **state)
     assert_int_equal(http_parse_endpoint("127.0.0.1:9810", &ss, &len), 0);
     assert_int_equal(ss.ss_family, AF_INET);
     assert_int_equal(ntohs(((struct sockaddr_in *)&ss)->sin_port), 9810);
+    /* Every address: [::], which the server makes dual-stack. */
     assert_int_equal(http_parse_endpoint(":9810", &ss, &len), 0);
+    assert_int_equal(ss.ss_family, AF_INET6);
+    assert_int_equal(len, sizeof(struct sockaddr_in6));
+    assert_memory_equal(&((struct sockaddr_in6 *)&ss)->sin6_addr, &in6addr_any,
+                        sizeof(in6addr_any));
+    assert_int_equal(ntohs(((struct sockaddr_in6 *)&ss)->sin6_port), 9810);
+    assert_int_equal(http_parse_endpoint("0.0.0.0:9810", &ss, &len), 0);
+    assert_int_equal(ss.ss_family, AF_INET);
     assert_int_equal(((struct sockaddr_in *)&ss)->sin_addr.s_addr, htonl(INADDR_ANY));
     assert_int_equal(http_parse_endpoint("[::1]:80", &ss, &len), 0);
     assert_int_equal(ss.ss_family, AF_INET6);
