@@ -1,7 +1,7 @@
 /* rbd_backend.c: the RBD backend's table (backend.h): what it claims (the
  * StorageClass parameter backend: rbd, "rbd:" and "rbdsnap:" ids, the
  * records of staged RBD volumes), its RPCs (rbd.c, rbd_snap.c), the node's
- * record name of an id, and the restarts of its QSDs after the rule
+ * record name of an id and the id of a record, and the restarts of its QSDs after the rule
  * (rbd_guard.h). */
 #include "backend.h"
 #include "rbd.h"
