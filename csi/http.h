@@ -1,9 +1,9 @@
 /* http.h: a small HTTP/1.1 server for /metrics and /healthz on the loop.
  *
  * Owns: the TCP listener of --http-endpoint (dual-stack for ":PORT") and
- * its connections.  It is
- * reachable from the pod network, so every caller is treated as hostile and
- * everything it can make us hold is bounded: HTTP_MAX_CONNECTIONS at once (a
+ * its connections.  It is reachable from the network (the node's, for the
+ * DaemonSet), so every caller is treated as hostile and everything it can
+ * make us hold is bounded: HTTP_MAX_CONNECTIONS at once (a
  * new one past that closes the oldest connection of the peer address that
  * holds the most, so slow clients displace their own, never a scraper from
  * elsewhere), a request head of at most HTTP_MAX_REQUEST bytes (431 beyond),
