@@ -17,7 +17,8 @@
 # A cold build took 510 s on a 2-core machine (downloads ~1.8 GB of
 # modules into GOMODCACHE and ~1.8 GB of build cache).
 # Exit 0: all good; 1: a problem; 77: skipped, only when there is no Go
-# (and no promtool of that version built before).
+# (and no promtool of that version built before).  With --build: build
+# promtool if needed, and stop there.
 set -euo pipefail
 
 PROMTOOL_VERSION=v0.316.0  # the Prometheus 3.x module; see go-partial's list
@@ -60,13 +61,16 @@ if [[ ! -x "$PROMTOOL" || "$(cat "$STAMP" 2>/dev/null)" != "$PROMTOOL_VERSION" ]
     build_promtool
 fi
 flock -u 9
+# --build: only make sure promtool is built (scripts/test.sh does it in the
+# background before the suite, at the lowest CPU priority).
+[[ ${1:-} != --build ]] || exit 0
 
 WORK=$(mktemp -d /tmp/qsd-monitoring.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
 # The rule groups of the PrometheusRule as a plain rules file, the
 # dashboard's queries as another; the test beside them.
-python3 - "$ROOT" "$WORK" <<'EOF'
+/usr/bin/python3 - "$ROOT" "$WORK" <<'EOF'
 import json, re, sys, yaml
 root, work = sys.argv[1], sys.argv[2]
 with open(root + "/deploy/monitoring/prometheusrule.yaml") as f:
