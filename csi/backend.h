@@ -67,6 +67,9 @@ struct backend {
      * says why: INVALID_ARGUMENT, or NOT_FOUND naming the node holding
      * it).  csi_id_check's work. */
     bool (*record_name)(struct csi *c, struct verdict *v, const char *field, char *id);
+    /* record_name reversed: the volume id the CO has for record v (the
+     * volume handle of its PV), malloc'd.  The metrics' volume_handle. */
+    char *(*volume_handle)(const struct csi *c, const struct vol *v);
     /* NodeStageVolume of a volume the node has no record of yet (or an
      * unstaged, idle one): prepare and make the record, then go on with
      * then.  NULL: the record must exist (NOT_FOUND). */

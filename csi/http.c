@@ -58,11 +58,15 @@ int http_parse_endpoint(const char *endpoint, struct sockaddr_storage *ret, unsi
         a->sin6_family = AF_INET6;
         a->sin6_port = htons((uint16_t)port);
         *ret_len = sizeof(*a);
+    } else if (hl == 0) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_any;
+        a->sin6_port = htons((uint16_t)port);
+        *ret_len = sizeof(*a);
     } else {
         struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        if (hl == 0)
-            a->sin_addr.s_addr = htonl(INADDR_ANY);
-        else if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+        if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
             return -EINVAL;
         a->sin_family = AF_INET;
         a->sin_port = htons((uint16_t)port);
@@ -413,6 +417,35 @@ static void on_accept(struct loop *l, int fd, uint32_t revents, void *opaque)
     }
 }
 
+/* A socket for ss.  Every address (dual, ":PORT"): [::] taking IPv4
+ * clients too (IPV6_V6ONLY off, whatever net.ipv6.bindv6only says), or
+ * 0.0.0.0 in ss when the kernel has no IPv6. */
+static int listen_socket(bool dual, struct sockaddr_storage *ss, unsigned *sl)
+{
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 && dual && errno == EAFNOSUPPORT) {
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = ((struct sockaddr_in6 *)ss)->sin6_port,
+                                .sin_addr.s_addr = htonl(INADDR_ANY)};
+        memset(ss, 0, sizeof(*ss));
+        memcpy(ss, &a, sizeof(a));
+        *sl = sizeof(a);
+        log_info("http", "no IPv6 in this kernel: listening on IPv4 only", "port=%u",
+                 (unsigned)ntohs(a.sin_port));
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    }
+    if (fd < 0)
+        return -errno;
+    int off = 0;
+    if (dual && ss->ss_family == AF_INET6 &&
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
 int http_server_new(struct loop *l, const char *endpoint, http_handler_fn fn, void *opaque,
                     struct http_server **ret)
 {
@@ -421,9 +454,10 @@ int http_server_new(struct loop *l, const char *endpoint, http_handler_fn fn, vo
     int r = http_parse_endpoint(endpoint, &ss, &sl);
     if (r < 0)
         return r;
-    _cleanup_close_ int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
+    _cleanup_close_ int fd = -1;
+    if ((r = listen_socket(endpoint[0] == ':', &ss, &sl)) < 0)
+        return r;
+    fd = r;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 64) < 0)

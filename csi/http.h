@@ -1,8 +1,9 @@
 /* http.h: a small HTTP/1.1 server for /metrics and /healthz on the loop.
  *
- * Owns: the TCP listener of --http-endpoint and its connections.  It is
- * reachable from the pod network, so every caller is treated as hostile and
- * everything it can make us hold is bounded: HTTP_MAX_CONNECTIONS at once (a
+ * Owns: the TCP listener of --http-endpoint (dual-stack for ":PORT") and
+ * its connections.  It is reachable from the network (the node's, for the
+ * DaemonSet), so every caller is treated as hostile and everything it can
+ * make us hold is bounded: HTTP_MAX_CONNECTIONS at once (a
  * new one past that closes the oldest connection of the peer address that
  * holds the most, so slow clients displace their own, never a scraper from
  * elsewhere), a request head of at most HTTP_MAX_REQUEST bytes (431 beyond),
@@ -33,8 +34,10 @@
 typedef void (*http_handler_fn)(const char *path, int *ret_status, const char **ret_type,
                                 char **ret_body, size_t *ret_len, void *opaque);
 
-/* "HOST:PORT" with a numeric IPv4 host, "[IPv6]:PORT", or ":PORT" (every
- * IPv4 address).  -EINVAL when malformed. */
+/* "HOST:PORT" with a numeric IPv4 host, "[IPv6]:PORT", or ":PORT": every
+ * address, IPv4 and IPv6 ([::], which http_server_new listens on with
+ * IPV6_V6ONLY off, or 0.0.0.0 when the kernel has no IPv6).  -EINVAL when
+ * malformed. */
 int http_parse_endpoint(const char *endpoint, struct sockaddr_storage *ret, unsigned *ret_len);
 
 struct http_server;

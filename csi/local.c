@@ -796,6 +796,13 @@ static bool record_name(struct csi *c, struct verdict *v, const char *field, cha
     return id_check(v, field, id);
 }
 
+/* NAME@NODE, as CreateVolume answered (csi_id_out). */
+static char *volume_handle(const struct csi *c, const struct vol *v)
+{
+    char buf[CSI_ID_MAX + 1];
+    return xstrdup(csi_id_out(c, v->id, buf));
+}
+
 static int export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
 {
     char *image = NULL, *format = NULL;
@@ -846,6 +853,7 @@ const struct backend backend_local = {
     .delete_snapshot = delete_snapshot,
     .list_snapshots = list_snapshots,
     .record_name = record_name,
+    .volume_handle = volume_handle,
     .stage_prepare = NULL, /* CreateVolume made the record */
     .stage_confirm = stage_confirm,
     .export_opts = export_opts,

@@ -4,6 +4,7 @@
 #include "backend.h"
 #include "config.h"
 #include "capacity.h"
+#include "params.h"
 #include "qsd/base/util.h"
 #include "service.h"
 #include "volstats.h"
@@ -220,8 +221,7 @@ static void render_vol(FILE *f, int k, struct csi *c, const struct vol *v, const
         if (s == VS_NONE)
             return;
         for (enum vol_state x = VS_RUNNING; x <= VS_REFUSED; x++) {
-            _cleanup_free_ char *l2 = metrics_labels("volume_id", v->id, "state",
-                                                     vol_state_name(x), NULL);
+            _cleanup_free_ char *l2 = xasprintf("%s,state=\"%s\"", l, vol_state_name(x));
             metrics_sample(f, name, l2, x == s);
         }
         return;
@@ -267,12 +267,29 @@ static void render_vol(FILE *f, int k, struct csi *c, const struct vol *v, const
     metrics_sample(f, name, l, val);
 }
 
+static const char *context_str(const json_t *context, const char *key)
+{
+    const char *s = json_string_value(json_object_get(context, key));
+    return s ? s : "";
+}
+
+char *metrics_volume_labels(const char *volume_id, const char *handle, const json_t *context)
+{
+    return metrics_labels("volume_id", volume_id, "volume_handle", handle ? handle : "",
+                          "namespace", context_str(context, K8S_PREFIX "pvc/namespace"),
+                          "persistentvolumeclaim", context_str(context, K8S_PREFIX "pvc/name"),
+                          NULL);
+}
+
 static void render_volumes(FILE *f, struct csi *c)
 {
     struct store *s = c->store;
     char **labels = xcalloc(s->n_vols + 1, sizeof(char *));
-    for (size_t i = 0; i < s->n_vols; i++)
-        labels[i] = metrics_labels("volume_id", s->vols[i]->id, NULL);
+    for (size_t i = 0; i < s->n_vols; i++) {
+        struct vol *v = s->vols[i];
+        _cleanup_free_ char *handle = BACKEND_OF(.record = v)->volume_handle(c, v);
+        labels[i] = metrics_volume_labels(v->id, handle, v->context);
+    }
     for (int k = 0; k < VOL_N; k++) {
         metrics_family(f, vol_series[k].name, vol_series[k].type, vol_series[k].help);
         for (size_t i = 0; i < s->n_vols; i++)

@@ -1,7 +1,7 @@
 /* rbd_backend.c: the RBD backend's table (backend.h): what it claims (the
  * StorageClass parameter backend: rbd, "rbd:" and "rbdsnap:" ids, the
  * records of staged RBD volumes), its RPCs (rbd.c, rbd_snap.c), the node's
- * record name of an id, and the restarts of its QSDs after the rule
+ * record name of an id and the id of a record, and the restarts of its QSDs after the rule
  * (rbd_guard.h). */
 #include "backend.h"
 #include "rbd.h"
@@ -30,6 +30,18 @@ static bool record_name(struct csi *c, struct verdict *v, const char *field, cha
     rbd_loc_clear(&l);
     rbd_id_to_name(id);
     return true;
+}
+
+/* The id of a record: rbd_id_to_name reversed (the parts of an id never
+ * contain '_'). */
+static char *volume_handle(const struct csi *c, const struct vol *v)
+{
+    (void)c;
+    char *id = xstrdup(v->id);
+    for (char *p = id; *p; p++)
+        if (*p == '_')
+            *p = ':';
+    return id;
 }
 
 /* The first NodeStageVolume of a volume (op->rbd): checked again now
@@ -63,6 +75,7 @@ const struct backend backend_rbd = {
     .delete_snapshot = rbd_delete_snapshot,
     .list_snapshots = rbd_list_snapshots,
     .record_name = record_name,
+    .volume_handle = volume_handle,
     .stage_prepare = rbd_stage,
     .stage_confirm = stage_confirm,
     .export_opts = rbd_export_opts,

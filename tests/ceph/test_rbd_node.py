@@ -267,6 +267,10 @@ def scenario_loss(plugin, proto, qsdctl, ceph, clusters, secrets, nodes):
         st = {x: metrics.value(samples, "qsd_csi_volume_qsd_state", volume_id=rec, state=x)
               for x in ("running", "restarting", "refused")}
         assert st == {"running": 0, "restarting": 0, "refused": 1}, (vid, st)
+        # The PV's handle is the rbd: id; no PVC known on the node (empty).
+        assert metrics.value(samples, "qsd_csi_volume_qsd_state", volume_id=rec,
+                             volume_handle=vid, namespace="", persistentvolumeclaim="",
+                             state="refused") == 1, vid
     for v in vids:
         verify(qsdctl, socks2[v], 2)                 # node-2's data intact
         verify(qsdctl, socks2[v], 4, write=True)     # and node-2 writes

@@ -22,6 +22,7 @@ full load (qsd_csi_volume_qmp_probe_seconds), 3 s is far above that.
 usage: test_csi_hung.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -48,10 +49,12 @@ def free_port():
 def metric(port, name, vol):
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
         text = r.read().decode()
-    want = '%s{volume_id="%s"} ' % (name, vol)
+    # volume_id first, then the volume's other labels (docs/observability.md).
+    want = re.compile(r'%s\{volume_id="%s"(,[^}]*)?\} (\S+)$' % (re.escape(name), re.escape(vol)))
     for line in text.splitlines():
-        if line.startswith(want):
-            return float(line[len(want):])
+        m = want.match(line)
+        if m:
+            return float(m.group(2))
     raise AssertionError("no %s for %s in /metrics" % (name, vol))
 
 

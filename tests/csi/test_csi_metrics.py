@@ -4,7 +4,10 @@ a real QSD under I/O (qsdctl verify through the published socket).
 
 Checks: /healthz answers; the page parses (prometheus_client's parser plus
 a strict check of our own: HELP and TYPE for every family, cumulative
-buckets ending in +Inf == _count, the qsd_csi_ prefix); the volume's I/O
+buckets ending in +Inf == _count, the qsd_csi_ prefix); every per-volume series carries the labels that
+join with kube-state-metrics (namespace and persistentvolumeclaim from the
+provisioner's --extra-create-metadata parameters, volume_handle NAME@NODE as
+the PV has it); the volume's I/O
 counters moved with the I/O; the RPC counters and histograms count the
 calls made (a failing one under its code); a SIGSTOPped QSD becomes "hung"
 and NodeGetVolumeStats abnormal, SIGCONT makes it running and normal again,
@@ -15,8 +18,10 @@ framing: 4xx/5xx) is answered and bounded, and 32 reconnecting slow clients
 (from another address or the scraper's own) leave >= 39 of 40 scrapes
 answered.
 
-The full-pool part runs a second plugin whose pool is a tmpfs of this
-test's own (so that it can be filled; the kernel keeps no I/O accounting for
+The full-pool part runs a second plugin, listening on every address
+(--http-endpoint :PORT, dual-stack: it must answer over 127.0.0.1 and ::1;
+the IPv6 half is skipped, saying why, only where ::1 is not configured),
+whose pool is a tmpfs of this test's own (so that it can be filled; the kernel keeps no I/O accounting for
 tmpfs, so the first part uses a pool on the disk).
 Runtime: about 30 s.
 
@@ -43,13 +48,17 @@ except ImportError:
 
 MiB = 1 << 20
 VOL = "pvc-metrics"
+# What csi-provisioner --extra-create-metadata adds to CreateVolume's parameters.
+PVC_META = {"csi.storage.k8s.io/pvc/name": "disk-a",
+            "csi.storage.k8s.io/pvc/namespace": "vms",
+            "csi.storage.k8s.io/pv/name": VOL}
 POOL_SIZE = 256 * MiB
 WAIT_S = 20  # bound on every wait for a collection round (interval 1 s, probe bound 3 s)
 
 
-def http(port, raw, timeout=5.0):
+def http(port, raw, timeout=5.0, host="127.0.0.1"):
     """Send raw bytes, return everything the server sends until it closes."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s = socket.create_connection((host, port), timeout=timeout)
     try:
         s.sendall(raw)
         out = b""
@@ -62,8 +71,8 @@ def http(port, raw, timeout=5.0):
         s.close()
 
 
-def get(port, path, timeout=5.0):
-    r = http(port, b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode(), timeout)
+def get(port, path, timeout=5.0, host="127.0.0.1"):
+    r = http(port, b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode(), timeout, host)
     head, _, body = r.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     return status, head.decode(), body.decode()
@@ -111,7 +120,28 @@ def scrape(port, timeout=5.0):
 
 
 def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))))
+    """The value of the one sample of name whose labels include labels
+    (None when there is none; two are an error)."""
+    want = set(labels.items())
+    got = [v for (n, ls), v in samples.items() if n == name and want <= set(ls)]
+    assert len(got) <= 1, "%d samples of %s with %s" % (len(got), name, labels)
+    return got[0] if got else None
+
+
+def check_volume_labels(samples, node):
+    """Every qsd_csi_volume_ sample names its volume the ways Kubernetes
+    does."""
+    n = 0
+    for (name, ls), _ in samples.items():
+        if not name.startswith("qsd_csi_volume_"):
+            continue
+        d = dict(ls)
+        assert d.get("volume_id") == VOL, (name, d)
+        assert d.get("volume_handle") == VOL + "@" + node, (name, d)
+        assert d.get("namespace") == "vms", (name, d)
+        assert d.get("persistentvolumeclaim") == "disk-a", (name, d)
+        n += 1
+    assert n >= 10, "only %d per-volume samples" % n
 
 
 def check_histograms(body):
@@ -165,13 +195,51 @@ def main():
             env.cleanup()
 
 
-def start(env, extra=()):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+def ipv6_loopback():
+    """None when ::1 can be bound here, else why not."""
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError as e:
+        return "no IPv6 in this kernel (%s)" % e
+    try:
+        s.bind(("::1", 0))
+        return None
+    except OSError as e:
+        return "::1 is not configured on this machine (%s)" % e
+    finally:
+        s.close()
+
+
+def free_port():
+    """A port free on 127.0.0.1 and (where there is IPv6) on [::]."""
+    fam, addr = (socket.AF_INET6, "::") if ipv6_loopback() is None else \
+        (socket.AF_INET, "127.0.0.1")
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    if fam == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind((addr, 0))
     port = s.getsockname()[1]
     s.close()
-    c = env.start(["--http-endpoint", "127.0.0.1:%d" % port, "--metrics-interval", "1", *extra])
-    _, tgt = thinlib.create_published(env, c, VOL, 64 * MiB, mount_cap(env.pb), 60)
+    return port
+
+
+def dual_stack(port):
+    """--http-endpoint :PORT answers IPv4 and IPv6 clients."""
+    assert get(port, "/healthz", host="127.0.0.1")[0] == 200
+    why = ipv6_loopback()
+    if why:
+        print("SKIP the IPv6 half of the dual-stack check: " + why)
+        return
+    status, _, body = get(port, "/healthz", host="::1")
+    assert (status, body) == (200, "ok\n"), (status, body)
+    print("dual-stack listener :%d answered over 127.0.0.1 and ::1" % port)
+
+
+def start(env, extra=(), host="127.0.0.1"):
+    port = free_port()
+    c = env.start(["--http-endpoint", "%s:%d" % (host, port), "--metrics-interval", "1",
+                   *extra])
+    _, tgt = thinlib.create_published(env, c, VOL, 64 * MiB, mount_cap(env.pb), 60, PVC_META)
     return c, port, tgt
 
 
@@ -181,7 +249,9 @@ def full_pool(env, qsdctl, stopped):
     freed."""
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % POOL_SIZE, "tmpfs", env.pool],
                    check=True)
-    c, port, tgt = start(env, ["--overcommit-ratio", "1.5", "--capacity-reserve", "16M"])
+    c, port, tgt = start(env, ["--overcommit-ratio", "1.5", "--capacity-reserve", "16M"],
+                         host="")
+    dual_stack(port)
     smp = wait_for("pool figures with the volume's image in the pool", lambda: (
         lambda m: m if 0 < (value(m, "qsd_csi_pool_free_bytes") or POOL_SIZE) < POOL_SIZE
         else None)(scrape(port)[0]))
@@ -257,6 +327,7 @@ def run(env, qsdctl, stopped):
     smp = wait_for("write and read bytes to grow by the 32 MiB verify wrote and read back", moved)
     smp, body = scrape(port)
     check_histograms(body)
+    check_volume_labels(smp, env.node)
     print("sample of /metrics:\n" + "\n".join(
         line for line in body.split("\n")
         if "le=" not in line or 'le="+Inf"' in line)[:6000])

@@ -4,8 +4,9 @@
 Usage: test_manifests.py --plugin BIN [--launcher BIN] [--qsdctl BIN] [--root SRC]
 
 Checks what deploy/ installs: the output of `kubectl kustomize
-deploy/kubernetes` (what `kubectl apply -k deploy/kubernetes` sends) and
-every YAML document of deploy/examples/ (the snapshot-controller component
+deploy/kubernetes` (what `kubectl apply -k deploy/kubernetes` sends), of
+`kubectl kustomize deploy/monitoring`, and every YAML document of
+deploy/examples/ (the snapshot-controller component
 is checked by test_schemas.py, which also validates all of these against
 the API's schemas):
   * apiVersion/kind are known, and the fields each kind needs are there
@@ -25,7 +26,11 @@ the API's schemas):
     more); the plugin mounts kubelet's pods/ and plugins/ (not the whole
     root), no privileged init container, a PriorityClass usable outside
     kube-system, one port per endpoint, the plugin's --http-endpoint on the
-    container port "metrics" the PodMonitor example scrapes;
+    container port "metrics"; each PodMonitor of deploy/monitoring selects
+    a DaemonSet or Deployment of its namespace that has the container port it
+    scrapes; the PrometheusRule's alerts have an expression, a severity and
+    a summary (tests/monitoring/ tests the expressions), the dashboard
+    ConfigMap carries grafana_dashboard and valid JSON;
   * consistency: the driver name (CSIDriver == StorageClass provisioner ==
     VolumeSnapshotClass driver == plugin --driver-name == inline CSI volumes
     == registrar path), the CSI socket seen by the plugin, the registrar and
@@ -88,6 +93,7 @@ def _no_duplicates(loader, node, deep=False):
 StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 KUSTOMIZATION = "deploy/kubernetes"
+MONITORING = "deploy/monitoring"
 EXAMPLES = "deploy/examples"
 DRIVER_DEFAULT = "qsd.csi.qsd-csi.dev"
 TOPOLOGY_KEY = "topology.qsd.csi.qsd-csi.dev/node"
@@ -112,6 +118,7 @@ KINDS = {
     "VolumeSnapshotClass": ("snapshot.storage.k8s.io/v1", False),
     "PriorityClass": ("scheduling.k8s.io/v1", False),
     "PodMonitor": ("monitoring.coreos.com/v1", True),
+    "PrometheusRule": ("monitoring.coreos.com/v1", True),
 }
 
 # Upstream sidecars: image name -> flags that release accepts (from
@@ -325,19 +332,10 @@ class Checker:
 
     # ------------------------------------------------------------ loading
     def load(self):
-        """deploy/kubernetes as kustomize renders it; deploy/examples as files."""
-        kdir = os.path.join(self.root, KUSTOMIZATION)
-        try:
-            with open(os.path.join(kdir, "kustomization.yaml")) as fh:
-                listed = set((yaml.safe_load(fh) or {}).get("resources") or [])
-            for n in sorted(os.listdir(kdir)):
-                if n.endswith((".yaml", ".yml")) and n != "kustomization.yaml" and n not in listed:
-                    self.err("%s/kustomization.yaml" % KUSTOMIZATION,
-                             "%s is not in resources: `kubectl apply -k` would skip it" % n)
-            for i, doc in enumerate(render.kustomize(kdir)):
-                self.docs.append(("%s (kustomize)" % KUSTOMIZATION, i, doc))
-        except (OSError, yaml.YAMLError, render.RenderError) as e:
-            self.err(KUSTOMIZATION, str(e))
+        """deploy/kubernetes and deploy/monitoring as kustomize renders them;
+        deploy/examples as files."""
+        for rel in (KUSTOMIZATION, MONITORING):
+            self.load_kustomization(rel)
         files = []
         for d, _, names in os.walk(os.path.join(self.root, EXAMPLES)):
             for n in names:
@@ -360,6 +358,20 @@ class Checker:
                     self.err("%s#%d" % (rel, i), "document is not a mapping")
                     continue
                 self.docs.append((rel, i, doc))
+
+    def load_kustomization(self, rel):
+        kdir = os.path.join(self.root, rel)
+        try:
+            with open(os.path.join(kdir, "kustomization.yaml")) as fh:
+                listed = set((yaml.safe_load(fh) or {}).get("resources") or [])
+            for n in sorted(os.listdir(kdir)):
+                if n.endswith((".yaml", ".yml")) and n != "kustomization.yaml" and n not in listed:
+                    self.err("%s/kustomization.yaml" % rel,
+                             "%s is not in resources: `kubectl apply -k` would skip it" % n)
+            for i, doc in enumerate(render.kustomize(kdir)):
+                self.docs.append(("%s (kustomize)" % rel, i, doc))
+        except (OSError, yaml.YAMLError, render.RenderError) as e:
+            self.err(rel, str(e))
 
     def of_kind(self, kind):
         return [(f, i, d) for f, i, d in self.docs if d.get("kind") == kind]
@@ -395,6 +407,74 @@ class Checker:
                 self.err(where, "defined twice")
             seen.add(key)
             getattr(self, "shape_" + kind, lambda w, x: None)(where, d)
+
+    def shape_PodMonitor(self, where, d):
+        """It selects the pods of a DaemonSet or Deployment of its namespaces
+        and scrapes container ports they have."""
+        spec = d.get("spec") or {}
+        want = (spec.get("selector") or {}).get("matchLabels") or {}
+        nss = ((spec.get("namespaceSelector") or {}).get("matchNames") or
+               [(d.get("metadata") or {}).get("namespace")])
+        if not want:
+            self.err(where, "no selector.matchLabels")
+            return
+        pods = [w for kind in ("DaemonSet", "Deployment") for _, _, w in self.of_kind(kind)
+                if (w.get("metadata") or {}).get("namespace") in nss and
+                want.items() <= ((w["spec"]["template"].get("metadata") or {})
+                                 .get("labels") or {}).items()]
+        if not pods:
+            self.err(where, "selects no DaemonSet or Deployment of namespace %s (labels %s)"
+                     % ("/".join(map(str, nss)), want))
+        eps = spec.get("podMetricsEndpoints") or []
+        if not eps:
+            self.err(where, "no podMetricsEndpoints")
+        for ep in eps:
+            for w in pods:
+                ports = {p.get("name") for c in w["spec"]["template"]["spec"]["containers"]
+                         for p in c.get("ports") or []}
+                if ep.get("port") not in ports:
+                    self.err(where, "port %r: no container port of that name in %s %s" %
+                             (ep.get("port"), w["kind"], w["metadata"]["name"]))
+
+    def shape_PrometheusRule(self, where, d):
+        names = set()
+        groups = (d.get("spec") or {}).get("groups") or []
+        if not groups:
+            self.err(where, "no groups")
+        for g in groups:
+            for r in g.get("rules") or []:
+                name = r.get("alert") or r.get("record")
+                if not name or not str(r.get("expr") or "").strip():
+                    self.err(where, "rule without a name or an expression: %r" % r)
+                    continue
+                if "alert" in r:
+                    if name in names:
+                        self.err(where, "alert %s twice" % name)
+                    names.add(name)
+                    if (r.get("labels") or {}).get("severity") not in ("critical", "warning",
+                                                                      "info"):
+                        self.err(where, "alert %s: severity not critical, warning or info"
+                                 % name)
+                    if not (r.get("annotations") or {}).get("summary"):
+                        self.err(where, "alert %s: no summary annotation" % name)
+
+    def shape_ConfigMap(self, where, d):
+        """A Grafana dashboard (label grafana_dashboard) holds valid JSON."""
+        if "grafana_dashboard" not in ((d.get("metadata") or {}).get("labels") or {}):
+            return
+        data = d.get("data") or {}
+        if not data:
+            self.err(where, "a dashboard ConfigMap without data")
+        for k, v in data.items():
+            try:
+                dash = json.loads(v)
+            except ValueError as e:
+                self.err(where, "%s is not JSON: %s" % (k, e))
+                continue
+            exprs = [t.get("expr") for p in dash.get("panels") or []
+                     for t in p.get("targets") or []]
+            if not exprs or not all(exprs):
+                self.err(where, "%s: a dashboard whose panels have no queries" % k)
 
     def shape_ClusterRole(self, where, d):
         rules = d.get("rules")
@@ -1605,6 +1685,15 @@ def self_check(root, make_checker, with_launcher):
          _rbd_class(lambda d: d["parameters"].update(clusterID="ceph-zz"))),
         ("RBD class with a local parameter", "is not one of backend rbd", rbd,
          _rbd_class(lambda d: d["parameters"].update(cache="none"))),
+        ("PodMonitor scraping a port the pods lack", "no container port of that name",
+         "deploy/monitoring/podmonitor-node.yaml",
+         lambda d: d["spec"]["podMetricsEndpoints"][0].update(port="metricz")),
+        ("PodMonitor selecting no pods", "selects no DaemonSet or Deployment",
+         "deploy/monitoring/podmonitor-controller.yaml",
+         lambda d: d["spec"]["selector"]["matchLabels"].update(
+             {"app.kubernetes.io/name": "qsd-csi-ctrl"})),
+        ("alert without severity", "severity not critical", "deploy/monitoring/prometheusrule.yaml",
+         lambda d: d["spec"]["groups"][0]["rules"][0]["labels"].pop("severity")),
         ("metrics endpoint not on the metrics port", "is not the plugin's container port", ds,
          _edit_args("qsd-csi-plugin", lambda a: [
              "--http-endpoint=:9999" if x.startswith("--http-endpoint") else x for x in a])),
@@ -1700,6 +1789,13 @@ def settings_check(root, make_checker):
         k["configMapGenerator"][0]["literals"] = ["kubeletRoot=/var/lib/k0s/kubelet"]
         with open(path, "w") as fh:
             yaml.safe_dump(k, fh)
+        # deploy/monitoring follows with its own kustomization's namespace.
+        mpath = os.path.join(tmp, MONITORING, "kustomization.yaml")
+        with open(mpath) as fh:
+            m = yaml.safe_load(fh)
+        m["namespace"] = "storage-qsd"
+        with open(mpath, "w") as fh:
+            yaml.safe_dump(m, fh)
         ch = make_checker(tmp)
         ch.run()
         text = json.dumps([d for _, _, d in ch.docs if _ == "%s (kustomize)" % KUSTOMIZATION])

@@ -4,7 +4,8 @@
 Usage: test_schemas.py [--root SRC]
 
 Objects: `kubectl kustomize deploy/kubernetes` (what `kubectl apply -k`
-sends), every document of deploy/examples/, and the snapshot-controller
+sends), `kubectl kustomize deploy/monitoring`, every document of
+deploy/examples/, and the snapshot-controller
 prerequisite of deploy/snapshot-controller/ applied both documented ways to
 a Deployment shaped like external-snapshotter's (name, namespace, container
 and ServiceAccount as upstream ships them): as a kustomize component and
@@ -13,14 +14,16 @@ with `kubectl patch --local --type json --patch-file`; both must add
 
 Validation: schema/validate.mjs (node; packages of schema/package.json,
 installed by scripts/setup.sh): the JSON schemas of kubernetes-models
-(built-in kinds), @kubernetes-models/prometheus-operator (PodMonitor) and
+(built-in kinds), @kubernetes-models/prometheus-operator (PodMonitor,
+PrometheusRule) and
 schema/volumesnapshotclass-v1.json (the snapshot CRD), plus no field that
 the API does not have (the field lists of @kubernetes/client-node).  0
 problems required.
 
 Before that it checks itself: broken copies of rendered objects (a
 misspelt field, a wrong type, a value outside an enum, a snapshot class
-with an unknown deletionPolicy, a PodMonitor with a wrong type) must each
+with an unknown deletionPolicy, a PodMonitor with a wrong type, a
+PrometheusRule with a misspelt field) must each
 be rejected with the expected message.
 
 Exit 0: all valid; 1: problems (listed); 77: cannot run (no PyYAML, or no
@@ -180,6 +183,9 @@ def broken_copies(objects):
     pm = first("PodMonitor")
     pm["spec"]["podMetricsEndpoints"][0]["port"] = 9810
     cases.append(("PodMonitor, wrong type", "port must be string", pm))
+    pr = first("PrometheusRule")
+    pr["spec"]["groups"][0]["rules"][0]["for"] = 120
+    cases.append(("PrometheusRule, wrong type", "for must be string", pr))
     return cases
 
 
@@ -191,6 +197,8 @@ def main():
     try:
         objects = [("deploy/kubernetes (kustomize)", d)
                    for d in render.kustomize(os.path.join(root, "deploy", "kubernetes"))]
+        objects += [("deploy/monitoring (kustomize)", d)
+                    for d in render.kustomize(os.path.join(root, "deploy", "monitoring"))]
         objects += load_examples(root, problems)
         objects += snapshot_controller(root, problems)
     except render.KubectlMissing as e:

@@ -3,6 +3,7 @@
 #include "qsd/base/confine.h"
 #include "qsd/base/util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -370,6 +371,43 @@ int proc_stat_fields(pid_t pid, int first, int n, uint64_t *ret)
 }
 
 int proc_starttime(pid_t pid, uint64_t *ret) { return proc_stat_fields(pid, 22, 1, ret); }
+
+/* Whether pid is alive (not a zombie) and in process group pgid. */
+static bool in_group(pid_t pid, pid_t pgid)
+{
+    _cleanup_free_ char *data = NULL;
+    if (read_proc(pid, "stat", 65536, &data, NULL) < 0)
+        return false;
+    const char *p = strrchr(data, ')');
+    char state;
+    int ppid, pgrp;
+    if (!p || sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3)
+        return false;
+    return pgrp == pgid && state != 'Z' && state != 'X';
+}
+
+int proc_group_wait(pid_t pgid, uint64_t timeout_ms)
+{
+    uint64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        bool any = false;
+        DIR *d = opendir("/proc");
+        if (!d)
+            return -errno;
+        struct dirent *de;
+        while (!any && (de = readdir(d))) {
+            uint64_t pid;
+            if (parse_uint(de->d_name, 1, INT32_MAX, &pid) == 0)
+                any = in_group((pid_t)pid, pgid);
+        }
+        closedir(d);
+        if (!any)
+            return 0;
+        if (now_ms() >= deadline)
+            return -ETIMEDOUT;
+        sleep_ms(5);
+    }
+}
 
 int proc_io(pid_t pid, struct proc_io *ret)
 {

@@ -88,6 +88,11 @@ int pidfd_signal(int pidfd, int sig);
 int proc_stat_fields(pid_t pid, int first, int n, uint64_t *ret);
 /* Process start time (clock ticks since boot, field 22 of /proc/PID/stat). */
 int proc_starttime(pid_t pid, uint64_t *ret);
+/* Wait (at most timeout_ms) until no live process is left in process group
+ * pgid (zombies count as gone).  0, or -ETIMEDOUT.  Only waits: a caller
+ * that kills the group does so while the group's leader is its unreaped
+ * child, so that the id names no other group. */
+int proc_group_wait(pid_t pgid, uint64_t timeout_ms);
 /* A process's I/O accounting (/proc/PID/io: bytes it made the storage
  * layer read and write, read/write system calls) and CPU time (user +
  * system, /proc/PID/stat). */

@@ -352,3 +352,29 @@ int unix_socket_listening(const char *path)
     free(line);
     return found;
 }
+
+int unix_socket_connections(const char *path)
+{
+    _cleanup_fclose_ FILE *f = fopen("/proc/net/unix", "re");
+    if (!f)
+        return -errno;
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    size_t plen = strlen(path);
+    while (getline(&line, &cap, f) > 0) {
+        unsigned long flags = 0;
+        unsigned type = 0, st = 0;
+        int off = 0;
+        if (sscanf(line, "%*s %*s %*s %lx %x %x %*u %n", &flags, &type, &st, &off) != 3 || !off)
+            continue;
+        const char *p = line + off;
+        size_t len = strcspn(p, "\n");
+        /* Not the listener (__SO_ACCEPTCON): an accepted connection, or one
+         * still waiting in its backlog; both carry the listener's path. */
+        if (!(flags & 0x10000) && type == 1 && len == plen && memcmp(p, path, plen) == 0)
+            n++;
+    }
+    free(line);
+    return n;
+}

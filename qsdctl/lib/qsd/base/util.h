@@ -107,6 +107,10 @@ int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
  * take a reconnecting VM's place).  1 yes, 0 no, negative errno when
  * /proc/net/unix cannot be read. */
 int unix_socket_listening(const char *path);
+/* How many stream connections carry path as their address (accepted by its
+ * listener, or waiting in its backlog): the server's side of each, until the
+ * server closes it.  -errno when /proc/net/unix cannot be read. */
+int unix_socket_connections(const char *path);
 /* Connect to a unix stream socket, non-blocking, close-on-exec. */
 int unix_connect(const char *path, bool nonblock, int *ret_fd);
 

@@ -12,11 +12,13 @@
 #include "qsd/qemu/qsdconf.h"
 #include "qsd/qemu/qsdlog.h"
 #include "qsd/base/util.h"
+#include "qsd/vhost/vhost_user.h"
 
 #include <fcntl.h>
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -62,6 +64,8 @@ struct qsd {
     int exec_fd;                /* exec error of the last spawn (proc_spawn), until ready */
     bool hold_probe;            /* keep the readiness probe's connections open (start_sync) */
     int probe_fds[2];           /* those connections (rw, ro export) or -1 */
+    bool probe_settling;        /* a first start's probe closed: waiting for QSD's side */
+    pid_t pgid;                 /* the spawned unit's process group (its own session) */
     struct qsdlog log;          /* the QSD's stdout/stderr into paths.log */
     char *last_death;           /* "pid=... last_log=..." of the last unexpected exit */
     bool killed;                /* SIGKILL sent by a stop */
@@ -284,6 +288,8 @@ static int spawn(struct qsd *q)
     q->exec_fd = execfd;
     q->adopted = false;
     q->pid = pid;
+    q->pgid = pid; /* spawn_unit: a session (and process group) of its own */
+    q->probe_settling = false;
     q->pidfd = pidfd;
     q->starttime = 0;
     proc_starttime(pid, &q->starttime);
@@ -358,16 +364,100 @@ static bool exports_accept(struct qsd *q)
     return false;
 }
 
+/* The QSD's own listening sockets (behind the filter, its upstream ones):
+ * where the QSD's side of every connection shows in /proc/net/unix. */
+static int qsd_side_connections(struct qsd *q)
+{
+    const char *rw = q->cfg.filter ? q->paths.upstream : q->paths.socket;
+    const char *ro = q->cfg.filter ? q->paths.ro_upstream : q->paths.ro_socket;
+    int n = unix_socket_connections(rw);
+    int m = q->opts.read_only || n < 0 ? 0 : unix_socket_connections(ro);
+    return n < 0 ? n : m < 0 ? m : n + m;
+}
+
+/* Has the back-end answered the GET_FEATURES sent on fd?  1 yes, 0 not yet,
+ * negative errno when the connection was closed or answered otherwise. */
+static int probe_answered(int fd)
+{
+    struct vhost_user_hdr h;
+    ssize_t n = recv(fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+    if (n == 0)
+        return -ECONNRESET;
+    if ((size_t)n < sizeof(h))
+        return 0;
+    return h.request == VHOST_USER_GET_FEATURES && (h.flags & VHOST_USER_REPLY_MASK) ? 1
+                                                                                   : -EPROTO;
+}
+
+/* One step of a first start's readiness probe; true once the QSD is ready.
+ * QSD 10.0.2 closes a hung-up vhost-user client's descriptor twice, the
+ * second time from the export's thread, after its main loop may have given
+ * the number to a new connection; when that lands between the accept and
+ * its fcntl()s, QSD aborts ("qemu_socket_set_nonblock: Assertion `f == 0'
+ * failed").  The old probe (connect and hang up the read-write export, then
+ * the read-only one) did that to 2 of about 1,300 starts here, and to 16 of
+ * 60 with close() and accept4() slowed by 3 ms (strace); this one to none
+ * of 60 so slowed.  So the probe never hangs up while another connection
+ * can be accepted:
+ *  1. once every export listens, connect to each and send GET_FEATURES;
+ *  2. every export answered: the QSD has accepted and serves each
+ *     connection (it is also each export's first client: docs/qemu-11.md
+ *     row 2).  With hold_probe the caller closes them (qsd_start_sync);
+ *  3. else close them and wait until the QSD has closed its side of each,
+ *     so that the caller's next connection (a status query's monitor, a VM)
+ *     does not meet a hang-up in progress.  A QSD that keeps a side open
+ *     past the start deadline is ready anyway (on_probe). */
+static bool probe_step(struct qsd *q)
+{
+    if (q->probe_settling)
+        return qsd_side_connections(q) <= 0;
+    if (q->probe_fds[0] < 0) {
+        if (!exports_listening(q))
+            return false;
+        struct vhost_user_hdr h = {VHOST_USER_GET_FEATURES, VHOST_USER_VERSION, 0};
+        bool sent = qsd_each_export_dir(&q->paths, q->volume, q->opts.read_only,
+                                        probe_hold_at, q) == 0;
+        for (int i = 0; sent && i < 2; i++)
+            sent = q->probe_fds[i] < 0 ||
+                   send(q->probe_fds[i], &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+                       (ssize_t)sizeof(h);
+        if (!sent)
+            release_probe(q);
+        return false;
+    }
+    for (int i = 0; i < 2; i++) {
+        int r = q->probe_fds[i] < 0 ? 1 : probe_answered(q->probe_fds[i]);
+        if (r < 0)
+            release_probe(q); /* refused or closed: again from step 1 */
+        if (r <= 0)
+            return false;
+    }
+    if (q->hold_probe)
+        return true;
+    release_probe(q);
+    q->probe_settling = true;
+    return qsd_side_connections(q) <= 0;
+}
+
 static void on_probe(struct loop *l, void *opaque)
 {
     struct qsd *q = opaque;
     q->timer = NULL;
-    /* Ready = the export socket accepts a connection.  This must be a real
-     * connection, not just a look at /proc/net/unix: QSD 10.0.2 segfaults on
-     * block_resize (its config-change notification) when no vhost-user client
-     * has ever connected to the export; the probe connection initialises that
-     * state (measured: SIGSEGV every time without it, never with it). */
-    if (exports_accept(q)) {
+    /* Ready = every export serves a connection (probe_step).  This must be
+     * a real connection, not just a look at /proc/net/unix: QSD 10.0.2
+     * segfaults on block_resize (its config-change notification) when no
+     * vhost-user client has ever connected to the export; the probe
+     * connection initialises that state (measured: SIGSEGV every time
+     * without it, never with it).  A restart's or an adoption's exports may
+     * have a reconnecting VM as their client already, which the probe must
+     * not wait for: a plain connection is the probe there. */
+    bool ready = q->restarting ? exports_accept(q) : probe_step(q);
+    /* It served every probe but keeps a side open: ready all the same. */
+    ready |= q->probe_settling && now_ms() >= q->deadline_ms;
+    if (ready) {
+        q->probe_settling = false;
         closep(&q->exec_fd);
         q->exec_fd = -1;
         set_socket_access(q);
@@ -392,8 +482,12 @@ static void on_probe(struct loop *l, void *opaque)
         return;
     }
     if (now_ms() >= q->deadline_ms) {
-        /* Never became ready: kill it. */
+        /* Never became ready: kill it, the whole unit (a filter head's QSD
+         * too): its process group, while its leader is our unreaped child. */
         pidfd_signal(q->pidfd, SIGKILL);
+        if (!q->adopted && q->pgid > 0)
+            kill(-q->pgid, SIGKILL);
+        release_probe(q);
         _cleanup_free_ char *tail = qsdlog_tail(q->paths.log);
         char *msg =
             xasprintf("export socket %s did not accept connections within %llu ms (QSD log: %s)",
@@ -833,16 +927,29 @@ int qsd_start_sync(const struct qsd_config *cfg, const char *volume, const struc
             r = d.status;
         if (r == 0 && ret_qmp)
             r = connect_monitor(q, ret_qmp, &d.msg);
-        release_probe(q);
+        if (q->probe_fds[0] >= 0) {
+            /* The held probe goes now: its hang-up done before we return
+             * (probe_step, step 3), bounded like a start. */
+            release_probe(q);
+            uint64_t settle = now_ms() + q->cfg.start_timeout_ms;
+            while (r == 0 && qsd_side_connections(q) > 0 && now_ms() < settle)
+                sleep_ms(5);
+        }
         if (r < 0) {
             *ret_msg = d.msg ? TAKE_PTR(d.msg) : xasprintf("start failed: %s", strerror(-r));
             /* Leave nothing behind (normally already reaped in on_process_exit). */
             if (q->pidfd >= 0) {
                 pidfd_signal(q->pidfd, SIGKILL);
+                if (!q->adopted && q->pgid > 0)
+                    kill(-q->pgid, SIGKILL); /* our unreaped child leads it */
                 struct pollfd pfd = {.fd = q->pidfd, .events = POLLIN};
                 poll(&pfd, 1, 2000);
                 reap(q);
             }
+            /* The whole unit is gone (the head's QSD child too), bounded. */
+            if (q->pgid > 0 && proc_group_wait(q->pgid, 2000) < 0)
+                log_warn("qsd", "a process of the failed start is still there",
+                         "volume=%s pgid=%d", q->volume, (int)q->pgid);
             qsd_state_write(&q->paths, q->volume, &q->opts, false, 0, 0);
         } else if (ret_pid) {
             *ret_pid = q->pid;

@@ -107,7 +107,9 @@ int qsd_write_meta(struct qsd *q, uint64_t size);
  * in between: a monitor connection accepted just after the probe hung up
  * ("QMP connection broken" in qsdctl export).  A monitor connection already
  * accepted while the probe's is open cannot have that number.  When the
- * monitor does not answer, the start fails and the QSD is killed. */
+ * monitor does not answer, the start fails and the QSD is killed.  Either
+ * way the probe's hang-up is over (the QSD closed its side) when this
+ * returns, and a start that failed leaves no process of its unit. */
 int qsd_start_sync(const struct qsd_config *cfg, const char *volume, const struct qsd_opts *opts,
                    pid_t *ret_pid, struct qmp_sync **ret_qmp, char **ret_msg);
 int qsd_stop_sync(const struct qsd_config *cfg, const char *volume, char **ret_msg);
