@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* backend.c: see backend.h (the choice of a backend; the backends
  * themselves, and what each claims, are local.c and rbd.c). */
 #include "backend.h"

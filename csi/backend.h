@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* backend.h: the storage backends of a volume, and the one choice among them.
  *
  * Owns: struct backend, the table of what differs between a volume that is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bridge.c: NodePublish/NodeUnpublish of the inline ephemeral volumes
  * (bridges and hot-plug requests), their stats, and the hooks the PVC
  * publications call (bridge_pvc_*).  See bridge.h; records in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bridge.h: the hot-plug bridge (docs/hotplug-bridge.md).
  *
  * A VM pod declares an inline ephemeral volume of this driver with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bridge_int.h: what the bridge files share (bridge.c: publish and hooks;
  * bridge_store.c: records and tables; bridge_place.c: directories, mounts,
  * placements, recovery).  Not for the rest of the plugin: bridge.h is. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bridge_place.c: the bridge directories and mounts, the placement policy
  * (which PVC may go into which bridge as which disk) and the placements'
  * mounts, and their re-creation at start (bridges_recover). */

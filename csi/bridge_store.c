@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bridge_store.c: the bridges' and hot-plug requests' records and tables
  * (bridge_int.h): Kubernetes name checks, JSON form, the record store
  * (records.h) under STATE/bridges and STATE/hotplug, and lookups. */

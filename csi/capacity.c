@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* capacity.c: see capacity.h. */
 #include "capacity.h"
 #include "backend.h"

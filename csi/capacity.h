@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* capacity.h: the pool's capacity policy.
  *
  * Owns: the reserve kept free on the pool's filesystem (--capacity-reserve

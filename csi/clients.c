@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* clients.c: see clients.h. */
 #include "clients.h"
 #include "qsd/base/proc.h"

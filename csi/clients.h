@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* clients.h: who is connected to a volume's export, and since when nobody.
  *
  * Owns: counting the connected vhost-user clients of an export (the QSD's

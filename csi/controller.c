@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* controller.c: the CSI Controller service.
  *
  * The RPCs that change or list a backend's volumes and snapshots choose the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* controller.h: what the Controller service (controller.c) lends the
  * backends' controller code (local.c): a Volume message of a record, the
  * StorageClass parameters as JSON, and the tokens of paginated lists. */

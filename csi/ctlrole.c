@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ctlrole.c: see ctlrole.h.
  *
  * Each handler decodes the request, decides whether it concerns an RBD

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ctlrole.h: the plugin's controller role (--role controller).
  *
  * Owns: what the binary serves when it runs as the cluster-wide controller

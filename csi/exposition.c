@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exposition.c: see exposition.h. */
 #include "exposition.h"
 #include "qsd/base/util.h"

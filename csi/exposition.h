@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exposition.h: the Prometheus text exposition format (0.0.4), pure.
  *
  * Owns: HELP and TYPE lines, samples, escaped label values, and histograms

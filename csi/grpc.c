@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grpc.c: the gRPC session layer on nghttp2.  See grpc.h.
  *
  * One struct per connection (grpc_session), one per stream (grpc_stream), one

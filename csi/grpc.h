@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grpc.h: a small gRPC server (unary calls only) on nghttp2.
  *
  * Owns: the HTTP/2 + gRPC session layer and its unix-socket transport.

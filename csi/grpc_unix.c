@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grpc_unix.c: the unix-socket transport of the gRPC server, on the event
  * loop.  One struct conn per accepted connection, each owning one
  * grpc_session; one loop timer for the earliest RPC deadline; one for the

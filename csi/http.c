@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* http.c: the plugin's small HTTP/1.1 server.  See http.h.
  *
  * One struct conn per accepted connection: it reads the request head into a

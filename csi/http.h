@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* http.h: a small HTTP/1.1 server for /metrics and /healthz on the loop.
  *
  * Owns: the TCP listener of --http-endpoint (dual-stack for ":PORT") and

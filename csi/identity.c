@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* identity.c: the CSI Identity service (GetPluginInfo, GetPluginCapabilities,
  * Probe).  Synchronous handlers: nothing here waits on anything. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ids.c: request ids and volume capabilities (ids.h): pure checks that
  * fill a verdict, and their forms that fail a call. */
 #include "ids.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ids.h: the ids a request names and the volume capabilities it asks
  * for.  Each check exists twice: *_check fills a verdict (verdict.h: pure,
  * for plans and unit tests) and *_ok fails the call with it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* imageclass.c: CreateVolume of an image class.  See imageclass.h. */
 #include "imageclass.h"
 #include "capacity.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* imageclass.h: CreateVolume of an image class, a StorageClass whose
  * parameters image and imageSha256 or imageSha512 (params.h) name the
  * volumes' content.

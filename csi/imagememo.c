@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* imagememo.c: see imagememo.h. */
 #include "imagememo.h"
 #include "qsd/base/util.h"

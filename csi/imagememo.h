@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* imagememo.h: checksum refusals of image classes, remembered for a while.
  *
  * Owns: the memory of downloads whose content did not have the digest the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* local.c: the local backend (backend.h): volumes that are qcow2 or raw
  * images in the node's pool, snapshots that are thin layers of them or
  * copies (image.h, thin.h), all recorded in the node's record store.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* local_plan.c: the pure cores of a local CreateVolume, CreateSnapshot,
  * DeleteVolume, DeleteSnapshot and ControllerExpandVolume (local_plan.h).  The order of the checks is the order of the status
  * codes a caller sees (CreateVolume's; CreateSnapshot's is the same

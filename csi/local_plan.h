@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* local_plan.h: what a CreateVolume, CreateSnapshot, DeleteVolume,
  * DeleteSnapshot or ControllerExpandVolume of the local backend does, decided from the request and the node's records alone (the
  * pure cores of local.c's handlers).  A plan touches no file, process or

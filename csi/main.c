@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c: qsd-csi-plugin, the CSI node/controller plugin binary.
  *
  * Parses flags, sets up the role's services (--role node: Identity,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.c: the metrics registry and its Prometheus text rendering.
  * See metrics.h; the series are listed in docs/observability.md. */
 #include "metrics.h"

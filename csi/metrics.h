@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.h: the plugin's metrics registry and its Prometheus rendering.
  *
  * Owns: the RPC registry (count and duration histogram per registered

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mounts.c: see mounts.h. */
 #include "mounts.h"
 #include "qsd/base/fsat.h"

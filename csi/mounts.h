@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mounts.h: the mounts the plugin makes on paths kubelet names.
  *
  * Owns: the kubelet root's descriptor (opened once at start: the only path

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* node.c: the CSI Node service.
  *
  * NodeStageVolume starts the volume's qemu-storage-daemon (one per volume,

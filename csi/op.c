@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* op.c: operations in flight (op.h): begin and end with the records'
  * busy flags, workers that make pending records durable first, the
  * barrier that holds answers until records are durable, and the removal of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* op.h: operations in flight.  One struct op per asynchronous RPC: it
  * holds the call and the busy flags of the records it works on until
  * op_end; its worker makes every pending record change durable before it

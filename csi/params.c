@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* params.c: see params.h. */
 #include "params.h"
 #include "qsd/qemu/image.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* params.h: StorageClass parameters (pure, unit-tested).
  *
  * Owns: the CreateVolume parameter keys the plugin understands and their

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* paths.c: see paths.h. */
 #include "paths.h"
 #include "qsd/base/util.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* paths.h: checks of the filesystem paths kubelet hands the plugin
  * (staging_target_path, target_path).
  *

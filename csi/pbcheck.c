@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pbcheck.c: see pbcheck.h. */
 #include "pbcheck.h"
 #include "qsd/base/util.h"

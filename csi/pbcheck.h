@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pbcheck.h: checks on a request's wire bytes before it is decoded.
  *
  * Owns: the rule that no string a caller sends contains a NUL byte, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin.h: the CSI plugin's configuration and its service tables.
  *
  * Owns: struct plugin_config (filled from the command line by main.c; its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rbd.c: see rbd.h.
  *
  * Every RPC validates on the loop (INVALID_ARGUMENT, naming the field or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rbd.h: the RBD backend, controller side (docs/rbd.md).
  *
  * Owns: the StorageClass parameters of an RBD volume (backend: rbd,

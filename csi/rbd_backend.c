@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_backend.c: the RBD backend's table (backend.h): what it claims (the
  * StorageClass parameter backend: rbd, "rbd:" and "rbdsnap:" ids, the
  * records of staged RBD volumes), its RPCs (rbd.c, rbd_snap.c), the node's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_guard.c: see rbd_guard.h (the rule it applies: rbd_lock.c). */
 #include "rbd_guard.h"
 #include "rbd.h"

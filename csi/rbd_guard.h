@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_guard.h: the rule of rbd_lock.h applied on the plugin's loop.
  *
  * Owns: the second check of a first NodeStageVolume once its QSD runs

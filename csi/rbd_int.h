@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_int.h: what rbd.c (volumes) and rbd_snap.c (snapshots, clones) share:
  * the request a worker runs, the worker's connection to the cluster, the
  * image mark and the loop-side start of a request.  Not for other files. */

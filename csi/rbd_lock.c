@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_lock.c: see rbd_lock.h.
  *
  * Why watches: librbd's exclusive lock is cooperative.  A second client

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_lock.h: which node may serve an RBD volume (docs/rbd.md, "What
  * happens on node loss").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_snap.c: snapshots and clones of RBD volumes (docs/rbd.md, "Snapshots
  * and clones").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recover.c: start-up recovery (recover.h). */
 #include "recover.h"
 #include "service.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* service.c: see service.h. */
 #include "service.h"
 #include "backend.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* service.h: what the Controller and Node services share.
  *
  * Owns: struct csi (configuration, loop, record store and state, pool, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* startup.c: see startup.h. */
 #include "startup.h"
 #include "backend.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* startup.h: the node plugin's state made and unmade.
  *
  * Owns: csi_new (configuration taken, the kubelet root, the QSDs' cgroup,

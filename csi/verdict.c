@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* verdict.c: a refusal kept until it is sent (verdict.h). */
 #include "verdict.h"
 

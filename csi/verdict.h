@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* verdict.h: a refusal decided by code that touches no call: the gRPC
  * status and its message, kept until the caller sends it.  Pure checks
  * (ids, capabilities, the plans of plan.h) fill one instead of failing a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* volqsd.c: the QSD side of a staged volume (volqsd.h): its export
  * options, its start, its events, its runtime directories. */
 #include "volqsd.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* volqsd.h: the QSD side of a staged volume: its export options (from
  * the StorageClass parameters and the staging flags), its start, the
  * events of its supervisor, its runtime directories. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* volstats.c: background collection of the volumes' health and I/O figures.
  * See volstats.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* volstats.h: what the plugin knows about its volumes' health and I/O,
  * collected in the background and cached.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cidata.c: see cidata.h. */
 #include "cidata.h"
 #include "qsd/base/proc.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cidata.h: the cloud-init NoCloud disk.
  *
  * Owns: gathering user-data, meta-data and network-config from the VM

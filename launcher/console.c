@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* console.c: see console.h (the launcher's side; the client is console_client.c). */
 #include "console.h"
 #include "qsd/base/log.h"

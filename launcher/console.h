@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* console.h: the VM's serial console, in the launcher.
  *
  * Owns: the socket QEMU's serial port connects to (in the launcher's root),

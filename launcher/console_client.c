@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* console_client.c: `qsd-vm-launcher console`, attach to a running VM's
  * serial console through the launcher's attach socket (console.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* domain_xml.c: see domain_xml.h. */
 #include "domain_xml.h"
 #include "qsd/base/util.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* domain_xml.h: libvirt domain XML for a VM description and its volumes.
  *
  * Owns: the mapping VM description + discovered volumes -> <domain>, and the

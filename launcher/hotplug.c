@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hotplug.c: see hotplug.h. */
 #include "hotplug.h"
 #include "qsd/base/log.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hotplug.h: keeps a live domain's disks in step with the volumes directories.
  *
  * Owns: the inotify watches on the volumes directories (one or more, scanned

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* init.c: a minimal init in front of the launcher when the launcher is PID 1
  * of its PID namespace, as in a VM pod without shareProcessNamespace.  See
  * init.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* init.h: the launcher as PID 1 of its PID namespace (init.c). */
 #pragma once
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* layout.c: see layout.h. */
 #include "layout.h"
 #include "qsd/base/log.h"

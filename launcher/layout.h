@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* layout.h: the guest's PCI layout, deterministic from the description.
  *
  * Owns: where every device sits on the guest's PCI buses (disk slots, the

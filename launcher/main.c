@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c: qsd-vm-launcher.  VM description + volumes directories -> domain
  * XML -> libvirt (embedded QEMU driver by default), then keep the domain's
  * disks in step with the volumes directories and handle its lifecycle.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* virt_thread.c: see virt_thread.h. */
 #include "virt_thread.h"
 #include "qsd/base/log.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* virt_thread.h: the one thread that makes the running launcher's libvirt
  * calls, so that none is made on the event loop.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* vmspec.c: see vmspec.h. */
 #include "vmspec.h"
 #include "qsd/base/names.h"

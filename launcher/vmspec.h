@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* vmspec.h: the VM description file (JSON), parsed and validated strictly.
  *
  * Owns: the schema of the description (see docs/launcher.md), its limits and

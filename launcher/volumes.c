@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* volumes.c: see volumes.h. */
 #include "volumes.h"
 #include "qsd/base/names.h"

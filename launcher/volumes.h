@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* volumes.h: discovery of exported volumes in the launcher's volumes directories.
  *
  * Owns: reading one volume directory (<name>/ holding volume.json and the

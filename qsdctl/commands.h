@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* commands.h: the qsdctl subcommands.  Each takes argc/argv with argv[0] the
  * subcommand name and returns the process exit status (see EXIT_* below). */
 #pragma once

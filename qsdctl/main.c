@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c: the qsdctl command-line tool.  Global options, the subcommand
  * table, and the volume/snapshot/export subcommands.  The data-path commands
  * (vhost-info, verify, bench) live in vhost_cmds.c. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin_cmds.c: qsdctl's view of the CSI plugin, read from its state
  * directory (--state-dir, default /var/lib/qsd-csi/state: STATE/volumes/,
  * snapshots/, bridges/, hotplug/ hold one JSON record each, docs/csi-plugin.md

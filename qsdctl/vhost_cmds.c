@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* vhost_cmds.c: the data-path commands built on the vhost-user-blk client
  * (lib/vublk.h): `vhost-info`, `verify` and `bench`. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* vufilter_io.c: the vhost-user filter's sockets (see vufilter_io.h). */
 #include "vufilter_io.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* vufilter_io.h: the vhost-user filter's sockets (qsd-vhost-filter).
  *
  * Owns: the listening sockets tenants connect to, one connection per export

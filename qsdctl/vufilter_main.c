@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* vufilter_main.c: qsd-vhost-filter, the vhost-user message filter between
  * tenants (VM pods) and qemu-storage-daemon.
  *

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """bench-rbd.py: the RBD row of the data-path benchmark (issue 16, item 5).
 
 QSD-served RBD against librbd used directly, on the same throwaway Ceph

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Thin snapshots, restores and clones: time and pool growth against the data
 a live volume holds, before (full copies: the plugin built from --before-rev)
 and after (this tree's plugin), in one run; plus read performance at the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The vhost-user filter's cost, measured: the same QSD export read and written
 # by qsdctl's vhost-user-blk client directly and through qsd-vhost-filter,
 # interleaved (direct, filter, direct, ...), ROUNDS rounds, with the CPU

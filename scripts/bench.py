@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """bench.py: the data path's benchmark (run by scripts/bench.sh).
 
 Measures the QSD exports the plugin ships, each alternative considered,

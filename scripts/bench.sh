@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench.sh: the data path's benchmark (scripts/bench.py does the work; see
 # its header and docs/bench/README.md).  The QSDs measured are started with
 # the command line the plugin itself prints (qsd-csi-plugin

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the node plugin and launcher images from deploy/images/ with podman,
 # offline-capable: without a registry, the base image is a Debian 13 (trixie)
 # made by debootstrap from Debian's archive (minbase; trixie, -updates,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A qsdctl walk-through (the library alone, no CSI, no VM): build, then drive a
 # real qemu-storage-daemon through qsdctl and
 # narrate what happens.  Everything lives in a temporary directory that is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job (see README): build, then run the whole path on this machine,
 # no cluster: the CSI plugin driven as kubelet and the sidecars would, a VM pod's
 # launcher booting a small TCG guest, hot-plug, expansion, snapshot/restore,

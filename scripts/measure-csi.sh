@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Closing figures of the CSI plugin (issue 3), with the plugin built in ./build:
 #  - NodeStageVolume latency (client side, gRPC round trip included: QSD
 #    spawn, socket ready, records written), p50 and p99 over N volumes staged

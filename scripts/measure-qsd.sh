@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Measure QSD spawn-to-socket-ready time (N exports of a fresh volume) and the
 # idle RSS of one QSD, with the qsdctl built in ./build.  Prints median and max.
 # Usage: scripts/measure-qsd.sh [N]   (default 20)

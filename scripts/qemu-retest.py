@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Re-test the project's QEMU 10.0.2 workarounds against a given QSD.
 
 An investigation tool, not part of the test suite: it starts bare QSDs (no

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Install everything the project needs on Debian 12 (bookworm), as root.
 # Non-interactive and idempotent: running it twice changes nothing the second time.
 # QEMU 10 and libvirt 11 come from bookworm-backports (see docs/:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the project twice (normal with -Werror, and ASan+UBSan) and run the whole
 # test suite in both builds, the fuzzers, then the Kubernetes end-to-end run
 # (tests/k8s/e2e.sh: a one-node cluster built from the Go module proxy).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A directory of `qemu-storage-daemon` and `qemu-img` wrappers that run QEMU
 # 11.1 (the images' version) from the Debian 13 root of scripts/trixie-root.sh
 # through that root's loader, for running tests on it by hand:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A Debian 13 (trixie) root file system holding QEMU 11.1.3 from
 # trixie-backports (qemu-utils, and qemu-block-extra for the rbd driver:
 # QEMU_MODULE_DIR=ROOT/usr/lib/x86_64-linux-gnu/qemu, see

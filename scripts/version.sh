@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The project's version, the one mechanism behind every binary's --version,
 # qsd_csi_build_info and the image tags (README.md, "Versions and releases").
 # CMakeLists.txt runs it at configure time; scripts/build-images.sh runs it

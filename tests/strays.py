@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """What a ctest run leaves behind: find it, stop it, fail if there was any.
 
 Every test of a build tree runs with QSD_CSI_CTEST=<tag> in its environment

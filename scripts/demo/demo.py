@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The main job: one node, no cluster.  Starts qsd-csi-plugin with a local
 pool, drives it the way kubelet and the CSI sidecars do (real mounts under a
 temporary kubelet root), starts qsd-vm-launcher the way a VM pod would (in its

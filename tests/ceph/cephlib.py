@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A throwaway single-node Ceph for tests: one mon and one memstore OSD on
 127.0.0.1 (msgr v2, a free port), cephx on, no mgr, no systemd, everything
 under one temporary directory.  Cluster(addr=IP) binds them to another

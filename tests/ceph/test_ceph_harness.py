@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Ceph test harness (cephlib.py) itself: a cluster comes up within its
 bound with cephx enforced and a client user confined to one pool namespace,
 and goes away completely (daemons gone by PID, directory removed), also when

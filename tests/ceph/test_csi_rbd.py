@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The RBD backend against a real single-node Ceph (cephlib.py, cephx on,
 a user confined to one pool namespace), through the plugin's gRPC socket:
 

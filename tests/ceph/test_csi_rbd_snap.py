@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Snapshots and clones of RBD volumes against a real single-node Ceph
 (cephlib.py), through the plugin's gRPC socket (docs/rbd.md "Snapshots and
 clones"):

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A QSD serving a Ceph RBD image over vhost-user-blk, started as the plugin
 starts its QSDs (qsd.h, rbdsrc.h; here through `qsdctl export --rbd-*`),
 against a real single-node Ceph (cephlib.py) with cephx and a user confined

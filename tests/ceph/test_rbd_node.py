@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """RBD volumes across nodes (docs/rbd.md, "What happens on node loss"),
 against a real single-node Ceph (cephlib.py) whose OSD drops a dead
 client's watch after WATCH_TIMEOUT s, with two plugin instances (node-1,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers for the container tests: the node plugin and a VM pod run with
 podman the way deploy/ runs them, the CSI calls made from the host as kubelet
 makes them (tests/csi/csilib.py's client), and a TCG guest that writes

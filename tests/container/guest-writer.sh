@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of the container tests (runs as /test.sh in the test guest, busybox).
 # Writes patterned blocks to /dev/vda, each with fsync (dd conv=fsync), in a
 # loop for writer.secs seconds over a ring of writer.blocks blocks of

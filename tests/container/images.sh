@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # ctest fixture (container/images): build the plugin and launcher images once
 # per ctest run with scripts/build-images.sh (layer cache reused), and write
 # their names to OUT_DIR/images.env for the container tests.

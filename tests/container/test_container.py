@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The node plugin and a VM pod in real containers (podman + runc), run the way
 deploy/ runs them, while a TCG guest writes patterned, fsync'ed blocks to a
 volume the plugin serves.  One event per scenario, during the writes:

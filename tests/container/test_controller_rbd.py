@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The plugin image in its controller role, run with podman the way the
 controller Deployment (deploy/kubernetes/35-controller-deployment.yaml)
 runs it, against a real single-node Ceph (tests/ceph/cephlib.py, cephx on,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers for the CSI tests: an independent client (Debian's python3-grpcio,
 messages compiled from proto/csi.proto with protoc at test time, no generated
 stubs), a plugin process under a temporary root, and real mounts under a

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of test_csi_thin_guest.py (runs as /test.sh in the test guest,
 # busybox): 1 MiB blocks, block i filled with byte i%250+1, each written with
 # fsync; "W i" on the console once block i is durable.  The host takes

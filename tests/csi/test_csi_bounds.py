@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Bounded waits of the plugin, with real QSDs:
 
 - a QSD frozen with SIGSTOP during NodeUnstageVolume: QMP quit is not

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The hot-plug bridge (docs/hotplug-bridge.md), driven like kubelet with real
 mounts under a temporary kubelet root:
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The capacity policy on a small pool: a 96 MiB ext4 filesystem on a loop
 device holds the plugin's state and pool.  GetCapacity reports the reserve
 (--capacity-reserve) and the overcommit limit (--overcommit-ratio) exactly;

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Conformance test of the Controller and Node services, written from the CSI
 specification (v1.9), with a client that is not ours (python3-grpcio).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Crash windows: kill -9 of the plugin at many points (2 ms apart) through
 NodeStageVolume, NodeUnstageVolume, a live CreateSnapshot and a live clone
 (CreateVolume from the staged volume), restart, retry the call as kubelet or

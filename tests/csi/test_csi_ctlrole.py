@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The plugin's controller role (--role controller, csi/ctlrole.c) on the
 host, without Ceph, in both builds (the ASan build checks its leaks):
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The CSI socket's bounds, played by a hostile peer speaking raw HTTP/2
 (frames written by hand: no library between the test and the wire), against
 the real plugin:

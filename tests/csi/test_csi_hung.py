@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A QSD that stops serving is killed and restarted (issue 21 item 3).
 
 Two staged and published volumes, the plugin probing every second

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Image classes: a StorageClass whose parameters image and imageSha256 (or
 imageSha512) name
 the volumes' content, served here by an HTTP server on 127.0.0.1 that counts

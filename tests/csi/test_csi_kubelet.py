@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Replays the order of calls kubelet and the sidecars make for one VM disk
 (provisioner CreateVolume; kubelet NodeGetInfo, NodeStageVolume,
 NodePublishVolume, NodeGetVolumeStats; resizer ControllerExpandVolume then

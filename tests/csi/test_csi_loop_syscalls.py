@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The plugin's event loop never blocks: the real plugin runs under
 `strace -f` through a whole volume lifecycle (create, stage, publish,
 expand, snapshot, restore, a hot-plug bridge published and unpublished,

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Observability: the plugin's /metrics and /healthz (--http-endpoint), with
 a real QSD under I/O (qsdctl verify through the published socket).
 

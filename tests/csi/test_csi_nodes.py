@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Two plugins with different node ids (node-a, node-b), each with its own
 pool: volume and snapshot ids name their node ("<name>@<node>"); a restore
 or clone whose source lives on the other node fails at once with

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Operator safety: qsdctl refuses to change what the CSI plugin manages
 (unexport, export, delete, resize, snapshot, merge, snapshot-delete of a
 volume or snapshot with a record in the plugin's state directory), saying

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """kill -9 of the plugin: running QSDs are adopted (same pid), a QSD that died
 meanwhile is restarted, published volumes keep serving throughout (a
 vhost-user client connects through the target path while the plugin is

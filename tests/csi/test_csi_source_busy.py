@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Sources of restores and clones stay while they are read, and only then:
 a CreateVolume from a snapshot (restore) and one from a volume (clone) are
 held inside their worker (the plugin's qemu-img is the real one behind a

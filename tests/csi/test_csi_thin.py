@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Thin snapshots, restores and clones on qcow2 layers, through CSI, with a
 vhost-user client writing through the published target all along:
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """kill -9 of the plugin at each step of a live thin snapshot (thin.h: 1 the
 top gets a layer name, 2 the overlay is created, 3 the QSD switches to it,
 4 the overlay is renamed onto the volume, 5 the snapshot name is linked),

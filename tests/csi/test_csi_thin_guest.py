@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A TCG guest writes fsync'ed patterned 1 MiB blocks to a CSI volume (QEMU's
 vhost-user-blk-pci on the published socket) while the test takes live thin
 snapshots through CSI, lets the chain pass the merge threshold (background

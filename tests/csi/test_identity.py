@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Conformance test of qsd-csi-plugin with a gRPC client that is not ours.
 
 Uses Debian's python3-grpcio and python3-protobuf.  csi.proto is compiled

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """qsd-csi-plugin --print-qsd-command: the QSD command line NodeStageVolume
 would run (what scripts/bench.sh measures), and its refusals.
 

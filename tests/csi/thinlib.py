@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers for the thin-layer tests: a vhost-user client writing rounds of
 qsdctl verify's pattern in the background, and a reader of an image's
 content (qemu-img convert, then every sector checked against the pattern in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """render.py: the objects a directory of deploy/ installs, as kubectl sends them.
 
 Owns: running `kubectl kustomize` (kubectl's built-in kustomize, offline)

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Static checks of the Kubernetes manifests under deploy/.
 
 Usage: test_manifests.py --plugin BIN [--launcher BIN] [--qsdctl BIN] [--root SRC]

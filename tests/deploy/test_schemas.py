@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Validates every object deploy/ installs against the Kubernetes API's schemas.
 
 Usage: test_schemas.py [--root SRC]

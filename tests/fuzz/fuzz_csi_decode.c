@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_csi_decode.c: libFuzzer harness for protobuf-c decoding of every CSI
  * request message the plugin serves (the bytes a CO controls).  The first
  * byte picks the message type.  A message that decodes must pass

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_grpc_session.c: libFuzzer harness for the HTTP/2 + gRPC session layer.
  *
  * The input is what a peer sends on one connection.  When the first byte is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_vufilter.c: libFuzzer harness for the vhost-user filter's core
  * (qsd/vhost/vufilter.c), the boundary between a tenant and its QSD.
  *

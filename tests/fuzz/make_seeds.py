@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write the seed corpora of the fuzzers (run from anywhere; rewrites
 corpus/*/seed-*).  HTTP/2 frames are built by hand: HPACK literals without
 indexing, so no Huffman or dynamic table is needed."""

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write the seed corpus of fuzz_vufilter (rewrites corpus/fuzz_vufilter/seed-*):
 a QEMU-like session with the QSD's replies, a back-end channel exchange, and
 a few attacks.  Record format: see fuzz_vufilter.c."""

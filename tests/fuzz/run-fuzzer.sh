@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run one libFuzzer binary for a bounded time on a copy of its seed corpus.
 # usage: run-fuzzer.sh FUZZER SEED_DIR SECONDS [ARTIFACT_DIR]
 # Exit status is the fuzzer's: non-zero when it found a crash, leak or UB;

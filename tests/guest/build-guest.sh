@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build (or reuse) a tiny test guest: Debian's kernel + a busybox initramfs.
 #
 #   build-guest.sh CACHE_DIR         -> CACHE_DIR/vmlinuz, CACHE_DIR/initramfs.img

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of vhost_filter_guest.sh (runs as /test.sh in the test guest,
 # busybox).  vda is a vhost-user-blk disk behind qsd-vhost-filter.  Writes
 # 40 fsync'ed blocks of 256 KiB (the host kills the QSD with SIGKILL after

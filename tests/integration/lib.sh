@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared helpers for the integration tests (sourced).  Every test gets a
 # private temp dir with its own pool and run dir; the EXIT trap stops every
 # QSD recorded there and every background PID the test registered, by PID.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The qsdctl scenario against a real qemu-storage-daemon (issue 2, part 6):
 # bad input -> nothing created; create -> export -> connect -> resize (QSD and a
 # new client see it) -> live snapshot -> restore with the same content -> stop;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Thin layers through qsdctl (real qemu-img and QSD): offline snapshots up to
 # the chain bound (the one that would pass 16 merges first, with qemu-img
 # rebase), each snapshot and restore holding its data; an explicit offline

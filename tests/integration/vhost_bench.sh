@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # qsdctl bench smoke test: both engines run every test briefly and produce
 # JSON with sane numbers (the measurement itself is scripts/bench.sh's job).
 . "$(dirname "$0")/vhost_lib.sh"

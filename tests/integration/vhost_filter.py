@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """qsd-vhost-filter in front of a real qemu-storage-daemon.
 
 - qsdctl's vhost-user-blk client writes and checks a pattern through the

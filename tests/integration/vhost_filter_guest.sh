@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A real QEMU front-end (vhost-user-blk-pci, memfd shared memory as libvirt
 # configures it for our VMs, reconnect on) in a TCG guest, through
 # qsd-vhost-filter to a QSD: the guest writes fsync'ed blocks while the QSD

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # vhost_lib.sh: helpers for the vhost-user-blk integration tests (sourced).
 # Each test gets a private temp dir, removed by an EXIT trap together with any
 # QSD it started (stopped by PID, never by name).  Every wait is bounded.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # block_resize over QMP: a client that connects afterwards sees the new size,
 # and a client connected during the resize gets the config-change notification.
 . "$(dirname "$0")/vhost_lib.sh"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # qsdctl verify against real QSD exports: raw and qcow2 pass; a QSD serving a
 # different image fails with a precise message; a read-only export passes its
 # read-only checks and refuses --write; a dead socket fails fast.

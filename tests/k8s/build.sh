@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the test cluster's Go binaries from the module proxy at the versions
 # pinned here, into a cache directory keyed by the pins, and print how long
 # each piece took.  Owns: the go build invocations and the binary cache; not

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The Ceph of tests/k8s/e2e.sh's RBD step: the tests' single-node cluster
 (tests/ceph/cephlib.py) bound to the host's address, which the cluster's
 pods reach (its loopback they do not).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A one-node Kubernetes cluster as plain processes (no systemd): etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, containerd and
 # kubelet, started from the binaries tests/k8s/build.sh made, with their
@@ -29,7 +30,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,25p' "$0" >&2; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '3,26p' "$0" >&2; exit 2; }
 mkdir -p "$dir"; dir=$(cd "$dir" && pwd)
 
 node=${QSD_K8S_NODE:-qsd-node}

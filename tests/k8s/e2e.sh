@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Everything tests/k8s proves, in one cluster, in order, torn down at the end
 # whatever happened (tests/k8s/README.md lists what each step asserts):
 #   build        the Go binaries (build.sh, cached) and the project's images

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Put every image the test cluster runs into its containerd, built on this
 # machine (no registry is reachable): the pod sandbox (images/pause.c, under
 # the name containerd's sandbox_image and kubelet expect), one minimal image

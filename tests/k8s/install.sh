@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Install the driver into the test cluster the way deploy/README.md tells a
 # user to: the VolumeSnapshot CRDs and the snapshot-controller (upstream
 # external-snapshotter's, at the release sidecars.txt builds, with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # csi-sanity (the release sidecars.txt builds) against the node plugin of
 # the driver installed in the test cluster, through the socket kubelet uses
 # (the plugin's Controller and Node services in the DaemonSet's pod), with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Check, in the running test cluster, what the container runtime's default
 # seccomp profile does to io_uring (issue 22: the plugin's event loop uses
 # it): one pod without a seccomp profile (kubelet's seccompDefault makes it

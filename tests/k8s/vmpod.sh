@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by tests/k8s/e2e.sh: the YAML of the test VM pods, shaped like
 # deploy/examples/vm-pod.yaml (its securityContext, RuntimeDefault seccomp,
 # fsGroup 107, the bridge inline volume, each claim mounted read-only beside

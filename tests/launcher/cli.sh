@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # qsd-vm-launcher without a guest: bad input is refused with a clear error
 # before anything starts (no libvirt root created), waits are bounded, and
 # --dry-run prints XML that libvirt's schema accepts.  Several volumes

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end hot-plug through the bridge: the real plugin (driven like
 kubelet, python3-grpcio), the real launcher and a TCG guest.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end durability with the shipped settings: volumes exported by qsdctl
 # (the plugin's library and its options: no iothread, cache=none, io_uring)
 # and kept alive by `qsdctl supervise` (the plugin's restart code); a TCG guest

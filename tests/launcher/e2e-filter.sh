@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end through qsd-vhost-filter: a TCG guest booted by qsd-vm-launcher
 # (libvirt, memfd shared memory, reconnect as the launcher configures it)
 # whose disk is a QSD export reached through the filter (the QSD's socket in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end: legacy-guest and firmware options boot a real TCG guest.
 #   - "machine": "pc" with "pci_hole64": false: QEMU gets
 #     i440FX-pcihost.pci-hole64-size=0 and the guest runs;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end: a TCG guest booted by qsd-vm-launcher with a volume served by a
 # real qemu-storage-daemon.  Checks, in the guest: the disk with its size; data
 # written lands in the image; kill -9 of QSD during fsync'ed writes, restart on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared helpers for the launcher's end-to-end tests (sourced, bash).
 # Every process a test starts is recorded by PID and stopped by the EXIT trap;
 # every wait is bounded.  Needs: LAUNCHER (binary), BUILD_CACHE (cache dir in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end lifecycle: a guest that does not release an unplugged disk is
 # reported after --detach-timeout; SIGTERM asks the guest to shut down; a
 # guest that does not (this one ignores the power button) is destroyed after

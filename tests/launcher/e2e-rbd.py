@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end on Ceph: a TCG guest whose disks are RBD volumes, served by the
 real plugin's QSDs (QEMU's rbd driver, cephx), on a throwaway single-node
 Ceph (tests/ceph/cephlib.py); the plugin driven like kubelet and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end: a libvirt call that does not return is bounded and the
 # launcher stays responsive (docs/launcher.md "When libvirt does not
 # return").  A TCG guest watches its disks (guest-bridge.sh).

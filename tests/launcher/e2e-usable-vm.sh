@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end: a VM a user can use (docs/launcher.md).  A TCG guest booted by
 # qsd-vm-launcher, driven only through its serial console (`qsd-vm-launcher
 # console` on the attach socket):

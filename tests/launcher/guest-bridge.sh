@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of e2e-bridge.py and e2e-stuck.sh (runs as /test.sh in the test
 # guest, busybox).
 # Reports vda, then every disk that appears, disappears or changes size,

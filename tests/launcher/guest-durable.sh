@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of e2e-durable.sh (runs as /test.sh in the test guest, busybox).
 # vda: cold-plugged raw volume; vdb: hot-plugged qcow2 volume.  Reports each
 # disk's cache mode, then writes fsync'ed blocks to both while the host kills

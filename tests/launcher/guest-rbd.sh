@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of e2e-rbd.py (runs as /test.sh in the test guest, busybox; the
 # guest booted from vda, an RBD volume whose first 32 MiB are a FAT EFI
 # system partition holding this kernel, initramfs and script).

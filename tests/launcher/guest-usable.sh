@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of e2e-usable-vm.sh (runs as /test.sh in the test guest,
 # busybox).  Loads the extra modules (network, FAT, virtio console) the host
 # test appended, reports its disks with their PCI addresses whenever they

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # qsd-vm-launcher as PID 1 of a new PID namespace (a VM pod without
 # shareProcessNamespace; unshare --pid --fork --mount-proc): its init
 # (launcher/init.c) reaps the orphans re-parented to it, here a shell's

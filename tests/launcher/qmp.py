@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Tiny QMP client and socket helpers for the launcher's end-to-end tests.
 
   qmp.py cmd SOCK COMMAND [JSON-ARGS]   run one QMP command, print the reply

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_launcher_alias.c: volume id <-> libvirt user alias (domain_xml.h).
  * Every alias is "ua-" + [A-Za-z0-9_-] (what libvirt keeps), the mapping is
  * undone exactly, and it is injective: checked on every id of up to four

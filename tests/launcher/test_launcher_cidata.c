@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* launcher/cidata: the NoCloud image is built by mkfs.vfat and mcopy run
  * through proc.h (bounded, no shell): the files land in the image, the
  * image is published read-only, and a missing or failing tool is a clear

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Golden tests for the launcher's pure cores: each tests/launcher/golden/<case>.json
  * holds a VM description ("vm") and the volumes' metadata, either "volumes":
  * directory name -> volume.json (all in one volumes directory, /run/vm/volumes)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_launcher_virt_thread.c: the libvirt call thread (virt_thread.h) with
  * calls that block on a pipe instead of libvirt (the thread's logic does not
  * depend on what the call does).  Checked: a normal reply; a running call

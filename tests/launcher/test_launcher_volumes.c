@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Volume discovery on real directories: ready volumes, volumes not ready yet,
  * and everything that must be refused (symlinks out of the directory at each
  * level, wrong file types, bad names); several volumes directories scanned

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Validate every golden domain XML against libvirt's own schema
 # (virt-xml-validate, libvirt-clients).  A hot-plug disk fragment is validated
 # inside a minimal domain.  Exits 77 (skip) only when the validator is absent.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/monitoring/run.sh: checks deploy/monitoring with promtool.
 #
 #   1. every qsd_csi_ series named by the PrometheusRule, the dashboard and

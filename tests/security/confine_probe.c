@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* confine_probe.c: what a compromised QSD could do, tried from the QSD's own
  * context.  The probe enters the mount namespace of a live QSD (PID), takes
  * its uid and gid, and confines itself as the QSD was (confine_self: no

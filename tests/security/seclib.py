@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared helpers for tests/security/: the hostile tenant and the hostile
 caller against the real node plugin (csilib.Env: real QSDs, real mounts under
 a temporary kubelet root, everything stopped by PID).

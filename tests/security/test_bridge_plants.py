@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, B and C for the hot-plug bridge: entries planted in the host-side
 bridge directory RUN/bridges/<pod-uid>/ (as if the VM pod could still write
 there), placements raced, restart recovery and bridge removal.

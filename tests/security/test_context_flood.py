@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, the hostile tenant through kubelet: an inline volume's
 volumeAttributes come from the pod spec and kubelet forwards them verbatim
 as NodePublishVolume's volume_context.  A pod spec may be about 1.5 MiB, so

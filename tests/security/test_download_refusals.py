@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Image class downloads as an attacker who writes StorageClasses (or PVCs of
 one) would use them (issue 21 item 4):
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, attacks B: defense in depth inside the host-side export directory
 RUN/exports/<vol>/.  The test (root) plants there what a tenant would if it
 could still write through its publication, then triggers every operation

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, attacks B swapped in races, and the names the plugin creates
 planted before it does.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, attacks D: NUL bytes in every string a caller sends.
 
 proto3 strings may hold "\\0" (python protobuf serializes them); a C string

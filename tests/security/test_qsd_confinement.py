@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 21: a compromised QSD is worth one volume, never the node.
 
 Two volumes staged through the plugin (started with --qsd-cgroup).  Checked

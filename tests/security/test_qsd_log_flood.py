@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, G: filling the host's /run without writing a file.
 
 A tenant may connect to its own vhost-user socket (through its read-only

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, attacks F: read-only means read-only end to end.
 
 A volume staged read-write (SINGLE_NODE_WRITER) and published with

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, attacks A and G: what a VM pod (root in its container) can do to
 the directories the plugin publishes to it.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, attacks E: one target, two volumes.
 
 - E1 NodePublishVolume of volume B onto volume A's mounted target: refused

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 9, attacks C: target and staging paths whose parents are symlinks
 out of the kubelet root.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue 21: a tenant's own vhost-user client on its volume's socket, against
 the real plugin and its QSDs (vuattack.py speaks the protocol).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A hostile vhost-user front-end: raw messages on a vhost-user socket, as a
 tenant holding its volume's socket could send them (issue 21).
 

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # unit/files_doc: docs/files.md maps every source file to what it owns.
 # Fails naming each .c/.h file under csi/, qsdctl/ or launcher/ that the page
 # does not name (as `path`), and each file the page names that does not exist.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """unit/lib_layers: the shared library's layering (docs/files.md) holds.
 
 Fails when, under qsdctl/lib/qsd/:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/qmp_fake.c: see qmp_fake.h. */
 #include <setjmp.h>
 #include <stdarg.h>

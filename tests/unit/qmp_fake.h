@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/qmp_fake.h: a fake QMP monitor for unit tests (test_qmp,
  * test_qmpcmd): a thread on a unix socket replays a transcript ("<" lines
  * it sends, ">" lines the client must send, compared as JSON without "id")

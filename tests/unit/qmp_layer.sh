@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # unit/qmp_layer: QMP commands are built and sent by the command layer only
 # (qsdctl/lib/qsd/qemu/qmpcmd.[ch] on the transport qmp.[ch]).  Fails naming
 # every other source file under csi/, qsdctl/ or launcher/ that writes a QMP

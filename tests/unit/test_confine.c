@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_confine.c: the confinement of processes that handle tenants' input
  * (confine.h), in forked children: each seccomp profile refuses or kills
  * what it must (ptrace and mount killed with SIGSYS, userfaultfd EPERM, an

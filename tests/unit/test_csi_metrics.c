@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the pure parts of the plugin's metrics: label escaping,
  * a volume's labels (the ones that join with kube-state-metrics), sample
  * and histogram rendering (text format 0.0.4), the parsing of

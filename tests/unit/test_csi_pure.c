@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the CSI plugin's pure parts: StorageClass parameters
  * (every key, unknown keys, bad values, combinations), capacity ranges, the
  * lexical path rules, the state records' JSON round trip, the capacity

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_fsat.c: directory-fd file operations (fsat.h) against the hostile
  * cases they exist for: symlinks at every component, a FIFO or a symlink at
  * the name being written, escapes with "..", and read-only binds that are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_grpc.c: the HTTP/2 + gRPC session layer driven entirely from memory.
  *
  * A client-side nghttp2 session talks to our server session; pump() moves

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_grpc_unix.c: the unix-socket transport on the real event loop.
  *
  * One process: the listener runs on the loop, a client nghttp2 session talks

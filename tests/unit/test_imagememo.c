@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for csi/imagememo.c: checksum refusals remembered for
  * IMAGEMEMO_TTL_MS, keyed by URL and expected digest, bounded. */
 #include <setjmp.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """No include cycle among the modules of a directory (csi/ by default).
 
 A module is NAME.h with NAME.c; NAME_int.h (its internal header) and a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for layers.c, the pure graph logic of thin snapshots: qcow2
  * header parsing, layer names and backing references, in-flight overlay
  * names, the garbage rule (reference counting, deletion order) and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the pure cores of a local CreateVolume, CreateSnapshot,
  * DeleteVolume, DeleteSnapshot and ControllerExpandVolume
  * (csi/local_plan.h):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for loop.c (timers, fd watches, removal inside callbacks,
  * revents), run once per backend (io_uring, epoll); the choice of backend
  * (QSD_CSI_LOOP, a seccomp filter refusing io_uring_setup as container

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for image names in the pool (qsd/qemu/pool.h) and the digest
  * checks of image classes (qsd/qemu/imagebase.h): a name is a SHA-256 (64
  * hex digits) or a SHA-512 (128); the garbage collection of images/ treats

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for qmp.c: framing, command formatting, and the client replayed
  * against recorded QMP transcripts by a fake monitor (a thread on a unix
  * socket) that fails on any unexpected command. */

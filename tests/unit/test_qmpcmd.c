@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for qmpcmd.c: every builder's JSON, every reply parser on good,
  * error, malformed and hostile replies (wrong types, missing fields, huge
  * and negative numbers, NUL bytes), error messages, and the resize sequence

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for qsdopts.c (what a QSD is given, pure): option parsing and
  * validation, the runtime paths, the QSD command line and block nodes, the
  * options record; and the RBD source (rbdsrc.h).  No QSD, no files. */

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """tests/strays.py, the ctest/strays fixture, on a planted leak.
 
 Planted: an orphaned process carrying the tag (what a test killed at its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for util.c and names.c: size parsing, name validation, atomic writes. */
 #include <setjmp.h>
 #include <stdarg.h>

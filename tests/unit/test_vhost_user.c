@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for vhost_user.c (message encoding, reply checks, fd passing
  * over a socketpair) and vublk.c's config-space decoding. */
 #include <setjmp.h>

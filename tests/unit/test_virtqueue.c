@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for virtqueue.c: the split ring driven in plain memory, the test
  * playing the device (reading avail, writing used). */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for qsd/vhost/vufilter.c: every rule of the vhost-user filter,
  * accepted and refused, fed with the bytes a front-end or a QSD would send. */
 #include <setjmp.h>

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # unit/versions: every installed binary prints the build's version with
 # --version, exits 0, and prints nothing else; the version is the one CMake
 # computed (CMakeLists.txt: git describe, or the project() version +unknown).

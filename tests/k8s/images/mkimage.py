@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Write a one-layer container image as a docker-archive tar (what
 `ctr images import` and `podman load` read), from files on this machine:
 the pause image and the sidecar images of the test cluster, which have no

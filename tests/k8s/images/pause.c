@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The test cluster's pod sandbox process: what registry.k8s.io/pause does,
  * built here because no registry is reachable.  It holds the pod's
  * namespaces, reaps the zombies a pod sharing its PID namespace leaves, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/k8s/seccomp-probe.sh's probe: tries io_uring_setup once and says
  * whether the kernel (or the seccomp filter it runs under) allowed it.
  * Exit 0: allowed; 1: refused (the errno is printed).  Owns nothing else. */

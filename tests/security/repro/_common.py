@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared start of every reproducer: argument parsing and the import of
 vuattack.py (one directory up).  usage of a reproducer:
     repro_<name>.py SOCKET [QSD_PID]

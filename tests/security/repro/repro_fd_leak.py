@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """File descriptors attached to a message whose handler takes none stay
 open in the back-end for its whole life.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """An indirect descriptor table that straddles two memory regions.
 
 Two regions of guest memory, adjacent in guest-physical space (A ends where

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """GET_INFLIGHT_FD: an allocation of the front-end's size per message, the
 previous one leaked; accepted although VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD
 was never offered.

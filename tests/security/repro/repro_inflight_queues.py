@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """SET_INFLIGHT_FD with num_queues larger than the device's queue count.
 
 libvhost-user's vu_set_inflight_fd() maps the front-end's memfd and then

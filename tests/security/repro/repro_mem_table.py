@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """SET_MEM_TABLE whose nregions exceeds the regions and fds the message
 carries (REPRO_NREGIONS, default 255; try 4294967295 too).
 

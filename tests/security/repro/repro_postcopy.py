@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """POSTCOPY_ADVISE answered although VHOST_USER_PROTOCOL_F_PAGEFAULT was
 never negotiated: the front-end receives a userfaultfd of the back-end's own
 address space, and with it answers the back-end's page faults.

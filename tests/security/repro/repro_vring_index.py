@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """SET_VRING_NUM (and SET_VRING_BASE, SET_VRING_ADDR, GET_VRING_BASE) with a
 queue index past the device's queues.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Run the reproducers of tests/security/repro/ against a bare
 qemu-storage-daemon (no plugin): for each, a fresh QSD serving a 16 MiB raw
 file over vhost-user-blk, the reproducer run against its socket, then what

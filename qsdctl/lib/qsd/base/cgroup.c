@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/cgroup.c: see cgroup.h. */
 #include "qsd/base/cgroup.h"
 #include "qsd/base/util.h"

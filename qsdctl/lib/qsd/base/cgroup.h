@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/cgroup.h: the cgroup QSDs run in, outside the plugin's own.
  *
  * Owns: creating one group (e.g. "/qsd-csi") in every cgroup hierarchy the

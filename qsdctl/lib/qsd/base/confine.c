@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/confine.c: see confine.h.
  *
  * The seccomp filters are classic BPF written here (no libseccomp: it is not

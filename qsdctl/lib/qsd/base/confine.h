@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/confine.h: confining a process that handles what tenants send
  * (QSDs, the vhost-user filter, qemu-img on downloaded images).
  *

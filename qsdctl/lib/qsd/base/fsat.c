@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/fsat.c: see fsat.h. */
 #include "qsd/base/fsat.h"
 #include "qsd/base/util.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/fsat.h: filesystem operations through directory file descriptors.
  *
  * Owns: the rule that the privileged plugin never follows a symbolic link

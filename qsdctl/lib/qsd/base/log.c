@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/log.c: see log.h.  Writes whole lines with one write(2) to stderr. */
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"

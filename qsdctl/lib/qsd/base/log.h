@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/log.h: one line per event, logfmt (key=value) or JSON, with a component.
  *
  *   log_info("qsd", "started", "volume=%s pid=%d", vol, pid);

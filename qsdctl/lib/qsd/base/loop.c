@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/loop.c: the event loop's API (loop.h) over two backends.
  *
  * Owns what both share: the choice of backend at loop_new(), the list of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/loop.h: the single-threaded event loop, on io_uring (liburing) or,
  * where io_uring is refused (container runtimes' default seccomp profiles), on
  * epoll: same semantics either way (loop.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/loop_backend.h: the interface between loop.c (the API of loop.h,
  * timers, stopping, the choice of backend) and the two fd-readiness backends,
  * loop_uring.c (io_uring) and loop_epoll.c (epoll).  Internal to loop*.c.

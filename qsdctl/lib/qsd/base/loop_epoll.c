@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/loop_epoll.c: the epoll backend of the event loop (loop.c,
  * loop_backend.h), for where io_uring_setup is refused (the default seccomp
  * profiles of containerd 2.x, Docker 25+ and podman; kernel.io_uring_disabled).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/loop_uring.c: the io_uring backend of the event loop (loop.c,
  * loop_backend.h).  The only file that knows io_uring.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/names.c: see names.h. */
 #include "qsd/base/names.h"
 #include "qsd/base/util.h"

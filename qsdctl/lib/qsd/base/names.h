@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/names.h: validation of tenant-supplied identifiers (volume and snapshot names).
  *
  * A valid name is 1..128 bytes of [A-Za-z0-9._-], starts with a letter or a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/probe.c: see probe.h. */
 #include "qsd/base/probe.h"
 #include "qsd/base/fsat.h"

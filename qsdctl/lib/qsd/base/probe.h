@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/probe.h: the readiness probe: does a unix stream socket accept a
  * connection now?
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/proc.c: see proc.h. */
 #include "qsd/base/proc.h"
 #include "qsd/base/confine.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/proc.h: starting child processes, running helper programs (qemu-img) with
  * a bound, and process facts.
  *

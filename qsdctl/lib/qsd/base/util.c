@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/util.c: see util.h. */
 #include "qsd/base/util.h"
 #include "qsd/base/fsat.h"

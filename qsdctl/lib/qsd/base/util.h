@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/util.h: small helpers shared by every part of the project.
  *
  * Owns: cleanup attributes (_cleanup_free_, _cleanup_close_, TAKE_PTR/TAKE_FD),

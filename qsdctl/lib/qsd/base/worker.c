@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/worker.c: see worker.h. */
 #include "qsd/base/worker.h"
 #include "qsd/base/proc.h"

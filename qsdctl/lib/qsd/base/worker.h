@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/worker.h: run a blocking operation in a forked child, off the event loop.
  *
  * Long operations (qemu-img convert of a big snapshot, a live backup job) are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/fetchaddr.c: where a download may go and how its URL is shown.
  * See fetchaddr.h. */
 #include "qsd/qemu/fetchaddr.h"

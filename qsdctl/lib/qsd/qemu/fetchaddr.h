@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/fetchaddr.h: where an image download may go, and how its URL
  * may be shown.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/image.c: image operations on the pool (pool.h): create, delete,
  * resize, info, standalone snapshots (qemu-img, bounded), and the live
  * full-copy snapshot over QMP.  See image.h. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/image.h: image operations on the volume pool (pool.h).
  *
  * Offline operations run qemu-img with a bound (qemuimg.h); online ones go through the

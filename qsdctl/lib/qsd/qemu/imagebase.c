@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/imagebase.c: image bases: download, verify, probe, convert and
  * publish a base; a volume made from it.  See imagebase.h. */
 #include "qsd/qemu/imagebase.h"

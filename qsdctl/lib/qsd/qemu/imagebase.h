@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/imagebase.h: image bases, the shared read-only layers that volumes
  * of an image class (a StorageClass naming an image URL) are made from.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/layers.c: pure graph logic of the layer pool.  See layers.h. */
 #include "qsd/qemu/layers.h"
 #include "qsd/base/util.h"

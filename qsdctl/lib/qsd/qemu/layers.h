@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/layers.h: the pool's graph of qcow2 layers, as pure logic (no I/O).
  *
  * A qcow2 volume is a chain of files: its active top volumes/<id>.qcow2 and

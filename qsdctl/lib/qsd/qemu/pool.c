@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/pool.c: the volume pool at the bottom of qemu/: its layout, lock,
  * lookups, layer chains and names, and the garbage collection.  See pool.h. */
 #include "qsd/qemu/pool.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/pool.h: the volume pool, the bottom of qemu/'s storage side.
  *
  * One directory per pool (docs/thin-layers.md):

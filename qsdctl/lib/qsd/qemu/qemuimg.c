@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qemuimg.c: running qemu-img, bounded, optionally confined.  See
  * qemuimg.h. */
 #include "qsd/qemu/qemuimg.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qemuimg.h: running qemu-img, the one way the library does.
  *
  * Every run is bounded by a timeout (proc.h); on failure the message is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qmp.c: QMP framing, asynchronous client and synchronous wrapper.  See qmp.h. */
 #include "qsd/qemu/qmp.h"
 #include "qsd/base/log.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qmp.h: QMP transport to qemu-storage-daemon, on the project loop.
  *
  * Layers (as in libvirt's qemu_monitor_json.c):

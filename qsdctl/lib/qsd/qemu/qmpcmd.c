@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qmpcmd.c: the QMP commands the project sends.  See qmpcmd.h. */
 #include "qsd/qemu/qmpcmd.h"
 #include "qsd/qemu/qsdopts.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qmpcmd.h: the QMP commands the project sends, one typed wrapper each.
  *
  * Owns every QMP command the project sends (qmp.c only negotiates

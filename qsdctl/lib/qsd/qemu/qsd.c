@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsd.c: the supervisor of a volume's QSD on an event loop: start
  * (spawn, confined, in its own session and cgroup; readiness), the pidfd
  * watch, restart on death with backoff, graceful stop, adoption, and the

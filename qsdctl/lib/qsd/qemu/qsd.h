@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsd.h: the supervisor of one qemu-storage-daemon (QSD) per volume.
  *
  *   struct qsd  a live QSD on a loop: start (bounded wait until every export

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsdconf.c: see qsdconf.h. */
 #include "qsd/qemu/qsdconf.h"
 #include "qsd/base/cgroup.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsdconf.h: the confinement of one volume's QSD (issue 21).
  *
  * Owns: the per-volume uid/gid (a slot of a configured range, recorded as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsdlog.c: a volume's QSD log: the pump from its pipe into
  * ctl/<vol>/qsd.log, the file's bound, its last words.  See qsdlog.h. */
 #include "qsd/qemu/qsdlog.h"

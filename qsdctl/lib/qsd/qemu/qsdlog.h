@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsdlog.h: the log of a volume's QSD (ctl/<vol>/qsd.log).
  *
  * The QSD writes into a pipe, never into a file (qsdlog.c says why); a

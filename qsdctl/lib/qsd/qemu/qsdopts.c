@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsdopts.c: what a volume's QSD is given, built without I/O: the
  * export's options (parse, validate, record), the runtime paths, the command
  * line and the block nodes' JSON.  See qsdopts.h. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsdopts.h: what a volume's QSD is given, built without I/O (pure,
  * unit-tested without a QSD: tests/unit/test_qsd_opts.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsdrun.c: a volume's QSD runtime on disk and in /proc: the run
  * directories, the state file, the exports' metadata, the scan that finds
  * running QSDs (adoption, orphans).  See qsdrun.h. */

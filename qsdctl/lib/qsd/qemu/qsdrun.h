@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/qsdrun.h: a volume's QSD runtime, on disk and in /proc.
  *
  * Under the run directory (docs/runtime-layout.md; paths from qsdopts.h):

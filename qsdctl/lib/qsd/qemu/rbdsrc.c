@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/rbdsrc.c: see rbdsrc.h. */
 #include "qsd/qemu/rbdsrc.h"
 #include "qsd/base/fsat.h"

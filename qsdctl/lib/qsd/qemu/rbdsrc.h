@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/rbdsrc.h: a Ceph RBD image as a QSD's storage (docs/rbd.md).
  *
  * Owns: where a volume's RBD image is (pool, namespace, image, monitors),

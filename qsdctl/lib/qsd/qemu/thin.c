@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/thin.c: thin snapshots, clones, merges and crash recovery on the
  * pool's qcow2 layers (pool.h), through qemu-img or the volume's QSD.  See
  * thin.h (the steps) and layers.h (the rules). */

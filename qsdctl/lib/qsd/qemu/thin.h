@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/qemu/thin.h: thin snapshots, clones and merges on the pool's qcow2 layers.
  *
  * The graph and its rules are layers.h, the pool's layout, lock, chains and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* records.c: see records.h.
  *
  * Two lists of the files changed and not known durable yet:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* records.h: the plugin's record files, one store for every kind of record
  * (volumes and snapshots, state.h; bridges and hot-plug requests, bridge.h):
  * DIR/<id>.json, loaded at start, replaced atomically, made durable off the

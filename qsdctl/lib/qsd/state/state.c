@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* state.c: see state.h. */
 #include "qsd/state/state.h"
 #include "qsd/state/records.h"

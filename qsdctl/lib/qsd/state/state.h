@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* state.h: the plugin's volumes and snapshots: one JSON record per volume
  * (STATE/volumes/<id>.json) and per snapshot (STATE/snapshots/<id>.json),
  * kept in the record store (records.h: replaced atomically on the loop, made

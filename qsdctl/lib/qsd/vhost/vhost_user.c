@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/vhost/vhost_user.c: vhost-user message encoding and transport (see vhost_user.h). */
 #include "qsd/vhost/vhost_user.h"
 

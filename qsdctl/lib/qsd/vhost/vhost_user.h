@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/vhost/vhost_user.h: the vhost-user protocol, front-end side (QEMU
  * docs/interop/vhost-user.rst).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/vhost/virtqueue.c: split virtqueue, driver side (see virtqueue.h). */
 #include "qsd/vhost/virtqueue.h"
 

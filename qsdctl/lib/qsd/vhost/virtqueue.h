@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/vhost/virtqueue.h: the driver side of a virtio split virtqueue (virtio 1.x,
  * section 2.7), with VIRTIO_F_RING_EVENT_IDX.
  *

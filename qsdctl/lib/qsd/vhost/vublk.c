@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/vhost/vublk.c: vhost-user-blk front-end (see vublk.h). */
 #include "qsd/vhost/vublk.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/vhost/vublk.h: a vhost-user-blk front-end (client) for checks and benchmarks.
  *
  * Owns: one connection to a vhost-user-blk back-end: feature negotiation,

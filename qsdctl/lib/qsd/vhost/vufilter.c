@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/vhost/vufilter.c: the vhost-user message filter's decisions (see
  * vufilter.h).  One table says which front-end requests pass and with what
  * size, descriptors and reply; one check function per request does the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/vhost/vufilter.h: the vhost-user message filter's decisions, no I/O.
  *
  * Owns: one connection's view of the vhost-user control protocol between a
