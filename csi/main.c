@@ -45,6 +45,7 @@ struct plugin {
     struct csi *csi;
     struct volstats *vstats;
     struct metrics *metrics;
+    struct worker *qsd_version; /* asks the QSD binary its version (build_info) */
     struct http_server *http;
     int sigfd;
     struct loop_watch *sigwatch;
@@ -218,19 +219,36 @@ static int print_qsd_command(const struct plugin_config *cfg, const char *image,
 }
 
 /* The QEMU version of the configured qemu-storage-daemon for
- * qsd_csi_build_info: `QSD --version`, run once at start-up before the loop
- * serves, bounded by QSD_VERSION_TIMEOUT_MS; unknown (NULL) when it cannot
- * run (the controller's image has no QSD) or names no version. */
+ * qsd_csi_build_info: `QSD --version`, run once at start-up in a worker
+ * (the loop never waits for a child), bounded by QSD_VERSION_TIMEOUT_MS;
+ * unknown until it answers, and when it cannot run (the controller's image
+ * has no QSD) or names no version. */
 #define QSD_VERSION_TIMEOUT_MS 5000
-static char *qsd_version(const char *binary)
+static int qsd_version_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
-    char *argv[] = {(char *)binary, "--version", NULL};
+    char *argv[] = {(char *)arg, "--version", NULL};
     struct proc_result res = {0};
     char *v = NULL;
     if (proc_run(argv, QSD_VERSION_TIMEOUT_MS, &res) == 0 && res.exit_code == 0)
         v = metrics_qemu_version_parse(res.out);
     proc_result_clear(&res);
-    return v;
+    if (!v) {
+        *ret_msg = xstrdup("qemu-storage-daemon --version named no version");
+        return -ENOENT;
+    }
+    *ret_result = json_pack("{s:s}", "version", v);
+    free(v);
+    return 0;
+}
+
+static void qsd_version_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct plugin *pl = opaque;
+    pl->qsd_version = NULL;
+    if (status == 0)
+        metrics_set_qemu_version(pl->metrics, json_string_value(json_object_get(result, "version")));
+    else
+        log_info("plugin", "QEMU version unknown", "reason=\"%s\"", msg ? msg : strerror(-status));
 }
 
 /* An integer flag in [min, max]; on failure says so on stderr. */
@@ -587,6 +605,7 @@ static void plugin_free(struct plugin *pl)
     csi_free(pl->csi);
     grpc_server_free(pl->srv);
     identity_free(pl->identity);
+    worker_cancel(pl->qsd_version);
     metrics_free(pl->metrics);
     loop_watch_remove(pl->sigwatch);
     loop_free(pl->loop);
@@ -679,10 +698,9 @@ int main(int argc, char **argv)
         pl.csi->vstats = pl.vstats;
     }
     metrics_new(pl.csi, &pl.metrics);
-    {
-        _cleanup_free_ char *qv = qsd_version(pl.cfg.qsd_binary);
-        metrics_set_qemu_version(pl.metrics, qv);
-    }
+    if (worker_start(pl.loop, qsd_version_fn, (void *)pl.cfg.qsd_binary, QSD_VERSION_TIMEOUT_MS + 1000,
+                     qsd_version_done, &pl, &pl.qsd_version) < 0)
+        pl.qsd_version = NULL;
     grpc_server_set_observer(pl.srv, metrics_rpc_observe, pl.metrics);
 
     {
