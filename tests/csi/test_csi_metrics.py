@@ -341,6 +341,12 @@ def run(env, qsdctl, stopped):
         assert got == n, "%s %s: %s calls counted, %d made" % (m, code, got, n)
         cnt = value(smp, "qsd_csi_rpc_duration_seconds_count", method=m, code=code)
         assert cnt == n, "%s %s: histogram count %s" % (m, code, cnt)
+    # The QEMU version comes from a worker the plugin starts at start-up
+    # (bounded at 6 s): "unknown" until it answered.
+    deadline = time.monotonic() + 10
+    while 'qemu_version="unknown"' in body and time.monotonic() < deadline:
+        time.sleep(0.2)
+        _, body = scrape(port)
     check_build_info(body)
     assert value(smp, "qsd_csi_volume_qsd_state", volume_id=VOL, state="running") == 1
     assert value(smp, "qsd_csi_volume_qsd_state", volume_id=VOL, state="hung") == 0
