@@ -200,15 +200,23 @@ static enum grpc_code create_code(const struct op *op, int status)
                                : capacity_errno_code(status, GRPC_INTERNAL); /* out of space */
 }
 
+/* A worker's result: its "size" (a worker that succeeded without one is
+ * a failure: *status and *msg say so). */
+static json_int_t worker_size(int *status, const char **msg, json_t *result)
+{
+    json_int_t size = 0;
+    if (*status == 0 && json_unpack(result, "{s:I}", "size", &size) < 0)
+        *status = -EBADMSG, *msg = "worker returned no size";
+    return size;
+}
+
 static void create_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
     struct csi *c = op->csi;
     struct vol *v = op->vol;
     op->worker = NULL;
-    json_int_t size = 0;
-    if (status == 0 && json_unpack(result, "{s:I}", "size", &size) < 0)
-        status = -EBADMSG, msg = "worker returned no size";
+    json_int_t size = worker_size(&status, &msg, result);
     if (status == 0) {
         v->phase = PHASE_READY;
         v->size = v->image_size = (uint64_t)size;
@@ -494,9 +502,7 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
     struct csi *c = op->csi;
     struct snap *sn = op->snap;
     op->worker = NULL;
-    json_int_t size = 0;
-    if (status == 0 && json_unpack(result, "{s:I}", "size", &size) < 0)
-        status = -EBADMSG, msg = "worker returned no size";
+    json_int_t size = worker_size(&status, &msg, result);
     if (status == 0) {
         sn->phase = PHASE_READY;
         sn->size = (uint64_t)size;

@@ -329,32 +329,11 @@ int unix_connect(const char *path, bool nonblock, int *ret_fd)
     return 0;
 }
 
-int unix_socket_listening(const char *path)
-{
-    _cleanup_fclose_ FILE *f = fopen("/proc/net/unix", "re");
-    if (!f)
-        return -errno;
-    char *line = NULL;
-    size_t cap = 0;
-    int found = 0;
-    size_t plen = strlen(path);
-    while (!found && getline(&line, &cap, f) > 0) {
-        unsigned long flags = 0;
-        unsigned type = 0, st = 0;
-        int off = 0;
-        /* Num: RefCount Protocol Flags Type St Inode Path */
-        if (sscanf(line, "%*s %*s %*s %lx %x %x %*u %n", &flags, &type, &st, &off) != 3 || !off)
-            continue;
-        const char *p = line + off;
-        size_t n = strcspn(p, "\n");
-        if ((flags & 0x10000) && type == 1 && n == plen && memcmp(p, path, plen) == 0)
-            found = 1; /* __SO_ACCEPTCON, SOCK_STREAM */
-    }
-    free(line);
-    return found;
-}
-
-int unix_socket_connections(const char *path)
+/* The stream sockets of /proc/net/unix whose address is path: listeners
+ * (__SO_ACCEPTCON) or the others (accepted connections and those waiting in
+ * a backlog, which carry the listener's path); stops at the first when
+ * first is set. */
+static int unix_sockets_count(const char *path, bool listeners, bool first)
 {
     _cleanup_fclose_ FILE *f = fopen("/proc/net/unix", "re");
     if (!f)
@@ -363,19 +342,23 @@ int unix_socket_connections(const char *path)
     size_t cap = 0;
     int n = 0;
     size_t plen = strlen(path);
-    while (getline(&line, &cap, f) > 0) {
+    while (!(first && n) && getline(&line, &cap, f) > 0) {
         unsigned long flags = 0;
         unsigned type = 0, st = 0;
         int off = 0;
+        /* Num: RefCount Protocol Flags Type St Inode Path */
         if (sscanf(line, "%*s %*s %*s %lx %x %x %*u %n", &flags, &type, &st, &off) != 3 || !off)
             continue;
         const char *p = line + off;
         size_t len = strcspn(p, "\n");
-        /* Not the listener (__SO_ACCEPTCON): an accepted connection, or one
-         * still waiting in its backlog; both carry the listener's path. */
-        if (!(flags & 0x10000) && type == 1 && len == plen && memcmp(p, path, plen) == 0)
+        if (!!(flags & 0x10000) == listeners && type == 1 /* SOCK_STREAM */ && len == plen &&
+            memcmp(p, path, plen) == 0)
             n++;
     }
     free(line);
     return n;
 }
+
+int unix_socket_listening(const char *path) { return unix_sockets_count(path, true, true); }
+
+int unix_socket_connections(const char *path) { return unix_sockets_count(path, false, false); }
