@@ -17,6 +17,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csilib  # noqa: E402
 from csilib import mount_cap, is_mount_point  # noqa: E402
+import grpc  # noqa: E402
 
 MiB = 1 << 20
 
@@ -145,10 +146,20 @@ def run(env, qsdctl):
           after["pvc-r2"], "; state intact; half-created volumes undone")
 
     # Idempotent calls see the recovered state; stats are normal again.
+    # A start still in progress answers UNAVAILABLE ("retry"), which kubelet
+    # retries: so does this (bounded).
+    def stage_ok(v):
+        try:
+            c.NodeStageVolume(pb.NodeStageVolumeRequest(
+                volume_id=v, staging_target_path=os.path.join(k, "staging", v),
+                volume_capability=cap), timeout=T)
+            return True
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            return False
     for v in vols:
-        c.NodeStageVolume(pb.NodeStageVolumeRequest(
-            volume_id=v, staging_target_path=os.path.join(k, "staging", v),
-            volume_capability=cap), timeout=T)
+        wait(lambda: stage_ok(v), "NodeStageVolume of %s after the restart" % v)
     for v, t in tgts.items():
         s = c.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=v, volume_path=t),
                                  timeout=T)

@@ -66,6 +66,7 @@ struct qsd {
     bool hold_probe;            /* keep the readiness probe's connections open (start_sync) */
     int probe_fds[2];           /* those connections (rw, ro export) or -1 */
     bool probe_settling;        /* a first start's probe closed: waiting for QSD's side */
+    uint64_t settle_until_ms;   /* ... at most until then (PROBE_SETTLE_MS) */
     pid_t pgid;                 /* the spawned unit's process group (its own session) */
     struct qsdlog log;          /* the QSD's stdout/stderr into paths.log */
     char *last_death;           /* "pid=... last_log=..." of the last unexpected exit */
@@ -409,7 +410,11 @@ static int probe_answered(int fd)
  *  3. else close them and wait until the QSD has closed its side of each,
  *     so that the caller's next connection (a status query's monitor, a VM)
  *     does not meet a hang-up in progress.  A QSD that keeps a side open
- *     past the start deadline is ready anyway (on_probe). */
+ *     past PROBE_SETTLE_MS is ready anyway (on_probe). */
+/* How long step 3 waits for the QSD to close its side of the probe's
+ * connections (it does in microseconds; other clients' sides stay open). */
+#define PROBE_SETTLE_MS 500
+
 static bool probe_step(struct qsd *q)
 {
     if (q->probe_settling)
@@ -439,6 +444,7 @@ static bool probe_step(struct qsd *q)
         return true;
     release_probe(q);
     q->probe_settling = true;
+    q->settle_until_ms = now_ms() + PROBE_SETTLE_MS;
     return qsd_side_connections(q) <= 0;
 }
 
@@ -455,8 +461,10 @@ static void on_probe(struct loop *l, void *opaque)
      * have a reconnecting VM as their client already, which the probe must
      * not wait for: a plain connection is the probe there. */
     bool ready = q->restarting ? exports_accept(q) : probe_step(q);
-    /* It served every probe but keeps a side open: ready all the same. */
-    ready |= q->probe_settling && now_ms() >= q->deadline_ms;
+    /* It served every probe but keeps a side open (a client of its own,
+     * such as a VM that reconnected as the plugin restarted it): ready all
+     * the same once the probe's hang-ups had their time. */
+    ready |= q->probe_settling && now_ms() >= MIN(q->settle_until_ms, q->deadline_ms);
     if (ready) {
         q->probe_settling = false;
         closep(&q->exec_fd);
