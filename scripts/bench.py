@@ -4,11 +4,25 @@
 
 Measures the QSD exports the plugin ships, each alternative considered,
 QEMU's block layer in one process (`qemu-img bench`) and the io_uring
-O_DIRECT limit (`qsdctl bench` on the file, and fio when installed), on the
-same fully written files, interleaved: in every round each configuration
-runs each test right after the limit, and a ratio is the median over rounds
-of (configuration / the limit run just before it).  Then 1, 2 and 4 volumes
-at once (one QSD each, one client each) against as many limit runs at once.
+O_DIRECT limit, on the same fully written files, interleaved: in every
+round each configuration runs each test right after the limit, and a ratio
+is the median over rounds of (configuration / the limit run just before it).
+The limit is the best of the limit tools run back to back (`qsdctl bench` on
+the file, and fio when installed; order alternating): the most IOPS, the
+lowest depth-1 latency.  Then 1, 2 and 4 volumes at once (one QSD each, one
+client each) against as many limit runs at once.
+
+The machine is shared: before every run the bench sleeps QUIET_GAP_MS with
+nothing of its own running and measures the CPU pressure of that gap (PSI
+"some", the other tenants' share); above --max-pressure it waits (bounded)
+for a quiet gap, and a run that never got one is marked.  The report gives
+the gap pressure with every figure and refuses to write its tables when
+more than a quarter of the runs are marked (--allow-busy writes them,
+headed as not usable).
+
+--compare-qsd BINARY runs every configuration a second time, in the same
+rounds, with that QSD (named NAME@VERSION): the side-by-side of two QEMU
+versions on the same files in the same minutes.
 
 The shipped command line is not copied here: it is printed by the plugin
 itself (`qsd-csi-plugin --print-qsd-command IMAGE PARAMETERS`, the code that
@@ -36,6 +50,7 @@ TESTS = ["randread-4k-qd1", "randread-4k-qd32", "randwrite-4k-qd1", "randwrite-4
 SHORT = dict(zip(TESTS, ["rr4k qd1", "rr4k qd32", "rw4k qd1", "rw4k qd32"]))
 MULTI_TESTS = ["randread-4k-qd32", "randwrite-4k-qd32"]
 med = statistics.median
+QUIET_GAP_MS = 300
 
 
 def add_iothread(argv, **props):
@@ -65,6 +80,20 @@ def writeback(argv):
     return out
 
 
+def noflush(argv):
+    """qcow2 write-through with the file's flushes dropped (not shippable: a
+    guest's flush would not reach the disk): what the flush itself costs."""
+    out = []
+    for i, a in enumerate(argv):
+        if i > 0 and argv[i - 1] == "--blockdev":
+            b = json.loads(a)
+            if "cache" in b:
+                b["cache"]["no-flush"] = True
+            a = json.dumps(b)
+        out.append(a)
+    return out
+
+
 def pinned(cpus):
     """The QSD on CPUS only (taskset execs it: same pid; its io_uring and
     AIO helper threads inherit the mask)."""
@@ -87,6 +116,7 @@ CONFIGS = [
     ("raw-iothread", "raw", {}, 1, lambda a: add_iothread(a), None),
     ("raw-iothread-nopoll", "raw", {}, 1, lambda a: add_iothread(a, **{"poll-max-ns": 0}), None),
     ("qcow2-writeback", "qcow2", {}, 1, writeback, None),
+    ("qcow2-noflush", "qcow2", {}, 1, noflush, None),
     # CPU placement of the QSD relative to its client (the VM): both on one
     # CPU, on different CPUs, the QSD alone pinned; unpinned is shipped-raw.
     ("raw-pin-same", "raw", {}, 1, pinned("0"), "0"),
@@ -106,26 +136,34 @@ class Bench:
         self.rows = []  # every measurement
         self.psi = []
         want = a.configs.split(",") if a.configs else [c[0] for c in CONFIGS]
-        self.configs = [c for c in CONFIGS if c[0] in want]
-        self.names = want
         unknown = set(want) - {c[0] for c in CONFIGS}
         if unknown:
             sys.exit("bench: unknown configuration(s): %s" % ", ".join(sorted(unknown)))
+        # (name, ...CONFIGS fields..., the QSD binary)
+        self.configs = [c + (a.qsd,) for c in CONFIGS if c[0] in want]
+        if a.compare_qsd:
+            ver = qsd_version(a.compare_qsd)
+            self.configs += [("%s@%s" % (c[0], ver),) + c[1:] + (a.compare_qsd,)
+                             for c in CONFIGS if c[0] in want]
+        self.names = [c[0] for c in self.configs]
+        self.multi_configs = [c for c in self.configs
+                              if c[0].split("@")[0] in MULTI_CONFIGS]
 
     # ---------------------------------------------------------------- QSDs
-    def shipped_argv(self, image, params, name):
-        """The plugin's own command line for IMAGE (renamed NAME for its sockets)."""
+    def shipped_argv(self, image, params, name, qsd):
+        """The plugin's own command line for IMAGE (renamed NAME for its
+        sockets), with QSD as the binary."""
         link = os.path.join(self.run, "img", name + os.path.splitext(image)[1])
         os.makedirs(os.path.dirname(link), exist_ok=True)
         if not os.path.exists(link):
             os.symlink(image, link)
-        out = subprocess.run([self.a.plugin, "--run-dir", self.run, "--qsd-binary", self.a.qsd,
+        out = subprocess.run([self.a.plugin, "--run-dir", self.run, "--qsd-binary", qsd,
                               "--print-qsd-command", link, json.dumps(params)],
                              check=True, capture_output=True, text=True).stdout
         return json.loads(out)
 
-    def start_qsd(self, name, image, params, patch):
-        argv = self.shipped_argv(image, params, name)
+    def start_qsd(self, name, image, params, patch, qsd):
+        argv = self.shipped_argv(image, params, name, qsd)
         if patch:
             argv = patch(argv)
         for d in ("exports", "exports-ro", "ctl"):
@@ -163,13 +201,32 @@ class Bench:
 
     # ------------------------------------------------------------ clients
     def psi_sample(self):
-        v = {}
-        for k in ("cpu", "io"):
-            try:
-                t = open("/proc/pressure/" + k).read()
-                v[k] = float(re.search(r"some avg10=([\d.]+)", t).group(1))
-            except OSError:
-                v[k] = None
+        """The other tenants' CPU and I/O pressure, measured over a gap with
+        nothing of ours running (PSI "some" totals over QUIET_GAP_MS);
+        above --max-pressure, wait for a quiet gap (at most --quiet-wait-s)
+        and mark the run busy if none came."""
+        def totals():
+            v = {}
+            for k in ("cpu", "io"):
+                try:
+                    t = open("/proc/pressure/" + k).read()
+                    v[k] = int(re.search(r"some avg10=[\d.]+ avg60=[\d.]+ avg300=[\d.]+ total=(\d+)",
+                                         t).group(1))
+                except (OSError, AttributeError):
+                    v[k] = None
+            return v
+        start = time.monotonic()
+        while True:
+            t0, m0 = totals(), time.monotonic()
+            time.sleep(QUIET_GAP_MS / 1000.0)
+            t1, m1 = totals(), time.monotonic()
+            v = {k: None if t0[k] is None else 100.0 * (t1[k] - t0[k]) / ((m1 - m0) * 1e6)
+                 for k in t0}
+            waited = time.monotonic() - start
+            v["busy"] = v["cpu"] is not None and v["cpu"] > self.a.max_pressure
+            if not v["busy"] or waited >= self.a.quiet_wait_s:
+                break
+        v["waited_s"] = round(waited, 1)
         self.psi.append(v)
 
     def qsdctl_cmd(self, target, test, queues=1, qsd_pid=None, cpus=None):
@@ -180,7 +237,7 @@ class Bench:
             c += ["--qsd-pid", str(qsd_pid)]
         return c + [target]
 
-    def run_many(self, cmds, count_pid=None):
+    def run_many(self, cmds, count_pid=None, parse=None):
         """Run the clients at once; their parsed JSON results.  With
         count_pid (and perf installed): that process's io_uring_enter calls
         (or io_submit) calls per I/O, counted over most of the measured window."""
@@ -202,7 +259,7 @@ class Bench:
             if p.returncode != 0:
                 self.stop_all()
                 sys.exit("bench: %s failed: %s" % (" ".join(c), e))
-            out.append(json.loads(o)["results"][0])
+            out.append(parse(o) if parse else json.loads(o)["results"][0])
         if enters is not None:
             out[0]["submits_per_io"] = enters / max(out[0]["iops"], 1)
         return out
@@ -211,22 +268,47 @@ class Bench:
         self.rows.append({"section": section, "label": label, "round": rnd, "test": test, "n": n,
                           "results": res, "psi": self.psi[-1] if self.psi else None})
 
-    def fio(self, image, test):
+    def fio_cmd(self, image, test):
         rw = "randread" if "read" in test else "randwrite"
         depth = int(test.split("qd")[1])
-        c = ["fio", "--name=limit", "--filename=" + image, "--direct=1", "--ioengine=io_uring",
-             "--rw=" + rw, "--bs=4k", "--iodepth=%d" % depth, "--time_based",
-             "--runtime=%dms" % self.a.runtime_ms, "--ramp_time=%dms" % self.a.ramp_ms,
-             "--output-format=json"]
-        self.psi_sample()
-        j = json.loads(subprocess.run(c, check=True, capture_output=True, text=True).stdout)
-        job = j["jobs"][0]
-        d = job["read" if rw == "randread" else "write"]
+        return ["fio", "--name=limit", "--filename=" + image, "--direct=1", "--ioengine=io_uring",
+                "--rw=" + rw, "--bs=4k", "--iodepth=%d" % depth, "--time_based",
+                "--runtime=%dms" % self.a.runtime_ms, "--ramp_time=%dms" % self.a.ramp_ms,
+                "--output-format=json"]
+
+    @staticmethod
+    def fio_parse(out):
+        job = json.loads(out)["jobs"][0]
+        d = job["read"] if job["read"]["total_ios"] else job["write"]
         ios = max(d["total_ios"], 1)
         runtime_s = job["job_runtime"] / 1000.0
         cpu = (job["usr_cpu"] + job["sys_cpu"]) / 100.0 * runtime_s
         return {"iops": d["iops"], "mean_us": d["lat_ns"]["mean"] / 1000.0,
                 "client_cpu_us_per_io": cpu * 1e6 / ios, "qsd_cpu_us_per_io": None}
+
+    def limit(self, files, test):
+        """The limit on FILES (one client each, at once): every limit tool
+        in turn, alternating which goes first; the best by aggregate IOPS
+        (at depth 1 that is also the lowest latency), and each tool's."""
+        tools = [("qsdctl", [self.qsdctl_cmd(f, test) for f in files], None)]
+        if shutil.which("fio"):
+            tools.append(("fio", [self.fio_cmd(f, test) for f in files], self.fio_parse))
+        self.limit_turn = getattr(self, "limit_turn", 0) + 1
+        if self.limit_turn % 2 == 0:
+            tools.reverse()
+        each = {}
+        for name, cmds, parse in tools:
+            each[name] = self.run_many(cmds, parse=parse)
+            for r in each[name]:
+                r["tool"] = name
+        best = max(each.values(), key=lambda rs: sum(r["iops"] for r in rs))
+        return best, each
+
+    def record_limit(self, section, label, rnd, test, n, files):
+        best, each = self.limit(files, test)
+        self.record(section, "limit@" + label, rnd, test, n, best)
+        for tool, rs in each.items():
+            self.record(section, "limit-%s@%s" % (tool, label), rnd, test, n, rs)
 
     def qemu_img(self, image, test):
         """QEMU's block layer in one process.  qemu-img bench is sequential:
@@ -263,39 +345,30 @@ class Bench:
         os.sync()
 
     def single(self, rnd):
-        for name, fmt, params, queues, patch, cpus in self.configs:
+        for name, fmt, params, queues, patch, cpus, qsd in self.configs:
             image = self.raw[0] if fmt == "raw" else self.qcow2[0]
-            sock, pid, argv = self.start_qsd(name, image, params, patch)
+            sock, pid, argv = self.start_qsd(name, image, params, patch, qsd)
             self.argvs[name] = argv
             print("bench: round %d: %s" % (rnd, name), file=sys.stderr)
             for t in TESTS:
-                lim = self.run_many([self.qsdctl_cmd(self.raw[0], t)])[0]
-                self.record("single", "limit@" + name, rnd, t, 1, [lim])
+                self.record_limit("single", name, rnd, t, 1, self.raw[:1])
                 res = self.run_many([self.qsdctl_cmd(sock, t, queues, pid, cpus)],
                                     count_pid=pid if t.endswith("qd32") else None)[0]
                 self.record("single", name, rnd, t, 1, [res])
             self.stop_qsd(name)
         for t in TESTS:
-            lim = self.run_many([self.qsdctl_cmd(self.raw[0], t)])[0]
-            self.record("single", "limit@qemu-img", rnd, t, 1, [lim])
+            self.record_limit("single", "qemu-img", rnd, t, 1, self.raw[:1])
             self.record("single", "qemu-img", rnd, t, 1, [self.qemu_img(self.raw[0], t)])
-            if shutil.which("fio"):
-                lim = self.run_many([self.qsdctl_cmd(self.raw[0], t)])[0]
-                self.record("single", "limit@fio", rnd, t, 1, [lim])
-                self.record("single", "fio", rnd, t, 1, [self.fio(self.raw[0], t)])
 
     def multi(self, rnd):
-        by_name = {c[0]: c for c in CONFIGS}
-        for name in [c for c in MULTI_CONFIGS if c in by_name and c in self.names]:
-            _, fmt, params, queues, patch, _ = by_name[name]
+        for name, fmt, params, queues, patch, _, qsd in self.multi_configs:
             for n in (1, 2, 4):
                 print("bench: round %d: %d x %s" % (rnd, n, name), file=sys.stderr)
                 imgs = (self.raw if fmt == "raw" else self.qcow2)[:n]
-                started = [self.start_qsd("%s-%d" % (name, i), img, params, patch)
+                started = [self.start_qsd("%s-%d" % (name, i), img, params, patch, qsd)
                            for i, img in enumerate(imgs)]
                 for t in MULTI_TESTS:
-                    lim = self.run_many([self.qsdctl_cmd(r, t) for r in self.raw[:n]])
-                    self.record("multi", "limit@%s" % name, rnd, t, n, lim)
+                    self.record_limit("multi", name, rnd, t, n, self.raw[:n])
                     res = self.run_many([self.qsdctl_cmd(s, t, queues, pid) for s, pid, _ in started])
                     self.record("multi", name, rnd, t, n, res)
                 for i in range(n):
@@ -319,6 +392,15 @@ class Bench:
                 os.unlink(f)
 
 
+def qsd_version(binary):
+    """'11.1.3' from BINARY --version."""
+    o = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    m = re.search(r"version (\d+\.\d+\.\d+)", o)
+    if not m:
+        sys.exit("bench: %s --version: no version in %r" % (binary, o[:200]))
+    return m.group(1)
+
+
 def machine_now():
     return {"load": open("/proc/loadavg").read().split()[:3], "time": time.time()}
 
@@ -334,7 +416,8 @@ def machine(a, start):
         "memory: %s MiB" % sh("free -m | awk '/Mem:/ {print $2}'"),
         "disk: %s (%s)" % (sh("df --output=source %s | tail -1" % a.workdir),
                            sh("findmnt -no FSTYPE -T %s" % a.workdir)),
-        "qemu: " + sh(a.qsd + " --version | head -1"),
+        "qemu: " + sh(a.qsd + " --version | head -1") + (
+            "; compared with: " + sh(a.compare_qsd + " --version | head -1") if a.compare_qsd else ""),
         "fio: " + (sh("fio --version") or "not installed"),
         "files: %d MiB each, random data, fully written; qcow2 converted from them" % a.size_mib,
         "runtime: %d ms per test after %d ms ramp, %d rounds" % (a.runtime_ms, a.ramp_ms, a.rounds),
@@ -371,7 +454,7 @@ def report(b):
              if x.get(key) is not None]
         return med(v) if v else None
 
-    labels = [c[0] for c in b.configs] + ["qemu-img"] + (["fio"] if runs("single", "fio", TESTS[0]) else [])
+    labels = [c[0] for c in b.configs] + ["qemu-img"]
     summary = {}
     for c in labels:
         summary[c] = {"ratio": {t: ratio("single", c, t) for t in TESTS},
@@ -379,14 +462,38 @@ def report(b):
                       "qsd_cpu_us_per_io": {t: m("single", c, t, "qsd_cpu_us_per_io") for t in TESTS},
                       "client_cpu_us_per_io": {t: m("single", c, t, "client_cpu_us_per_io") for t in TESTS},
                       "submits_per_io": {t: m("single", c, t, "submits_per_io") for t in TESTS}}
-    multi_configs = [c for c in MULTI_CONFIGS if c in b.names]
+    multi_configs = [c[0] for c in b.multi_configs]
     multi = {c: {t: {n: ratio("multi", c, t, n) for n in (1, 2, 4)} for t in MULTI_TESTS}
              for c in multi_configs}
     psi_cpu = [p["cpu"] for p in b.psi if p.get("cpu") is not None]
     psi_io = [p["io"] for p in b.psi if p.get("io") is not None]
+    busy = sum(1 for p in b.psi if p.get("busy"))
+    usable = busy * 4 <= len(b.psi)
+
+    def gap(label):
+        """Median and max gap CPU pressure over a configuration's runs and its limits."""
+        mine = {label, "limit@" + label, "limit-qsdctl@" + label, "limit-fio@" + label}
+        v = [r["psi"]["cpu"] for r in rows if r["label"] in mine and r["psi"]
+             and r["psi"].get("cpu") is not None]
+        return (med(v), max(v)) if v else None
+
+    # which limit tool won, and by how much (fio / qsdctl), per test
+    tools = {}
+    for t in TESTS:
+        won, q = {}, []
+        for r in rows:
+            if r["label"].startswith("limit@") and r["test"] == t and r["section"] == "single":
+                won[r["results"][0]["tool"]] = won.get(r["results"][0]["tool"], 0) + 1
+        for r in rows:
+            if r["label"].startswith("limit-fio@") and r["test"] == t and r["section"] == "single":
+                o = [x for x in rows if x["label"] == "limit-qsdctl@" + r["label"].split("@", 1)[1]
+                     and x["test"] == t and x["round"] == r["round"] and x["section"] == "single"]
+                if o:
+                    q.append(agg(r) / agg(o[0]))
+        tools[t] = {"won": won, "fio_over_qsdctl": med(q) if q else None}
     json.dump({"machine": b.machine, "argv": b.argvs, "summary": summary, "multi": {
         c: {t: {str(n): v for n, v in d.items()} for t, d in x.items()} for c, x in multi.items()},
-        "psi": b.psi, "runs": rows}, open(os.path.join(out, "results.json"), "w"), indent=1)
+        "psi": b.psi, "busy_runs": busy, "usable": usable, "limit_tools": tools, "runs": rows}, open(os.path.join(out, "results.json"), "w"), indent=1)
 
     def f(x, fmt="%.2f"):
         return "-" if x is None else fmt % x
@@ -397,24 +504,35 @@ def report(b):
     L = ["# Data-path benchmark: shipped QSD exports against the io_uring O_DIRECT limit", "",
          "Generated by `scripts/bench.sh`; every number from one run on this machine:", ""]
     L += ["    " + x for x in b.machine]
-    L += ["    cpu pressure (PSI some avg10, sampled before every run): median %.1f%%, max %.1f%%"
-          % (med(psi_cpu), max(psi_cpu)) if psi_cpu else "    cpu pressure: not available",
-          "    io pressure (PSI some avg10): median %.1f%%, max %.1f%%" % (med(psi_io), max(psi_io))
-          if psi_io else "    io pressure: not available", ""]
+    L += ["    other tenants' cpu pressure (PSI some over a %d ms gap before every run): "
+          "median %.1f%%, max %.1f%%" % (QUIET_GAP_MS, med(psi_cpu), max(psi_cpu))
+          if psi_cpu else "    cpu pressure: not available",
+          "    io pressure over the same gaps: median %.1f%%, max %.1f%%" % (med(psi_io), max(psi_io))
+          if psi_io else "    io pressure: not available",
+          "    runs without a quiet gap (cpu pressure > %g%% for %g s): %d of %d"
+          % (b.a.max_pressure, b.a.quiet_wait_s, busy, len(b.psi)), ""]
+    if not usable:
+        L += ["**NOT USABLE: the machine was busy during more than a quarter of the runs "
+              "(--allow-busy wrote this anyway).**", ""]
     L += ["## One volume", "",
           "IOPS / limit: median over rounds (min-max) of each run divided by the limit "
-          "(`qsdctl bench` on the raw file: io_uring, O_DIRECT) run just before it. "
+          "run just before it (the best of `qsdctl bench` and fio on the raw file: io_uring, "
+          "O_DIRECT). "
           "`+us`: depth-1 mean latency above the limit. CPU per I/O at depth 32 "
           "(QSD: all its threads; client: `qsdctl bench`, or the limit's/fio's/qemu-img's own); "
-          "QSD's io_uring_enter + io_submit calls per I/O at depth 32 (perf stat; the limit makes ~0.07). "
-          "Targets: rr4k qd32 >= 0.8, rr4k qd1 mean <= limit + 15 us, rw4k qd32 >= 0.8.", ""]
+          "QSD's io_uring_enter + io_submit calls per I/O at depth 32 (perf stat; the limit makes ~0.07); "
+          "cpu pressure: the other tenants' over the gaps before this configuration's runs and "
+          "their limits, median (max). "
+          "Targets: rr4k qd32 >= 0.9, rw4k qd32 >= 0.9 (raw) and >= 0.7 (qcow2), "
+          "depth-1 mean <= limit + 15 us.", ""]
     L.append("| configuration | " + " | ".join(SHORT[t] for t in TESTS) +
              " | rr qd1 +us | rw qd1 +us | QSD CPU us/IO rr/rw qd32 | client CPU us/IO rr/rw qd32 |"
-             " QSD submit syscalls/IO rr/rw qd32 |")
-    L.append("|" + "---|" * (len(TESTS) + 6))
+             " QSD submit syscalls/IO rr/rw qd32 | cpu pressure |")
+    L.append("|" + "---|" * (len(TESTS) + 7))
     for c in labels:
         s = summary[c]
-        L.append("| %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
+        g = gap(c)
+        L.append("| %s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s |" % (
             c, " | ".join(fr(s["ratio"][t]) for t in TESTS),
             f(s["qd1_mean_delta_us"]["randread-4k-qd1"], "%+.0f"),
             f(s["qd1_mean_delta_us"]["randwrite-4k-qd1"], "%+.0f"),
@@ -422,11 +540,18 @@ def report(b):
             f(s["qsd_cpu_us_per_io"]["randwrite-4k-qd32"], "%.1f"),
             f(s["client_cpu_us_per_io"]["randread-4k-qd32"], "%.1f"),
             f(s["client_cpu_us_per_io"]["randwrite-4k-qd32"], "%.1f"),
-            f(s["submits_per_io"]["randread-4k-qd32"]), f(s["submits_per_io"]["randwrite-4k-qd32"])))
+            f(s["submits_per_io"]["randread-4k-qd32"]), f(s["submits_per_io"]["randwrite-4k-qd32"]),
+            "-" if g is None else "%.0f%% (%.0f%%)" % g))
     L += ["", "Limit, CPU per I/O of the limit itself at depth 32 (rr/rw): %s / %s us." % (
         f(m("single", "limit@shipped-raw", "randread-4k-qd32", "client_cpu_us_per_io"), "%.1f"),
         f(m("single", "limit@shipped-raw", "randwrite-4k-qd32", "client_cpu_us_per_io"), "%.1f")), ""]
-    L += ["Medians of absolute numbers (IOPS / mean us):", ""]
+    L += ["The limit's tools (every limit run is both, back to back, order alternating): fio / "
+          "`qsdctl bench` IOPS, median; which gave the limit.", "",
+          "| test | fio / qsdctl | limit from |", "|---|---|---|"]
+    for t in TESTS:
+        L.append("| %s | %s | %s |" % (SHORT[t], f(tools[t]["fio_over_qsdctl"]), ", ".join(
+            "%s %d" % kv for kv in sorted(tools[t]["won"].items())) or "-"))
+    L += ["", "Medians of absolute numbers (IOPS / mean us):", ""]
     L.append("| run | " + " | ".join(SHORT[t] for t in TESTS) + " |")
     L.append("|" + "---|" * (len(TESTS) + 1))
     for c in labels:
@@ -452,8 +577,11 @@ def report(b):
     for c, argv in b.argvs.items():
         line = " ".join(argv[1:]).replace(os.path.join(b.run, "img"), "IMAGES").replace(b.run, "RUN")
         L.append("- %s: `%s`" % (c, line))
-    open(os.path.join(out, "results.md"), "w").write("\n".join(L) + "\n")
     print("\n".join(L))
+    if not usable and not b.a.allow_busy:
+        sys.exit("bench: %d of %d runs had no quiet gap (cpu pressure > %g%%): results not "
+                 "written (--allow-busy to write them, marked)" % (busy, len(b.psi), b.a.max_pressure))
+    open(os.path.join(out, "results.md"), "w").write("\n".join(L) + "\n")
 
     with open(os.path.join(b.run, "ratio.dat"), "w") as fh:
         fh.write("config " + " ".join('"%s"' % SHORT[t] for t in TESTS) + "\n")
@@ -477,7 +605,7 @@ set xtics rotate by -30
 set grid ytics
 set title "One volume: IOPS / limit"
 set yrange [0:1.6]
-set arrow 1 from graph 0, first 0.8 to graph 1, first 0.8 nohead dt 2 lc rgb "red"
+set arrow 1 from graph 0, first 0.9 to graph 1, first 0.9 nohead dt 2 lc rgb "red"
 plot for [i=2:5] "{run}/ratio.dat" using i:xtic(1) title columnheader(i)
 set title "N volumes at once: aggregate IOPS / N limit runs at once"
 set arrow 1 from graph 0, first 0.9 to graph 1, first 0.9 nohead dt 2 lc rgb "red"
@@ -503,6 +631,13 @@ def main():
     p.add_argument("--plugin", default="build/csi/qsd-csi-plugin")
     p.add_argument("--qsdctl", default="build/qsdctl/qsdctl")
     p.add_argument("--qsd", default=shutil.which("qemu-storage-daemon") or "/usr/bin/qemu-storage-daemon")
+    p.add_argument("--compare-qsd", help="run every configuration again with this QSD binary")
+    p.add_argument("--max-pressure", type=float, default=20.0,
+                   help="other tenants' CPU pressure (%%) above which a run waits for a quiet gap")
+    p.add_argument("--quiet-wait-s", type=float, default=20.0,
+                   help="how long a run waits for a quiet gap before it runs marked busy")
+    p.add_argument("--allow-busy", action="store_true",
+                   help="write the results even when more than a quarter of the runs were busy")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     b = Bench(a)
