@@ -345,6 +345,52 @@ restore_clone() {
     echo "restore-clone: vm-verify Succeeded"
 }
 
+# The VM CLI (launcher/kubectl-qsd, as `kubectl qsd`): a VM made by
+# `create` boots and writes; `list` shows it Running with its disk; `attach`
+# hot-plugs a claim (the guest sees it and reads it back), `snapshot` makes
+# a ready VolumeSnapshot of each of its claims, `detach` unplugs (the guest
+# sees it go), `console --log` shows the guest's lines, `delete` removes the
+# pod and its description and keeps the claims.
+qsd_cli() { KUBECTL=$(command -v kubectl) /usr/bin/python3 "$repo_root/launcher/kubectl-qsd" -n $ns "$@"; }
+cli_snaps_ready() { # SUFFIX CLAIM...
+    local s=$1 c; shift
+    for c in "$@"; do
+        [ "$(kubectl -n $ns get volumesnapshot "$c-$s" -o jsonpath='{.status.readyToUse}')" = true ] || return 1
+    done
+}
+cli() {
+    local v=cli-vm t0=$SECONDS out
+    qsd_cli create $v --disk cli-root:1Gi:qsd-vm --accel tcg --memory 256 --cpu-request 300m \
+        --no-network --kernel /guest/vmlinuz --initrd /guest/initrd.img --host-dir "$dir/guest" \
+        --cmdline "console=ttyS0 panic=-1 loglevel=6 writer.secs=150 writer.marks=4 writer.hotplug=1 writer.hold=5" ||
+        return 1
+    vm_claim $ns cli-data 1Gi qsd-vm | kubectl apply -f - >/dev/null || return 1
+    wait_for 180 "$v Running" phase_is $v Running || return 1
+    wait_vm $v 240 "WRITE-START on $v's console" console_has $v '^WRITE-START' || return 1
+    echo "cli: $v created and writing after $((SECONDS - t0)) s"
+    out=$(qsd_cli list) || return 1
+    echo "$out"
+    grep -qE "^$v +Running +[^ ]+ +cli-root +-$" <<<"$out" || { say "list does not show $v Running with cli-root"; return 1; }
+    qsd_cli console $v --log --lines 400 | grep -q '^WRITE-START' || { say "console --log lacks WRITE-START"; return 1; }
+    qsd_cli attach $v cli-data >/dev/null || return 1
+    wait_vm $v 180 "HOTPLUG on $v's console" console_has $v '^HOTPLUG-IO' || return 1
+    console_has $v '^HOTPLUG-IO ok' || { say "$(console_line $v '^HOTPLUG-IO')"; return 1; }
+    echo "cli: attach: $(console_line $v '^HOTPLUG size=')"
+    out=$(qsd_cli list) && grep -qE "^$v +Running .* cli-data$" <<<"$out" || { say "list lacks the attached claim: $out"; return 1; }
+    qsd_cli attach $v cli-data 2>&1 | grep -q 'already a disk' || { say "a second attach was not refused"; return 1; }
+    qsd_cli snapshot $v --class qsd-vm-snapshot --suffix s1 || return 1
+    wait_for 120 "cli-root-s1 and cli-data-s1 readyToUse" cli_snaps_ready s1 cli-root cli-data || return 1
+    echo "cli: snapshot: cli-root-s1 and cli-data-s1 readyToUse"
+    qsd_cli detach $v cli-data || return 1
+    wait_vm $v 60 "UNPLUG on $v's console" console_has $v '^UNPLUG' || return 1
+    echo "cli: detach: the guest saw the disk go"
+    qsd_cli delete $v || return 1
+    kubectl -n $ns get pod $v >/dev/null 2>&1 && { say "$v still exists after delete"; return 1; }
+    kubectl -n $ns get configmap $v >/dev/null 2>&1 && { say "$v's ConfigMap still exists"; return 1; }
+    pvc_bound cli-root || { say "cli-root not kept by delete"; return 1; }
+    echo "cli: delete: pod and description gone, claims kept, $((SECONDS - t0)) s in all"
+}
+
 # RBD: the tests' single-node Ceph on the host's address (ceph.py), the
 # cluster ConfigMap pointed at it, deploy/examples/rbd.yaml applied with its
 # user's key and namespace (the claim in this test's namespace, 1Gi): the
@@ -512,6 +558,7 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step expand expand
     step vm-data vm_data
     step restore-clone restore_clone
+    step cli cli
 fi
 [ "${QSD_K8S_ONLY:-rbd}" = rbd ] && step rbd rbd_step
 step uninstall uninstall
