@@ -36,12 +36,22 @@
 #define SHUTDOWN_GRACE_MS 5000
 #define SOCKET_MODE 0660
 
-struct plugin {
-    struct plugin_config cfg;
-    struct loop *loop;
+/* One gRPC endpoint: its server, listener and Identity (the driver name
+ * GetPluginInfo answers).  The plugin serves the same Controller and Node
+ * methods on each. */
+struct endpoint {
+    struct plugin_config cfg; /* the plugin's, with this endpoint's name and socket */
     struct grpc_server *srv;
     struct grpc_listener *ln;
     struct identity *identity;
+};
+
+struct plugin {
+    struct plugin_config cfg;
+    struct loop *loop;
+    struct endpoint ep[2]; /* [0] --endpoint/--driver-name, [1] --rbd-endpoint/--rbd-driver-name */
+    size_t n_ep;
+    size_t draining;       /* endpoints not yet drained at shutdown */
     struct csi *csi;
     struct volstats *vstats;
     struct metrics *metrics;
@@ -66,6 +76,11 @@ static void usage(FILE *f)
             "  --driver-name NAME    CSI driver name (default qsd.csi.qsd-csi.dev); the\n"
             "                        topology key is topology.NAME/node (by default\n"
             "                        topology.qsd.csi.qsd-csi.dev/node)\n"
+            "  --rbd-endpoint URL, --rbd-driver-name NAME  a second endpoint serving the\n"
+            "                        same methods under NAME, the driver name of RBD\n"
+            "                        StorageClasses (rbd.qsd-csi.dev in deploy/): the\n"
+            "                        central provisioner and snapshotter then see RBD\n"
+            "                        claims only (docs/rbd.md)\n"
             "  --state-dir DIR       plugin state (default /var/lib/qsd-csi/state)\n"
             "  --pool DIR            image pool (default /var/lib/qsd-csi/pool)\n"
             "  --run-dir DIR         runtime root (default /run/qsd-csi)\n"
@@ -145,6 +160,8 @@ static int endpoint_path(const char *endpoint, const char **ret)
 static void drained(struct grpc_listener *ln, void *opaque)
 {
     struct plugin *pl = opaque;
+    if (pl->draining > 0 && --pl->draining > 0)
+        return;
     log_info("plugin", "stopped", "endpoint=%s", pl->cfg.endpoint);
     loop_stop(pl->loop);
 }
@@ -161,11 +178,16 @@ static void on_signal(struct loop *l, int fd, uint32_t revents, void *opaque)
             return;
         }
         pl->stopping = true;
+        unsigned conns = 0;
+        for (size_t i = 0; i < pl->n_ep; i++)
+            conns += grpc_listener_connections(pl->ep[i].ln);
         log_info("plugin", "shutting down", "signal=%s connections=%u grace_ms=%d",
-                 strsignal((int)si.ssi_signo), grpc_listener_connections(pl->ln),
-                 SHUTDOWN_GRACE_MS);
-        grpc_listener_shutdown(pl->ln, SHUTDOWN_GRACE_MS, drained, pl);
-        return; /* the listener may have called drained() already */
+                 strsignal((int)si.ssi_signo), conns, SHUTDOWN_GRACE_MS);
+        pl->draining = pl->n_ep;
+        size_t n = pl->n_ep;
+        for (size_t i = 0; i < n; i++)
+            grpc_listener_shutdown(pl->ep[i].ln, SHUTDOWN_GRACE_MS, drained, pl);
+        return; /* a listener may have called drained() already */
     }
 }
 
@@ -281,7 +303,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
            O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
            O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
            O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW, O_UIDBASE, O_UIDCOUNT, O_VMEM,
-           O_VPIDS, O_VCPUW };
+           O_VPIDS, O_VCPUW, O_RBDEP, O_RBDDRIVER };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -311,6 +333,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"image-timeout", required_argument, NULL, O_IMGTIME},
         {"image-download-allow-cidr", required_argument, NULL, O_IMGALLOW},
         {"rbd-clusters", required_argument, NULL, O_RBDCLUSTERS},
+        {"rbd-endpoint", required_argument, NULL, O_RBDEP},
+        {"rbd-driver-name", required_argument, NULL, O_RBDDRIVER},
         {"role", required_argument, NULL, O_ROLE},
         {"log-level", required_argument, NULL, O_LEVEL},
         {"log-format", required_argument, NULL, O_FORMAT},
@@ -345,6 +369,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         case O_ENDPOINT: cfg->endpoint = optarg; break;
         case O_NODEID: cfg->node_id = optarg; break;
         case O_DRIVER: cfg->driver_name = optarg; break;
+        case O_RBDEP: cfg->rbd_endpoint = optarg; break;
+        case O_RBDDRIVER: cfg->rbd_driver_name = optarg; break;
         case O_STATE: cfg->state_dir = optarg; break;
         case O_RBDCLUSTERS:
             if (optarg[0] != '/') {
@@ -524,6 +550,26 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         fprintf(stderr, "qsd-csi-plugin: invalid --driver-name '%s'\n", cfg->driver_name);
         return 2;
     }
+    if (!cfg->rbd_endpoint != !cfg->rbd_driver_name) {
+        fprintf(stderr, "qsd-csi-plugin: --rbd-endpoint and --rbd-driver-name go together\n");
+        return 2;
+    }
+    if (cfg->rbd_endpoint) {
+        if (endpoint_path(cfg->rbd_endpoint, &cfg->rbd_socket_path) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: --rbd-endpoint must be unix:///absolute/path\n");
+            return 2;
+        }
+        if (streq(cfg->rbd_socket_path, cfg->socket_path)) {
+            fprintf(stderr, "qsd-csi-plugin: --rbd-endpoint is --endpoint's socket\n");
+            return 2;
+        }
+        if (!driver_name_valid(cfg->rbd_driver_name) ||
+            streq(cfg->rbd_driver_name, cfg->driver_name)) {
+            fprintf(stderr, "qsd-csi-plugin: invalid --rbd-driver-name '%s' (a driver name, "
+                            "not --driver-name's)\n", cfg->rbd_driver_name);
+            return 2;
+        }
+    }
     if (!cfg->node_id) {
         char buf[256] = "";
         if (gethostname(buf, sizeof(buf) - 1) < 0 || !buf[0]) {
@@ -594,17 +640,62 @@ static void on_http(const char *path, int *ret_status, const char **ret_type, ch
     }
 }
 
+/* EP's server (Identity under EP's driver name, then the role's Controller
+ * and Node methods) and its listener. */
+static int endpoint_serve(struct plugin *pl, struct endpoint *ep)
+{
+    size_t n;
+    const struct grpc_method *m;
+    int r;
+    if ((r = identity_new(&ep->cfg, &ep->identity)) < 0 || (r = grpc_server_new(NULL, &ep->srv)) < 0) {
+        log_error("plugin", "setup failed", "endpoint=%s error=\"%s\"", ep->cfg.endpoint, strerror(-r));
+        return r;
+    }
+    m = identity_methods(ep->identity, &n);
+    r = grpc_server_add_methods(ep->srv, m, n);
+    if (r == 0 && pl->cfg.role == PLUGIN_ROLE_CONTROLLER) {
+        m = ctlrole_methods(pl->csi, &n);
+        r = grpc_server_add_methods(ep->srv, m, n);
+    } else if (r == 0) {
+        csi_hold_answers(pl->csi, ep->srv);
+        m = controller_methods(pl->csi, &n);
+        if ((r = grpc_server_add_methods(ep->srv, m, n)) == 0) {
+            m = node_methods(pl->csi, &n);
+            r = grpc_server_add_methods(ep->srv, m, n);
+        }
+    }
+    if (r < 0) {
+        log_error("plugin", "method table rejected", "error=\"%s\"", strerror(-r));
+        return r;
+    }
+    grpc_server_set_observer(ep->srv, metrics_rpc_observe, pl->metrics);
+    _cleanup_free_ char *dir = xstrdup(ep->cfg.socket_path);
+    if ((r = mkdir_p(dirname(dir), 0711)) < 0) {
+        log_error("plugin", "cannot create the socket directory", "path=%s error=\"%s\"",
+                  ep->cfg.socket_path, strerror(-r));
+        return r;
+    }
+    r = grpc_listener_new(pl->loop, ep->srv, ep->cfg.socket_path, SOCKET_MODE, &ep->ln);
+    if (r < 0)
+        log_error("plugin", "cannot listen", "path=%s error=\"%s\"", ep->cfg.socket_path,
+                  strerror(-r));
+    return r;
+}
+
 static void plugin_free(struct plugin *pl)
 {
     free(pl->cfg.filter_path);
     http_server_free(pl->http);
-    grpc_listener_free(pl->ln);
+    for (size_t i = 0; i < pl->n_ep; i++)
+        grpc_listener_free(pl->ep[i].ln);
     volstats_free(pl->vstats);
     if (pl->csi)
         pl->csi->vstats = NULL;
     csi_free(pl->csi);
-    grpc_server_free(pl->srv);
-    identity_free(pl->identity);
+    for (size_t i = 0; i < pl->n_ep; i++) {
+        grpc_server_free(pl->ep[i].srv);
+        identity_free(pl->ep[i].identity);
+    }
     worker_cancel(pl->qsd_version);
     metrics_free(pl->metrics);
     loop_watch_remove(pl->sigwatch);
@@ -656,23 +747,8 @@ int main(int argc, char **argv)
         goto out;
     }
     log_info("plugin", "event loop", "backend=%s", loop_backend(pl.loop));
-    if ((r = identity_new(&pl.cfg, &pl.identity)) < 0 || (r = grpc_server_new(NULL, &pl.srv)) < 0) {
-        log_error("plugin", "setup failed", "error=\"%s\"", strerror(-r));
-        goto out;
-    }
-    size_t n;
-    const struct grpc_method *m = identity_methods(pl.identity, &n);
-    if ((r = grpc_server_add_methods(pl.srv, m, n)) < 0) {
-        log_error("plugin", "method table rejected", "error=\"%s\"", strerror(-r));
-        goto out;
-    }
     if (pl.cfg.role == PLUGIN_ROLE_CONTROLLER) {
         pl.csi = ctlrole_csi_new(&pl.cfg, pl.loop);
-        m = ctlrole_methods(pl.csi, &n);
-        if ((r = grpc_server_add_methods(pl.srv, m, n)) < 0) {
-            log_error("plugin", "method table rejected", "error=\"%s\"", strerror(-r));
-            goto out;
-        }
         log_info("plugin", "controller role: RBD volumes only", "clusters=%s",
                  pl.cfg.rbd_clusters);
     } else {
@@ -682,18 +758,6 @@ int main(int argc, char **argv)
             log_error("plugin", "cannot open the state or the pool", "error=%s", q);
             goto out;
         }
-        csi_hold_answers(pl.csi, pl.srv);
-        m = controller_methods(pl.csi, &n);
-        if ((r = grpc_server_add_methods(pl.srv, m, n)) == 0) {
-            m = node_methods(pl.csi, &n);
-            r = grpc_server_add_methods(pl.srv, m, n);
-        }
-        if (r < 0) {
-            log_error("plugin", "method table rejected", "error=\"%s\"", strerror(-r));
-            goto out;
-        }
-    }
-    if (pl.cfg.role == PLUGIN_ROLE_NODE) {
         volstats_new(pl.csi, pl.cfg.metrics_interval_ms, &pl.vstats);
         pl.csi->vstats = pl.vstats;
     }
@@ -701,23 +765,18 @@ int main(int argc, char **argv)
     if (worker_start(pl.loop, qsd_version_fn, (void *)pl.cfg.qsd_binary, QSD_VERSION_TIMEOUT_MS + 1000,
                      qsd_version_done, &pl, &pl.qsd_version) < 0)
         pl.qsd_version = NULL;
-    grpc_server_set_observer(pl.srv, metrics_rpc_observe, pl.metrics);
-
-    {
-        _cleanup_free_ char *dir = xstrdup(pl.cfg.socket_path);
-        r = mkdir_p(dirname(dir), 0711);
-        if (r < 0) {
-            log_error("plugin", "cannot create the socket directory", "path=%s error=\"%s\"",
-                      pl.cfg.socket_path, strerror(-r));
+    pl.ep[0].cfg = pl.cfg;
+    pl.n_ep = 1;
+    if (pl.cfg.rbd_endpoint) {
+        pl.ep[1].cfg = pl.cfg;
+        pl.ep[1].cfg.driver_name = pl.cfg.rbd_driver_name;
+        pl.ep[1].cfg.endpoint = pl.cfg.rbd_endpoint;
+        pl.ep[1].cfg.socket_path = pl.cfg.rbd_socket_path;
+        pl.n_ep = 2;
+    }
+    for (size_t i = 0; i < pl.n_ep; i++)
+        if ((r = endpoint_serve(&pl, &pl.ep[i])) < 0)
             goto out;
-        }
-    }
-    r = grpc_listener_new(pl.loop, pl.srv, pl.cfg.socket_path, SOCKET_MODE, &pl.ln);
-    if (r < 0) {
-        log_error("plugin", "cannot listen", "path=%s error=\"%s\"", pl.cfg.socket_path,
-                  strerror(-r));
-        goto out;
-    }
     if (pl.cfg.http_endpoint) {
         r = http_server_new(pl.loop, pl.cfg.http_endpoint, on_http, &pl, &pl.http);
         if (r < 0) {
@@ -728,9 +787,13 @@ int main(int argc, char **argv)
     }
     pl.sigwatch = loop_watch_fd(pl.loop, pl.sigfd, POLLIN, on_signal, &pl);
 
-    log_info("plugin", "serving", "role=%s endpoint=%s http=%s driver=%s node=%s version=%s revision=%s",
-             pl.cfg.role == PLUGIN_ROLE_CONTROLLER ? "controller" : "node", pl.cfg.endpoint, pl.cfg.http_endpoint ? pl.cfg.http_endpoint : "none",
-             pl.cfg.driver_name, pl.cfg.node_id, QSD_CSI_VERSION, QSD_CSI_REVISION);
+    log_info("plugin", "serving",
+             "role=%s endpoint=%s http=%s driver=%s rbd_endpoint=%s rbd_driver=%s node=%s version=%s "
+             "revision=%s",
+             pl.cfg.role == PLUGIN_ROLE_CONTROLLER ? "controller" : "node", pl.cfg.endpoint,
+             pl.cfg.http_endpoint ? pl.cfg.http_endpoint : "none", pl.cfg.driver_name,
+             pl.cfg.rbd_endpoint ?: "none", pl.cfg.rbd_endpoint ? pl.cfg.rbd_driver_name : "none",
+             pl.cfg.node_id, QSD_CSI_VERSION, QSD_CSI_REVISION);
     r = loop_run(pl.loop);
     if (r < 0) {
         log_error("plugin", "event loop failed", "error=\"%s\"", strerror(-r));

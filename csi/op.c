@@ -3,6 +3,7 @@
  * busy flags, workers that make pending records durable first, the
  * barrier that holds answers until records are durable, and the removal of
  * unused layers in a worker. */
+#include <assert.h>
 #include "op.h"
 #include "service.h"
 #include "qsd/base/log.h"
@@ -62,13 +63,17 @@ static uint64_t records_seq(void *opaque) { return records_queued(opaque); }
 
 static void records_durable(uint64_t seq, int err, void *opaque)
 {
-    grpc_server_durable(opaque, seq, err);
+    struct csi *c = opaque;
+    for (size_t i = 0; i < c->n_held; i++)
+        grpc_server_durable(c->held[i], seq, err);
 }
 
 void csi_hold_answers(struct csi *c, struct grpc_server *srv)
 {
+    assert(c->n_held < ARRAY_SIZE(c->held));
+    c->held[c->n_held++] = srv;
     grpc_server_set_barrier(srv, records_seq, c->records);
-    records_on_durable(c->records, records_durable, srv);
+    records_on_durable(c->records, records_durable, c);
 }
 
 int op_worker(struct op *op, worker_fn fn, uint64_t timeout_ms, worker_done done)

@@ -46,7 +46,8 @@ struct op {
 };
 
 /* srv answers no RPC before the record changes made until then are durable
- * (grpc_server_set_barrier on the record store). */
+ * (grpc_server_set_barrier on the record store).  Once per endpoint, at most
+ * two. */
 void csi_hold_answers(struct csi *c, struct grpc_server *srv);
 struct op *op_begin(struct csi *c, struct grpc_call *call);
 /* Release busy flags, unlink and free.  The call must have been completed. */

@@ -36,6 +36,9 @@ struct plugin_config {
     const char *socket_path;  /* endpoint without the scheme */
     const char *node_id;
     const char *driver_name;
+    const char *rbd_endpoint;    /* a second endpoint (--rbd-endpoint), NULL: none */
+    const char *rbd_socket_path; /* rbd_endpoint without the scheme */
+    const char *rbd_driver_name; /* the name GetPluginInfo answers there */
     const char *state_dir;
     const char *pool_dir;
     const char *run_dir;
