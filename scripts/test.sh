@@ -16,7 +16,7 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 # by that group's id if this script ends early.
 # promtool (tests/monitoring/run.sh, ctest deploy/monitoring_rules) and
 # helm (tests/helm/run.sh, ctest deploy/helm_chart) first: cold builds take
-# about 9 minutes and 1.5 minutes, and those tests wait for them (a lock)
+# about 9 minutes and 3 minutes, and those tests wait for them (a lock)
 # rather than building them in the middle of the suite.
 k8s_log=$(mktemp /tmp/qsd-k8s-build.XXXXXX)
 setsid nice -n 19 sh -c 'tests/monitoring/run.sh --build && tests/helm/run.sh --build &&
