@@ -369,7 +369,10 @@ class Checker:
                 if n.endswith((".yaml", ".yml")) and n != "kustomization.yaml" and n not in listed:
                     self.err("%s/kustomization.yaml" % rel,
                              "%s is not in resources: `kubectl apply -k` would skip it" % n)
-            for i, doc in enumerate(render.kustomize(kdir)):
+            # deploy/kubernetes: with its optional components (all of them).
+            docs = (render.kustomize_all(kdir) if os.path.isdir(os.path.join(kdir, "components"))
+                    else render.kustomize(kdir))
+            for i, doc in enumerate(docs):
                 self.docs.append(("%s (kustomize)" % rel, i, doc))
         except (OSError, yaml.YAMLError, render.RenderError) as e:
             self.err(rel, str(e))
@@ -1510,6 +1513,10 @@ def help_flags(binary, *sub):
 
 
 def _containers(doc):
+    if isinstance(doc, list):
+        # A JSON patch (deploy/kubernetes/components/rbd): the containers it adds.
+        return [op["value"] for op in doc if op.get("op") == "add" and
+                str(op.get("path")).startswith("/spec/template/spec/containers/")]
     if doc.get("kind") in ("DaemonSet", "Deployment"):
         return doc["spec"]["template"]["spec"]["containers"]
     if doc.get("kind") == "Pod":
@@ -1562,6 +1569,8 @@ def self_check(root, make_checker, with_launcher):
     rbac = "deploy/kubernetes/20-rbac.yaml"
     kust = "deploy/kubernetes/kustomization.yaml"
     ctl = "deploy/kubernetes/35-controller-deployment.yaml"
+    ctl_rbd = "deploy/kubernetes/components/rbd/controller-sidecars.yaml"
+    rbac_rbd = "deploy/kubernetes/components/rbd/rbac.yaml"
     rbd = "deploy/examples/rbd.yaml"
 
     def _ctl_privileged(d):
@@ -1577,7 +1586,7 @@ def self_check(root, make_checker, with_launcher):
 
     def _ctl_unconfined_sidecar(d):
         for c in _containers(d):
-            if c["name"] == "csi-provisioner" and d.get("kind") == "Deployment":
+            if c["name"] == "csi-provisioner":
                 c["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
 
     def _rbd_class(fn):
@@ -1665,18 +1674,18 @@ def self_check(root, make_checker, with_launcher):
         ("controller plugin privileged", "privileged or added capabilities", ctl,
          _ctl_privileged),
         ("controller with the host's /dev", "hostPath volume dev", ctl, _ctl_dev),
-        ("controller sidecar without seccomp", "every container runs under RuntimeDefault", ctl,
+        ("controller sidecar without seccomp", "every container runs under RuntimeDefault", ctl_rbd,
          _ctl_unconfined_sidecar),
         ("controller plugin in the node role", "needs --role=controller", ctl,
          _edit_args("qsd-csi-plugin", lambda a: [x for x in a if not x.startswith("--role")])),
-        ("central provisioner in node mode", "--node-deployment in the controller", ctl,
+        ("central provisioner in node mode", "--node-deployment in the controller", ctl_rbd,
          _edit_args("csi-provisioner", lambda a: a + ["--node-deployment=true"])),
         ("central snapshotter without leader election", "--leader-election=true is missing",
-         ctl, _edit_args("csi-snapshotter", lambda a: [
+         ctl_rbd, _edit_args("csi-snapshotter", lambda a: [
              x for x in a if not x.startswith("--leader-election=")])),
         ("a resizer in the DaemonSet too", "a csi-resizer in the node DaemonSet", ds,
          _resizer_in_ds),
-        ("controller may list Secrets", "no sidecar needs it", rbac, _ctl_secrets_list),
+        ("controller may list Secrets", "no sidecar needs it", rbac_rbd, _ctl_secrets_list),
         ("RBD class waiting for a consumer", "must be Immediate", rbd,
          _rbd_class(lambda d: d.update(volumeBindingMode="WaitForFirstConsumer"))),
         ("RBD class without node-stage secret", "node-stage-secret-name and", rbd,

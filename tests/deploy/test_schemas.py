@@ -4,7 +4,7 @@
 
 Usage: test_schemas.py [--root SRC]
 
-Objects: `kubectl kustomize deploy/kubernetes` (what `kubectl apply -k`
+Objects: `kubectl kustomize deploy/kubernetes` with every component (what `kubectl apply -k`
 sends), `kubectl kustomize deploy/monitoring`, every document of
 deploy/examples/, and the snapshot-controller
 prerequisite of deploy/snapshot-controller/ applied both documented ways to
@@ -197,7 +197,7 @@ def main():
     problems = Problems()
     try:
         objects = [("deploy/kubernetes (kustomize)", d)
-                   for d in render.kustomize(os.path.join(root, "deploy", "kubernetes"))]
+                   for d in render.kustomize_all(os.path.join(root, "deploy", "kubernetes"))]
         objects += [("deploy/monitoring (kustomize)", d)
                     for d in render.kustomize(os.path.join(root, "deploy", "monitoring"))]
         objects += load_examples(root, problems)

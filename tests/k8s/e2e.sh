@@ -7,6 +7,7 @@
 #   up, images   cluster.sh up, every image into its containerd
 #   seccomp-probe  RuntimeDefault refuses io_uring (seccomp-probe.sh)
 #   install      CRDs, snapshot-controller, `kubectl apply -k deploy/kubernetes`
+#                with components/rbd (QSD_INSTALL=helm: the Helm chart; install.sh)
 #   examples     every deploy/examples/ file accepted by the API server
 #   csi-sanity   through kubelet's socket of the node plugin
 #   vm-boot, snapshot, hotplug, plugin-restart, rollout, expand, vm-data,
@@ -492,7 +493,14 @@ uninstall() {
         kubectl delete -f "$repo_root/deploy/examples/rbd.yaml" --ignore-not-found >/dev/null || return 1
     fi
     timeout 200 kubectl delete ns $ns --wait=true --ignore-not-found >/dev/null || return 1
-    timeout 200 kubectl delete -k "$repo_root/deploy/kubernetes" --wait=true >/dev/null || return 1
+    # As install.sh installed it (DIR/install/mode): both optional pieces.
+    if [ "$(cat "$dir/install/mode" 2>/dev/null)" = helm ]; then
+        HELM_CACHE_HOME=$dir/install/helm HELM_CONFIG_HOME=$dir/install/helm HELM_DATA_HOME=$dir/install/helm \
+            timeout 200 "${QSD_HELM_DIR:-/var/cache/qsd-csi/helm}/helm" uninstall qsd-csi \
+            --namespace kube-system --wait --timeout 180s >/dev/null || return 1
+    else
+        timeout 200 kubectl delete -k "$dir/install/driver" --wait=true >/dev/null || return 1
+    fi
     echo "uninstall: driver deleted after $((SECONDS - t0)) s"
     wait_for 60 "no QSD left" eval '[ "$(qsds_left)" = 0 ]' || return 1
     left=$(find /var/lib/qsd-csi/pool -type f 2>/dev/null | grep -v '/\.' | head -5)

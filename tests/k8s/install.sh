@@ -3,10 +3,19 @@
 # Install the driver into the test cluster the way deploy/README.md tells a
 # user to: the VolumeSnapshot CRDs and the snapshot-controller (upstream
 # external-snapshotter's, at the release sidecars.txt builds, with
-# deploy/snapshot-controller/ as a kustomize component), then
-# `kubectl apply -k deploy/kubernetes` unchanged; wait (bounded) for the node
-# DaemonSet's pod to be Ready and print what the cluster says about every pod
-# that is not.  Owns nothing in the cluster beyond what those manifests make.
+# deploy/snapshot-controller/ as a kustomize component), then the driver
+# with both optional pieces (snapshots and rbd, which the scenarios use):
+#   QSD_INSTALL=kustomize (default)  `kubectl apply -k` of a copy of
+#       deploy/kubernetes (DIR/install/driver) whose components: list adds
+#       components/rbd, nothing else changed;
+#   QSD_INSTALL=helm  `helm upgrade --install qsd-csi deploy/helm/qsd-csi
+#       --namespace kube-system --set rbd.enabled=true` (the same objects:
+#       ctest deploy/helm_chart); run again, it is an upgrade.  helm is
+#       tests/helm/run.sh's (built from the Go module proxy if missing).
+# Then wait (bounded) for the node DaemonSet's pod to be Ready and print
+# what the cluster says about every pod that is not.  Owns nothing in the
+# cluster beyond what those manifests make.  DIR/install/mode records the
+# way (e2e.sh's uninstall undoes it the same way).
 #
 #   tests/k8s/install.sh DIR [--timeout SECONDS]   (default 300)
 # Prints "INSTALLED <seconds>" and exits 0 when the DaemonSet's pod is Ready;
@@ -55,8 +64,27 @@ images:
 EOF
 k apply -k "$sc"
 
-# 3. The driver, unchanged.
-k apply -k "$repo_root/deploy/kubernetes"
+# 3. The driver, with its optional pieces (deploy/README.md "Optional pieces").
+mode=${QSD_INSTALL:-kustomize}
+case $mode in
+kustomize)
+    drv=$dir/install/driver; rm -rf "$drv"; cp -r "$repo_root/deploy/kubernetes" "$drv"
+    sed -i 's|^  # - components/rbd$|  - components/rbd|' "$drv/kustomization.yaml"
+    grep -qx '  - components/snapshots' "$drv/kustomization.yaml" &&
+    grep -qx '  - components/rbd' "$drv/kustomization.yaml" || {
+        echo "install.sh: $drv/kustomization.yaml does not list both components" >&2; exit 1; }
+    k apply -k "$drv"
+    ;;
+helm)
+    "$repo_root/tests/helm/run.sh" --build >&2 || { echo "install.sh: no helm" >&2; exit 1; }
+    helm=${QSD_HELM_DIR:-/var/cache/qsd-csi/helm}/helm
+    HELM_CACHE_HOME=$dir/install/helm HELM_CONFIG_HOME=$dir/install/helm HELM_DATA_HOME=$dir/install/helm \
+        "$helm" upgrade --install qsd-csi "$repo_root/deploy/helm/qsd-csi" \
+        --namespace kube-system --set rbd.enabled=true
+    ;;
+*) echo "install.sh: QSD_INSTALL=$mode: kustomize or helm" >&2; exit 1 ;;
+esac
+echo "$mode" >"$dir/install/mode"
 
 # 4. Wait for the node plugin's pods (the DaemonSet's updateStrategy is
 # OnDelete, which `kubectl rollout status` does not follow), the controller

@@ -1,0 +1,101 @@
+# SPDX-License-Identifier: Apache-2.0
+"""compare.py: the objects of a kustomize render and a helm template, compared.
+
+Owns: parsing both renders (PyYAML), normalising them (documents keyed by
+kind/namespace/name; metadata.namespace dropped from cluster-scoped kinds
+kustomize does not know, which the API server drops too) and printing every
+difference, a path and both values per line.
+
+  compare.py KUSTOMIZE.yaml HELM.yaml [MORE-KUSTOMIZE.yaml...]
+      exit 0 and "N objects equal" when the objects are the same; 1 otherwise.
+  compare.py --absent HELM.yaml
+      exit 1 when the render holds a piece rbd/snapshots off must not render.
+"""
+import sys
+
+import yaml
+
+# Cluster-scoped kinds kustomize's namespace transformer does not know.
+UNKNOWN_CLUSTER_SCOPED = {"VolumeSnapshotClass"}
+
+
+def load(path):
+    objs = {}
+    with open(path) as fh:
+        for d in yaml.safe_load_all(fh):
+            if not d:
+                continue
+            md = d.setdefault("metadata", {})
+            if d.get("kind") in UNKNOWN_CLUSTER_SCOPED:
+                md.pop("namespace", None)
+            key = (d.get("kind"), md.get("namespace") or "", md.get("name"))
+            if key in objs:
+                raise SystemExit("%s: %s defined twice" % (path, "/".join(key)))
+            objs[key] = d
+    return objs
+
+
+def diff(a, b, path, out):
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a:
+                out.append("%s.%s: only in helm: %r" % (path, k, b[k]))
+            elif k not in b:
+                out.append("%s.%s: only in kustomize: %r" % (path, k, a[k]))
+            else:
+                diff(a[k], b[k], "%s.%s" % (path, k), out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            diff(x, y, "%s[%d]" % (path, i), out)
+    elif a != b:
+        out.append("%s: kustomize %r, helm %r" % (path, a, b))
+
+
+def absent(path):
+    bad = []
+    for (kind, ns, name), d in load(path).items():
+        if kind == "VolumeSnapshotClass":
+            bad.append("a VolumeSnapshotClass %s" % name)
+        if kind == "ClusterRole" and name in ("qsd-csi-controller-secrets",
+                                              "qsd-csi-controller-provisioner"):
+            bad.append("the ClusterRole %s" % name)
+        if kind == "ClusterRoleBinding":
+            for s in d.get("subjects") or []:
+                if s.get("name") == "qsd-csi-controller" and name == "qsd-csi-snapshotter":
+                    bad.append("the controller as a subject of %s" % name)
+        if kind == "Deployment":
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                if c["name"] in ("csi-provisioner", "csi-snapshotter"):
+                    bad.append("%s in the Deployment %s" % (c["name"], name))
+    if bad:
+        print("\n".join(bad))
+        return 1
+    print("no VolumeSnapshotClass, no central provisioner or snapshotter, no Secrets role")
+    return 0
+
+
+def main(argv):
+    if argv[1:2] == ["--absent"]:
+        return absent(argv[2])
+    k = {}
+    for p in [argv[1]] + argv[3:]:
+        k.update(load(p))
+    h = load(argv[2])
+    out = []
+    for key in sorted(set(k) | set(h)):
+        name = "%s %s/%s" % key
+        if key not in h:
+            out.append("%s: only in kustomize" % name)
+        elif key not in k:
+            out.append("%s: only in helm" % name)
+        else:
+            diff(k[key], h[key], name, out)
+    if out:
+        print("\n".join(out))
+        return 1
+    print("%d objects equal (%s)" % (len(k), ", ".join(sorted({x[0] for x in k}))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
