@@ -514,13 +514,18 @@ class Checker:
 
     def shape_CSIDriver(self, where, d):
         spec = d.get("spec") or {}
+        # The RBD name (the plugin's --rbd-driver-name): persistent RBD
+        # volumes only, no node capacity.  The local name: capacity per
+        # node, and the inline bridge volumes.
+        rbd = d["metadata"]["name"] in self.rbd_driver_names()
         want = {"attachRequired": False, "podInfoOnMount": True, "fsGroupPolicy": "File",
-                "storageCapacity": True}
+                "storageCapacity": not rbd}
         for k, v in want.items():
             if spec.get(k) != v:
                 self.err(where, "spec.%s is %r, the design needs %r" % (k, spec.get(k), v))
-        if sorted(spec.get("volumeLifecycleModes") or []) != ["Ephemeral", "Persistent"]:
-            self.err(where, "spec.volumeLifecycleModes must be Persistent and Ephemeral")
+        modes = ["Persistent"] if rbd else ["Ephemeral", "Persistent"]
+        if sorted(spec.get("volumeLifecycleModes") or []) != modes:
+            self.err(where, "spec.volumeLifecycleModes must be %s" % " and ".join(modes))
 
     def shape_StorageClass(self, where, d):
         if not d.get("provisioner"):
@@ -728,25 +733,51 @@ class Checker:
                          "sig-storage sidecar" % image)
 
     # -------------------------------------------------------- consistency
+    def rbd_driver_names(self):
+        """The plugins' --rbd-driver-name values (their second socket's name)."""
+        names = set()
+        for where, _, c, _ in self.all_containers():
+            if self.binary_of(c) == "qsd-csi-plugin":
+                for a in c.get("args") or []:
+                    if str(a).startswith("--rbd-driver-name="):
+                        names.add(str(a).split("=", 1)[1])
+        return names
+
     def driver_name(self):
-        drivers = self.of_kind("CSIDriver")
+        """The local driver's name: the one CSIDriver that is not the RBD name."""
+        drivers = [d for d in self.of_kind("CSIDriver")
+                   if d[2]["metadata"]["name"] not in self.rbd_driver_names()]
         if len(drivers) != 1:
-            self.err("deploy/", "expected exactly one CSIDriver, found %d" % len(drivers))
+            self.err("deploy/", "expected exactly one CSIDriver of local volumes, found %d" %
+                     len(drivers))
             return None
         return drivers[0][2]["metadata"]["name"]
+
+    def rbd_driver_name(self):
+        """The RBD name, when a CSIDriver of it is deployed, else None."""
+        rbd = [d[2]["metadata"]["name"] for d in self.of_kind("CSIDriver")
+               if d[2]["metadata"]["name"] in self.rbd_driver_names()]
+        if len(self.rbd_driver_names()) > 1:
+            self.err("deploy/", "the plugins name different --rbd-driver-name values: %s" %
+                     sorted(self.rbd_driver_names()))
+        return rbd[0] if rbd else None
 
     def check_consistency(self):
         driver = self.driver_name()
         if not driver:
             return
+        rbd_driver = self.rbd_driver_name()
         for _, _, sc in self.of_kind("StorageClass"):
-            if sc.get("provisioner") != driver:
+            # RBD classes go to the RBD name: the central provisioner serves
+            # it only, and never sees (nor warns about) a local claim.
+            want = rbd_driver if (sc.get("parameters") or {}).get("backend") == "rbd" else driver
+            if sc.get("provisioner") != want:
                 self.err("StorageClass %s" % sc["metadata"]["name"],
-                         "provisioner %r != CSIDriver %r" % (sc.get("provisioner"), driver))
+                         "provisioner %r != CSIDriver %r" % (sc.get("provisioner"), want))
         for _, _, vsc in self.of_kind("VolumeSnapshotClass"):
-            if vsc.get("driver") != driver:
+            if vsc.get("driver") not in (driver, rbd_driver):
                 self.err("VolumeSnapshotClass %s" % vsc["metadata"]["name"],
-                         "driver %r != CSIDriver %r" % (vsc.get("driver"), driver))
+                         "driver %r is not a CSIDriver of deploy/ (%r)" % (vsc.get("driver"), driver))
         plugins = [(w, s, c, o) for w, s, c, o in self.all_containers()
                    if self.binary_of(c) == "qsd-csi-plugin"]
         if not plugins:
@@ -816,6 +847,18 @@ class Checker:
         if not host_sock.startswith("%s/plugins/%s/" % (kroot, driver)):
             self.err(where, "CSI socket on the host is %s, expected under "
                      "%s/plugins/%s/" % (host_sock, kroot, driver))
+        # The second socket (--rbd-endpoint), under the same directory.
+        sockets = {host_sock: driver}
+        if flags.get("rbd-endpoint"):
+            rsock = re.sub(r"^unix:(//)?", "", flags["rbd-endpoint"])
+            rhost = self.host_path(plugin, spec, rsock)
+            if not rhost or not rhost.startswith("%s/plugins/%s/" % (kroot, driver)) or \
+                    rhost == host_sock:
+                self.err(where, "the --rbd-endpoint socket on the host is %s, expected another "
+                         "socket under %s/plugins/%s/" % (rhost, kroot, driver))
+            else:
+                sockets[rhost] = flags.get("rbd-driver-name")
+        registered = set()
         # The kubelet directories the plugin works in, and only those:
         # publish targets under pods/, staging targets under plugins/, at
         # their host paths (kubelet passes host paths), Bidirectional (its
@@ -866,14 +909,18 @@ class Checker:
                 continue
             addr = re.sub(r"^unix:(//)?", "", addr)
             hp = self.host_path(c, spec, addr)
-            if hp != host_sock:
+            if hp not in sockets:
                 self.err(cw, "--csi-address %s is %s on the host, the plugin serves %s" %
-                         (addr, hp, host_sock))
+                         (addr, hp, " and ".join(sorted(sockets))))
+            elif hp != host_sock and sidecar != "csi-node-driver-registrar":
+                self.err(cw, "--csi-address %s is the RBD name's socket: the node's %s serves "
+                         "local volumes, on %s" % (addr, sidecar, host_sock))
             env = {e.get("name") for e in c.get("env") or []}
             if sidecar == "csi-node-driver-registrar":
-                if f.get("kubelet-registration-path") != host_sock:
+                registered.add(hp)
+                if f.get("kubelet-registration-path") != hp:
                     self.err(cw, "--kubelet-registration-path %r != the plugin socket on the "
-                             "host %r" % (f.get("kubelet-registration-path"), host_sock))
+                             "host %r" % (f.get("kubelet-registration-path"), hp))
                 if self.host_path(c, spec, "/registration") != kroot + "/plugins_registry":
                     self.err(cw, "/registration is not kubelet's plugins_registry")
             if sidecar in ("csi-provisioner", "csi-snapshotter"):
@@ -898,6 +945,10 @@ class Checker:
                      "csi-snapshotter"):
             if want not in seen:
                 self.err(where, "no %s sidecar next to the plugin" % want)
+        for sock, name in sockets.items():
+            if sock not in registered:
+                self.err(where, "no node-driver-registrar registers %s (driver %s) with kubelet"
+                         % (sock, name))
         if "csi-resizer" in seen:
             self.err(where, "a csi-resizer in the node DaemonSet: the resizer has no per-node "
                      "mode; the one resizer of the driver runs in the controller Deployment")
@@ -985,6 +1036,17 @@ class Checker:
             self.err(where, "the CSI socket %s is not on an emptyDir shared with the sidecars"
                      % sock)
             return
+        # The plugin's sockets, relative to the shared emptyDir: --endpoint
+        # (the local name) and --rbd-endpoint (the RBD name).
+        rel = {sock[len(mv[0]["mountPath"].rstrip("/")):]: "local"}
+        if flags.get("rbd-endpoint"):
+            rsock = re.sub(r"^unix:(//)?", "", flags["rbd-endpoint"])
+            rmv = self.mount_of(plugin, spec, rsock)
+            if not rmv or rmv[0].get("name") != mv[0].get("name"):
+                self.err(where, "the --rbd-endpoint socket %s is not on the sidecars' emptyDir"
+                         % rsock)
+            else:
+                rel[rsock[len(rmv[0]["mountPath"].rstrip("/")):]] = "rbd"
         seen = set()
         for c in spec.get("containers") or []:
             m = SIDECAR_IMAGE.match(str(c.get("image", "")))
@@ -996,10 +1058,15 @@ class Checker:
             f = self.parse_args(cw, c)
             addr = re.sub(r"^unix:(//)?", "", f.get("csi-address") or "")
             cm = self.mount_of(c, spec, addr) if addr else None
-            if not cm or cm[0].get("name") != mv[0].get("name") or \
-                    addr[len(cm[0]["mountPath"].rstrip("/")):] != \
-                    sock[len(mv[0]["mountPath"].rstrip("/")):]:
-                self.err(cw, "--csi-address %r is not the plugin's socket %s" % (addr, sock))
+            which = rel.get(addr[len(cm[0]["mountPath"].rstrip("/")):]) if cm else None
+            if not cm or cm[0].get("name") != mv[0].get("name") or which is None:
+                self.err(cw, "--csi-address %r is not one of the plugin's sockets" % addr)
+            elif name in ("csi-provisioner", "csi-snapshotter") and which != "rbd":
+                # The central provisioner and snapshotter serve RBD volumes
+                # only: under the local name they would refuse, with a
+                # warning event, every local claim and snapshot.
+                self.err(cw, "--csi-address %r: the central %s must be on the RBD name's "
+                         "socket (--rbd-endpoint)" % (addr, name))
             for flag in sorted(NODE_ONLY_FLAGS):
                 if f.get(flag) not in (None, "false"):
                     self.err(cw, "--%s in the controller: central mode only (node-local "
@@ -1533,6 +1600,15 @@ def _edit_args(image_or_cmd, fn):
     return mutate
 
 
+def _edit_named(name, fn):
+    """Mutation: apply fn(args) to the container called NAME."""
+    def mutate(doc):
+        for c in _containers(doc):
+            if c.get("name") == name:
+                c["args"] = fn(list(c.get("args") or []))
+    return mutate
+
+
 def _set_param(key, value):
     def mutate(doc):
         if doc.get("kind") == "StorageClass":
@@ -1553,7 +1629,14 @@ def self_check(root, make_checker, with_launcher):
              for x in a])),
         ("registrar socket mismatch", "--kubelet-registration-path", ds,
          _edit_args("node-driver-registrar", lambda a: [
-             x.replace("/csi.sock", "/other.sock") for x in a])),
+             x.replace("/csi.sock", "/other.sock") if x.startswith("--kubelet-registration-path")
+             else x for x in a])),
+        ("node provisioner on the RBD socket", "the node's csi-provisioner serves local", ds,
+         _edit_args("csi-provisioner", lambda a: [
+             x.replace("/csi.sock", "/rbd.sock") for x in a])),
+        ("no registrar of the RBD socket", "no node-driver-registrar registers", ds,
+         _edit_named("node-driver-registrar-rbd", lambda a: [
+             x.replace("/rbd.sock", "/csi.sock") for x in a])),
         ("sidecar flag that does not exist", "--node-deployment is not a flag", ds,
          _edit_args("livenessprobe", lambda a: a + ["--node-deployment=true"])),
         ("StorageClass value qsdctl refuses", "cache='fast'",
@@ -1680,6 +1763,9 @@ def self_check(root, make_checker, with_launcher):
          _edit_args("qsd-csi-plugin", lambda a: [x for x in a if not x.startswith("--role")])),
         ("central provisioner in node mode", "--node-deployment in the controller", ctl_rbd,
          _edit_args("csi-provisioner", lambda a: a + ["--node-deployment=true"])),
+        ("central provisioner on the local name's socket", "must be on the RBD name's socket",
+         ctl_rbd, _edit_args("csi-provisioner", lambda a: [
+             x.replace("/rbd.sock", "/csi.sock") for x in a])),
         ("central snapshotter without leader election", "--leader-election=true is missing",
          ctl_rbd, _edit_args("csi-snapshotter", lambda a: [
              x for x in a if not x.startswith("--leader-election=")])),

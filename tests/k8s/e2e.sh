@@ -372,13 +372,16 @@ cli() {
     out=$(qsd_cli list) || return 1
     echo "$out"
     grep -qE "^$v +Running +[^ ]+ +cli-root +-$" <<<"$out" || { say "list does not show $v Running with cli-root"; return 1; }
-    qsd_cli console $v --log --lines 400 | grep -q '^WRITE-START' || { say "console --log lacks WRITE-START"; return 1; }
+    out=$(qsd_cli console $v --log --lines 400) || return 1
+    grep -q '^WRITE-START' <<<"$out" || { say "console --log lacks WRITE-START"; return 1; }
     qsd_cli attach $v cli-data >/dev/null || return 1
     wait_vm $v 180 "HOTPLUG on $v's console" console_has $v '^HOTPLUG-IO' || return 1
     console_has $v '^HOTPLUG-IO ok' || { say "$(console_line $v '^HOTPLUG-IO')"; return 1; }
     echo "cli: attach: $(console_line $v '^HOTPLUG size=')"
     out=$(qsd_cli list) && grep -qE "^$v +Running .* cli-data$" <<<"$out" || { say "list lacks the attached claim: $out"; return 1; }
-    qsd_cli attach $v cli-data 2>&1 | grep -q 'already a disk' || { say "a second attach was not refused"; return 1; }
+    out=$(qsd_cli attach $v cli-data 2>&1) && { say "a second attach was accepted: $out"; return 1; }
+    grep -q 'already a disk' <<<"$out" || { say "a second attach failed otherwise: $out"; return 1; }
+    echo "cli: a second attach refused: $out"
     qsd_cli snapshot $v --class qsd-vm-snapshot --suffix s1 || return 1
     wait_for 120 "cli-root-s1 and cli-data-s1 readyToUse" cli_snaps_ready s1 cli-root cli-data || return 1
     echo "cli: snapshot: cli-root-s1 and cli-data-s1 readyToUse"
@@ -390,6 +393,41 @@ cli() {
     kubectl -n $ns get configmap $v >/dev/null 2>&1 && { say "$v's ConfigMap still exists"; return 1; }
     pvc_bound cli-root || { say "cli-root not kept by delete"; return 1; }
     echo "cli: delete: pod and description gone, claims kept, $((SECONDS - t0)) s in all"
+}
+
+# No warning event on a normal local claim, snapshot or deletion (the
+# central provisioner and snapshotter serve the RBD driver name only): a
+# local snapshot and claim are deleted (their VolumeSnapshotContent and PV
+# gone, bounded), then every Warning event about a claim, volume or
+# snapshot that is not the RBD scenario's is counted: 0 expected.
+pv_of() { pvc_field "$1" '{.spec.volumeName}'; }
+gone() { ! kubectl "$@" >/dev/null 2>&1; }
+volume_warnings() {
+    kubectl get events -A --field-selector type=Warning -o json | /usr/bin/python3 -c '
+import json, sys
+kinds = {"PersistentVolumeClaim", "PersistentVolume", "VolumeSnapshot", "VolumeSnapshotContent"}
+rbd = set(sys.argv[1:])
+for e in json.load(sys.stdin)["items"]:
+    o = e["involvedObject"]
+    if o.get("kind") in kinds and o.get("name") not in rbd:
+        print("%s %s/%s %s x%s: %s" % (e["metadata"]["namespace"], o["kind"], o["name"], e.get("reason"),
+                                        e.get("count", 1), e.get("message", "")[:200]))
+' demo-rbd-disk rbd-snap "$@"
+}
+no_warnings() {
+    local pv content out t0=$SECONDS
+    pv=$(pv_of cli-data)
+    content=$(kubectl -n $ns get volumesnapshot cli-data-s1 -o jsonpath='{.status.boundVolumeSnapshotContentName}')
+    [ -n "$pv" ] && [ -n "$content" ] || { say "no PV or content for cli-data"; return 1; }
+    kubectl -n $ns delete volumesnapshot cli-data-s1 --wait=false >/dev/null || return 1
+    wait_for 120 "VolumeSnapshotContent $content deleted" gone get volumesnapshotcontent "$content" || return 1
+    kubectl -n $ns delete pvc cli-data --wait=false >/dev/null || return 1
+    wait_for 120 "PV $pv deleted" gone get pv "$pv" || return 1
+    echo "no-warnings: a local snapshot and claim deleted, their content and PV gone after $((SECONDS - t0)) s"
+    out=$(volume_warnings) || return 1
+    if [ -n "$out" ]; then say "warning events on local volumes:"; echo "$out" >&2; return 1; fi
+    echo "no-warnings: 0 Warning events on local claims, volumes and snapshots" \
+         "($(kubectl -n $ns get pvc --no-headers | wc -l) claims, $(kubectl -n $ns get volumesnapshot --no-headers | wc -l) snapshots in $ns)"
 }
 
 # RBD: the tests' single-node Ceph on the host's address (ceph.py), the
@@ -567,6 +605,7 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step vm-data vm_data
     step restore-clone restore_clone
     step cli cli
+    step no-warnings no_warnings
 fi
 [ "${QSD_K8S_ONLY:-rbd}" = rbd ] && step rbd rbd_step
 step uninstall uninstall

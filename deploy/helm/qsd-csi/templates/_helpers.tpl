@@ -20,3 +20,9 @@ app.kubernetes.io/part-of: qsd-csi
 {{- define "qsd-csi.driver" -}}
 qsd.csi.qsd-csi.dev
 {{- end -}}
+
+{{/* The RBD StorageClasses' driver name: the plugin's --rbd-driver-name
+     (its second socket), the RBD CSIDriver, deploy/examples/rbd.yaml. */}}
+{{- define "qsd-csi.rbdDriver" -}}
+rbd.qsd-csi.dev
+{{- end -}}
