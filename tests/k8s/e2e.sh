@@ -552,6 +552,67 @@ uninstall() {
         /var/lib/kubelet/plugins/qsd.csi.qsd-csi.dev 2>/dev/null | tr '\n' ' ')"
 }
 
+# The Helm chart in the real cluster, after the kustomize install is gone:
+# install (both optional pieces), a local claim used by a pod, an upgrade
+# that changes the plugins' log level (the node DaemonSet is OnDelete: its
+# pod and the volume's QSD stay), the claim deleted, uninstall: no QSD, no
+# CSIDriver, no object of the chart left.
+helm_() {
+    HELM_CACHE_HOME=$dir/install/helm HELM_CONFIG_HOME=$dir/install/helm HELM_DATA_HOME=$dir/install/helm \
+        timeout 300 "${QSD_HELM_DIR:-/var/cache/qsd-csi/helm}/helm" "$@"
+}
+helm_pod() {
+    cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: user
+  namespace: helm-e2e
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 5
+  securityContext: {fsGroup: 107, runAsNonRoot: true, runAsUser: 65535}
+  containers:
+    - name: pause
+      image: registry.k8s.io/pause:3.10
+      volumeMounts: [{name: data, mountPath: /data, readOnly: true}]
+  volumes:
+    - name: data
+      persistentVolumeClaim: {claimName: data}
+EOF
+}
+helm_rev() { helm_ list -n kube-system -o json | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["revision"] if r else 0)'; }
+helm_step() {
+    local t0=$SECONDS pv vol pid
+    QSD_INSTALL=helm "$here/install.sh" "$dir" >"$dir/helm-install.log" 2>&1 ||
+        { tail -20 "$dir/helm-install.log" >&2; return 1; }
+    [ "$(helm_rev)" = 1 ] || { say "helm release revision $(helm_rev) after install"; return 1; }
+    echo "helm: installed, revision 1, Ready after $((SECONDS - t0)) s"
+    kubectl get csidriver qsd.csi.qsd-csi.dev rbd.qsd-csi.dev >/dev/null || { say "CSIDrivers missing"; return 1; }
+    { printf 'apiVersion: v1\nkind: Namespace\nmetadata: {name: helm-e2e}\n---\n'
+      vm_claim helm-e2e data 64Mi qsd-vm; echo ---; helm_pod; } | kubectl apply -f - >/dev/null || return 1
+    wait_for 120 "pod user Running" eval '[ "$(kubectl -n helm-e2e get pod user -o jsonpath={.status.phase})" = Running ]' ||
+        return 1
+    pv=$(kubectl -n helm-e2e get pvc data -o jsonpath='{.spec.volumeName}')
+    vol=$(kubectl get pv "$pv" -o jsonpath='{.spec.csi.volumeHandle}'); vol=${vol%@*}
+    pid=$(qsd_pid "$vol") && kill -0 "$pid" || { say "no QSD for the Helm install's claim"; return 1; }
+    echo "helm: a local claim provisioned and published to a pod (QSD $pid)"
+    helm_ upgrade qsd-csi "$repo_root/deploy/helm/qsd-csi" --namespace kube-system --reuse-values \
+        --set logLevel=debug --wait --timeout 240s >/dev/null || { say "helm upgrade failed"; return 1; }
+    [ "$(helm_rev)" = 2 ] || { say "revision $(helm_rev) after the upgrade"; return 1; }
+    kubectl -n qsd-csi get deployment qsd-csi-controller -o jsonpath='{.spec.template.spec.containers[0].args}' |
+        grep -q -- '--log-level=debug' || { say "the upgrade did not reach the controller"; return 1; }
+    kill -0 "$pid" && [ "$(qsd_pid "$vol")" = "$pid" ] || { say "the upgrade stopped QSD $pid"; return 1; }
+    echo "helm: upgraded to revision 2 (--log-level=debug in the controller); QSD $pid untouched"
+    timeout 120 kubectl delete ns helm-e2e --wait=true >/dev/null || { say "namespace helm-e2e not deleted"; return 1; }
+    wait_for 120 "PV $pv deleted" gone get pv "$pv" || return 1
+    helm_ uninstall qsd-csi --namespace kube-system --wait --timeout 180s >/dev/null || return 1
+    wait_for 60 "no QSD left" eval '[ "$(qsds_left)" = 0 ]' || return 1
+    kubectl get csidriver qsd.csi.qsd-csi.dev >/dev/null 2>&1 && { say "CSIDriver left after helm uninstall"; return 1; }
+    [ -z "$(kubectl get all -n qsd-csi --no-headers 2>/dev/null)" ] || { say "objects left in qsd-csi"; return 1; }
+    echo "helm: uninstalled after $((SECONDS - t0)) s in all: no QSD, no CSIDriver, nothing in qsd-csi"
+}
+
 # A run killed with its cluster up (kill -9 of every process, as the end of
 # a CI job or a session does) must not stop the next run: a pod runs (its
 # sandbox, rootfs and token mounts), every process of the cluster and its
@@ -609,4 +670,5 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
 fi
 [ "${QSD_K8S_ONLY:-rbd}" = rbd ] && step rbd rbd_step
 step uninstall uninstall
+step helm helm_step
 step reap reap_killed
