@@ -416,9 +416,18 @@ for e in json.load(sys.stdin)["items"]:
 }
 no_warnings() {
     local pv content out t0=$SECONDS
+    # The count must be able to fail: a planted Warning about a claim is seen.
+    printf '%s\n' 'apiVersion: v1' 'kind: Event' 'metadata: {name: e2e-planted, namespace: '$ns'}' \
+        'involvedObject: {kind: PersistentVolumeClaim, name: planted, namespace: '$ns'}' \
+        'type: Warning' 'reason: Planted' 'message: the no-warnings self-check' 'source: {component: e2e}' |
+        kubectl apply -f - >/dev/null || return 1
+    volume_warnings | grep -q 'PersistentVolumeClaim/planted Planted' || { say "a planted warning was not seen"; return 1; }
+    kubectl -n $ns delete event e2e-planted >/dev/null || return 1
     pv=$(pv_of cli-data)
     content=$(kubectl -n $ns get volumesnapshot cli-data-s1 -o jsonpath='{.status.boundVolumeSnapshotContentName}')
     [ -n "$pv" ] && [ -n "$content" ] || { say "no PV or content for cli-data"; return 1; }
+    kubectl get pv "$pv" >/dev/null && kubectl get volumesnapshotcontent "$content" >/dev/null ||
+        { say "PV $pv or content $content not there before the deletion"; return 1; }
     kubectl -n $ns delete volumesnapshot cli-data-s1 --wait=false >/dev/null || return 1
     wait_for 120 "VolumeSnapshotContent $content deleted" gone get volumesnapshotcontent "$content" || return 1
     kubectl -n $ns delete pvc cli-data --wait=false >/dev/null || return 1
@@ -426,6 +435,7 @@ no_warnings() {
     echo "no-warnings: a local snapshot and claim deleted, their content and PV gone after $((SECONDS - t0)) s"
     out=$(volume_warnings) || return 1
     if [ -n "$out" ]; then say "warning events on local volumes:"; echo "$out" >&2; return 1; fi
+    echo "no-warnings: Warning events in the cluster: $(kubectl get events -A --field-selector type=Warning --no-headers 2>/dev/null | wc -l) (none about a local claim, volume or snapshot)"
     echo "no-warnings: 0 Warning events on local claims, volumes and snapshots" \
          "($(kubectl -n $ns get pvc --no-headers | wc -l) claims, $(kubectl -n $ns get volumesnapshot --no-headers | wc -l) snapshots in $ns)"
 }
