@@ -135,15 +135,44 @@ static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapa
 
 /* ------------------------------------------------------------- stage */
 
+/* A NodeStageVolume's context (op.h). */
+struct stage_ctx {
+    bool repair;         /* restarts the QSD of a staged volume */
+    uint64_t size;       /* an expansion recorded while not served: grown to first */
+    struct rbd_req *rbd; /* the backend's request, for stage_confirm (backend.h) */
+};
+
+static void stage_ctx_free(void *p)
+{
+    struct stage_ctx *x = p;
+    rbd_req_free(x->rbd);
+    free(x);
+}
+
+static const struct op_ctx_type stage_ctx_type = {"NodeStageVolume", stage_ctx_free};
+
+static struct op *stage_op(struct csi *c, struct grpc_call *call, struct vol *v, bool repair,
+                           struct rbd_req *rbd)
+{
+    struct op *op = op_begin(c, call);
+    struct stage_ctx *x = op_set_ctx(op, &stage_ctx_type, xcalloc(1, sizeof(*x)));
+    x->repair = repair;
+    x->rbd = rbd;
+    op->vol = v;
+    v->busy = true;
+    return op;
+}
+
 /* A start that failed: a first stage is undone (kubelet retries it from
- * scratch); a repair (op->repair) leaves the volume staged, not served. */
+ * scratch); a repair leaves the volume staged, not served. */
 static void stage_failed(struct op *op, int status, const char *msg)
 {
     struct csi *c = op->csi;
     struct vol *v = op->vol;
+    const struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
     qsd_free(v->qsd);
     v->qsd = NULL;
-    if (!op->repair) {
+    if (!x->repair) {
         csi_remove_runtime(c, v->id);
         vol_clear_staging(v);
         store_save_vol(c->store, v);
@@ -155,10 +184,11 @@ static void stage_failed(struct op *op, int status, const char *msg)
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
-    if (status == 0 && BACKEND_OF(.record = v)->stage_confirm(op))
+    struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
+    if (status == 0 && BACKEND_OF(.record = v)->stage_confirm(op, &x->rbd))
         return; /* it answers, or stops the QSD */
     if (status == 0) {
-        log_info("node", op->repair ? "staged volume repaired: its QSD serves again"
+        log_info("node", x->repair ? "staged volume repaired: its QSD serves again"
                                     : "volume staged", "volume=%s pid=%d", v->id,
                  (int)qsd_get_pid(v->qsd));
         reply_empty(op->call);
@@ -186,7 +216,8 @@ static int grow_fn(void *arg, char **ret_msg, json_t **ret_result)
         *ret_msg = xasprintf("the image of volume %s is missing", op->vol->id);
         return -EIO;
     }
-    return image_resize_offline(path, fmt, op->size, ret_msg);
+    const struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
+    return image_resize_offline(path, fmt, x->size, ret_msg);
 }
 
 static void grow_done(int status, const char *msg, json_t *result, void *opaque)
@@ -202,7 +233,8 @@ static void grow_done(int status, const char *msg, json_t *result, void *opaque)
         op_end(op);
         return;
     }
-    v->image_size = op->size;
+    const struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
+    v->image_size = x->size;
     store_save_vol(op->csi->store, v);
     stage_start(op);
 }
@@ -296,11 +328,7 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
         } else if (!vol_live(v)) {
             /* Staged, not served (its QSD could not be restarted): OK only
              * once its socket accepts again. */
-            struct op *op = op_begin(c, call);
-            op->vol = v;
-            op->repair = true;
-            v->busy = true;
-            stage_start(op);
+            stage_start(stage_op(c, call, v, true, NULL));
         } else if (regroup(c, call, v, gid) == 0)
             reply_empty(call);
         return;
@@ -353,14 +381,11 @@ static void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v,
         rbd_req_free(rbd);
         return;
     }
-    struct op *op = op_begin(c, call);
-    op->vol = v;
-    op->rbd = rbd;
-    op->rbd_free = rbd_req_free;
-    v->busy = true;
+    struct op *op = stage_op(c, call, v, false, rbd);
     if (v->image_size < v->size) {
         /* An expansion recorded while it was not served. */
-        op->size = v->size;
+        struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
+        x->size = v->size;
         op_worker(op, grow_fn, 2 * 60 * 1000, grow_done);
         return;
     }
@@ -698,6 +723,10 @@ static struct vol *find_at_path_or_fail(struct csi *c, struct grpc_call *call, c
  * headers) in a worker: a hung pool disk must not stall the loop. */
 #define STATS_TIMEOUT_MS 10000
 
+/* A NodeGetVolumeStats's context (op.h): the volume's id (malloc'd), looked
+ * up again when done, the volume not held busy. */
+static const struct op_ctx_type stats_ctx_type = {"NodeGetVolumeStats", free};
+
 static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bool have_used,
                         uint64_t used)
 {
@@ -764,7 +793,7 @@ static int stats_fn(void *arg, char **ret_msg, json_t **ret_result)
     (void)ret_msg;
     struct op *op = arg;
     uint64_t used = 0;
-    int r = vol_allocated(op->csi, op->vol_id, &used);
+    int r = vol_allocated(op->csi, op_ctx(op, &stats_ctx_type), &used);
     *ret_result = json_pack("{s:b, s:I}", "known", r == 0, "allocated", (json_int_t)used);
     return 0;
 }
@@ -773,7 +802,7 @@ static void stats_done(int status, const char *msg, json_t *result, void *opaque
 {
     (void)msg;
     struct op *op = opaque;
-    struct vol *v = find_or_fail(op->csi, op->call, op->vol_id);
+    struct vol *v = find_or_fail(op->csi, op->call, op_ctx(op, &stats_ctx_type));
     if (v) {
         /* A failed read of the chain (a layer gone meanwhile) counts 0 used,
          * as before; a worker that did not finish makes the volume abnormal. */
@@ -798,31 +827,40 @@ static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeS
     if (!v)
         return;
     struct op *op = op_begin(c, call);
-    op->vol_id = xstrdup(v->id); /* not busy: stats run beside any operation */
+    op_set_ctx(op, &stats_ctx_type, xstrdup(v->id)); /* not busy: stats run beside any operation */
     op_worker(op, stats_fn, STATS_TIMEOUT_MS, stats_done);
 }
+
+/* A NodeExpandVolume's context (op.h). */
+struct expand_ctx {
+    uint64_t size;   /* to grow to; the node's size once grown */
+    bool qmp_failed; /* its monitor connection failed */
+};
+
+static const struct op_ctx_type expand_ctx_type = {"NodeExpandVolume", free};
 
 static void expand_finish(struct op *op, int status, const char *msg)
 {
     struct vol *v = op->vol;
+    const struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
     if (status == 0) {
-        if (op->size > v->size)
-            v->size = op->size;
-        v->image_size = op->size;
-        int r = qsd_write_meta(v->qsd, op->size), rm = r;
+        if (x->size > v->size)
+            v->size = x->size;
+        v->image_size = x->size;
+        int r = qsd_write_meta(v->qsd, x->size), rm = r;
         if (r == 0)
             r = store_save_vol(op->csi->store, v);
         if (rm < 0) {
             grpc_call_fail(op->call, capacity_errno_code(rm, GRPC_INTERNAL),
                            "volume %s grew to %" PRIu64 " bytes, but its volume.json could not "
-                           "be rewritten: %s", v->id, op->size, strerror(-rm));
+                           "be rewritten: %s", v->id, x->size, strerror(-rm));
         } else if (r < 0) {
             grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),
                            "cannot write the volume record: %s", strerror(-r));
         } else {
-            log_info("node", "volume expanded online", "volume=%s size=%" PRIu64, v->id, op->size);
+            log_info("node", "volume expanded online", "volume=%s size=%" PRIu64, v->id, x->size);
             Csi__V1__NodeExpandVolumeResponse out = CSI__V1__NODE_EXPAND_VOLUME_RESPONSE__INIT;
-            out.capacity_bytes = (int64_t)op->size;
+            out.capacity_bytes = (int64_t)x->size;
             grpc_call_reply_pb(op->call, &out.base);
         }
     } else {
@@ -834,28 +872,30 @@ static void expand_finish(struct op *op, int status, const char *msg)
     op_end(op);
 }
 
-/* The resize sequence (qmpcmd.h): never shrinks, op->size becomes the
- * node's size afterwards. */
+/* The resize sequence (qmpcmd.h): never shrinks, the context's size
+ * becomes the node's size afterwards. */
 static void on_grown(int status, uint64_t size, const char *msg, void *opaque)
 {
     struct op *op = opaque;
+    struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
     if (status == 0)
-        op->size = size;
+        x->size = size;
     expand_finish(op, status, msg);
 }
 
 static void on_qmp_state(struct qmp *q, int status, const struct qmp_error *err, void *opaque)
 {
     struct op *op = opaque;
+    struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
     if (status == 0) {
-        int r = qmpc_grow(q, op->size, false, QMP_OP_TIMEOUT_MS, on_grown, op);
+        int r = qmpc_grow(q, x->size, false, QMP_OP_TIMEOUT_MS, on_grown, op);
         if (r < 0)
             expand_finish(op, r, "cannot send query-block-exports");
         return;
     }
     /* Connection failed or closed: only an op still waiting cares. */
-    if (op->qmp == q && !op->qmp_failed) {
-        op->qmp_failed = true;
+    if (op->qmp == q && !x->qmp_failed) {
+        x->qmp_failed = true;
         _cleanup_free_ char *m = xasprintf("cannot talk to the QSD of volume %s: %s", op->vol->id,
                                            err && err->desc ? err->desc : strerror(-status));
         op->qmp = NULL;
@@ -915,9 +955,10 @@ static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVol
             return;
     }
     struct op *op = op_begin(c, call);
+    struct expand_ctx *x = op_set_ctx(op, &expand_ctx_type, xcalloc(1, sizeof(*x)));
     op->vol = v;
     v->busy = true;
-    op->size = size;
+    x->size = size;
     int r = qmp_connect(c->loop, qsd_get_paths(v->qsd)->qmp, QMP_OP_TIMEOUT_MS, on_qmp_state, op,
                         &op->qmp);
     if (r < 0) {

@@ -323,6 +323,13 @@ void rbd_req_free(struct rbd_req *q)
     free(q);
 }
 
+static void req_free(void *q)
+{
+    rbd_req_free(q);
+}
+
+const struct op_ctx_type rbd_req_ctx = {"rbd", req_free};
+
 /* --------------------------------------------------------- worker side */
 
 /* errno of the worker -> gRPC code.  EKEYREJECTED: cephx refused the user
@@ -446,14 +453,14 @@ int image_ours(rbd_image_t img, const char *name, uint64_t *ret_size)
 static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     const char *name = q->loc.image;
     struct conn k = {0};
     int r = conn_open(q, &k, ret_msg);
     if (r < 0)
         return r == -ENOENT ? -EINVAL : r;
     int order = 0;
-    r = rbd_create2(k.io, name, op->size, RBD_FEATURES, &order);
+    r = rbd_create2(k.io, name, q->size, RBD_FEATURES, &order);
     bool existed = r == -EEXIST;
     if (r == -EPERM || r == -EACCES) {
         *ret_msg = xasprintf("user %s may not create images in pool %s%s%s (parameters pool, "
@@ -477,7 +484,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
         conn_close(&k);
         return r == -ENOENT ? -EIO : r;
     }
-    uint64_t size = op->size;
+    uint64_t size = q->size;
     if (existed) {
         /* A retry: ours, and of a size in the range. */
         r = image_ours(img, name, &size);
@@ -505,7 +512,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
 static int delete_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     const char *name = q->loc.image;
     (void)ret_result;
     struct conn k = {0};
@@ -584,11 +591,11 @@ int open_volume(const struct rbd_req *q, bool ro, struct conn *k, rbd_image_t *i
     return 0;
 }
 
-/* Grow the image to op->size (never shrink); its size after. */
+/* Grow the image to the request's size (never shrink); its size after. */
 static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     const char *name = q->loc.image;
     struct conn k = {0};
     rbd_image_t img;
@@ -600,13 +607,13 @@ static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
         *ret_msg = xasprintf("volume %s is already %" PRIu64 " bytes, above limit_bytes (no "
                              "shrinking)", name, size);
         r = -ERANGE;
-    } else if (op->size > size) {
+    } else if (q->size > size) {
         /* A QSD serving the image does not see this: NodeExpandVolume's
          * block_resize tells it (and its client). */
-        if ((r = rbd_resize(img, op->size)) < 0)
+        if ((r = rbd_resize(img, q->size)) < 0)
             *ret_msg = xasprintf("cannot grow image %s: %s", name, strerror(-r));
         else
-            size = op->size;
+            size = q->size;
     }
     rbd_close(img);
     conn_close(&k);
@@ -629,7 +636,7 @@ void rbd_create_done(int status, const char *msg, json_t *result, void *opaque)
         op_end(op);
         return;
     }
-    _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+    _cleanup_free_ char *id = rbd_id_format(&rbd_req_of(op)->loc);
     log_info("rbd", "volume created", "volume=%s size=%" PRId64, id, (int64_t)size);
     Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
     vol.volume_id = id;
@@ -644,10 +651,9 @@ void rbd_start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_
                worker_fn fn, worker_done done)
 {
     q->clusters = c->cfg->rbd_clusters;
+    q->size = size;
     struct op *op = op_begin(c, call);
-    op->rbd = q;
-    op->rbd_free = rbd_req_free;
-    op->size = size;
+    op_set_ctx(op, &rbd_req_ctx, q);
     op_worker(op, fn, RBD_WORKER_MS, done);
 }
 
@@ -694,7 +700,7 @@ static void delete_done(int status, const char *msg, json_t *result, void *opaqu
     if (status < 0) {
         grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
     } else {
-        _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+        _cleanup_free_ char *id = rbd_id_format(&rbd_req_of(op)->loc);
         log_info("rbd", "volume deleted", "volume=%s", id);
         Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
         grpc_call_reply_pb(op->call, &out.base);
@@ -727,7 +733,7 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
     if (status < 0) {
         grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
     } else {
-        _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+        _cleanup_free_ char *id = rbd_id_format(&rbd_req_of(op)->loc);
         log_info("rbd", "volume expanded", "volume=%s size=%" PRId64, id, (int64_t)size);
         Csi__V1__ControllerExpandVolumeResponse out =
             CSI__V1__CONTROLLER_EXPAND_VOLUME_RESPONSE__INIT;
@@ -854,7 +860,7 @@ static int claim(const struct rbd_req *q, size_t own, bool fresh, const char *de
 static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     _cleanup_free_ char *mons = NULL;
     int r = claim(q, 0, false, NULL, ret_result, ret_msg);
     if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
@@ -865,7 +871,7 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    return claim(op->rbd, 1, true, NULL, ret_result, ret_msg);
+    return claim(rbd_req_of(op), 1, true, NULL, ret_result, ret_msg);
 }
 
 /* A check of a staged volume's record (rbd_guard.c's restarts): the
@@ -927,7 +933,7 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
 {
     struct op *op = opaque;
     struct csi *c = op->csi;
-    struct rbd_req *q = op->rbd;
+    struct rbd_req *q = rbd_req_of(op);
     struct grpc_call *call = op->call;
     op->worker = NULL;
     json_int_t size = 0;
@@ -961,7 +967,7 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     _cleanup_free_ char *path = xstrdup(q->path);
     int gid = q->gid;
     bool ro = q->ro;
-    op->rbd = NULL; /* kept for the check once the QSD runs (rbd_stage_confirm) */
+    op_take_ctx(op, &rbd_req_ctx); /* kept for the check once the QSD runs (rbd_stage_confirm) */
     op_end(op);     /* the call goes on in q->then (node_stage_new) */
     if (r < 0) {
         grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume's key file: %s",

@@ -4,6 +4,7 @@
  * image mark and the loop-side start of a request.  Not for other files. */
 #pragma once
 
+#include "op.h"
 #include "rbd.h"
 #include "qsd/base/worker.h"
 
@@ -20,6 +21,7 @@ struct rbd_req {
     struct rbd_cred cred;
     const char *clusters; /* the cluster file (plugin configuration) */
     int64_t required, limit;
+    uint64_t size;        /* CreateVolume: to create; ControllerExpandVolume: to grow to */
     char *name;           /* NodeStage: the record's name, staging path, group, mode;
                              CreateSnapshot: the snapshot's name */
     char *path;
@@ -53,9 +55,16 @@ int open_volume(const struct rbd_req *q, bool ro, struct conn *k, rbd_image_t *i
  * and leaves it with the last of them (rbd_snap.c). */
 int rbd_image_remove(rados_ioctx_t io, const char *name, char **ret_msg);
 
+/* The request of op (its context), or NULL for an op of another kind. */
+static inline struct rbd_req *rbd_req_of(const struct op *op)
+{
+    return op_ctx(op, &rbd_req_ctx);
+}
+
 /* Loop side (rbd.c). */
 enum grpc_code rbd_code(int status);
-/* Run fn in a worker for call, with q (owned) as op->rbd. */
+/* Run fn in a worker for call, with q (owned, its size set) as the op's
+ * context (rbd_req_ctx). */
 void rbd_start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_t size,
                worker_fn fn, worker_done done);
 /* Replies a CreateVolumeRequest from a {"size": N} result. */

@@ -303,7 +303,7 @@ static int describe(rados_ioctx_t io, rbd_image_t img, json_t **ret)
 static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     _cleanup_free_ char *simg = xasprintf(SNAP_IMAGE_PREFIX "%s", q->name);
     _cleanup_free_ char *src_id = rbd_id_format(&q->loc);
     struct conn k = {0};
@@ -388,7 +388,7 @@ out:
 static int clone_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     const char *name = q->loc.image;
     _cleanup_free_ char *src_id = q->src_snap ? snap_id_format(&q->src, q->src.image)
                                               : rbd_id_format(&q->src);
@@ -512,7 +512,7 @@ out:
 static int flatten_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     (void)ret_result;
     struct conn k = {0};
     rbd_image_t img;
@@ -545,7 +545,7 @@ static int flatten_fn(void *arg, char **ret_msg, json_t **ret_result)
 static int delete_snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     (void)ret_result;
     _cleanup_free_ char *simg = xasprintf(SNAP_IMAGE_PREFIX "%s", q->loc.image);
     struct conn k = {0};
@@ -576,7 +576,7 @@ static int delete_snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
 static int list_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     _cleanup_free_ char *src_id = q->name ? NULL : rbd_id_format(&q->loc);
     struct conn k = {0};
     int r = conn_open(q, &k, ret_msg);
@@ -656,7 +656,7 @@ static void flatten_done(int status, const char *msg, json_t *result, void *opaq
     struct op *op = opaque;
     (void)result;
     op->worker = NULL;
-    _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+    _cleanup_free_ char *id = rbd_id_format(&rbd_req_of(op)->loc);
     if (status < 0)
         log_warn("rbd", "flatten failed", "image=%s error=\"%s\"", id,
                  msg ? msg : strerror(-status));
@@ -668,11 +668,12 @@ static void flatten_done(int status, const char *msg, json_t *result, void *opaq
 /* Whether a flatten of image (in l's pool and namespace) runs. */
 static bool flatten_running(struct csi *c, const struct rbd_loc *l, const char *image)
 {
-    for (struct op *o = c->ops; o; o = o->next)
-        if (!o->call && o->rbd && streq(o->rbd->loc.cluster, l->cluster) &&
-            streq(o->rbd->loc.pool, l->pool) && streq(o->rbd->loc.ns, l->ns) &&
-            streq(o->rbd->loc.image, image))
+    for (struct op *o = c->ops; o; o = o->next) {
+        const struct rbd_req *q = rbd_req_of(o);
+        if (!o->call && q && streq(q->loc.cluster, l->cluster) && streq(q->loc.pool, l->pool) &&
+            streq(q->loc.ns, l->ns) && streq(q->loc.image, image))
             return true;
+    }
     return false;
 }
 
@@ -690,8 +691,7 @@ static void flatten_start(struct csi *c, const struct rbd_req *from, const char 
     q->cred = (struct rbd_cred){xstrdup(from->cred.user), xstrdup(from->cred.key)};
     q->clusters = from->clusters;
     struct op *op = op_begin(c, NULL);
-    op->rbd = q;
-    op->rbd_free = rbd_req_free;
+    op_set_ctx(op, &rbd_req_ctx, q);
     _cleanup_free_ char *id = rbd_id_format(&q->loc);
     log_info("rbd", "flattening", "image=%s depth_max=%d", id, RBD_DEPTH_MAX);
     int r = worker_start(c->loop, flatten_fn, op, FLATTEN_MS, flatten_done, op, &op->worker);
@@ -704,10 +704,11 @@ static void flatten_start(struct csi *c, const struct rbd_req *from, const char 
 static void clone_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
+    const struct rbd_req *q = rbd_req_of(op);
     if (status == 0 && json_is_true(json_object_get(result, "flatten"))) {
-        flatten_start(op->csi, op->rbd, op->rbd->loc.image);
+        flatten_start(op->csi, q, q->loc.image);
         grpc_call_fail(op->call, GRPC_ABORTED, "volume %s is being flattened (a clone chain "
-                       "deeper than %d); retry", op->rbd->loc.image, RBD_DEPTH_MAX);
+                       "deeper than %d); retry", q->loc.image, RBD_DEPTH_MAX);
         op_end(op);
         return;
     }
@@ -783,7 +784,7 @@ static void snapshot_msg(const struct rbd_loc *l, json_t *d, Csi__V1__Snapshot *
 static void snapshot_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
-    struct rbd_req *q = op->rbd;
+    struct rbd_req *q = rbd_req_of(op);
     if (failed(op, status, msg))
         return;
     struct rbd_loc l = q->loc; /* the snapshot's place: its source's */
@@ -836,7 +837,8 @@ static void delete_snapshot_done(int status, const char *msg, json_t *result, vo
     (void)result;
     if (failed(op, status, msg))
         return;
-    _cleanup_free_ char *id = snap_id_format(&op->rbd->loc, op->rbd->loc.image);
+    const struct rbd_req *q = rbd_req_of(op);
+    _cleanup_free_ char *id = snap_id_format(&q->loc, q->loc.image);
     log_info("rbd", "snapshot deleted", "snapshot=%s", id);
     Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
     grpc_call_reply_pb(op->call, &out.base);
@@ -856,7 +858,7 @@ void rbd_delete_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__DeleteS
 static void list_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
-    struct rbd_req *q = op->rbd;
+    struct rbd_req *q = rbd_req_of(op);
     if (failed(op, status, msg))
         return;
     /* Sorted by name; the page after q->path (a token's name), at most
