@@ -2,7 +2,8 @@
 /* rbd.c: see rbd.h.
  *
  * Every RPC validates on the loop (INVALID_ARGUMENT, naming the field or
- * the parameter, never a secret's value), then runs one worker process
+ * the parameter, never a secret's value: the controller RPCs by their pure
+ * plans, struct rbd_plan in rbd_int.h), then runs one worker process
  * that reads the cluster file, connects with librados (cephx, the
  * secrets' user and key set in memory, no configuration file, no log, no
  * admin socket; connection and operations bounded by RBD_CONNECT_S and
@@ -657,39 +658,70 @@ void rbd_start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_
     op_worker(op, fn, RBD_WORKER_MS, done);
 }
 
-void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
+void rbd_plan_run(struct csi *c, struct grpc_call *call, struct rbd_plan *pl, uint64_t size,
+                  worker_fn fn, worker_done done)
 {
+    if (pl->kind == PLAN_REFUSE)
+        verdict_send(&pl->refusal, call);
+    else
+        rbd_start(c, call, TAKE_PTR(pl->q), size, fn, done);
+    rbd_plan_clear(pl);
+}
+
+void rbd_plan_clear(struct rbd_plan *pl)
+{
+    verdict_clear(&pl->refusal);
+    rbd_req_free(pl->q);
+    *pl = (struct rbd_plan){0};
+}
+
+/* A refusal from a parser: INVALID_ARGUMENT, OUT_OF_RANGE for a size. */
+static void plan_refuse(struct rbd_plan *pl, int r, const char *msg)
+{
+    verdict_fail(&pl->refusal, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s",
+                 msg);
+}
+
+void rbd_create_plan(Csi__V1__CreateVolumeRequest *in, struct rbd_plan *pl)
+{
+    *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
     const char *why;
     if (!in->name || !*in->name || name_validate(in->name, &why) < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "name %s (the name becomes the RBD image's: 1-128 bytes of [A-Za-z0-9._-])",
-                       in->name && *in->name ? why : "is missing");
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT,
+                     "name %s (the name becomes the RBD image's: 1-128 bytes of [A-Za-z0-9._-])",
+                     in->name && *in->name ? why : "is missing");
         return;
     }
-    if (!caps_ok(call, in->n_volume_capabilities, in->volume_capabilities))
+    if (!caps_check(&pl->refusal, in->n_volume_capabilities, in->volume_capabilities))
         return;
-    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
-    uint64_t size;
     q->required = in->capacity_range ? in->capacity_range->required_bytes : 0;
     q->limit = in->capacity_range ? in->capacity_range->limit_bytes : 0;
     int r = rbd_params_parse(in->n_parameters, in->parameters, in->name, &q->loc, &msg);
     if (r == 0)
         r = rbd_cred_parse(in->n_secrets, in->secrets, "provisioner", &q->cred, &msg);
-    if (r == 0 && (r = capacity_pick(q->required, q->limit, 0, 0, &size, &msg)) == -ERANGE) {
-        grpc_call_fail(call, GRPC_OUT_OF_RANGE, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
     if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
+        plan_refuse(pl, -EINVAL, msg);
         return;
     }
-    if (in->volume_content_source)
-        rbd_clone_volume(c, call, in, q); /* rbd_snap.c */
-    else
-        rbd_start(c, call, q, size, create_fn, rbd_create_done);
+    if ((r = capacity_pick(q->required, q->limit, 0, 0, &pl->size, &msg)) < 0)
+        plan_refuse(pl, r, msg);
+    else if (!in->volume_content_source ||
+             rbd_clone_check(in->volume_content_source, q, &pl->refusal))
+        pl->kind = PLAN_ACT;
+}
+
+void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
+{
+    struct rbd_plan pl;
+    rbd_create_plan(in, &pl);
+    if (pl.kind == PLAN_ACT && in->volume_content_source) {
+        rbd_clone_volume(c, call, in, TAKE_PTR(pl.q)); /* rbd_snap.c */
+        rbd_plan_clear(&pl);
+        return;
+    }
+    rbd_plan_run(c, call, &pl, pl.size, create_fn, rbd_create_done);
 }
 
 static void delete_done(int status, const char *msg, json_t *result, void *opaque)
@@ -708,19 +740,25 @@ static void delete_done(int status, const char *msg, json_t *result, void *opaqu
     op_end(op);
 }
 
-void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
+void rbd_delete_plan(Csi__V1__DeleteVolumeRequest *in, struct rbd_plan *pl)
 {
-    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
+    struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
     int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
     if (r == 0)
         r = RBD_CRED_OF(in, "provisioner", &q->cred, &msg);
-    if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
-    rbd_start(c, call, q, 0, delete_fn, delete_done);
+    if (r < 0)
+        plan_refuse(pl, -EINVAL, msg);
+    else
+        pl->kind = PLAN_ACT;
+}
+
+void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
+{
+    struct rbd_plan pl;
+    rbd_delete_plan(in, &pl);
+    rbd_plan_run(c, call, &pl, 0, delete_fn, delete_done);
 }
 
 static void expand_done(int status, const char *msg, json_t *result, void *opaque)
@@ -744,34 +782,39 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
     op_end(op);
 }
 
-void rbd_expand_volume(struct csi *c, struct grpc_call *call,
-                       Csi__V1__ControllerExpandVolumeRequest *in)
+void rbd_expand_plan(Csi__V1__ControllerExpandVolumeRequest *in, struct rbd_plan *pl)
 {
+    *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
     const char *why;
     if (!in->capacity_range) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "capacity_range is missing");
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT, "capacity_range is missing");
         return;
     }
     if (in->volume_capability && (why = cap_problem(in->volume_capability))) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT, "%s", why);
         return;
     }
-    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
-    uint64_t size = 0;
     q->required = in->capacity_range->required_bytes;
     q->limit = in->capacity_range->limit_bytes;
     int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
     if (r == 0)
         r = RBD_CRED_OF(in, "controller-expand", &q->cred, &msg);
     if (r == 0)
-        r = capacity_pick(q->required, q->limit, 0, 0, &size, &msg);
-    if (r < 0) {
-        grpc_call_fail(call, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
-    rbd_start(c, call, q, size, expand_fn, expand_done);
+        r = capacity_pick(q->required, q->limit, 0, 0, &pl->size, &msg);
+    if (r < 0)
+        plan_refuse(pl, r, msg);
+    else
+        pl->kind = PLAN_ACT;
+}
+
+void rbd_expand_volume(struct csi *c, struct grpc_call *call,
+                       Csi__V1__ControllerExpandVolumeRequest *in)
+{
+    struct rbd_plan pl;
+    rbd_expand_plan(in, &pl);
+    rbd_plan_run(c, call, &pl, pl.size, expand_fn, expand_done);
 }
 
 /* GetCapacity carries no secrets: the plugin cannot ask the cluster.  It
