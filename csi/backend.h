@@ -78,8 +78,11 @@ struct backend {
                           Csi__V1__NodeStageVolumeRequest *in, int gid, bool ro,
                           stage_new_fn then);
     /* The QSD of a NodeStageVolume (op->vol) started: true when the
-     * backend checks it before the call is answered (and answers it). */
-    bool (*stage_confirm)(struct op *op);
+     * backend checks it before the call is answered (and answers it).
+     * *rbd: the request its stage_prepare handed on (stage_new_fn), or
+     * NULL; taken (*rbd = NULL) when the backend checks, and the op's
+     * context is then the backend's. */
+    bool (*stage_confirm)(struct op *op, struct rbd_req **rbd);
     /* The options of the QSD that serves record v. */
     int (*export_opts)(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
     /* Not supervised (above): start the QSD of staged v again, after the

@@ -14,11 +14,26 @@
  * with it, without a download, for IMAGEMEMO_TTL_MS. */
 #pragma once
 
+#include "op.h"
 #include "service.h"
 
-/* Create op->vol (record written, phase creating) of size op->size from the
- * image with this digest (SHA-256 or SHA-512, hex); done(status, msg, result {"size"}, op) finishes it
- * (the controller's CreateVolume completion). */
+/* The context of a local CreateVolume (op.h, create_ctx_type): what its
+ * worker and completion need.  local.c makes it; the image fields are
+ * this module's. */
+struct create_ctx {
+    uint64_t size;
+    bool live;           /* the source is read through its QSD (a clone) */
+    char *image;         /* image class: digest of the base it needs */
+    char *image_refusal; /* a remembered checksum refusal of it: the error to give
+                          * instead of downloading (imagememo.h) */
+    bool image_lead;     /* its worker may download the base; others wait for it */
+};
+extern const struct op_ctx_type create_ctx_type;
+
+/* Create op->vol (record written, phase creating) of the size of op's
+ * create_ctx from the image with this digest (SHA-256 or SHA-512, hex);
+ * done(status, msg, result {"size"}, op) finishes it (the controller's
+ * CreateVolume completion). */
 void imageclass_create(struct op *op, const char *digest, worker_done done);
 
 /* The gRPC code of an image volume's failure status, when it is one of

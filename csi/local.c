@@ -135,6 +135,7 @@ static int thin_freeze(struct csi *c, const struct vol *v, bool live, const char
 static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
+    const struct create_ctx *x = op_ctx(op, &create_ctx_type);
     struct csi *c = op->csi;
     struct vol *v = op->vol;
     int r;
@@ -147,9 +148,9 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
          * goes on in a new overlay, inside its QSD when live) and the new
          * volume is an empty overlay on it.  Constant time. */
         char layer[LAYER_NAME_LEN + 1];
-        r = thin_freeze(c, op->vol2, op->live, NULL, layer, &merging, ret_msg);
+        r = thin_freeze(c, op->vol2, x->live, NULL, layer, &merging, ret_msg);
         if (r == 0)
-            r = thin_create(&c->pool, v->id, layer, op->size, ret_msg);
+            r = thin_create(&c->pool, v->id, layer, x->size, ret_msg);
         if (r < 0 && r != -EOPNOTSUPP)
             return r == -ENOENT ? -EIO : r;
     } else {
@@ -166,15 +167,15 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
         _cleanup_free_ char *tmp = xasprintf(".clone-%s", v->id);
         _cleanup_free_ char *m = NULL;
         snapshot_delete(&c->pool, tmp, &m);
-        r = copy_volume(c, src, op->live, tmp, ret_msg);
+        r = copy_volume(c, src, x->live, tmp, ret_msg);
         if (r < 0)
             return r == -ENOENT ? -EIO : r;
-        r = image_create(&c->pool, v->id, v->format, op->size, v->preallocation, tmp, ret_msg);
+        r = image_create(&c->pool, v->id, v->format, x->size, v->preallocation, tmp, ret_msg);
         _cleanup_free_ char *m2 = NULL;
         snapshot_delete(&c->pool, tmp, &m2);
     } else {
         /* From a snapshot: thin for qcow2 without preallocation (image.h). */
-        r = image_create(&c->pool, v->id, v->format, op->size, v->preallocation,
+        r = image_create(&c->pool, v->id, v->format, x->size, v->preallocation,
                          v->src_type ? v->src_id : NULL, ret_msg);
     }
     if (r < 0)
@@ -192,7 +193,8 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
 static enum grpc_code create_code(const struct op *op, int status)
 {
     enum grpc_code code;
-    if (op->image && imageclass_code(status, &code))
+    const struct create_ctx *x = op_ctx(op, &create_ctx_type);
+    if (x->image && imageclass_code(status, &code))
         return code;
     return status == -ENOENT ? GRPC_NOT_FOUND
            : status == -ECONNREFUSED ? GRPC_UNAVAILABLE
@@ -283,12 +285,13 @@ static void create_act(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
         return;
     }
     struct op *op = op_begin(c, call);
+    struct create_ctx *x = op_set_ctx(op, &create_ctx_type, xcalloc(1, sizeof(*x)));
     op->vol = v;
-    op->size = pl->size;
+    x->size = pl->size;
     if (pl->src) {
         pl->src->busy = true;
         op->vol2 = pl->src;
-        op->live = vol_live(pl->src);
+        x->live = vol_live(pl->src);
     }
     if (pl->ssrc) {
         pl->ssrc->readers++;
@@ -431,9 +434,17 @@ static void get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapa
 
 /* ------------------------------------------------------ CreateSnapshot */
 
+/* A CreateSnapshot's context (op.h). */
+struct snapshot_ctx {
+    bool live; /* the volume is read through its QSD */
+};
+
+static const struct op_ctx_type snapshot_ctx_type = {"CreateSnapshot", free};
+
 static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
+    const struct snapshot_ctx *x = op_ctx(op, &snapshot_ctx_type);
     struct csi *c = op->csi;
     struct vol *src = op->vol;
     struct snap *sn = op->snap;
@@ -449,7 +460,7 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
     if (!copy) {
         /* Thin: the volume's top is frozen and becomes the snapshot. */
         char layer[LAYER_NAME_LEN + 1];
-        r = thin_freeze(c, src, op->live, sn->id, layer, &merging, ret_msg);
+        r = thin_freeze(c, src, x->live, sn->id, layer, &merging, ret_msg);
         if (r == -EOPNOTSUPP) {
             /* a QSD started with an iothread by an older plugin */
             free(*ret_msg);
@@ -458,7 +469,7 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
         }
     }
     if (copy) /* raw: a full copy (docs/thin-layers.md) */
-        r = copy_volume(c, src, op->live, sn->id, ret_msg);
+        r = copy_volume(c, src, x->live, sn->id, ret_msg);
     if (r < 0)
         return r == -EEXIST || r == -ENOENT ? -EIO : r;
     _cleanup_free_ char *spath = pool_snapshot_path(&c->pool, sn->id);
@@ -499,6 +510,7 @@ static void reply_snapshot(struct csi *c, struct grpc_call *call, const struct s
 static void snapshot_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
+    const struct snapshot_ctx *x = op_ctx(op, &snapshot_ctx_type);
     struct csi *c = op->csi;
     struct snap *sn = op->snap;
     op->worker = NULL;
@@ -512,7 +524,7 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
         if (r == 0) {
             log_info("controller", "snapshot created",
                      "snapshot=%s volume=%s live=%s thin=%s depth=%zu merging=%s", sn->id,
-                     sn->source, op->live ? "yes" : "no", sn->layers ? "yes" : "no",
+                     sn->source, x->live ? "yes" : "no", sn->layers ? "yes" : "no",
                      json_array_size(sn->layers),
                      json_is_true(json_object_get(result, "merging")) ? "yes" : "no");
             reply_snapshot(c, op->call, sn);
@@ -574,9 +586,10 @@ static void snapshot_act(struct csi *c, struct grpc_call *call, Csi__V1__CreateS
     }
     struct op *op = op_begin(c, call);
     op->snap = sn;
+    struct snapshot_ctx *x = op_set_ctx(op, &snapshot_ctx_type, xcalloc(1, sizeof(*x)));
     op->vol = v;
     v->busy = true;
-    op->live = vol_live(v);
+    x->live = vol_live(v);
     if (op_worker(op, snapshot_fn, COPY_TIMEOUT_MS, snapshot_done) < 0)
         store_remove_snap(c->store, sn);
 }
@@ -689,6 +702,13 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
 
 /* ---------------------------------------------- ControllerExpandVolume */
 
+/* A ControllerExpandVolume's context (op.h). */
+struct expand_ctx {
+    uint64_t size; /* to grow to */
+};
+
+static const struct op_ctx_type expand_ctx_type = {"ControllerExpandVolume", free};
+
 static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
@@ -698,7 +718,8 @@ static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
         *ret_msg = xasprintf("the image of volume %s is missing", op->vol->id);
         return -EIO;
     }
-    return image_resize_offline(path, fmt, op->size, ret_msg);
+    const struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
+    return image_resize_offline(path, fmt, x->size, ret_msg);
 }
 
 static void reply_expand(struct grpc_call *call, uint64_t size, bool node)
@@ -715,7 +736,8 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
     struct vol *v = op->vol;
     op->worker = NULL;
     if (status == 0) {
-        v->size = v->image_size = op->size;
+        const struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
+        v->size = v->image_size = x->size;
         int r = store_save_vol(op->csi->store, v);
         if (r < 0) {
             grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),
@@ -758,9 +780,10 @@ static void expand_act(struct csi *c, struct grpc_call *call, struct vol *v, uin
         return;
     }
     struct op *op = op_begin(c, call);
+    struct expand_ctx *x = op_set_ctx(op, &expand_ctx_type, xcalloc(1, sizeof(*x)));
     op->vol = v;
     v->busy = true;
-    op->size = size;
+    x->size = size;
     op_worker(op, expand_fn, QUICK_TIMEOUT_MS, expand_done);
 }
 
@@ -821,9 +844,9 @@ static int export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret,
     return export_opts_from(v->parameters, image, format, v->stage_ro, v->stage_gid, ret, ret_msg);
 }
 
-static bool stage_confirm(struct op *op)
+static bool stage_confirm(struct op *op, struct rbd_req **rbd)
 {
-    (void)op;
+    (void)op, (void)rbd;
     return false;
 }
 

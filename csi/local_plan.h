@@ -16,12 +16,6 @@
 #include <jansson.h>
 #include <stdint.h>
 
-enum plan_kind {
-    PLAN_REFUSE, /* refusal says why */
-    PLAN_DONE,   /* what was asked already holds (a repeat): answer it */
-    PLAN_ACT,    /* the other fields say what to do */
-};
-
 struct create_plan {
     enum plan_kind kind;
     struct verdict refusal;

@@ -6,31 +6,31 @@
  * dies; an RBD volume's only after the check of rbd_lock.h); NodePublishVolume bind-mounts the volume's export directory (the
  * socket's directory, never the socket file: a restarted QSD re-creates the
  * socket) onto the target path.  Staging and publications are recorded in
- * the volume's record before acting, so a restarted plugin knows them. */
+ * the volume's record before acting, so a restarted plugin knows them.
+ * What each volume RPC does is decided first by its pure plan
+ * (node_plan.h); the acts here touch the mounts, paths, processes and
+ * records. */
 #include "backend.h"
 #include "capacity.h"
 #include "bridge.h"
 #include "clients.h"
 #include "qsd/base/log.h"
 #include "mounts.h"
-#include "qsd/base/names.h"
 #include "qsd/qemu/qmpcmd.h"
 #include "params.h"
-#include "paths.h"
 #include "rbd.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 #include "volstats.h"
 #include "volqsd.h"
-#include "ids.h"
+#include "node_plan.h"
 #include "op.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 
 #define QMP_OP_TIMEOUT_MS 10000
 
@@ -46,25 +46,34 @@ static void reply_empty(struct grpc_call *call)
     grpc_call_reply(call, "", 0);
 }
 
-static bool path_ok(struct csi *c, struct grpc_call *call, const char *field, const char *path,
-                    bool resolve)
+/* The steps a plan leaves to the act before its outcome (node_plan.h),
+ * then a refusal sent: true when the plan's outcome is to be carried out,
+ * false when the call was answered.  bridge: the bridges' answer to an
+ * ephemeral volume's id (bridge_first). */
+static bool plan_holds(struct csi *c, struct grpc_call *call, struct node_plan *pl,
+                       bool (*bridge)(struct csi *, struct grpc_call *, const char *, const char *),
+                       const char *id, const char *path)
 {
-    const char *why;
-    if (!path || !*path) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s is missing", field);
-        return false;
+    if (pl->resolve_path) {
+        _cleanup_free_ char *msg = NULL;
+        if (mounts_check(c, pl->resolve_path, &msg) < 0) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s: %s", pl->resolve_field, msg);
+            return false;
+        }
     }
-    if (path_check_lexical(c->cfg->kubelet_root, path, &why) < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s %s (kubelet root %s)", field, why,
-                       c->cfg->kubelet_root);
+    if (pl->bridge_first && bridge && bridge(c, call, id, path))
         return false;
-    }
-    _cleanup_free_ char *msg = NULL;
-    if (resolve && mounts_check(c, path, &msg) < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s: %s", field, msg);
+    if (pl->kind == PLAN_REFUSE) {
+        verdict_send(&pl->refusal, call);
         return false;
     }
     return true;
+}
+
+/* What the loop knows of v's QSD, for the plans' second steps. */
+static struct qsd_state qsd_state_of(const struct vol *v)
+{
+    return (struct qsd_state){v->qsd != NULL, vol_live(v), v->qsd && qsd_idle(v->qsd)};
 }
 
 static struct vol *find_or_fail(struct csi *c, struct grpc_call *call, const char *id)
@@ -75,15 +84,6 @@ static struct vol *find_or_fail(struct csi *c, struct grpc_call *call, const cha
         return NULL;
     }
     return v;
-}
-
-static bool not_busy(struct grpc_call *call, struct vol *v)
-{
-    if (v->busy) {
-        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
-        return false;
-    }
-    return true;
 }
 
 /* --------------------------------------------------------- info, caps */
@@ -135,15 +135,44 @@ static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapa
 
 /* ------------------------------------------------------------- stage */
 
+/* A NodeStageVolume's context (op.h). */
+struct stage_ctx {
+    bool repair;         /* restarts the QSD of a staged volume */
+    uint64_t size;       /* an expansion recorded while not served: grown to first */
+    struct rbd_req *rbd; /* the backend's request, for stage_confirm (backend.h) */
+};
+
+static void stage_ctx_free(void *p)
+{
+    struct stage_ctx *x = p;
+    rbd_req_free(x->rbd);
+    free(x);
+}
+
+static const struct op_ctx_type stage_ctx_type = {"NodeStageVolume", stage_ctx_free};
+
+static struct op *stage_op(struct csi *c, struct grpc_call *call, struct vol *v, bool repair,
+                           struct rbd_req *rbd)
+{
+    struct op *op = op_begin(c, call);
+    struct stage_ctx *x = op_set_ctx(op, &stage_ctx_type, xcalloc(1, sizeof(*x)));
+    x->repair = repair;
+    x->rbd = rbd;
+    op->vol = v;
+    v->busy = true;
+    return op;
+}
+
 /* A start that failed: a first stage is undone (kubelet retries it from
- * scratch); a repair (op->repair) leaves the volume staged, not served. */
+ * scratch); a repair leaves the volume staged, not served. */
 static void stage_failed(struct op *op, int status, const char *msg)
 {
     struct csi *c = op->csi;
     struct vol *v = op->vol;
+    const struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
     qsd_free(v->qsd);
     v->qsd = NULL;
-    if (!op->repair) {
+    if (!x->repair) {
         csi_remove_runtime(c, v->id);
         vol_clear_staging(v);
         store_save_vol(c->store, v);
@@ -155,10 +184,11 @@ static void stage_failed(struct op *op, int status, const char *msg)
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
-    if (status == 0 && BACKEND_OF(.record = v)->stage_confirm(op))
+    struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
+    if (status == 0 && BACKEND_OF(.record = v)->stage_confirm(op, &x->rbd))
         return; /* it answers, or stops the QSD */
     if (status == 0) {
-        log_info("node", op->repair ? "staged volume repaired: its QSD serves again"
+        log_info("node", x->repair ? "staged volume repaired: its QSD serves again"
                                     : "volume staged", "volume=%s pid=%d", v->id,
                  (int)qsd_get_pid(v->qsd));
         reply_empty(op->call);
@@ -186,7 +216,8 @@ static int grow_fn(void *arg, char **ret_msg, json_t **ret_result)
         *ret_msg = xasprintf("the image of volume %s is missing", op->vol->id);
         return -EIO;
     }
-    return image_resize_offline(path, fmt, op->size, ret_msg);
+    const struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
+    return image_resize_offline(path, fmt, x->size, ret_msg);
 }
 
 static void grow_done(int status, const char *msg, json_t *result, void *opaque)
@@ -202,26 +233,15 @@ static void grow_done(int status, const char *msg, json_t *result, void *opaque)
         op_end(op);
         return;
     }
-    v->image_size = op->size;
+    const struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
+    v->image_size = x->size;
     store_save_vol(op->csi->store, v);
     stage_start(op);
 }
 
-/* volume_mount_group of a later NodeStage/NodePublish: the group that may
- * connect follows it while nothing is published with another group. */
+/* The socket's group of staged v becomes gid (regroup of node_plan.h). */
 static int regroup(struct csi *c, struct grpc_call *call, struct vol *v, int gid)
 {
-    if (gid < 0 || gid == v->stage_gid)
-        return 0;
-    if (v->n_pubs > 0) {
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                       "volume %s is published for group %d, not %d", v->id, v->stage_gid, gid);
-        return -EBUSY;
-    }
-    if (!v->qsd) {
-        grpc_call_fail(call, GRPC_UNAVAILABLE, "the QSD of volume %s is not running", v->id);
-        return -ESRCH;
-    }
     int r = qsd_set_socket_group(v->qsd, gid);
     if (r == 0) {
         int old = v->stage_gid;
@@ -238,110 +258,12 @@ static int regroup(struct csi *c, struct grpc_call *call, struct vol *v, int gid
     return 0;
 }
 
-static size_t staged_count(struct csi *c)
+/* Record the staging of v at path (its checks passed), then start its QSD,
+ * after growing its image to an expansion recorded while it was not
+ * served. */
+static void stage_new_act(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
+                          int gid, bool ro, struct rbd_req *rbd)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < c->store->n_vols; i++)
-        n += c->store->vols[i]->staging_path != NULL;
-    return n;
-}
-
-static void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
-                           int gid, bool ro, struct rbd_req *rbd);
-
-static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in)
-{
-    const char *why;
-    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
-        return;
-    if (!in->staging_target_path || !*in->staging_target_path) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "staging_target_path is missing");
-        return;
-    }
-    if ((why = cap_problem(in->volume_capability))) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
-        return;
-    }
-    if (!path_ok(c, call, "staging_target_path", in->staging_target_path, true))
-        return;
-    int gid;
-    cap_group(in->volume_capability, &gid);
-    bool ro = cap_read_only(in->volume_capability);
-    struct vol *rv = store_find_vol(c->store, in->volume_id);
-    const struct backend *b = BACKEND_OF(.record = rv, .record_name = in->volume_id);
-    if (b->stage_prepare && (!rv || (!rv->staging_path && !rv->busy))) {
-        b->stage_prepare(c, call, in, gid, ro, node_stage_new); /* the record (RBD: and key) */
-        return;
-    }
-    struct vol *v = find_or_fail(c, call, in->volume_id);
-    if (!v || !not_busy(call, v))
-        return;
-    if (v->staging_path) {
-        if (!streq(v->staging_path, in->staging_target_path))
-            grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                           "volume %s is already staged at %s", v->id, v->staging_path);
-        else if (v->stage_ro != ro)
-            grpc_call_fail(call, GRPC_ALREADY_EXISTS,
-                           "volume %s is staged with a different access mode (read-only %s)",
-                           v->id, v->stage_ro ? "yes" : "no");
-        else if (v->qsd && !vol_live(v) && !qsd_idle(v->qsd))
-            grpc_call_fail(call, GRPC_UNAVAILABLE,
-                           "the QSD of volume %s is being (re)started: retry", v->id);
-        else if (!vol_live(v) && !b->supervised) {
-            /* Restarted after the backend's check only (rbd_guard.h): try it now. */
-            const char *refused = b->refused(v);
-            grpc_call_fail(call, refused ? GRPC_FAILED_PRECONDITION : GRPC_UNAVAILABLE,
-                           "volume %s is %s", v->id, refused ? refused : "being restarted: retry");
-            b->restart(c, v);
-        } else if (!vol_live(v)) {
-            /* Staged, not served (its QSD could not be restarted): OK only
-             * once its socket accepts again. */
-            struct op *op = op_begin(c, call);
-            op->vol = v;
-            op->repair = true;
-            v->busy = true;
-            stage_start(op);
-        } else if (regroup(c, call, v, gid) == 0)
-            reply_empty(call);
-        return;
-    }
-    node_stage_new(c, call, v, in->staging_target_path, gid, ro, NULL);
-}
-
-/* A stage_new_fn (backend.h). */
-static void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
-                           int gid, bool ro, struct rbd_req *rbd)
-{
-    {
-        _cleanup_free_ char *other = csi_path_owner(c, path, v->id);
-        if (other) {
-            grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                           "staging_target_path %s is already used by %s", path, other);
-            rbd_req_free(rbd);
-            return;
-        }
-    }
-    {
-        /* Unix socket addresses hold 107 bytes: a long id under a long
-         * --run-dir cannot be served. */
-        struct qsd_paths p;
-        qsd_paths_init(c->cfg->run_dir, v->id, &p);
-        size_t longest = MAX(strlen(p.socket), strlen(p.qmp));
-        qsd_paths_clear(&p);
-        if (longest >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                           "volume id %s is too long to be served under run directory %s "
-                           "(unix socket path of %zu bytes)", v->id, c->cfg->run_dir, longest);
-            rbd_req_free(rbd);
-            return;
-        }
-    }
-    if (c->cfg->max_volumes > 0 && staged_count(c) >= (size_t)c->cfg->max_volumes) {
-        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "this node serves at most %" PRId64 " volumes",
-                       c->cfg->max_volumes);
-        rbd_req_free(rbd);
-        return;
-    }
     v->staging_path = xstrdup(path);
     v->stage_gid = gid;
     v->stage_ro = ro;
@@ -353,18 +275,54 @@ static void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v,
         rbd_req_free(rbd);
         return;
     }
-    struct op *op = op_begin(c, call);
-    op->vol = v;
-    op->rbd = rbd;
-    op->rbd_free = rbd_req_free;
-    v->busy = true;
+    struct op *op = stage_op(c, call, v, false, rbd);
     if (v->image_size < v->size) {
-        /* An expansion recorded while it was not served. */
-        op->size = v->size;
+        struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
+        x->size = v->size;
         op_worker(op, grow_fn, 2 * 60 * 1000, grow_done);
         return;
     }
     stage_start(op);
+}
+
+/* A stage_new_fn (backend.h): a volume its backend prepared. */
+static void node_stage_new(struct csi *c, struct grpc_call *call, struct vol *v, const char *path,
+                           int gid, bool ro, struct rbd_req *rbd)
+{
+    struct verdict no = {0};
+    if (!node_stage_new_check(c, &no, v, path)) {
+        verdict_send(&no, call);
+        rbd_req_free(rbd);
+        return;
+    }
+    stage_new_act(c, call, v, path, gid, ro, rbd);
+}
+
+static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRequest *in)
+{
+    struct node_plan pl;
+    node_stage_plan(c, in, &pl);
+    if (pl.kind == PLAN_ACT && pl.step == STAGE_AGAIN) {
+        struct qsd_state q = qsd_state_of(pl.vol);
+        node_stage_served(&pl, &q);
+    }
+    if (plan_holds(c, call, &pl, NULL, NULL, NULL)) {
+        struct vol *v = pl.vol;
+        if (pl.kind == PLAN_DONE)
+            reply_empty(call);
+        else if (pl.step == STAGE_PREPARE) /* the record (RBD: and key) */
+            pl.backend->stage_prepare(c, call, in, pl.gid, pl.ro, node_stage_new);
+        else if (pl.step == STAGE_NEW)
+            stage_new_act(c, call, v, in->staging_target_path, pl.gid, pl.ro, NULL);
+        else if (pl.step == STAGE_REPAIR)
+            stage_start(stage_op(c, call, v, true, NULL));
+        else if (pl.step == STAGE_RESTART) {
+            verdict_send(&pl.refusal, call);
+            pl.backend->restart(c, v);
+        } else if (pl.step == STAGE_REGROUP && regroup(c, call, v, pl.gid) == 0)
+            reply_empty(call);
+    }
+    node_plan_clear(&pl);
 }
 
 static void unstage_stopped(struct qsd *q, int status, const char *msg, void *opaque)
@@ -404,24 +362,10 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
     op_end(op);
 }
 
-static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageVolumeRequest *in)
+/* Stop the QSD of v, staged and published nowhere, and drop the staging:
+ * once no guest holds the disk, or the unplug bound has passed. */
+static void unstage_act(struct csi *c, struct grpc_call *call, struct vol *v)
 {
-    if (!csi_id_ok(c, call, "volume_id", in->volume_id) ||
-        !path_ok(c, call, "staging_target_path", in->staging_target_path, false))
-        return;
-    struct vol *v = find_or_fail(c, call, in->volume_id);
-    if (!v || !not_busy(call, v))
-        return;
-    if (!v->staging_path || !streq(v->staging_path, in->staging_target_path)) {
-        reply_empty(call);
-        return;
-    }
-    if (v->n_pubs > 0) {
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                       "volume %s is still published at %s: unpublish it first", v->id,
-                       v->pubs[0].target);
-        return;
-    }
     if (vol_live(v)) {
         /* The guest may still hold the disk (hot-unplug in progress): stop
          * the QSD only when no client is connected, or once the bound since
@@ -470,15 +414,20 @@ static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageV
     }
 }
 
-/* ----------------------------------------------------------- publish */
-
-static const char *pub_ctx(const Csi__V1__NodePublishVolumeRequest *in, const char *key)
+static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageVolumeRequest *in)
 {
-    for (size_t i = 0; i < in->n_volume_context; i++)
-        if (in->volume_context[i]->key && streq(in->volume_context[i]->key, key))
-            return in->volume_context[i]->value;
-    return NULL;
+    struct node_plan pl;
+    node_unstage_plan(c, in, &pl);
+    if (plan_holds(c, call, &pl, NULL, NULL, NULL)) {
+        if (pl.kind == PLAN_DONE)
+            reply_empty(call);
+        else
+            unstage_act(c, call, pl.vol);
+    }
+    node_plan_clear(&pl);
 }
+
+/* ----------------------------------------------------------- publish */
 
 /* Success of a PVC publication: place it in a bridge when its pod asked for
  * that (bridge.h); a placement that fails undoes the publication. */
@@ -504,107 +453,18 @@ static void publish_done(struct csi *c, struct grpc_call *call, struct vol *v, c
     reply_empty(call);
 }
 
-static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishVolumeRequest *in)
+/* Publish v at target_path as pl decided: the socket's group first, the
+ * record, then the bind mount of the export directory. */
+static void publish_act(struct csi *c, struct grpc_call *call,
+                        const Csi__V1__NodePublishVolumeRequest *in, const struct node_plan *pl)
 {
-    const char *why;
-    if (bridge_is_ephemeral(in)) {
-        bridge_publish_ephemeral(c, call, in);
+    struct vol *v = pl->vol;
+    bool ro = pl->ro;
+    if (pl->regroup && regroup(c, call, v, pl->gid) < 0)
         return;
-    }
-    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
-        return;
-    if (!in->target_path || !*in->target_path) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "target_path is missing");
-        return;
-    }
-    if ((why = cap_problem(in->volume_capability))) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
-        return;
-    }
-    if (!in->staging_target_path || !*in->staging_target_path) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "staging_target_path is missing (the plugin has STAGE_UNSTAGE_VOLUME)");
-        return;
-    }
-    if (!path_ok(c, call, "target_path", in->target_path, true) ||
-        !path_ok(c, call, "staging_target_path", in->staging_target_path, false))
-        return;
-    int gid;
-    cap_group(in->volume_capability, &gid);
-    struct vol *v = find_or_fail(c, call, in->volume_id);
-    if (!v || !not_busy(call, v))
-        return;
-    if (!v->staging_path || !streq(v->staging_path, in->staging_target_path)) {
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "volume %s is not staged at %s", v->id,
-                       in->staging_target_path);
-        return;
-    }
-    /* podInfoOnMount: the publishing pod, to match a hot-plug request. */
-    const char *pod_uid = pub_ctx(in, "csi.storage.k8s.io/pod.uid");
-    const char *pod_ns = pub_ctx(in, "csi.storage.k8s.io/pod.namespace");
-    if (pod_uid && (!*pod_uid || name_validate(pod_uid, NULL) < 0 || !pod_ns))
-        pod_uid = NULL;
-    {
-        enum grpc_code code;
-        _cleanup_free_ char *msg = NULL;
-        if (bridge_pvc_check(c, v, pod_uid, gid, &code, &msg) < 0) {
-            grpc_call_fail(call, code, "%s", msg);
-            return;
-        }
-    }
-    bool ro = in->readonly || v->stage_ro || cap_read_only(in->volume_capability);
-    ssize_t i = vol_find_pub(v, in->target_path);
-    if (i >= 0 && v->pubs[i].read_only != ro) {
-        grpc_call_fail(call, GRPC_ALREADY_EXISTS,
-                       "volume %s is published at %s with readonly=%s", v->id, in->target_path,
-                       v->pubs[i].read_only ? "true" : "false");
-        return;
-    }
-    {
-        /* Never onto another volume's (or bridge's) target or staging path:
-         * unpublishing it would take this one with it. */
-        _cleanup_free_ char *other = csi_path_owner(c, in->target_path, v->id);
-        if (other) {
-            grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                           "target_path %s is already used by %s", in->target_path, other);
-            return;
-        }
-    }
-    _cleanup_free_ char *mmsg = NULL;
-    int mounted = mounts_is_mounted(c, in->target_path, &mmsg);
-    if (mounted < 0) {
-        grpc_call_fail(call, mounts_grpc_code(mounted), "target_path: %s", mmsg);
-        return;
-    }
-    if (mounted && i < 0) {
-        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                       "target_path %s is already a mount that is not a publication of volume %s",
-                       in->target_path, v->id);
-        return;
-    }
-    if (i >= 0 && mounted) {
-        if (gid >= 0 && gid != v->stage_gid)
-            grpc_call_fail(call, GRPC_ALREADY_EXISTS,
-                           "volume %s is published at %s for group %d", v->id, in->target_path,
-                           v->stage_gid);
-        else
-            publish_done(c, call, v, in->target_path, pod_uid, ro, false);
-        return;
-    }
-    if (i < 0 && !ro) {
-        for (size_t k = 0; k < v->n_pubs; k++)
-            if (!v->pubs[k].read_only) {
-                grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
-                               "volume %s is already published read-write at %s", v->id,
-                               v->pubs[k].target);
-                return;
-            }
-    }
-    if (regroup(c, call, v, gid) < 0)
-        return;
-    if (i < 0) {
+    if (pl->pub < 0) {
         vol_add_pub(v, in->target_path, ro);
-        vol_pub_set_pod(v, v->n_pubs - 1, pod_uid, pod_ns);
+        vol_pub_set_pod(v, v->n_pubs - 1, pl->pod_uid, pl->pod_ns);
         int r = store_save_vol(c->store, v);
         if (r < 0) {
             vol_del_pub(v, v->n_pubs - 1);
@@ -635,30 +495,45 @@ static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishV
         return;
     }
     log_info("node", "volume published", "volume=%s target=%s readonly=%s pod_uid=%s", v->id,
-             in->target_path, ro ? "true" : "false", pod_uid ? pod_uid : "-");
-    publish_done(c, call, v, in->target_path, pod_uid, ro, true);
+             in->target_path, ro ? "true" : "false", pl->pod_uid ? pl->pod_uid : "-");
+    publish_done(c, call, v, in->target_path, pl->pod_uid, ro, true);
 }
 
-static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpublishVolumeRequest *in)
+static void publish(struct csi *c, struct grpc_call *call, Csi__V1__NodePublishVolumeRequest *in)
 {
-    if (!csi_id_ok(c, call, "volume_id", in->volume_id) ||
-        !path_ok(c, call, "target_path", in->target_path, false))
-        return;
-    if (bridge_unpublish_ephemeral(c, call, in->volume_id, in->target_path))
-        return;
-    struct vol *v = find_or_fail(c, call, in->volume_id);
-    if (!v || !not_busy(call, v))
-        return;
-    ssize_t i = vol_find_pub(v, in->target_path);
-    if (i < 0) {
-        reply_empty(call);
+    if (bridge_is_ephemeral(in)) {
+        bridge_publish_ephemeral(c, call, in);
         return;
     }
+    struct node_plan pl;
+    node_publish_plan(c, in, &pl);
+    _cleanup_free_ char *msg = NULL;
+    int mounted = 0;
+    if (!plan_holds(c, call, &pl, NULL, NULL, NULL)) {
+    } else if ((mounted = mounts_is_mounted(c, in->target_path, &msg)) < 0) {
+        grpc_call_fail(call, mounts_grpc_code(mounted), "target_path: %s", msg);
+    } else {
+        struct qsd_state q = qsd_state_of(pl.vol);
+        node_publish_mounted(&pl, in, mounted > 0, &q);
+        if (pl.kind == PLAN_REFUSE)
+            verdict_send(&pl.refusal, call);
+        else if (pl.kind == PLAN_DONE)
+            publish_done(c, call, pl.vol, in->target_path, pl.pod_uid, pl.ro, false);
+        else
+            publish_act(c, call, in, &pl);
+    }
+    node_plan_clear(&pl);
+}
+
+/* Unmount publication i of v (at target), out of its bridge first. */
+static void unpublish_act(struct csi *c, struct grpc_call *call, struct vol *v, size_t i,
+                          const char *target)
+{
     /* Out of the VM pod's bridge first; returns at once: the launcher
      * detaches the disk, NodeUnstageVolume waits for the guest. */
     bridge_pvc_unplace(c, v, v->pubs[i].pod_uid);
     _cleanup_free_ char *msg = NULL;
-    int r = mounts_unbind(c, in->target_path, &msg);
+    int r = mounts_unbind(c, target, &msg);
     if (r < 0) {
         grpc_call_fail(call, mounts_grpc_code(r), "%s", msg);
         return;
@@ -670,33 +545,32 @@ static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpubl
                        "cannot write the volume record: %s", strerror(-r));
         return;
     }
-    log_info("node", "volume unpublished", "volume=%s target=%s", v->id, in->target_path);
+    log_info("node", "volume unpublished", "volume=%s target=%s", v->id, target);
     reply_empty(call);
+}
+
+static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpublishVolumeRequest *in)
+{
+    struct node_plan pl;
+    node_unpublish_plan(c, in, &pl);
+    if (!plan_holds(c, call, &pl, bridge_unpublish_ephemeral, in->volume_id, in->target_path)) {
+    } else if (pl.kind == PLAN_DONE) {
+        reply_empty(call);
+    } else {
+        unpublish_act(c, call, pl.vol, (size_t)pl.pub, in->target_path);
+    }
+    node_plan_clear(&pl);
 }
 
 /* ------------------------------------------------------- stats, expand */
 
-static bool path_is_vol(const struct vol *v, const char *path)
-{
-    return (v->staging_path && streq(v->staging_path, path)) || vol_find_pub(v, path) >= 0;
-}
-
-/* The volume id, staged or published at path; NOT_FOUND otherwise. */
-static struct vol *find_at_path_or_fail(struct csi *c, struct grpc_call *call, const char *id,
-                                        const char *path)
-{
-    struct vol *v = find_or_fail(c, call, id);
-    if (v && !path_is_vol(v, path)) {
-        grpc_call_fail(call, GRPC_NOT_FOUND, "volume %s is not staged or published at %s", v->id,
-                       path);
-        return NULL;
-    }
-    return v;
-}
-
 /* NodeGetVolumeStats reads the volume's chain of layers (file sizes, qcow2
  * headers) in a worker: a hung pool disk must not stall the loop. */
 #define STATS_TIMEOUT_MS 10000
+
+/* A NodeGetVolumeStats's context (op.h): the volume's id (malloc'd), looked
+ * up again when done, the volume not held busy. */
+static const struct op_ctx_type stats_ctx_type = {"NodeGetVolumeStats", free};
 
 static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bool have_used,
                         uint64_t used)
@@ -764,7 +638,7 @@ static int stats_fn(void *arg, char **ret_msg, json_t **ret_result)
     (void)ret_msg;
     struct op *op = arg;
     uint64_t used = 0;
-    int r = vol_allocated(op->csi, op->vol_id, &used);
+    int r = vol_allocated(op->csi, op_ctx(op, &stats_ctx_type), &used);
     *ret_result = json_pack("{s:b, s:I}", "known", r == 0, "allocated", (json_int_t)used);
     return 0;
 }
@@ -773,7 +647,7 @@ static void stats_done(int status, const char *msg, json_t *result, void *opaque
 {
     (void)msg;
     struct op *op = opaque;
-    struct vol *v = find_or_fail(op->csi, op->call, op->vol_id);
+    struct vol *v = find_or_fail(op->csi, op->call, op_ctx(op, &stats_ctx_type));
     if (v) {
         /* A failed read of the chain (a layer gone meanwhile) counts 0 used,
          * as before; a worker that did not finish makes the volume abnormal. */
@@ -786,43 +660,47 @@ static void stats_done(int status, const char *msg, json_t *result, void *opaque
 
 static void stats(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetVolumeStatsRequest *in)
 {
-    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
-        return;
-    if (!in->volume_path || !*in->volume_path) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
-        return;
+    struct node_plan pl;
+    node_stats_plan(c, in, &pl);
+    if (plan_holds(c, call, &pl, bridge_stats, in->volume_id, in->volume_path)) {
+        struct op *op = op_begin(c, call);
+        /* not busy: stats run beside any operation */
+        op_set_ctx(op, &stats_ctx_type, xstrdup(pl.vol->id));
+        op_worker(op, stats_fn, STATS_TIMEOUT_MS, stats_done);
     }
-    if (bridge_stats(c, call, in->volume_id, in->volume_path))
-        return;
-    struct vol *v = find_at_path_or_fail(c, call, in->volume_id, in->volume_path);
-    if (!v)
-        return;
-    struct op *op = op_begin(c, call);
-    op->vol_id = xstrdup(v->id); /* not busy: stats run beside any operation */
-    op_worker(op, stats_fn, STATS_TIMEOUT_MS, stats_done);
+    node_plan_clear(&pl);
 }
+
+/* A NodeExpandVolume's context (op.h). */
+struct expand_ctx {
+    uint64_t size;   /* to grow to; the node's size once grown */
+    bool qmp_failed; /* its monitor connection failed */
+};
+
+static const struct op_ctx_type expand_ctx_type = {"NodeExpandVolume", free};
 
 static void expand_finish(struct op *op, int status, const char *msg)
 {
     struct vol *v = op->vol;
+    const struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
     if (status == 0) {
-        if (op->size > v->size)
-            v->size = op->size;
-        v->image_size = op->size;
-        int r = qsd_write_meta(v->qsd, op->size), rm = r;
+        if (x->size > v->size)
+            v->size = x->size;
+        v->image_size = x->size;
+        int r = qsd_write_meta(v->qsd, x->size), rm = r;
         if (r == 0)
             r = store_save_vol(op->csi->store, v);
         if (rm < 0) {
             grpc_call_fail(op->call, capacity_errno_code(rm, GRPC_INTERNAL),
                            "volume %s grew to %" PRIu64 " bytes, but its volume.json could not "
-                           "be rewritten: %s", v->id, op->size, strerror(-rm));
+                           "be rewritten: %s", v->id, x->size, strerror(-rm));
         } else if (r < 0) {
             grpc_call_fail(op->call, capacity_errno_code(r, GRPC_INTERNAL),
                            "cannot write the volume record: %s", strerror(-r));
         } else {
-            log_info("node", "volume expanded online", "volume=%s size=%" PRIu64, v->id, op->size);
+            log_info("node", "volume expanded online", "volume=%s size=%" PRIu64, v->id, x->size);
             Csi__V1__NodeExpandVolumeResponse out = CSI__V1__NODE_EXPAND_VOLUME_RESPONSE__INIT;
-            out.capacity_bytes = (int64_t)op->size;
+            out.capacity_bytes = (int64_t)x->size;
             grpc_call_reply_pb(op->call, &out.base);
         }
     } else {
@@ -834,28 +712,30 @@ static void expand_finish(struct op *op, int status, const char *msg)
     op_end(op);
 }
 
-/* The resize sequence (qmpcmd.h): never shrinks, op->size becomes the
- * node's size afterwards. */
+/* The resize sequence (qmpcmd.h): never shrinks, the context's size
+ * becomes the node's size afterwards. */
 static void on_grown(int status, uint64_t size, const char *msg, void *opaque)
 {
     struct op *op = opaque;
+    struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
     if (status == 0)
-        op->size = size;
+        x->size = size;
     expand_finish(op, status, msg);
 }
 
 static void on_qmp_state(struct qmp *q, int status, const struct qmp_error *err, void *opaque)
 {
     struct op *op = opaque;
+    struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
     if (status == 0) {
-        int r = qmpc_grow(q, op->size, false, QMP_OP_TIMEOUT_MS, on_grown, op);
+        int r = qmpc_grow(q, x->size, false, QMP_OP_TIMEOUT_MS, on_grown, op);
         if (r < 0)
             expand_finish(op, r, "cannot send query-block-exports");
         return;
     }
     /* Connection failed or closed: only an op still waiting cares. */
-    if (op->qmp == q && !op->qmp_failed) {
-        op->qmp_failed = true;
+    if (op->qmp == q && !x->qmp_failed) {
+        x->qmp_failed = true;
         _cleanup_free_ char *m = xasprintf("cannot talk to the QSD of volume %s: %s", op->vol->id,
                                            err && err->desc ? err->desc : strerror(-status));
         op->qmp = NULL;
@@ -864,60 +744,34 @@ static void on_qmp_state(struct qmp *q, int status, const struct qmp_error *err,
     }
 }
 
-static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVolumeRequest *in)
+/* The volume's block size: its sizes are multiples of it. */
+static unsigned block_size(struct csi *c, const struct vol *v)
 {
-    const char *why;
-    if (!csi_id_ok(c, call, "volume_id", in->volume_id))
-        return;
-    if (!in->volume_path || !*in->volume_path) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_path is missing");
-        return;
+    _cleanup_free_ char *msg = NULL;
+    struct qsd_opts o;
+    unsigned align = IMAGE_SIZE_ALIGN;
+    if (vol_export_opts(c, v, &o, &msg) == 0) {
+        align = o.logical_block_size;
+        qsd_opts_clear(&o);
     }
-    if (in->volume_capability && (why = cap_problem(in->volume_capability))) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
-        return;
-    }
-    struct vol *v = find_at_path_or_fail(c, call, in->volume_id, in->volume_path);
-    if (!v)
-        return;
-    if (!not_busy(call, v))
-        return;
-    uint64_t size = v->size;
-    if (in->capacity_range) {
-        _cleanup_free_ char *msg = NULL;
-        uint64_t want;
-        struct qsd_opts o;
-        unsigned align = IMAGE_SIZE_ALIGN;
-        if (vol_export_opts(c, v, &o, &msg) == 0) {
-            align = o.logical_block_size;
-            qsd_opts_clear(&o);
-        }
-        free(msg);
-        msg = NULL;
-        int r = capacity_pick(in->capacity_range->required_bytes, in->capacity_range->limit_bytes,
-                              0, align, &want, &msg);
-        if (r < 0) {
-            grpc_call_fail(call, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s",
-                           msg);
-            return;
-        }
-        size = MAX(size, want);
-    }
-    if (!vol_live(v)) {
-        grpc_call_fail(call, GRPC_UNAVAILABLE,
-                       "the QSD of volume %s is not running (being restarted): retry", v->id);
-        return;
-    }
-    if (size > v->size) {
+    return align;
+}
+
+/* Grow v's QSD to size, after the capacity policy when it grows. */
+static void expand_act(struct csi *c, struct grpc_call *call, struct vol *v, uint64_t size,
+                       bool grow)
+{
+    if (grow) {
         _cleanup_free_ char *what = xasprintf("expansion of volume %s from %" PRIu64 " to %" PRIu64
                                               " bytes", v->id, v->size, size);
         if (!capacity_admit(c, call, what, size - v->size, 0))
             return;
     }
     struct op *op = op_begin(c, call);
+    struct expand_ctx *x = op_set_ctx(op, &expand_ctx_type, xcalloc(1, sizeof(*x)));
     op->vol = v;
     v->busy = true;
-    op->size = size;
+    x->size = size;
     int r = qmp_connect(c->loop, qsd_get_paths(v->qsd)->qmp, QMP_OP_TIMEOUT_MS, on_qmp_state, op,
                         &op->qmp);
     if (r < 0) {
@@ -926,6 +780,18 @@ static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVol
                        strerror(-r));
         op_end(op);
     }
+}
+
+static void expand(struct csi *c, struct grpc_call *call, Csi__V1__NodeExpandVolumeRequest *in)
+{
+    struct node_plan pl;
+    node_expand_plan(c, in, &pl);
+    if (pl.kind == PLAN_ACT) /* without a range, the size is the record's */
+        node_expand_size(&pl, in, in->capacity_range ? block_size(c, pl.vol) : IMAGE_SIZE_ALIGN,
+                         vol_live(pl.vol));
+    if (plan_holds(c, call, &pl, NULL, NULL, NULL))
+        expand_act(c, call, pl.vol, pl.size, pl.grow);
+    node_plan_clear(&pl);
 }
 
 /* ------------------------------------------------------------ dispatch */

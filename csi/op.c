@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* op.c: operations in flight (op.h): begin and end with the records'
  * busy flags, workers that make pending records durable first, the
- * barrier that holds answers until records are durable, and the removal of
- * unused layers in a worker. */
+ * barrier that holds answers until records are durable, each operation's
+ * context (op_set_ctx), and the removal of unused layers in a worker. */
 #include <assert.h>
 #include "op.h"
 #include "service.h"
@@ -38,12 +38,30 @@ void op_end(struct op *op)
     if (op->snap_read)
         op->snap_read->readers--;
     qmp_close(op->qmp);
-    free(op->image);
-    free(op->image_refusal);
-    free(op->vol_id);
-    if (op->rbd)
-        op->rbd_free(op->rbd);
+    op_set_ctx(op, NULL, NULL);
     free(op);
+}
+
+void *op_set_ctx(struct op *op, const struct op_ctx_type *t, void *ctx)
+{
+    if (op->ctx && op->ctx_type->free)
+        op->ctx_type->free(op->ctx);
+    op->ctx_type = t;
+    op->ctx = ctx;
+    return ctx;
+}
+
+void *op_ctx(const struct op *op, const struct op_ctx_type *t)
+{
+    return op->ctx_type == t ? op->ctx : NULL;
+}
+
+void *op_take_ctx(struct op *op, const struct op_ctx_type *t)
+{
+    void *ctx = op_ctx(op, t);
+    if (ctx)
+        op->ctx_type = NULL, op->ctx = NULL;
+    return ctx;
 }
 
 /* In the worker child: the records first, then the operation. */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* op.h: operations in flight.  One struct op per asynchronous RPC: it
- * holds the call and the busy flags of the records it works on until
- * op_end; its worker makes every pending record change durable before it
+ * holds the call, the busy flags of the records it works on and a context
+ * of the RPC's own type (what it carries between its steps) until op_end;
+ * its worker makes every pending record change durable before it
  * touches an image; no answer leaves before the records it follows are
  * durable (csi_hold_answers).  Also the removal of unused layers, in a
  * worker of its own (csi_gc). */
@@ -17,10 +18,17 @@ struct csi;
 struct vol;
 struct snap;
 struct qmp;
-struct rbd_req;
 
-/* One asynchronous RPC.  Records named here are busy (snap_read: read) until
- * op_end(). */
+/* The kind of data one RPC carries between its steps (its context): a name
+ * and how to free it.  Each handler family defines its own, statically. */
+struct op_ctx_type {
+    const char *name;
+    void (*free)(void *ctx);
+};
+
+/* One asynchronous RPC: its lifecycle only.  Records named here are busy
+ * (snap_read: read) until op_end(); what the RPC itself needs lives in its
+ * context (op_set_ctx), freed by op_end. */
 struct op {
     struct csi *csi;
     struct grpc_call *call;
@@ -30,18 +38,8 @@ struct op {
     struct vol *vol, *vol2;
     struct snap *snap;
     struct snap *snap_read; /* read by the operation: its readers count */
-    /* per-operation data */
-    uint64_t size;
-    bool live;             /* the source is read through its QSD (snapshot, clone) */
-    bool repair;           /* a stage that restarts the QSD of a staged volume */
-    bool qmp_failed;       /* its monitor connection failed (NodeExpandVolume) */
-    char *image;           /* image class: digest of the base it needs (imageclass.h) */
-    char *image_refusal;   /* a remembered checksum refusal of it: the error to give
-                            * instead of downloading (imageclass.c, imagememo.h) */
-    char *vol_id;          /* a volume looked up again when done, not held busy (stats) */
-    struct rbd_req *rbd;   /* RBD backend: the request, credentials included (rbd.h) */
-    void (*rbd_free)(struct rbd_req *); /* frees rbd (rbd_req_free; op_end) */
-    bool image_lead;       /* its worker may download the base; others wait for it */
+    const struct op_ctx_type *ctx_type;
+    void *ctx;
     struct op *next;
 };
 
@@ -52,6 +50,13 @@ void csi_hold_answers(struct csi *c, struct grpc_server *srv);
 struct op *op_begin(struct csi *c, struct grpc_call *call);
 /* Release busy flags, unlink and free.  The call must have been completed. */
 void op_end(struct op *op);
+/* Give op its context ctx of type t (owned: op_end frees it with t->free);
+ * one it had is freed first.  Returns ctx. */
+void *op_set_ctx(struct op *op, const struct op_ctx_type *t, void *ctx);
+/* op's context when it is of type t, else NULL (an op of another RPC). */
+void *op_ctx(const struct op *op, const struct op_ctx_type *t);
+/* op's context of type t, no longer op's (the caller owns it), or NULL. */
+void *op_take_ctx(struct op *op, const struct op_ctx_type *t);
 /* Run fn in a worker; done runs on the loop.  The child first makes every
  * record change made so far durable (records_flush_pending), so a record is
  * on disk before the image it describes is touched.  At most CSI_MAX_WORKERS at a

@@ -2,7 +2,8 @@
 /* rbd.c: see rbd.h.
  *
  * Every RPC validates on the loop (INVALID_ARGUMENT, naming the field or
- * the parameter, never a secret's value), then runs one worker process
+ * the parameter, never a secret's value: the controller RPCs by their pure
+ * plans, struct rbd_plan in rbd_int.h), then runs one worker process
  * that reads the cluster file, connects with librados (cephx, the
  * secrets' user and key set in memory, no configuration file, no log, no
  * admin socket; connection and operations bounded by RBD_CONNECT_S and
@@ -323,6 +324,13 @@ void rbd_req_free(struct rbd_req *q)
     free(q);
 }
 
+static void req_free(void *q)
+{
+    rbd_req_free(q);
+}
+
+const struct op_ctx_type rbd_req_ctx = {"rbd", req_free};
+
 /* --------------------------------------------------------- worker side */
 
 /* errno of the worker -> gRPC code.  EKEYREJECTED: cephx refused the user
@@ -446,14 +454,14 @@ int image_ours(rbd_image_t img, const char *name, uint64_t *ret_size)
 static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     const char *name = q->loc.image;
     struct conn k = {0};
     int r = conn_open(q, &k, ret_msg);
     if (r < 0)
         return r == -ENOENT ? -EINVAL : r;
     int order = 0;
-    r = rbd_create2(k.io, name, op->size, RBD_FEATURES, &order);
+    r = rbd_create2(k.io, name, q->size, RBD_FEATURES, &order);
     bool existed = r == -EEXIST;
     if (r == -EPERM || r == -EACCES) {
         *ret_msg = xasprintf("user %s may not create images in pool %s%s%s (parameters pool, "
@@ -477,7 +485,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
         conn_close(&k);
         return r == -ENOENT ? -EIO : r;
     }
-    uint64_t size = op->size;
+    uint64_t size = q->size;
     if (existed) {
         /* A retry: ours, and of a size in the range. */
         r = image_ours(img, name, &size);
@@ -505,7 +513,7 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
 static int delete_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     const char *name = q->loc.image;
     (void)ret_result;
     struct conn k = {0};
@@ -584,11 +592,11 @@ int open_volume(const struct rbd_req *q, bool ro, struct conn *k, rbd_image_t *i
     return 0;
 }
 
-/* Grow the image to op->size (never shrink); its size after. */
+/* Grow the image to the request's size (never shrink); its size after. */
 static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     const char *name = q->loc.image;
     struct conn k = {0};
     rbd_image_t img;
@@ -600,13 +608,13 @@ static int expand_fn(void *arg, char **ret_msg, json_t **ret_result)
         *ret_msg = xasprintf("volume %s is already %" PRIu64 " bytes, above limit_bytes (no "
                              "shrinking)", name, size);
         r = -ERANGE;
-    } else if (op->size > size) {
+    } else if (q->size > size) {
         /* A QSD serving the image does not see this: NodeExpandVolume's
          * block_resize tells it (and its client). */
-        if ((r = rbd_resize(img, op->size)) < 0)
+        if ((r = rbd_resize(img, q->size)) < 0)
             *ret_msg = xasprintf("cannot grow image %s: %s", name, strerror(-r));
         else
-            size = op->size;
+            size = q->size;
     }
     rbd_close(img);
     conn_close(&k);
@@ -629,7 +637,7 @@ void rbd_create_done(int status, const char *msg, json_t *result, void *opaque)
         op_end(op);
         return;
     }
-    _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+    _cleanup_free_ char *id = rbd_id_format(&rbd_req_of(op)->loc);
     log_info("rbd", "volume created", "volume=%s size=%" PRId64, id, (int64_t)size);
     Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
     vol.volume_id = id;
@@ -644,46 +652,76 @@ void rbd_start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_
                worker_fn fn, worker_done done)
 {
     q->clusters = c->cfg->rbd_clusters;
+    q->size = size;
     struct op *op = op_begin(c, call);
-    op->rbd = q;
-    op->rbd_free = rbd_req_free;
-    op->size = size;
+    op_set_ctx(op, &rbd_req_ctx, q);
     op_worker(op, fn, RBD_WORKER_MS, done);
 }
 
-void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
+void rbd_plan_run(struct csi *c, struct grpc_call *call, struct rbd_plan *pl, uint64_t size,
+                  worker_fn fn, worker_done done)
 {
+    if (pl->kind == PLAN_REFUSE)
+        verdict_send(&pl->refusal, call);
+    else
+        rbd_start(c, call, TAKE_PTR(pl->q), size, fn, done);
+    rbd_plan_clear(pl);
+}
+
+void rbd_plan_clear(struct rbd_plan *pl)
+{
+    verdict_clear(&pl->refusal);
+    rbd_req_free(pl->q);
+    *pl = (struct rbd_plan){0};
+}
+
+/* A refusal from a parser: INVALID_ARGUMENT, OUT_OF_RANGE for a size. */
+static void plan_refuse(struct rbd_plan *pl, int r, const char *msg)
+{
+    verdict_fail(&pl->refusal, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s",
+                 msg);
+}
+
+void rbd_create_plan(Csi__V1__CreateVolumeRequest *in, struct rbd_plan *pl)
+{
+    *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
     const char *why;
     if (!in->name || !*in->name || name_validate(in->name, &why) < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "name %s (the name becomes the RBD image's: 1-128 bytes of [A-Za-z0-9._-])",
-                       in->name && *in->name ? why : "is missing");
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT,
+                     "name %s (the name becomes the RBD image's: 1-128 bytes of [A-Za-z0-9._-])",
+                     in->name && *in->name ? why : "is missing");
         return;
     }
-    if (!caps_ok(call, in->n_volume_capabilities, in->volume_capabilities))
+    if (!caps_check(&pl->refusal, in->n_volume_capabilities, in->volume_capabilities))
         return;
-    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
-    uint64_t size;
     q->required = in->capacity_range ? in->capacity_range->required_bytes : 0;
     q->limit = in->capacity_range ? in->capacity_range->limit_bytes : 0;
     int r = rbd_params_parse(in->n_parameters, in->parameters, in->name, &q->loc, &msg);
     if (r == 0)
         r = rbd_cred_parse(in->n_secrets, in->secrets, "provisioner", &q->cred, &msg);
-    if (r == 0 && (r = capacity_pick(q->required, q->limit, 0, 0, &size, &msg)) == -ERANGE) {
-        grpc_call_fail(call, GRPC_OUT_OF_RANGE, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
     if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
+        plan_refuse(pl, -EINVAL, msg);
         return;
     }
-    if (in->volume_content_source)
-        rbd_clone_volume(c, call, in, q); /* rbd_snap.c */
-    else
-        rbd_start(c, call, q, size, create_fn, rbd_create_done);
+    if ((r = capacity_pick(q->required, q->limit, 0, 0, &pl->size, &msg)) < 0)
+        plan_refuse(pl, r, msg);
+    else if (!in->volume_content_source ||
+             rbd_clone_check(in->volume_content_source, q, &pl->refusal))
+        pl->kind = PLAN_ACT;
+}
+
+void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
+{
+    struct rbd_plan pl;
+    rbd_create_plan(in, &pl);
+    if (pl.kind == PLAN_ACT && in->volume_content_source) {
+        rbd_clone_volume(c, call, in, TAKE_PTR(pl.q)); /* rbd_snap.c */
+        rbd_plan_clear(&pl);
+        return;
+    }
+    rbd_plan_run(c, call, &pl, pl.size, create_fn, rbd_create_done);
 }
 
 static void delete_done(int status, const char *msg, json_t *result, void *opaque)
@@ -694,7 +732,7 @@ static void delete_done(int status, const char *msg, json_t *result, void *opaqu
     if (status < 0) {
         grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
     } else {
-        _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+        _cleanup_free_ char *id = rbd_id_format(&rbd_req_of(op)->loc);
         log_info("rbd", "volume deleted", "volume=%s", id);
         Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
         grpc_call_reply_pb(op->call, &out.base);
@@ -702,19 +740,25 @@ static void delete_done(int status, const char *msg, json_t *result, void *opaqu
     op_end(op);
 }
 
-void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
+void rbd_delete_plan(Csi__V1__DeleteVolumeRequest *in, struct rbd_plan *pl)
 {
-    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
+    struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
     int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
     if (r == 0)
         r = RBD_CRED_OF(in, "provisioner", &q->cred, &msg);
-    if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
-    rbd_start(c, call, q, 0, delete_fn, delete_done);
+    if (r < 0)
+        plan_refuse(pl, -EINVAL, msg);
+    else
+        pl->kind = PLAN_ACT;
+}
+
+void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in)
+{
+    struct rbd_plan pl;
+    rbd_delete_plan(in, &pl);
+    rbd_plan_run(c, call, &pl, 0, delete_fn, delete_done);
 }
 
 static void expand_done(int status, const char *msg, json_t *result, void *opaque)
@@ -727,7 +771,7 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
     if (status < 0) {
         grpc_call_fail(op->call, rbd_code(status), "%s", msg ? msg : strerror(-status));
     } else {
-        _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+        _cleanup_free_ char *id = rbd_id_format(&rbd_req_of(op)->loc);
         log_info("rbd", "volume expanded", "volume=%s size=%" PRId64, id, (int64_t)size);
         Csi__V1__ControllerExpandVolumeResponse out =
             CSI__V1__CONTROLLER_EXPAND_VOLUME_RESPONSE__INIT;
@@ -738,34 +782,39 @@ static void expand_done(int status, const char *msg, json_t *result, void *opaqu
     op_end(op);
 }
 
-void rbd_expand_volume(struct csi *c, struct grpc_call *call,
-                       Csi__V1__ControllerExpandVolumeRequest *in)
+void rbd_expand_plan(Csi__V1__ControllerExpandVolumeRequest *in, struct rbd_plan *pl)
 {
+    *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
     const char *why;
     if (!in->capacity_range) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "capacity_range is missing");
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT, "capacity_range is missing");
         return;
     }
     if (in->volume_capability && (why = cap_problem(in->volume_capability))) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", why);
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT, "%s", why);
         return;
     }
-    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
-    uint64_t size = 0;
     q->required = in->capacity_range->required_bytes;
     q->limit = in->capacity_range->limit_bytes;
     int r = rbd_id_parse(in->volume_id, "volume_id", &q->loc, &msg);
     if (r == 0)
         r = RBD_CRED_OF(in, "controller-expand", &q->cred, &msg);
     if (r == 0)
-        r = capacity_pick(q->required, q->limit, 0, 0, &size, &msg);
-    if (r < 0) {
-        grpc_call_fail(call, r == -ERANGE ? GRPC_OUT_OF_RANGE : GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
-    rbd_start(c, call, q, size, expand_fn, expand_done);
+        r = capacity_pick(q->required, q->limit, 0, 0, &pl->size, &msg);
+    if (r < 0)
+        plan_refuse(pl, r, msg);
+    else
+        pl->kind = PLAN_ACT;
+}
+
+void rbd_expand_volume(struct csi *c, struct grpc_call *call,
+                       Csi__V1__ControllerExpandVolumeRequest *in)
+{
+    struct rbd_plan pl;
+    rbd_expand_plan(in, &pl);
+    rbd_plan_run(c, call, &pl, pl.size, expand_fn, expand_done);
 }
 
 /* GetCapacity carries no secrets: the plugin cannot ask the cluster.  It
@@ -854,7 +903,7 @@ static int claim(const struct rbd_req *q, size_t own, bool fresh, const char *de
 static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     _cleanup_free_ char *mons = NULL;
     int r = claim(q, 0, false, NULL, ret_result, ret_msg);
     if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
@@ -865,7 +914,7 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    return claim(op->rbd, 1, true, NULL, ret_result, ret_msg);
+    return claim(rbd_req_of(op), 1, true, NULL, ret_result, ret_msg);
 }
 
 /* A check of a staged volume's record (rbd_guard.c's restarts): the
@@ -927,7 +976,7 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
 {
     struct op *op = opaque;
     struct csi *c = op->csi;
-    struct rbd_req *q = op->rbd;
+    struct rbd_req *q = rbd_req_of(op);
     struct grpc_call *call = op->call;
     op->worker = NULL;
     json_int_t size = 0;
@@ -961,7 +1010,7 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     _cleanup_free_ char *path = xstrdup(q->path);
     int gid = q->gid;
     bool ro = q->ro;
-    op->rbd = NULL; /* kept for the check once the QSD runs (rbd_stage_confirm) */
+    op_take_ctx(op, &rbd_req_ctx); /* kept for the check once the QSD runs (rbd_stage_confirm) */
     op_end(op);     /* the call goes on in q->then (node_stage_new) */
     if (r < 0) {
         grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume's key file: %s",

@@ -111,8 +111,8 @@ struct qsd_opts;
 bool rbd_record(const struct vol *v);
 int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg);
 
-/* Worker of rbd_stage_confirm (rbd_guard.h): op->rbd's image may be
- * served by the QSD this node just started. */
+/* Worker of rbd_stage_confirm (rbd_guard.h): the image of op's request
+ * (rbd_req_ctx) may be served by the QSD this node just started. */
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result);
 /* The check of a staged volume's record for its restarts (rbd_guard.c):
  * own, fresh and dead as rbd_lock_claim's; the key is read from the
@@ -126,6 +126,9 @@ int rbd_check_fn(void *arg, char **ret_msg, json_t **ret_result);
 /* errno of a worker -> gRPC code. */
 enum grpc_code rbd_code(int status);
 
-/* A request's data while its worker runs (struct op's rbd; op_end frees). */
+/* A request's data while its worker runs: the context of its op (op.h),
+ * of type rbd_req_ctx (op_end frees it with rbd_req_free). */
 struct rbd_req;
+struct op_ctx_type;
 void rbd_req_free(struct rbd_req *r);
+extern const struct op_ctx_type rbd_req_ctx;

@@ -45,12 +45,14 @@ static char *volume_handle(const struct csi *c, const struct vol *v)
     return id;
 }
 
-/* The first NodeStageVolume of a volume (op->rbd): checked again now
- * that its QSD runs with a watch of its own (rbd_guard.h). */
-static bool stage_confirm(struct op *op)
+/* The first NodeStageVolume of a volume (its request in *rbd): checked
+ * again now that its QSD runs with a watch of its own (rbd_guard.h); the
+ * request becomes the op's context. */
+static bool stage_confirm(struct op *op, struct rbd_req **rbd)
 {
-    if (!op->rbd)
+    if (!*rbd)
         return false;
+    op_set_ctx(op, &rbd_req_ctx, TAKE_PTR(*rbd));
     rbd_stage_confirm(op);
     return true;
 }

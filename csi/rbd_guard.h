@@ -13,9 +13,9 @@ struct csi;
 struct vol;
 
 /* On the loop, when the QSD of a first NodeStageVolume of an RBD volume
- * (op->vol, op->rbd) has started: check again in a worker (rbd_confirm_fn)
- * that its QSD is the image's only client; answer the call, or stop that
- * QSD, drop the record and fail it. */
+ * (op->vol; its request the op's context, rbd_req_ctx) has started: check
+ * again in a worker (rbd_confirm_fn) that its QSD is the image's only
+ * client; answer the call, or stop that QSD, drop the record and fail it. */
 void rbd_stage_confirm(struct op *op);
 /* Restarts of a staged volume's QSD (the plugin's, not qsd.c's supervisor:
  * an RBD volume's QSD is not supervised).  On its death, at plugin start

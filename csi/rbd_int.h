@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_int.h: what rbd.c (volumes) and rbd_snap.c (snapshots, clones) share:
- * the request a worker runs, the worker's connection to the cluster, the
- * image mark and the loop-side start of a request.  Not for other files. */
+ * the request a worker runs, the pure plans that make it from a controller
+ * RPC's request, the worker's connection to the cluster, the image mark and
+ * the loop-side start of a request.  Not for other files (but the plans'
+ * unit test, tests/unit/test_rbd_plan.c). */
 #pragma once
 
+#include "op.h"
 #include "rbd.h"
+#include "verdict.h"
 #include "qsd/base/worker.h"
 
 #include <rados/librados.h>
@@ -20,6 +24,7 @@ struct rbd_req {
     struct rbd_cred cred;
     const char *clusters; /* the cluster file (plugin configuration) */
     int64_t required, limit;
+    uint64_t size;        /* CreateVolume: to create; ControllerExpandVolume: to grow to */
     char *name;           /* NodeStage: the record's name, staging path, group, mode;
                              CreateSnapshot: the snapshot's name */
     char *path;
@@ -53,14 +58,49 @@ int open_volume(const struct rbd_req *q, bool ro, struct conn *k, rbd_image_t *i
  * and leaves it with the last of them (rbd_snap.c). */
 int rbd_image_remove(rados_ioctx_t io, const char *name, char **ret_msg);
 
+/* The request of op (its context), or NULL for an op of another kind. */
+static inline struct rbd_req *rbd_req_of(const struct op *op)
+{
+    return op_ctx(op, &rbd_req_ctx);
+}
+
+/* The pure core of an RBD controller RPC (as local_plan.h's for the local
+ * backend): the request's fields checked and parsed into the worker's
+ * request, or a refusal (INVALID_ARGUMENT naming the field, OUT_OF_RANGE
+ * for a size, ABORTED for a list token not ours).  Nothing is asked of the
+ * cluster: that is the worker's, whose errors rbd_code maps. */
+struct rbd_plan {
+    enum plan_kind kind;    /* PLAN_REFUSE or PLAN_ACT */
+    struct verdict refusal;
+    struct rbd_req *q;      /* PLAN_ACT: the worker's request (owned until taken) */
+    uint64_t size;          /* CreateVolume, ControllerExpandVolume: the size wanted */
+};
+/* rbd.c */
+void rbd_create_plan(Csi__V1__CreateVolumeRequest *in, struct rbd_plan *pl);
+void rbd_delete_plan(Csi__V1__DeleteVolumeRequest *in, struct rbd_plan *pl);
+void rbd_expand_plan(Csi__V1__ControllerExpandVolumeRequest *in, struct rbd_plan *pl);
+void rbd_plan_clear(struct rbd_plan *pl);
+/* rbd_snap.c: CreateVolume's content source, parsed into q->src (in q->loc's
+ * cluster, pool and namespace); the snapshot RPCs. */
+bool rbd_clone_check(const Csi__V1__VolumeContentSource *cs, struct rbd_req *q,
+                     struct verdict *v);
+void rbd_snapshot_plan(Csi__V1__CreateSnapshotRequest *in, struct rbd_plan *pl);
+void rbd_delete_snapshot_plan(Csi__V1__DeleteSnapshotRequest *in, struct rbd_plan *pl);
+void rbd_list_plan(Csi__V1__ListSnapshotsRequest *in, struct rbd_plan *pl);
+
 /* Loop side (rbd.c). */
 enum grpc_code rbd_code(int status);
-/* Run fn in a worker for call, with q (owned) as op->rbd. */
+/* Run fn in a worker for call, with q (owned, its size set) as the op's
+ * context (rbd_req_ctx). */
 void rbd_start(struct csi *c, struct grpc_call *call, struct rbd_req *q, uint64_t size,
                worker_fn fn, worker_done done);
+/* Act on pl: send its refusal, or run fn with its request (rbd_start);
+ * pl is cleared. */
+void rbd_plan_run(struct csi *c, struct grpc_call *call, struct rbd_plan *pl, uint64_t size,
+                  worker_fn fn, worker_done done);
 /* Replies a CreateVolumeRequest from a {"size": N} result. */
 void rbd_create_done(int status, const char *msg, json_t *result, void *opaque);
 /* CreateVolume with a volume_content_source (rbd_snap.c); q holds the
- * parsed location, credentials and range. */
+ * parsed location, credentials, range and source (rbd_create_plan). */
 void rbd_clone_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in,
                       struct rbd_req *q);

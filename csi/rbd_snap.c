@@ -25,7 +25,7 @@
  * correct clone) starts it again.
  *
  * Every Ceph operation runs in a worker (rbd.c's connection and bounds);
- * the loop only validates and replies. */
+ * the loop only validates (the plans of rbd_int.h) and replies. */
 #include "rbd.h"
 #include "rbd_int.h"
 #include "service.h"
@@ -303,7 +303,7 @@ static int describe(rados_ioctx_t io, rbd_image_t img, json_t **ret)
 static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     _cleanup_free_ char *simg = xasprintf(SNAP_IMAGE_PREFIX "%s", q->name);
     _cleanup_free_ char *src_id = rbd_id_format(&q->loc);
     struct conn k = {0};
@@ -388,7 +388,7 @@ out:
 static int clone_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     const char *name = q->loc.image;
     _cleanup_free_ char *src_id = q->src_snap ? snap_id_format(&q->src, q->src.image)
                                               : rbd_id_format(&q->src);
@@ -512,7 +512,7 @@ out:
 static int flatten_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     (void)ret_result;
     struct conn k = {0};
     rbd_image_t img;
@@ -545,7 +545,7 @@ static int flatten_fn(void *arg, char **ret_msg, json_t **ret_result)
 static int delete_snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     (void)ret_result;
     _cleanup_free_ char *simg = xasprintf(SNAP_IMAGE_PREFIX "%s", q->loc.image);
     struct conn k = {0};
@@ -576,7 +576,7 @@ static int delete_snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
 static int list_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    const struct rbd_req *q = op->rbd;
+    const struct rbd_req *q = rbd_req_of(op);
     _cleanup_free_ char *src_id = q->name ? NULL : rbd_id_format(&q->loc);
     struct conn k = {0};
     int r = conn_open(q, &k, ret_msg);
@@ -638,25 +638,12 @@ static bool failed(struct op *op, int status, const char *msg)
     return true;
 }
 
-/* Start fn for q when the checks on the loop passed (r == 0), else fail
- * call with INVALID_ARGUMENT and msg. */
-static void start_checked(struct csi *c, struct grpc_call *call, struct rbd_req *q, int r,
-                          const char *msg, worker_fn fn, worker_done done)
-{
-    if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
-        rbd_req_free(q);
-        return;
-    }
-    rbd_start(c, call, q, 0, fn, done);
-}
-
 static void flatten_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
     (void)result;
     op->worker = NULL;
-    _cleanup_free_ char *id = rbd_id_format(&op->rbd->loc);
+    _cleanup_free_ char *id = rbd_id_format(&rbd_req_of(op)->loc);
     if (status < 0)
         log_warn("rbd", "flatten failed", "image=%s error=\"%s\"", id,
                  msg ? msg : strerror(-status));
@@ -668,11 +655,12 @@ static void flatten_done(int status, const char *msg, json_t *result, void *opaq
 /* Whether a flatten of image (in l's pool and namespace) runs. */
 static bool flatten_running(struct csi *c, const struct rbd_loc *l, const char *image)
 {
-    for (struct op *o = c->ops; o; o = o->next)
-        if (!o->call && o->rbd && streq(o->rbd->loc.cluster, l->cluster) &&
-            streq(o->rbd->loc.pool, l->pool) && streq(o->rbd->loc.ns, l->ns) &&
-            streq(o->rbd->loc.image, image))
+    for (struct op *o = c->ops; o; o = o->next) {
+        const struct rbd_req *q = rbd_req_of(o);
+        if (!o->call && q && streq(q->loc.cluster, l->cluster) && streq(q->loc.pool, l->pool) &&
+            streq(q->loc.ns, l->ns) && streq(q->loc.image, image))
             return true;
+    }
     return false;
 }
 
@@ -690,8 +678,7 @@ static void flatten_start(struct csi *c, const struct rbd_req *from, const char 
     q->cred = (struct rbd_cred){xstrdup(from->cred.user), xstrdup(from->cred.key)};
     q->clusters = from->clusters;
     struct op *op = op_begin(c, NULL);
-    op->rbd = q;
-    op->rbd_free = rbd_req_free;
+    op_set_ctx(op, &rbd_req_ctx, q);
     _cleanup_free_ char *id = rbd_id_format(&q->loc);
     log_info("rbd", "flattening", "image=%s depth_max=%d", id, RBD_DEPTH_MAX);
     int r = worker_start(c->loop, flatten_fn, op, FLATTEN_MS, flatten_done, op, &op->worker);
@@ -704,20 +691,20 @@ static void flatten_start(struct csi *c, const struct rbd_req *from, const char 
 static void clone_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
+    const struct rbd_req *q = rbd_req_of(op);
     if (status == 0 && json_is_true(json_object_get(result, "flatten"))) {
-        flatten_start(op->csi, op->rbd, op->rbd->loc.image);
+        flatten_start(op->csi, q, q->loc.image);
         grpc_call_fail(op->call, GRPC_ABORTED, "volume %s is being flattened (a clone chain "
-                       "deeper than %d); retry", op->rbd->loc.image, RBD_DEPTH_MAX);
+                       "deeper than %d); retry", q->loc.image, RBD_DEPTH_MAX);
         op_end(op);
         return;
     }
     rbd_create_done(status, msg, result, op);
 }
 
-void rbd_clone_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in,
-                      struct rbd_req *q)
+bool rbd_clone_check(const Csi__V1__VolumeContentSource *cs, struct rbd_req *q,
+                     struct verdict *v)
 {
-    Csi__V1__VolumeContentSource *cs = in->volume_content_source;
     const char *id = NULL, *field = NULL;
     _cleanup_free_ char *msg = NULL;
     int r = -EINVAL;
@@ -750,12 +737,20 @@ void rbd_clone_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolu
                         q->src.cluster, q->src.pool, q->src.ns);
         r = -EINVAL;
     }
-    if (r == 0 && flatten_running(c, &q->loc, q->loc.image)) {
+    if (r < 0)
+        return verdict_fail(v, GRPC_INVALID_ARGUMENT, "%s", msg);
+    return true;
+}
+
+void rbd_clone_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in,
+                      struct rbd_req *q)
+{
+    if (flatten_running(c, &q->loc, q->loc.image)) {
         grpc_call_fail(call, GRPC_ABORTED, "volume %s is being flattened; retry", in->name);
         rbd_req_free(q);
         return;
     }
-    start_checked(c, call, q, r, msg, clone_fn, clone_done);
+    rbd_start(c, call, q, 0, clone_fn, clone_done);
 }
 
 static void snapshot_msg(const struct rbd_loc *l, json_t *d, Csi__V1__Snapshot *s,
@@ -783,7 +778,7 @@ static void snapshot_msg(const struct rbd_loc *l, json_t *d, Csi__V1__Snapshot *
 static void snapshot_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
-    struct rbd_req *q = op->rbd;
+    struct rbd_req *q = rbd_req_of(op);
     if (failed(op, status, msg))
         return;
     struct rbd_loc l = q->loc; /* the snapshot's place: its source's */
@@ -804,18 +799,27 @@ static void snapshot_done(int status, const char *msg, json_t *result, void *opa
     op_end(op);
 }
 
-/* (controller.c checked the parameters: none but the CO's.) */
-void rbd_create_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__CreateSnapshotRequest *in)
+/* A plan's refusal with msg (INVALID_ARGUMENT), or PLAN_ACT. */
+static void plan_done(struct rbd_plan *pl, int r, const char *msg)
 {
+    if (r < 0)
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT, "%s", msg);
+    else
+        pl->kind = PLAN_ACT;
+}
+
+void rbd_snapshot_plan(Csi__V1__CreateSnapshotRequest *in, struct rbd_plan *pl)
+{
+    *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
     const char *why;
     if (!in->name || !*in->name || name_validate(in->name, &why) < 0 || strchr(in->name, '_')) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
-                       "name %s (an RBD snapshot's name: 1-128 bytes of [A-Za-z0-9.-])",
-                       !in->name || !*in->name ? "is missing"
-                       : strchr(in->name, '_') ? "must not contain '_'" : why);
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT,
+                     "name %s (an RBD snapshot's name: 1-128 bytes of [A-Za-z0-9.-])",
+                     !in->name || !*in->name ? "is missing"
+                     : strchr(in->name, '_') ? "must not contain '_'" : why);
         return;
     }
-    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL, *sid = NULL;
     int r = rbd_id_parse(in->source_volume_id, "source_volume_id", &q->loc, &msg);
     if (r == 0 && !(sid = snap_id_format(&q->loc, in->name))) {
@@ -827,7 +831,15 @@ void rbd_create_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__CreateS
     if (r == 0)
         r = RBD_CRED_OF(in, "snapshotter", &q->cred, &msg);
     q->name = xstrdup(in->name);
-    start_checked(c, call, q, r, msg, snapshot_fn, snapshot_done);
+    plan_done(pl, r, msg);
+}
+
+/* (controller.c checked the parameters: none but the CO's.) */
+void rbd_create_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__CreateSnapshotRequest *in)
+{
+    struct rbd_plan pl;
+    rbd_snapshot_plan(in, &pl);
+    rbd_plan_run(c, call, &pl, 0, snapshot_fn, snapshot_done);
 }
 
 static void delete_snapshot_done(int status, const char *msg, json_t *result, void *opaque)
@@ -836,27 +848,36 @@ static void delete_snapshot_done(int status, const char *msg, json_t *result, vo
     (void)result;
     if (failed(op, status, msg))
         return;
-    _cleanup_free_ char *id = snap_id_format(&op->rbd->loc, op->rbd->loc.image);
+    const struct rbd_req *q = rbd_req_of(op);
+    _cleanup_free_ char *id = snap_id_format(&q->loc, q->loc.image);
     log_info("rbd", "snapshot deleted", "snapshot=%s", id);
     Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
     grpc_call_reply_pb(op->call, &out.base);
     op_end(op);
 }
 
-void rbd_delete_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__DeleteSnapshotRequest *in)
+void rbd_delete_snapshot_plan(Csi__V1__DeleteSnapshotRequest *in, struct rbd_plan *pl)
 {
-    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
+    struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
     int r = snap_id_parse(in->snapshot_id, "snapshot_id", &q->loc, &msg);
     if (r == 0)
         r = RBD_CRED_OF(in, "snapshotter", &q->cred, &msg);
-    start_checked(c, call, q, r, msg, delete_snapshot_fn, delete_snapshot_done);
+    plan_done(pl, r, msg);
+}
+
+void rbd_delete_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__DeleteSnapshotRequest *in)
+{
+    struct rbd_plan pl;
+    rbd_delete_snapshot_plan(in, &pl);
+    rbd_plan_run(c, call, &pl, 0, delete_snapshot_fn, delete_snapshot_done);
 }
 
 static void list_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
-    struct rbd_req *q = op->rbd;
+    struct rbd_req *q = rbd_req_of(op);
     if (failed(op, status, msg))
         return;
     /* Sorted by name; the page after q->path (a token's name), at most
@@ -911,19 +932,21 @@ static void list_done(int status, const char *msg, json_t *result, void *opaque)
     op_end(op);
 }
 
-void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in)
+void rbd_list_plan(Csi__V1__ListSnapshotsRequest *in, struct rbd_plan *pl)
 {
+    *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
     const char *why;
     if (in->max_entries < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
         return;
     }
     const char *tok = in->starting_token && *in->starting_token ? in->starting_token : NULL;
     if (tok && (!startswith(tok, LIST_TOKEN) || name_validate(tok + strlen(LIST_TOKEN), &why) < 0)) {
-        grpc_call_fail(call, GRPC_ABORTED, "starting_token is not a token this plugin issued");
+        verdict_fail(&pl->refusal, GRPC_ABORTED,
+                     "starting_token is not a token this plugin issued");
         return;
     }
-    struct rbd_req *q = xcalloc(1, sizeof(*q));
+    struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
     int r;
     if (in->snapshot_id && *in->snapshot_id) {
@@ -937,5 +960,12 @@ void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnap
         r = RBD_CRED_OF(in, "snapshotter-list", &q->cred, &msg);
     q->limit = in->max_entries;
     q->path = tok ? xstrdup(tok + strlen(LIST_TOKEN)) : NULL;
-    start_checked(c, call, q, r, msg, list_fn, list_done);
+    plan_done(pl, r, msg);
+}
+
+void rbd_list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in)
+{
+    struct rbd_plan pl;
+    rbd_list_plan(in, &pl);
+    rbd_plan_run(c, call, &pl, 0, list_fn, list_done);
 }

@@ -15,23 +15,33 @@
 #include <inttypes.h>
 #include <sys/stat.h>
 
-ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMessageDescriptor *d,
-                                     const uint8_t *req, size_t len)
+ProtobufCMessage *csi_request_decode(const ProtobufCMessageDescriptor *d, const uint8_t *req,
+                                     size_t len, struct verdict *v)
 {
     _cleanup_free_ char *field = NULL;
     int r = pb_check_strings(d, req, len, &field);
     if (r == -E2BIG) {
-        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "the request has more than %d fields",
-                       PBCHECK_MAX_FIELDS);
+        verdict_fail(v, GRPC_RESOURCE_EXHAUSTED, "the request has more than %d fields",
+                     PBCHECK_MAX_FIELDS);
         return NULL;
     }
     if (r < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s contains a NUL byte", field);
+        verdict_fail(v, GRPC_INVALID_ARGUMENT, "%s contains a NUL byte", field);
         return NULL;
     }
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, req);
     if (!m)
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "cannot decode the request (%s)", d->name);
+        verdict_fail(v, GRPC_INVALID_ARGUMENT, "cannot decode the request (%s)", d->name);
+    return m;
+}
+
+ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMessageDescriptor *d,
+                                     const uint8_t *req, size_t len)
+{
+    struct verdict v = {0};
+    ProtobufCMessage *m = csi_request_decode(d, req, len, &v);
+    if (!m)
+        verdict_send(&v, call);
     return m;
 }
 

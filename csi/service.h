@@ -52,7 +52,10 @@ struct csi {
 
 /* Decode a request.  Undecodable bytes, or a string field with a NUL byte
  * (pbcheck.h), fail the call with INVALID_ARGUMENT naming the field, and
- * NULL is returned. */
+ * NULL is returned; more than PBCHECK_MAX_FIELDS fields, RESOURCE_EXHAUSTED.
+ * csi_request_decode decides the same without a call (v, verdict.h). */
+ProtobufCMessage *csi_request_decode(const ProtobufCMessageDescriptor *d, const uint8_t *req,
+                                     size_t len, struct verdict *v);
 ProtobufCMessage *csi_request_unpack(struct grpc_call *call, const ProtobufCMessageDescriptor *d,
                                      const uint8_t *req, size_t len);
 
