@@ -297,13 +297,271 @@ static int size_flag(const char *flag, const char *arg, uint64_t min, uint64_t *
     return -EINVAL;
 }
 
+/* The options (parse_args's getopt table). */
+enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
+       O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
+       O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
+       O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW, O_UIDBASE, O_UIDCOUNT, O_VMEM,
+       O_VPIDS, O_VCPUW, O_RBDEP, O_RBDDRIVER };
+
+/* A numeric or size option into cfg: -1 to go on, or the exit status. */
+static int numeric_option(int c, const char *arg, struct plugin_config *cfg)
+{
+    switch (c) {
+    case O_UNPLUG: {
+        uint64_t v;
+        if (uint_flag("unplug-timeout", arg, 1, 86400, &v) < 0)
+            return 2;
+        cfg->unplug_timeout_ms = (int64_t)v * 1000;
+        break;
+    }
+    case O_VMEM:
+        if (size_flag("qsd-volume-memory-max", arg, 16ull << 20, &cfg->qsd_vol_memory_max) < 0)
+            return 2;
+        break;
+    case O_VPIDS: {
+        uint64_t v;
+        if (uint_flag("qsd-volume-pids-max", arg, 16, 1u << 22, &v) < 0)
+            return 2;
+        cfg->qsd_vol_pids_max = v;
+        break;
+    }
+    case O_VCPUW: {
+        uint64_t v;
+        if (uint_flag("qsd-volume-cpu-weight", arg, 1, 10000, &v) < 0)
+            return 2;
+        cfg->qsd_vol_cpu_weight = (unsigned)v;
+        break;
+    }
+    case O_UIDBASE: {
+        uint64_t v;
+        if (uint_flag("qsd-uid-base", arg, 1, 0xfffe0000u, &v) < 0)
+            return 2;
+        cfg->qsd_uid_base = (uint32_t)v;
+        break;
+    }
+    case O_UIDCOUNT: {
+        uint64_t v;
+        if (uint_flag("qsd-uid-count", arg, 0, 65536, &v) < 0)
+            return 2;
+        cfg->qsd_uid_count = (uint32_t)v;
+        break;
+    }
+    case O_CPUW: {
+        uint64_t v;
+        if (uint_flag("qsd-cpu-weight", arg, 1, 10000, &v) < 0)
+            return 2;
+        cfg->qsd_cpu_weight = (unsigned)v;
+        break;
+    }
+    case O_IMGMAX:
+        if (size_flag("image-max-size", arg, 1, &cfg->image_max_bytes) < 0)
+            return 2;
+        break;
+    case O_IMGTIME: {
+        uint64_t v;
+        if (uint_flag("image-timeout", arg, 1, 86400, &v) < 0)
+            return 2;
+        cfg->image_timeout_ms = v * 1000;
+        break;
+    }
+    case O_MEMMAX:
+        if (size_flag("qsd-memory-max", arg, 16u << 20, &cfg->qsd_memory_max) < 0)
+            return 2;
+        break;
+    case O_MINTERVAL: {
+        uint64_t v;
+        if (uint_flag("metrics-interval", arg, 1, 3600, &v) < 0)
+            return 2;
+        cfg->metrics_interval_ms = v * 1000;
+        break;
+    }
+    case O_MAXVOL: {
+        uint64_t v;
+        if (uint_flag("max-volumes", arg, 1, 100000, &v) < 0)
+            return 2;
+        cfg->max_volumes = (int64_t)v;
+        break;
+    }
+    }
+    return -1;
+}
+
+/* Option c (with its argument) into cfg: -1 to go on, or the exit status
+ * (--version, --help and --print-qsd-command end here with 0). */
+static int parse_option(int c, char *arg, int argc, char **argv, struct plugin_config *cfg)
+{
+    switch (c) {
+    case O_ENDPOINT: cfg->endpoint = arg; break;
+    case O_NODEID: cfg->node_id = arg; break;
+    case O_DRIVER: cfg->driver_name = arg; break;
+    case O_RBDEP: cfg->rbd_endpoint = arg; break;
+    case O_RBDDRIVER: cfg->rbd_driver_name = arg; break;
+    case O_STATE: cfg->state_dir = arg; break;
+    case O_RBDCLUSTERS:
+        if (arg[0] != '/') {
+            fprintf(stderr, "qsd-csi-plugin: --rbd-clusters must be an absolute path\n");
+            return 2;
+        }
+        cfg->rbd_clusters = arg;
+        break;
+    case O_ROLE:
+        if (streq(arg, "node")) {
+            cfg->role = PLUGIN_ROLE_NODE;
+        } else if (streq(arg, "controller")) {
+            cfg->role = PLUGIN_ROLE_CONTROLLER;
+        } else {
+            fprintf(stderr, "qsd-csi-plugin: invalid --role '%s' (node or controller)\n",
+                    arg);
+            return 2;
+        }
+        break;
+    case O_POOL: cfg->pool_dir = arg; break;
+    case O_RUN: cfg->run_dir = arg; break;
+    case O_KUBELET: cfg->kubelet_root = arg; break;
+    case O_QSD: cfg->qsd_binary = arg; break;
+    case O_FILTER: cfg->vhost_filter = arg; break;
+    case O_CEXP: cfg->controller_expansion = true; break;
+    case O_CGROUP: {
+        const char *why;
+        if (arg[0] && path_check_lexical("/", arg, &why) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: --qsd-cgroup '%s' %s\n", arg, why);
+            return 2;
+        }
+        cfg->qsd_cgroup = arg[0] ? arg : NULL;
+        break;
+    }
+    case O_IMGALLOW:
+        if (cfg->n_image_allow == PLUGIN_MAX_ALLOW ||
+            imagebase_parse_net(arg, &cfg->image_allow[cfg->n_image_allow]) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: invalid --image-download-allow-cidr '%s' "
+                            "(ADDRESS/PREFIX, at most %d)\n", arg, PLUGIN_MAX_ALLOW);
+            return 2;
+        }
+        cfg->n_image_allow++;
+        break;
+    case O_HTTP: {
+        struct sockaddr_storage ss;
+        unsigned sl;
+        if (http_parse_endpoint(arg, &ss, &sl) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: invalid --http-endpoint '%s' (HOST:PORT with a "
+                            "numeric host, [IPv6]:PORT or :PORT)\n", arg);
+            return 2;
+        }
+        cfg->http_endpoint = arg;
+        break;
+    }
+    case O_RESERVE:
+        if (capacity_parse_reserve(arg, &cfg->capacity) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: invalid --capacity-reserve '%s' (a size such "
+                            "as 20G, or a percentage 0%%-99%%)\n", arg);
+            return 2;
+        }
+        break;
+    case O_OVERCOMMIT:
+        if (capacity_parse_ratio(arg, &cfg->capacity) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: invalid --overcommit-ratio '%s' (0.01-1000, "
+                            "at most two decimals)\n", arg);
+            return 2;
+        }
+        break;
+    case O_LEVEL: {
+        enum log_level l;
+        if (log_parse_level(arg, &l) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: invalid --log-level '%s'\n", arg);
+            return 2;
+        }
+        log_set_level(l);
+        break;
+    }
+    case O_FORMAT: {
+        enum log_format f;
+        if (log_parse_format(arg, &f) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: invalid --log-format '%s'\n", arg);
+            return 2;
+        }
+        log_set_format(f);
+        break;
+    }
+    case O_VERSION: printf("qsd-csi-plugin %s\n", QSD_CSI_VERSION); return 0;
+    case O_HELP: usage(stdout); return 0;
+    case O_PRINT: return print_qsd_command(cfg, arg, optind < argc ? argv[optind] : "{}");
+    default:
+        if (c >= O_ENDPOINT)
+            return numeric_option(c, arg, cfg);
+        usage(stderr);
+        return 2;
+    }
+    return -1;
+}
+
+/* What no single option can check: the endpoints, names and directories
+ * together, the node id.  -1 to go on, or the exit status. */
+static int check_config(struct plugin_config *cfg, char **hostname)
+{
+    if (endpoint_path(cfg->endpoint, &cfg->socket_path) < 0) {
+        fprintf(stderr, "qsd-csi-plugin: --endpoint must be unix:///absolute/path\n");
+        return 2;
+    }
+    if (!driver_name_valid(cfg->driver_name)) {
+        fprintf(stderr, "qsd-csi-plugin: invalid --driver-name '%s'\n", cfg->driver_name);
+        return 2;
+    }
+    if (!cfg->rbd_endpoint != !cfg->rbd_driver_name) {
+        fprintf(stderr, "qsd-csi-plugin: --rbd-endpoint and --rbd-driver-name go together\n");
+        return 2;
+    }
+    if (cfg->rbd_endpoint) {
+        if (endpoint_path(cfg->rbd_endpoint, &cfg->rbd_socket_path) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: --rbd-endpoint must be unix:///absolute/path\n");
+            return 2;
+        }
+        if (streq(cfg->rbd_socket_path, cfg->socket_path)) {
+            fprintf(stderr, "qsd-csi-plugin: --rbd-endpoint is --endpoint's socket\n");
+            return 2;
+        }
+        if (!driver_name_valid(cfg->rbd_driver_name) ||
+            streq(cfg->rbd_driver_name, cfg->driver_name)) {
+            fprintf(stderr, "qsd-csi-plugin: invalid --rbd-driver-name '%s' (a driver name, "
+                            "not --driver-name's)\n", cfg->rbd_driver_name);
+            return 2;
+        }
+    }
+    if (!cfg->node_id) {
+        char buf[256] = "";
+        if (gethostname(buf, sizeof(buf) - 1) < 0 || !buf[0]) {
+            fprintf(stderr, "qsd-csi-plugin: no --nodeid and no hostname\n");
+            return 2;
+        }
+        *hostname = xstrdup(buf);
+        cfg->node_id = *hostname;
+    }
+    for (const char **d = (const char *[]){cfg->state_dir, cfg->pool_dir, cfg->run_dir,
+                                          cfg->kubelet_root, NULL};
+         *d; d++) {
+        const char *why;
+        if (!streq(*d, "/") && path_check_lexical("/", *d, &why) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: directory '%s' %s\n", *d, why);
+            return 2;
+        }
+    }
+    if ((cfg->qsd_cpu_weight || cfg->qsd_memory_max) && !cfg->qsd_cgroup) {
+        fprintf(stderr, "qsd-csi-plugin: --qsd-cpu-weight and --qsd-memory-max need --qsd-cgroup\n");
+        return 2;
+    }
+    if (cfg->role == PLUGIN_ROLE_CONTROLLER && !cfg->rbd_clusters) {
+        fprintf(stderr, "qsd-csi-plugin: --role controller needs --rbd-clusters\n");
+        return 2;
+    }
+    if (strlen(cfg->node_id) > 192) {
+        fprintf(stderr, "qsd-csi-plugin: --nodeid longer than 192 bytes\n");
+        return 2;
+    }
+    return -1;
+}
+
 static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **hostname)
 {
-    enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, O_QSD,
-           O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
-           O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
-           O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW, O_UIDBASE, O_UIDCOUNT, O_VMEM,
-           O_VPIDS, O_VCPUW, O_RBDEP, O_RBDDRIVER };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"nodeid", required_argument, NULL, O_NODEID},
@@ -363,244 +621,15 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         .qsd_vol_cpu_weight = 100,
         .qsd_uid_count = QSD_UID_COUNT_DEFAULT,
     };
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case O_ENDPOINT: cfg->endpoint = optarg; break;
-        case O_NODEID: cfg->node_id = optarg; break;
-        case O_DRIVER: cfg->driver_name = optarg; break;
-        case O_RBDEP: cfg->rbd_endpoint = optarg; break;
-        case O_RBDDRIVER: cfg->rbd_driver_name = optarg; break;
-        case O_STATE: cfg->state_dir = optarg; break;
-        case O_RBDCLUSTERS:
-            if (optarg[0] != '/') {
-                fprintf(stderr, "qsd-csi-plugin: --rbd-clusters must be an absolute path\n");
-                return 2;
-            }
-            cfg->rbd_clusters = optarg;
-            break;
-        case O_ROLE:
-            if (streq(optarg, "node")) {
-                cfg->role = PLUGIN_ROLE_NODE;
-            } else if (streq(optarg, "controller")) {
-                cfg->role = PLUGIN_ROLE_CONTROLLER;
-            } else {
-                fprintf(stderr, "qsd-csi-plugin: invalid --role '%s' (node or controller)\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case O_POOL: cfg->pool_dir = optarg; break;
-        case O_RUN: cfg->run_dir = optarg; break;
-        case O_KUBELET: cfg->kubelet_root = optarg; break;
-        case O_QSD: cfg->qsd_binary = optarg; break;
-        case O_FILTER: cfg->vhost_filter = optarg; break;
-        case O_CEXP: cfg->controller_expansion = true; break;
-        case O_UNPLUG: {
-            uint64_t v;
-            if (uint_flag("unplug-timeout", optarg, 1, 86400, &v) < 0)
-                return 2;
-            cfg->unplug_timeout_ms = (int64_t)v * 1000;
-            break;
-        }
-        case O_CGROUP: {
-            const char *why;
-            if (optarg[0] && path_check_lexical("/", optarg, &why) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: --qsd-cgroup '%s' %s\n", optarg, why);
-                return 2;
-            }
-            cfg->qsd_cgroup = optarg[0] ? optarg : NULL;
-            break;
-        }
-        case O_VMEM:
-            if (size_flag("qsd-volume-memory-max", optarg, 16ull << 20, &cfg->qsd_vol_memory_max) < 0)
-                return 2;
-            break;
-        case O_VPIDS: {
-            uint64_t v;
-            if (uint_flag("qsd-volume-pids-max", optarg, 16, 1u << 22, &v) < 0)
-                return 2;
-            cfg->qsd_vol_pids_max = v;
-            break;
-        }
-        case O_VCPUW: {
-            uint64_t v;
-            if (uint_flag("qsd-volume-cpu-weight", optarg, 1, 10000, &v) < 0)
-                return 2;
-            cfg->qsd_vol_cpu_weight = (unsigned)v;
-            break;
-        }
-        case O_UIDBASE: {
-            uint64_t v;
-            if (uint_flag("qsd-uid-base", optarg, 1, 0xfffe0000u, &v) < 0)
-                return 2;
-            cfg->qsd_uid_base = (uint32_t)v;
-            break;
-        }
-        case O_UIDCOUNT: {
-            uint64_t v;
-            if (uint_flag("qsd-uid-count", optarg, 0, 65536, &v) < 0)
-                return 2;
-            cfg->qsd_uid_count = (uint32_t)v;
-            break;
-        }
-        case O_CPUW: {
-            uint64_t v;
-            if (uint_flag("qsd-cpu-weight", optarg, 1, 10000, &v) < 0)
-                return 2;
-            cfg->qsd_cpu_weight = (unsigned)v;
-            break;
-        }
-        case O_IMGMAX:
-            if (size_flag("image-max-size", optarg, 1, &cfg->image_max_bytes) < 0)
-                return 2;
-            break;
-        case O_IMGALLOW:
-            if (cfg->n_image_allow == PLUGIN_MAX_ALLOW ||
-                imagebase_parse_net(optarg, &cfg->image_allow[cfg->n_image_allow]) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --image-download-allow-cidr '%s' "
-                                "(ADDRESS/PREFIX, at most %d)\n", optarg, PLUGIN_MAX_ALLOW);
-                return 2;
-            }
-            cfg->n_image_allow++;
-            break;
-        case O_IMGTIME: {
-            uint64_t v;
-            if (uint_flag("image-timeout", optarg, 1, 86400, &v) < 0)
-                return 2;
-            cfg->image_timeout_ms = v * 1000;
-            break;
-        }
-        case O_MEMMAX:
-            if (size_flag("qsd-memory-max", optarg, 16u << 20, &cfg->qsd_memory_max) < 0)
-                return 2;
-            break;
-        case O_HTTP: {
-            struct sockaddr_storage ss;
-            unsigned sl;
-            if (http_parse_endpoint(optarg, &ss, &sl) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --http-endpoint '%s' (HOST:PORT with a "
-                                "numeric host, [IPv6]:PORT or :PORT)\n", optarg);
-                return 2;
-            }
-            cfg->http_endpoint = optarg;
-            break;
-        }
-        case O_MINTERVAL: {
-            uint64_t v;
-            if (uint_flag("metrics-interval", optarg, 1, 3600, &v) < 0)
-                return 2;
-            cfg->metrics_interval_ms = v * 1000;
-            break;
-        }
-        case O_RESERVE:
-            if (capacity_parse_reserve(optarg, &cfg->capacity) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --capacity-reserve '%s' (a size such "
-                                "as 20G, or a percentage 0%%-99%%)\n", optarg);
-                return 2;
-            }
-            break;
-        case O_OVERCOMMIT:
-            if (capacity_parse_ratio(optarg, &cfg->capacity) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --overcommit-ratio '%s' (0.01-1000, "
-                                "at most two decimals)\n", optarg);
-                return 2;
-            }
-            break;
-        case O_MAXVOL: {
-            uint64_t v;
-            if (uint_flag("max-volumes", optarg, 1, 100000, &v) < 0)
-                return 2;
-            cfg->max_volumes = (int64_t)v;
-            break;
-        }
-        case O_LEVEL: {
-            enum log_level l;
-            if (log_parse_level(optarg, &l) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --log-level '%s'\n", optarg);
-                return 2;
-            }
-            log_set_level(l);
-            break;
-        }
-        case O_FORMAT: {
-            enum log_format f;
-            if (log_parse_format(optarg, &f) < 0) {
-                fprintf(stderr, "qsd-csi-plugin: invalid --log-format '%s'\n", optarg);
-                return 2;
-            }
-            log_set_format(f);
-            break;
-        }
-        case O_VERSION: printf("qsd-csi-plugin %s\n", QSD_CSI_VERSION); return 0;
-        case O_HELP: usage(stdout); return 0;
-        case O_PRINT: return print_qsd_command(cfg, optarg, optind < argc ? argv[optind] : "{}");
-        default: usage(stderr); return 2;
-        }
-    }
+    int c, r;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+        if ((r = parse_option(c, optarg, argc, argv, cfg)) >= 0)
+            return r;
     if (optind < argc) {
         fprintf(stderr, "qsd-csi-plugin: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (endpoint_path(cfg->endpoint, &cfg->socket_path) < 0) {
-        fprintf(stderr, "qsd-csi-plugin: --endpoint must be unix:///absolute/path\n");
-        return 2;
-    }
-    if (!driver_name_valid(cfg->driver_name)) {
-        fprintf(stderr, "qsd-csi-plugin: invalid --driver-name '%s'\n", cfg->driver_name);
-        return 2;
-    }
-    if (!cfg->rbd_endpoint != !cfg->rbd_driver_name) {
-        fprintf(stderr, "qsd-csi-plugin: --rbd-endpoint and --rbd-driver-name go together\n");
-        return 2;
-    }
-    if (cfg->rbd_endpoint) {
-        if (endpoint_path(cfg->rbd_endpoint, &cfg->rbd_socket_path) < 0) {
-            fprintf(stderr, "qsd-csi-plugin: --rbd-endpoint must be unix:///absolute/path\n");
-            return 2;
-        }
-        if (streq(cfg->rbd_socket_path, cfg->socket_path)) {
-            fprintf(stderr, "qsd-csi-plugin: --rbd-endpoint is --endpoint's socket\n");
-            return 2;
-        }
-        if (!driver_name_valid(cfg->rbd_driver_name) ||
-            streq(cfg->rbd_driver_name, cfg->driver_name)) {
-            fprintf(stderr, "qsd-csi-plugin: invalid --rbd-driver-name '%s' (a driver name, "
-                            "not --driver-name's)\n", cfg->rbd_driver_name);
-            return 2;
-        }
-    }
-    if (!cfg->node_id) {
-        char buf[256] = "";
-        if (gethostname(buf, sizeof(buf) - 1) < 0 || !buf[0]) {
-            fprintf(stderr, "qsd-csi-plugin: no --nodeid and no hostname\n");
-            return 2;
-        }
-        *hostname = xstrdup(buf);
-        cfg->node_id = *hostname;
-    }
-    for (const char **d = (const char *[]){cfg->state_dir, cfg->pool_dir, cfg->run_dir,
-                                          cfg->kubelet_root, NULL};
-         *d; d++) {
-        const char *why;
-        if (!streq(*d, "/") && path_check_lexical("/", *d, &why) < 0) {
-            fprintf(stderr, "qsd-csi-plugin: directory '%s' %s\n", *d, why);
-            return 2;
-        }
-    }
-    if ((cfg->qsd_cpu_weight || cfg->qsd_memory_max) && !cfg->qsd_cgroup) {
-        fprintf(stderr, "qsd-csi-plugin: --qsd-cpu-weight and --qsd-memory-max need --qsd-cgroup\n");
-        return 2;
-    }
-    if (cfg->role == PLUGIN_ROLE_CONTROLLER && !cfg->rbd_clusters) {
-        fprintf(stderr, "qsd-csi-plugin: --role controller needs --rbd-clusters\n");
-        return 2;
-    }
-    if (strlen(cfg->node_id) > 192) {
-        fprintf(stderr, "qsd-csi-plugin: --nodeid longer than 192 bytes\n");
-        return 2;
-    }
-    return -1; /* go on */
+    return check_config(cfg, hostname);
 }
 
 /* The kernel features the plugin's safety rests on: openat2 (5.6) and
