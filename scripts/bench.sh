@@ -4,11 +4,14 @@
 # its header and docs/bench/README.md).  The QSDs measured are started with
 # the command line the plugin itself prints (qsd-csi-plugin
 # --print-qsd-command), alternatives with one change each; QEMU's block layer
-# in one process (qemu-img bench) and the io_uring O_DIRECT limit (qsdctl
-# bench on the file; fio too when installed) run interleaved in one run.
+# in one process (qemu-img bench) and the io_uring O_DIRECT limit (the best
+# of qsdctl bench and fio on the file) run interleaved in one run; the other
+# tenants' CPU pressure is measured before every run (busy runs marked, a
+# mostly busy run refused); --compare-qsd BINARY runs a second QSD beside.
 #
 #   scripts/bench.sh [--size-mib 1024] [--runtime-ms 1000] [--ramp-ms 300]
 #                    [--rounds 3] [--out docs/bench] [--workdir build/bench]
+#                    [--compare-qsd BINARY] [--max-pressure 20] [--allow-busy]
 #
 # Needs a build (build/csi/qsd-csi-plugin, build/qsdctl/qsdctl), root (the
 # Debian 13 root of the QEMU that ships is made on first use),
