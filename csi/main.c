@@ -3,9 +3,11 @@
  *
  * Parses flags, sets up the role's services (--role node: Identity,
  * Controller, Node on the node's state; --role controller: Identity and the
- * RBD Controller, ctlrole.h), serves gRPC on a unix socket from one event loop, and on
- * SIGTERM/SIGINT (read through a signalfd in the loop) shuts down gracefully:
- * GOAWAY, calls in flight finish within a bounded grace period, exit 0. */
+ * RBD Controller, ctlrole.h), serves gRPC on a unix socket from one event loop
+ * (and the same methods on a second one under the RBD volumes' driver name
+ * with --rbd-endpoint: struct endpoint), and on SIGTERM/SIGINT (read through
+ * a signalfd in the loop) shuts down gracefully: GOAWAY, calls in flight
+ * finish within a bounded grace period, exit 0. */
 #include "capacity.h"
 #include "config.h"
 #include "ctlrole.h"
