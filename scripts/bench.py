@@ -108,7 +108,7 @@ def main_loop(argv, **props):
 # shipped argv, CPUs of the client (None: unpinned, like the limit)
 CONFIGS = [
     ("shipped-qcow2", "qcow2", {}, 1, None, None),
-    ("qcow2-native", "qcow2", {"aio": "native"}, 1, None, None),
+    ("qcow2-io_uring", "qcow2", {"aio": "io_uring"}, 1, None, None),
     ("shipped-raw", "raw", {}, 1, None, None),
     ("raw-io_uring", "raw", {"aio": "io_uring"}, 1, None, None),
     ("raw-2q", "raw", {"numQueues": "2"}, 2, None, None),

@@ -116,7 +116,7 @@ def run(env, qsdctl):
     def qsd_switch(layer, tmp):
         q("qmp", V, "blockdev-add", json.dumps({
             "driver": "file", "node-name": "f-" + layer, "filename": tmp,
-            "cache": {"direct": True, "no-flush": False}, "aio": "io_uring"}))
+            "cache": {"direct": True, "no-flush": False}, "aio": "native"}))
         q("qmp", V, "blockdev-add", json.dumps({
             "driver": "qcow2", "node-name": "ov-" + layer, "file": "f-" + layer,
             "backing": None, "cache": {"direct": True, "no-flush": False}}))

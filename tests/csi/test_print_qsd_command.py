@@ -43,15 +43,15 @@ def main():
           node["cache"] == {"direct": True, "no-flush": False}, "raw: file node %s" % node)
 
     # qcow2 with parameters: write-through, the parameters applied.
-    r = run(plugin, "/pool/volumes/pvc-2.qcow2", '{"aio": "native", "numQueues": "2"}')
+    r = run(plugin, "/pool/volumes/pvc-2.qcow2", '{"aio": "io_uring", "numQueues": "2"}')
     check(r.returncode == 0, "qcow2: exit %d: %s" % (r.returncode, r.stderr))
     argv = json.loads(r.stdout)
     ex = exports(argv)
     check([e["writethrough"] for e in ex] == [True, True], "qcow2: writethrough %s" % ex)
     check(ex[0]["num-queues"] == 2, "qcow2: num-queues %s" % ex[0])
-    check(json.loads(argv[2])["aio"] == "native", "qcow2: aio %s" % argv[2])
-    r = run(plugin, "/pool/volumes/pvc-2.qcow2")  # write-through: io_uring by default
-    check(r.returncode == 0 and json.loads(json.loads(r.stdout)[2])["aio"] == "io_uring",
+    check(json.loads(argv[2])["aio"] == "io_uring", "qcow2: aio %s" % argv[2])
+    r = run(plugin, "/pool/volumes/pvc-2.qcow2")  # write-through, O_DIRECT: Linux AIO by default
+    check(r.returncode == 0 and json.loads(json.loads(r.stdout)[2])["aio"] == "native",
           "qcow2 default: %s %s" % (r.stdout, r.stderr))
     check(json.loads(argv[4])["driver"] == "qcow2", "qcow2: format node %s" % argv[4])
 

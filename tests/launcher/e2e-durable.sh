@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # End-to-end durability with the shipped settings: volumes exported by qsdctl
-# (the plugin's library and its options: no iothread, cache=none, io_uring)
+# (the plugin's library and its options: no iothread, cache=none, Linux AIO)
 # and kept alive by `qsdctl supervise` (the plugin's restart code); a TCG guest
 # booted by qsd-vm-launcher with a raw volume cold-plugged (vda, the export
 # runs write-back) and a qcow2 volume hot-plugged (vdb, write-through).

@@ -25,7 +25,7 @@ static void test_defaults_argv(void **state)
     const char *want[] = {
         "qemu-storage-daemon",
         "--blockdev",
-        "{\"aio\":\"io_uring\",\"cache\":{\"direct\":true,\"no-flush\":false},\"discard\":\"unmap\","
+        "{\"aio\":\"native\",\"cache\":{\"direct\":true,\"no-flush\":false},\"discard\":\"unmap\","
         "\"driver\":\"file\",\"filename\":\"/pool/volumes/v1.qcow2\",\"node-name\":\"file0\","
         "\"read-only\":false}",
         "--blockdev",
@@ -182,8 +182,8 @@ static void expect_bad(const char *key, const char *value, const char *in_msg)
     qsd_opts_clear(&o);
 }
 
-/* The I/O engine by default: Linux AIO where it is valid (O_DIRECT) and
- * the export does not flush every write, io_uring elsewhere; a value set
+/* The I/O engine by default: Linux AIO wherever it is valid (O_DIRECT),
+ * write-through exports too, io_uring elsewhere; a value set
  * explicitly wins; the options record holds the engine the QSD runs with. */
 static void test_default_aio(void **state)
 {
@@ -191,10 +191,10 @@ static void test_default_aio(void **state)
     static const struct {
         const char *format, *cache, *aio;
     } cases[] = {
-        {"raw", "none", "native"},           {"raw", "directsync", "io_uring"},
-        {"raw", "writeback", "io_uring"},    {"raw", "writethrough", "io_uring"},
-        {"raw", "unsafe", "io_uring"},       {"qcow2", "none", "io_uring"},
-        {"qcow2", "directsync", "io_uring"}, {"qcow2", "writeback", "io_uring"},
+        {"raw", "none", "native"},         {"raw", "directsync", "native"},
+        {"raw", "writeback", "io_uring"},  {"raw", "writethrough", "io_uring"},
+        {"raw", "unsafe", "io_uring"},     {"qcow2", "none", "native"},
+        {"qcow2", "directsync", "native"}, {"qcow2", "writeback", "io_uring"},
     };
     char *msg = NULL;
     for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
@@ -429,7 +429,7 @@ static void test_node_json(void **state)
          "{\"cache\":{\"direct\":false,\"no-flush\":true},\"detect-zeroes\":\"unmap\",\"discard\":"
          "\"unmap\",\"driver\":\"raw\",\"file\":\"f\",\"node-name\":\"n\",\"read-only\":false}"},
         {"directsync", "unmap", "off", false,
-         "{\"aio\":\"io_uring\",\"cache\":{\"direct\":true,\"no-flush\":false},\"discard\":"
+         "{\"aio\":\"native\",\"cache\":{\"direct\":true,\"no-flush\":false},\"discard\":"
          "\"unmap\",\"driver\":\"file\",\"filename\":\"/p/v.raw\",\"node-name\":\"f\","
          "\"read-only\":false}",
          "{\"cache\":{\"direct\":true,\"no-flush\":false},\"detect-zeroes\":\"off\",\"discard\":"
