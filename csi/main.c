@@ -30,6 +30,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <stddef.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -306,85 +307,67 @@ enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, 
        O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW, O_UIDBASE, O_UIDCOUNT, O_VMEM,
        O_VPIDS, O_VCPUW, O_RBDEP, O_RBDDRIVER };
 
-/* A numeric or size option into cfg: -1 to go on, or the exit status. */
+/* The integer options: the flag, its bounds, the factor into the field's
+ * unit (seconds into milliseconds), and the field of struct plugin_config
+ * with its type. */
+enum field_type { F_U64, F_I64, F_U32, F_UINT };
+#define CFG(f) offsetof(struct plugin_config, f)
+static const struct uint_option {
+    int opt;
+    const char *flag;
+    uint64_t min, max, factor;
+    size_t offset;
+    enum field_type type;
+} uint_options[] = {
+    {O_UNPLUG, "unplug-timeout", 1, 86400, 1000, CFG(unplug_timeout_ms), F_I64},
+    {O_VPIDS, "qsd-volume-pids-max", 16, 1u << 22, 1, CFG(qsd_vol_pids_max), F_U64},
+    {O_VCPUW, "qsd-volume-cpu-weight", 1, 10000, 1, CFG(qsd_vol_cpu_weight), F_UINT},
+    {O_UIDBASE, "qsd-uid-base", 1, 0xfffe0000u, 1, CFG(qsd_uid_base), F_U32},
+    {O_UIDCOUNT, "qsd-uid-count", 0, 65536, 1, CFG(qsd_uid_count), F_U32},
+    {O_CPUW, "qsd-cpu-weight", 1, 10000, 1, CFG(qsd_cpu_weight), F_UINT},
+    {O_IMGTIME, "image-timeout", 1, 86400, 1000, CFG(image_timeout_ms), F_U64},
+    {O_MINTERVAL, "metrics-interval", 1, 3600, 1000, CFG(metrics_interval_ms), F_U64},
+    {O_MAXVOL, "max-volumes", 1, 100000, 1, CFG(max_volumes), F_I64},
+};
+
+/* The size options (uint64_t fields, bytes): the flag and its minimum. */
+static const struct size_option {
+    int opt;
+    const char *flag;
+    uint64_t min;
+    size_t offset;
+} size_options[] = {
+    {O_VMEM, "qsd-volume-memory-max", 16ull << 20, CFG(qsd_vol_memory_max)},
+    {O_IMGMAX, "image-max-size", 1, CFG(image_max_bytes)},
+    {O_MEMMAX, "qsd-memory-max", 16ull << 20, CFG(qsd_memory_max)},
+};
+#undef CFG
+
+/* A numeric or size option into cfg: -1 to go on, or the exit status.  No
+ * value overflows its field: every max times its factor fits the type. */
 static int numeric_option(int c, const char *arg, struct plugin_config *cfg)
 {
-    switch (c) {
-    case O_UNPLUG: {
+    char *base = (char *)cfg;
+    for (size_t i = 0; i < ARRAY_SIZE(uint_options); i++) {
+        const struct uint_option *o = &uint_options[i];
         uint64_t v;
-        if (uint_flag("unplug-timeout", arg, 1, 86400, &v) < 0)
+        if (o->opt != c)
+            continue;
+        if (uint_flag(o->flag, arg, o->min, o->max, &v) < 0)
             return 2;
-        cfg->unplug_timeout_ms = (int64_t)v * 1000;
-        break;
+        v *= o->factor;
+        switch (o->type) {
+        case F_U64: *(uint64_t *)(void *)(base + o->offset) = v; break;
+        case F_I64: *(int64_t *)(void *)(base + o->offset) = (int64_t)v; break;
+        case F_U32: *(uint32_t *)(void *)(base + o->offset) = (uint32_t)v; break;
+        case F_UINT: *(unsigned *)(void *)(base + o->offset) = (unsigned)v; break;
+        }
+        return -1;
     }
-    case O_VMEM:
-        if (size_flag("qsd-volume-memory-max", arg, 16ull << 20, &cfg->qsd_vol_memory_max) < 0)
+    for (size_t i = 0; i < ARRAY_SIZE(size_options); i++) {
+        const struct size_option *o = &size_options[i];
+        if (o->opt == c && size_flag(o->flag, arg, o->min, (uint64_t *)(void *)(base + o->offset)) < 0)
             return 2;
-        break;
-    case O_VPIDS: {
-        uint64_t v;
-        if (uint_flag("qsd-volume-pids-max", arg, 16, 1u << 22, &v) < 0)
-            return 2;
-        cfg->qsd_vol_pids_max = v;
-        break;
-    }
-    case O_VCPUW: {
-        uint64_t v;
-        if (uint_flag("qsd-volume-cpu-weight", arg, 1, 10000, &v) < 0)
-            return 2;
-        cfg->qsd_vol_cpu_weight = (unsigned)v;
-        break;
-    }
-    case O_UIDBASE: {
-        uint64_t v;
-        if (uint_flag("qsd-uid-base", arg, 1, 0xfffe0000u, &v) < 0)
-            return 2;
-        cfg->qsd_uid_base = (uint32_t)v;
-        break;
-    }
-    case O_UIDCOUNT: {
-        uint64_t v;
-        if (uint_flag("qsd-uid-count", arg, 0, 65536, &v) < 0)
-            return 2;
-        cfg->qsd_uid_count = (uint32_t)v;
-        break;
-    }
-    case O_CPUW: {
-        uint64_t v;
-        if (uint_flag("qsd-cpu-weight", arg, 1, 10000, &v) < 0)
-            return 2;
-        cfg->qsd_cpu_weight = (unsigned)v;
-        break;
-    }
-    case O_IMGMAX:
-        if (size_flag("image-max-size", arg, 1, &cfg->image_max_bytes) < 0)
-            return 2;
-        break;
-    case O_IMGTIME: {
-        uint64_t v;
-        if (uint_flag("image-timeout", arg, 1, 86400, &v) < 0)
-            return 2;
-        cfg->image_timeout_ms = v * 1000;
-        break;
-    }
-    case O_MEMMAX:
-        if (size_flag("qsd-memory-max", arg, 16u << 20, &cfg->qsd_memory_max) < 0)
-            return 2;
-        break;
-    case O_MINTERVAL: {
-        uint64_t v;
-        if (uint_flag("metrics-interval", arg, 1, 3600, &v) < 0)
-            return 2;
-        cfg->metrics_interval_ms = v * 1000;
-        break;
-    }
-    case O_MAXVOL: {
-        uint64_t v;
-        if (uint_flag("max-volumes", arg, 1, 100000, &v) < 0)
-            return 2;
-        cfg->max_volumes = (int64_t)v;
-        break;
-    }
     }
     return -1;
 }
