@@ -10,6 +10,7 @@
 #                with components/rbd (QSD_INSTALL=helm: the Helm chart; install.sh)
 #   examples     every deploy/examples/ file accepted by the API server
 #   csi-sanity   through kubelet's socket of the node plugin
+#   quick-start  docs/quick-start.md's sections 3-5 as a user follows them
 #   vm-boot, snapshot, hotplug, plugin-restart, rollout, expand, vm-data,
 #   restore-clone   the VM scenarios (VM pods of vmpod.sh)
 #   rbd          an RBD class on the tests' single-node Ceph (ceph.py)
@@ -214,6 +215,58 @@ examples() {
     done
     for n in $made; do kubectl delete namespace "$n" --wait=false >/dev/null; done
     return $bad
+}
+
+# ---------------------------------------------------------------- the quick start
+# docs/quick-start.md as a user follows it, after section 3's install (the
+# install step): what section 3's checks say they show, then the sh blocks
+# of sections 4 and 5 taken from the file and run as written (the example
+# VM pod with its hot-plugged disk, a live snapshot, an online resize), then
+# what their comments say they show.  The example's namespace is deleted
+# after (its claims and snapshot with it), before the VM scenarios.
+demo_attached() { # the example VM's launcher log: JSON lines, "disk attached" for data
+    kubectl -n vm-demo logs demo-vm | /usr/bin/python3 -c '
+import json, sys
+lines = [json.loads(l) for l in sys.stdin if l.strip()]
+sys.exit(0 if any("disk attached" in json.dumps(l) and "data" in json.dumps(l) for l in lines) else 1)'
+}
+quick_start() {
+    local doc=$repo_root/docs/quick-start.md out=$dir/logs/quick-start.out rc=0 node ready
+    # The examples step made and deleted the example's namespace.
+    wait_for 120 "namespace vm-demo gone (examples step)" gone get namespace vm-demo || return 1
+    node=$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')
+    # Section 3: "one qsd-csi-node pod per node (6/6) and two qsd-csi-controller
+    # pods (3/3; 6/6 with rbd)"; both driver names on the CSINode; capacities.
+    ready=$(kubectl -n qsd-csi get pods --no-headers | awk '{print $1, $2}')
+    echo "$ready" | grep -qE '^qsd-csi-node-[a-z0-9]+ 6/6$' ||
+        { say "section 3: the node pod is not 6/6: $ready"; return 1; }
+    [ "$(echo "$ready" | grep -cE '^qsd-csi-controller-[a-z0-9-]+ 6/6$')" = 2 ] ||
+        { say "section 3: not two controller pods 6/6 (components/rbd): $ready"; return 1; }
+    kubectl get csidriver qsd.csi.qsd-csi.dev rbd.qsd-csi.dev >/dev/null || return 1
+    [ "$(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}' | tr ' ' '\n' | sort | tr '\n' ' ')" = \
+      "qsd.csi.qsd-csi.dev rbd.qsd-csi.dev " ] || { say "section 3: CSINode drivers: $(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}')"; return 1; }
+    kubectl get csinode "$node" -o jsonpath='{.spec.drivers[?(@.name=="qsd.csi.qsd-csi.dev")].topologyKeys}' |
+        grep -q 'topology.qsd.csi.qsd-csi.dev/node' || { say "section 3: no topology key on the CSINode"; return 1; }
+    [ "$(kubectl -n qsd-csi get csistoragecapacities --no-headers 2>/dev/null | wc -l)" -ge 1 ] ||
+        { say "section 3: no CSIStorageCapacity"; return 1; }
+    echo "quick-start: section 3: node pod 6/6, two controller pods 6/6, CSINode with both drivers, $(kubectl -n qsd-csi get csistoragecapacities --no-headers | wc -l) capacities"
+    # Sections 4 and 5, as written.
+    awk '/^## 4\./ {on = 1} /^## Upgrading/ {on = 0}
+         on && /^```sh$/ {b = 1; next} on && b && /^```$/ {b = 0; next} on && b' "$doc" >"$dir/quick-start.sh"
+    [ "$(grep -c '^kubectl' "$dir/quick-start.sh")" -ge 6 ] ||
+        { say "sections 4 and 5 of quick-start.md: no commands found"; return 1; }
+    (cd "$repo_root" && timeout 900 bash -e -o pipefail "$dir/quick-start.sh") >"$out" 2>&1 || rc=$?
+    if [ $rc != 0 ]; then say "the guide's commands failed ($rc):"; tail -20 "$out" >&2; fi
+    if [ $rc = 0 ]; then
+        [ "$(kubectl -n vm-demo get pvc demo-vm-root demo-vm-data -o jsonpath='{.items[*].status.phase}')" = "Bound Bound" ] ||
+            { say "section 4: the claims are not both Bound"; rc=1; }
+        wait_for 60 'a "disk attached" JSON line for data in the launcher log' demo_attached ||
+            { kubectl -n vm-demo logs demo-vm 2>&1 | tail -5 >&2; rc=1; }
+        echo "quick-start: sections 4 and 5 ran as written: claims Bound, demo-vm and its attachment pod Ready, data attached, snapshot ready, root 20Gi"
+    fi
+    kubectl delete namespace vm-demo --wait=false >/dev/null 2>&1
+    wait_for 240 "namespace vm-demo deleted" gone get namespace vm-demo || rc=1
+    return $rc
 }
 
 # ---------------------------------------------------------------- VM scenarios
@@ -666,6 +719,7 @@ step seccomp-probe "$here/seccomp-probe.sh" "$dir"
 step install "$here/install.sh" "$dir" || exit 1
 step examples examples
 step csi-sanity "$here/sanity.sh" "$dir"
+step quick-start quick_start
 # QSD_K8S_ONLY=rbd (or vm): only that part of the scenarios (debugging).
 if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step snapshot snapshot

@@ -12,8 +12,9 @@
 #   - the guest's kernel and initramfs come from a read-only hostPath, so
 #     the namespace is `privileged` for Pod Security (baseline refuses
 #     hostPath volumes);
-#   - cpu request 300m and memory 600Mi instead of 2 CPUs and 1400Mi: the
-#     test node has 2 cores, a pod requesting 2 would not be scheduled;
+#   - cpu request 300m and memory 600Mi instead of 200m and 1400Mi: a
+#     smaller guest, and a share of the test node's 2 cores that does not
+#     depend on the example's;
 #   - restartPolicy Never: the guest powers off after its test, the launcher
 #     then exits 0 and the pod ends Succeeded (not restarted).
 # Owns no state.
