@@ -529,22 +529,27 @@ static int embed_root_prepare(const char *root)
     return write_file_atomic(conf, text, strlen(text), 0600);
 }
 
-/* libvirt starts passt as QEMU's user (root here); passt then drops to
- * "nobody" before it writes its pid file into ROOT/run/qemu/passt, which
- * libvirt made root's at connect time (seen with Debian 12's passt
- * 2023-03-09: "PID file open: Permission denied", and the domain fails).
- * Hand that one directory to nobody (libvirt, as root, still reads it) and
- * let others search the launcher's own directories above it; a directory
- * above ROOT that nobody cannot search is reported (it is not ours). */
+/* libvirt starts passt as QEMU's user (root here), with its socket and pid
+ * file in ROOT/run/qemu/passt, which libvirt made root's (0755) at connect
+ * time.  passt then gives up root, in one of two ways: Debian 12's passt
+ * (2023-03-09) becomes "nobody" before it writes its pid file ("PID file
+ * open: Permission denied" in a root-owned directory); Debian 13's
+ * (2025-05-03, the launcher image's) binds its socket in a root-owned 0755
+ * directory but not in one of nobody's ("Failed to bind UNIX domain socket:
+ * Permission denied", seen in the image and in a cluster).  A root-owned
+ * directory that anyone may write to, sticky as /tmp, suits both (both
+ * seen); it is in the pod's own launcher root,
+ * which only the pod's processes see.  Others may search the launcher's own
+ * directories above it; a directory above ROOT that nobody cannot search is
+ * reported (it is not ours). */
 static void passt_dir_prepare(const char *root)
 {
     if (geteuid() != 0)
         return;
     struct passwd *pw = getpwnam("nobody");
     uid_t uid = pw ? pw->pw_uid : 65534;
-    gid_t gid = pw ? pw->pw_gid : 65534;
     _cleanup_free_ char *dir = xasprintf("%s/run/qemu/passt", root);
-    if (mkdir_p(dir, 0755) < 0 || chown(dir, uid, gid) < 0)
+    if (mkdir_p(dir, 0755) < 0 || chown(dir, 0, 0) < 0 || chmod(dir, 01777) < 0)
         log_warn(COMP, "cannot prepare passt's directory", "dir=%s error=\"%m\"", dir);
     const char *ours[] = {"", "/run", "/run/qemu"};
     for (size_t i = 0; i < ARRAY_SIZE(ours); i++) {
