@@ -14,7 +14,9 @@ only (docs/rbd.md, "Two driver names").
     handed to the RBD code (missing secrets: INVALID_ARGUMENT naming
     userID), as on the first;
   - the controller role takes the flags too (its own name on each);
-  - SIGTERM: exit 0, both sockets removed.
+  - SIGTERM: exit 0, both sockets removed;
+  - a second socket that cannot be made: exit non-zero at once, the path
+    and the reason in the log, the first socket removed.
 usage: test_csi_endpoints.py PLUGIN_BINARY PROTO_DIR [QSDCTL]   (~5 s)"""
 import json
 import os
@@ -142,6 +144,25 @@ def main():
         assert env.stop(signal.SIGTERM) == 0
         assert not os.path.exists(sock2)
         print("ok controller role: both names, exit 0")
+
+        # The second socket cannot be made (its directory is a file): the
+        # plugin names the path and the reason, exits non-zero at once and
+        # leaves neither socket behind.
+        blocker = os.path.join(env.root, "blocker")
+        open(blocker, "w").close()
+        bad = os.path.join(blocker, "csi.sock")
+        try:
+            c1 = env.start(extra=["--rbd-endpoint", "unix://" + bad, "--rbd-driver-name", RBD_NAME])
+        except RuntimeError:
+            pass  # exited before its first socket accepted
+        rc = env.proc.wait(timeout=15)
+        assert rc not in (0, None), "exit %s" % rc
+        with open(os.path.join(env.root, "plugin.log")) as f:
+            log = f.read().splitlines()
+        said = [ln for ln in log if "cannot create the socket directory" in ln and bad in ln]
+        assert said, "no error naming %s in the log's last lines: %s" % (bad, log[-3:])
+        assert not os.path.exists(env.sock), "the first socket was left behind"
+        print("ok the second socket impossible: exit %d, %r, no socket left" % (rc, said[-1][-120:]))
     finally:
         if c2:
             c2.close()
