@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import yaml
@@ -57,6 +58,11 @@ elif a[:1] == ["apply"]:
     for o in items:
         print("%s/%s created" % (o["kind"].lower(), o["metadata"]["name"]))
 elif a[:1] == ["port-forward"]:
+    if os.environ.get("FAKE_PF") == "fail":
+        sys.stderr.write("error: unable to listen on any of the requested ports\n")
+        sys.exit(1)
+    if os.environ.get("FAKE_PF") == "deaf":
+        time.sleep(60)
     local = int(a[2].split(":")[0])
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", local)); s.listen(4)
@@ -228,6 +234,28 @@ class Refusals(unittest.TestCase):
         self.assertEqual(args[-1], "uptime")
         pf = [c for c in self.calls() if "port-forward" in c]
         self.assertEqual(pf, [["port-forward", "pod/vm1", "38222:2222"]])
+
+    def test_ssh_when_the_port_forward_fails(self):
+        """kubectl port-forward exits (the port taken, the pod gone) or never
+        listens: the CLI says so, bounded by --timeout, and runs no ssh."""
+        pod = {"metadata": {"name": "vm1", "labels": {Q.LABEL: "vm1"}},
+               "spec": {"containers": [{"ports": [{"name": "ssh", "containerPort": 2222}]}], "volumes": []}}
+        put(self.objs, {"pod/vm1": pod})
+        out = os.path.join(self.d, "ssh.out")
+        fake_ssh = os.path.join(self.d, "ssh")
+        with open(fake_ssh, "w") as f:
+            f.write("#!/bin/sh\necho \"$@\" > %s\n" % out)
+        os.chmod(fake_ssh, 0o755)
+        for mode, timeout, said in (("fail", "20", "kubectl port-forward ended: error: unable to listen"),
+                                    ("deaf", "2", "not listening within 2 s")):
+            self.env["FAKE_PF"] = mode
+            t0 = time.monotonic()
+            p = self.run_cli("--timeout", timeout, "ssh", "vm1", "--local-port", "38223",
+                             "--ssh-command", fake_ssh)
+            self.assertNotEqual(p.returncode, 0, mode)
+            self.assertIn(said, p.stderr, mode)
+            self.assertLess(time.monotonic() - t0, 15, mode)
+            self.assertFalse(os.path.exists(out), "ssh ran although the port forward %s" % mode)
 
 
 if __name__ == "__main__":
