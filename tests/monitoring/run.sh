@@ -14,7 +14,8 @@
 #
 # promtool comes from the Go module proxy (github.com/prometheus/prometheus
 # at PROMTOOL_VERSION), built once into $QSD_PROMTOOL_DIR (default
-# /var/cache/qsd-csi/promtool) and kept there with a stamp of its version.
+# /var/cache/qsd-csi/promtool) and kept there with a stamp of its version,
+# by tests/gotool.sh.
 # A cold build took 510 s on a 2-core machine (downloads ~1.8 GB of
 # modules into GOMODCACHE and ~1.8 GB of build cache).
 # Exit 0: all good; 1: a problem; 77: skipped, only when there is no Go
@@ -27,41 +28,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${QSD_PROMTOOL_DIR:-/var/cache/qsd-csi/promtool}
 PROMTOOL=$CACHE/promtool
-STAMP=$CACHE/promtool.version
 
-build_promtool() {
-    # Go from PATH, else where the official tarball puts it; QSD_GO overrides.
-    local go=${QSD_GO:-$(command -v go || echo /usr/local/go/bin/go)}
-    if [[ ! -x "$go" ]]; then
-        echo "SKIP: Go is not installed (needed once to build promtool $PROMTOOL_VERSION" \
-             "from the Go module proxy into $CACHE)"
-        exit 77
-    fi
-    mkdir -p "$CACHE"
-    local tmp start
-    tmp=$(mktemp -d "$CACHE/build.XXXXXX")
-    start=$(date +%s)
-    echo "building promtool $PROMTOOL_VERSION with $("$go" version) (a cold build takes minutes)"
-    if ! GOBIN=$tmp GOFLAGS=-modcacherw "$go" install \
-            "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"; then
-        rm -rf "$tmp"
-        echo "FAIL: go install of promtool $PROMTOOL_VERSION failed"
-        exit 1
-    fi
-    mv -f "$tmp/promtool" "$PROMTOOL"
-    rm -rf "$tmp"
-    echo "$PROMTOOL_VERSION" >"$STAMP"
-    echo "built promtool $PROMTOOL_VERSION in $(( $(date +%s) - start )) s"
-}
-
-# One build at a time (two ctest runs may start together).
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.lock"
-flock -w 1800 9 || { echo "FAIL: $CACHE/.lock held for 30 minutes"; exit 1; }
-if [[ ! -x "$PROMTOOL" || "$(cat "$STAMP" 2>/dev/null)" != "$PROMTOOL_VERSION" ]]; then
-    build_promtool
-fi
-flock -u 9
+/bin/bash "$ROOT/tests/gotool.sh" "$CACHE" "$PROMTOOL_VERSION" \
+    github.com/prometheus/prometheus/cmd/promtool
 # --build: only make sure promtool is built (scripts/test.sh does it in the
 # background before the suite, at the lowest CPU priority).
 [[ ${1:-} != --build ]] || exit 0
