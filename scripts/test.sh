@@ -14,10 +14,11 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 # The cluster's binaries (cached by the pins; a cold build takes tens of
 # minutes on 2 cores): started first in a process group of its own, stopped
 # by that group's id if this script ends early.
-# promtool (tests/monitoring/run.sh, ctest deploy/monitoring_rules) and
-# helm (tests/helm/run.sh, ctest deploy/helm_chart) first: cold builds take
-# about 9 minutes and 3 minutes, and those tests wait for them (a lock)
-# rather than building them in the middle of the suite.
+# promtool and the Prometheus server (tests/monitoring/run.sh, ctests
+# deploy/monitoring_rules and deploy/monitoring_load) and helm
+# (tests/helm/run.sh, ctest deploy/helm_chart) first: cold builds take
+# about 9, 2 and 3 minutes, and those tests wait for them (a lock, in
+# tests/gotool.sh) rather than building them in the middle of the suite.
 k8s_log=$(mktemp /tmp/qsd-k8s-build.XXXXXX)
 setsid nice -n 19 sh -c 'tests/monitoring/run.sh --build && tests/helm/run.sh --build &&
                          exec tests/k8s/build.sh --jobs "$1"' \

@@ -18,10 +18,10 @@
 #
 # helm comes from the Go module proxy (helm.sh/helm/v3 at HELM_VERSION),
 # built once into $QSD_HELM_DIR (default /var/cache/qsd-csi/helm) with a
-# stamp of its version.  Cold builds of v3.22.0 on a 2-core machine,
-# 2026-11-26: 200 s with empty module and build caches (nice 19, load
-# average about 5; downloads 413 MB of modules, leaves 719 MB of build
-# cache), 81 s with the module cache already holding tests/k8s/build.sh's
+# stamp of its version, by tests/gotool.sh.  Cold builds of v3.22.0 on a
+# 2-core machine, 2026-11-26: 200 s with empty module and build caches
+# (nice 19, load average about 5; downloads 413 MB of modules, leaves
+# 719 MB of build cache), 81 s with the module cache already holding tests/k8s/build.sh's
 # k8s.io modules.
 # kubectl: PATH, else the one tests/k8s/build.sh built.
 # Exit 0: all good; 1: a problem; 77: skipped (no Go and no helm built
@@ -33,37 +33,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${QSD_HELM_DIR:-/var/cache/qsd-csi/helm}
 HELM=$CACHE/helm
-STAMP=$CACHE/helm.version
 
-build_helm() {
-    local go=${QSD_GO:-$(command -v go || echo /usr/local/go/bin/go)}
-    if [[ ! -x "$go" ]]; then
-        echo "SKIP: Go is not installed (needed once to build helm $HELM_VERSION" \
-             "from the Go module proxy into $CACHE)"
-        exit 77
-    fi
-    local tmp start
-    tmp=$(mktemp -d "$CACHE/build.XXXXXX")
-    start=$(date +%s)
-    echo "building helm $HELM_VERSION with $("$go" version)"
-    if ! GOBIN=$tmp GOFLAGS=-modcacherw "$go" install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"; then
-        rm -rf "$tmp"
-        echo "FAIL: go install of helm $HELM_VERSION failed"
-        exit 1
-    fi
-    mv -f "$tmp/helm" "$HELM"
-    rm -rf "$tmp"
-    echo "$HELM_VERSION" >"$STAMP"
-    echo "built helm $HELM_VERSION in $(( $(date +%s) - start )) s"
-}
-
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.lock"
-flock -w 1800 9 || { echo "FAIL: $CACHE/.lock held for 30 minutes"; exit 1; }
-if [[ ! -x "$HELM" || "$(cat "$STAMP" 2>/dev/null)" != "$HELM_VERSION" ]]; then
-    build_helm
-fi
-flock -u 9
+/bin/bash "$ROOT/tests/gotool.sh" "$CACHE" "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 [[ ${1:-} != --build ]] || exit 0
 
 KUBECTL=$(command -v kubectl || ls /var/cache/qsd-csi/k8s/bin/*/kubectl 2>/dev/null | head -1 || true)

@@ -1,6 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# tests/monitoring/run.sh: checks deploy/monitoring with promtool.
+# tests/monitoring/run.sh: checks deploy/monitoring with promtool; with
+# --load, in a real Prometheus (load.py).
 #
 #   1. every qsd_csi_ series named by the PrometheusRule, the dashboard and
 #      this directory's test is one the plugin exports (csi/metrics.c);
@@ -14,12 +15,22 @@
 #
 # promtool comes from the Go module proxy (github.com/prometheus/prometheus
 # at PROMTOOL_VERSION), built once into $QSD_PROMTOOL_DIR (default
-# /var/cache/qsd-csi/promtool) and kept there with a stamp of its version.
-# A cold build took 510 s on a 2-core machine (downloads ~1.8 GB of
-# modules into GOMODCACHE and ~1.8 GB of build cache).
+# /var/cache/qsd-csi/promtool) and kept there with a stamp of its version,
+# by tests/gotool.sh; the Prometheus server of the same version beside it
+# (for load.py, ctest deploy/monitoring_load), built with -tags
+# remove_all_sd (the module's plugins/ tags: no service-discovery plugin;
+# the test scrapes a static target).  A cold build of promtool took 510 s
+# on a 2-core machine (downloads ~1.8 GB of modules into GOMODCACHE and
+# ~1.8 GB of build cache).  The server after it, 2026-11-27: 100 s (nice
+# 10, load average about 5; 33 more modules downloaded; a 75 MB binary,
+# promtool with every plugin is 123 MB).
 # Exit 0: all good; 1: a problem; 77: skipped, only when there is no Go
-# (and no promtool of that version built before).  With --build: build
-# promtool if needed, and stop there.
+# (and no promtool of that version built before).
+#   --build: build promtool and prometheus if needed, and stop there
+#            (scripts/test.sh does it in the background before the suite,
+#            at the lowest CPU priority).
+#   --load PLUGIN PROTO_DIR: build prometheus if needed and run load.py
+#            (the rules and the dashboard in a real Prometheus).
 set -euo pipefail
 
 PROMTOOL_VERSION=v0.316.0  # the Prometheus 3.x module; see go-partial's list
@@ -27,44 +38,24 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${QSD_PROMTOOL_DIR:-/var/cache/qsd-csi/promtool}
 PROMTOOL=$CACHE/promtool
-STAMP=$CACHE/promtool.version
+MODULE=github.com/prometheus/prometheus
+SERVER_TAGS=remove_all_sd  # the plugins/ build tags of the module
 
-build_promtool() {
-    # Go from PATH, else where the official tarball puts it; QSD_GO overrides.
-    local go=${QSD_GO:-$(command -v go || echo /usr/local/go/bin/go)}
-    if [[ ! -x "$go" ]]; then
-        echo "SKIP: Go is not installed (needed once to build promtool $PROMTOOL_VERSION" \
-             "from the Go module proxy into $CACHE)"
-        exit 77
-    fi
-    mkdir -p "$CACHE"
-    local tmp start
-    tmp=$(mktemp -d "$CACHE/build.XXXXXX")
-    start=$(date +%s)
-    echo "building promtool $PROMTOOL_VERSION with $("$go" version) (a cold build takes minutes)"
-    if ! GOBIN=$tmp GOFLAGS=-modcacherw "$go" install \
-            "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"; then
-        rm -rf "$tmp"
-        echo "FAIL: go install of promtool $PROMTOOL_VERSION failed"
-        exit 1
-    fi
-    mv -f "$tmp/promtool" "$PROMTOOL"
-    rm -rf "$tmp"
-    echo "$PROMTOOL_VERSION" >"$STAMP"
-    echo "built promtool $PROMTOOL_VERSION in $(( $(date +%s) - start )) s"
+build_server() {
+    /bin/bash "$ROOT/tests/gotool.sh" --tags "$SERVER_TAGS" "$CACHE" "$PROMTOOL_VERSION" \
+        "$MODULE/cmd/prometheus"
 }
 
-# One build at a time (two ctest runs may start together).
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.lock"
-flock -w 1800 9 || { echo "FAIL: $CACHE/.lock held for 30 minutes"; exit 1; }
-if [[ ! -x "$PROMTOOL" || "$(cat "$STAMP" 2>/dev/null)" != "$PROMTOOL_VERSION" ]]; then
-    build_promtool
-fi
-flock -u 9
-# --build: only make sure promtool is built (scripts/test.sh does it in the
-# background before the suite, at the lowest CPU priority).
-[[ ${1:-} != --build ]] || exit 0
+case ${1:-} in
+--build)
+    /bin/bash "$ROOT/tests/gotool.sh" "$CACHE" "$PROMTOOL_VERSION" "$MODULE/cmd/promtool"
+    build_server
+    exit 0;;
+--load)
+    build_server
+    exec /usr/bin/python3 "$HERE/load.py" "$CACHE/prometheus" "${@:2}";;
+esac
+/bin/bash "$ROOT/tests/gotool.sh" "$CACHE" "$PROMTOOL_VERSION" "$MODULE/cmd/promtool"
 
 WORK=$(mktemp -d /tmp/qsd-monitoring.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
