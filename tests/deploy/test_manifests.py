@@ -98,6 +98,17 @@ MONITORING = "deploy/monitoring"
 EXAMPLES = "deploy/examples"
 DRIVER_DEFAULT = "qsd.csi.qsd-csi.dev"
 TOPOLOGY_KEY = "topology.qsd.csi.qsd-csi.dev/node"
+# The VM pods' seccomp profile: the file in the plugin image, its name under
+# kubelet's seccomp directory, what it must allow (passt's own sandbox: user,
+# mount and network namespaces) and what it must still refuse.
+SECCOMP_FILE = "deploy/images/plugin/vm-launcher-seccomp.json"
+SECCOMP_VM = {"type": "Localhost", "localhostProfile": "qsd-csi/vm-launcher.json"}
+SECCOMP_MUST_ALLOW = {"unshare", "mount", "umount2", "pivot_root", "setns", "read", "write",
+                      "ioctl", "mmap", "clone", "execve"}
+SECCOMP_MUST_REFUSE = {"bpf", "keyctl", "add_key", "request_key", "kexec_load", "kexec_file_load",
+                       "init_module", "finit_module", "delete_module", "perf_event_open",
+                       "open_by_handle_at", "userfaultfd", "reboot", "swapon", "swapoff",
+                       "io_uring_setup", "fsopen", "move_mount", "open_tree", "clone3"}
 
 # kind -> apiVersion, namespaced?
 KINDS = {
@@ -961,6 +972,40 @@ class Checker:
             if (c.get("securityContext") or {}).get("privileged"):
                 self.err(where, "privileged init container %s (hostPath type "
                          "DirectoryOrCreate makes directories)" % c.get("name"))
+        self.check_seccomp_install(where, spec)
+
+    def check_seccomp_install(self, where, spec):
+        """An init container installs the VM pods' profile under kubelet's
+        seccomp directory, by the name the VM pods give."""
+        vols = {v.get("name"): (v.get("hostPath") or {}).get("path") for v in spec.get("volumes") or []}
+        root = next((e.get("value") for c in spec.get("containers") or [] for e in c.get("env") or []
+                     if e.get("name") == "KUBELET_ROOT"), "/var/lib/kubelet")
+        want = "/seccomp/" + SECCOMP_VM["localhostProfile"]
+        for c in spec.get("initContainers") or []:
+            cmd = " ".join(c.get("command") or [])
+            mounts = {m.get("mountPath"): m.get("name") for m in c.get("volumeMounts") or []}
+            if "/usr/local/share/qsd-csi/seccomp/vm-launcher.json" in cmd and want in cmd and \
+                    vols.get(mounts.get("/seccomp")) == root + "/seccomp":
+                return
+        self.err(where, "no init container copies the VM pods' seccomp profile to %s%s (the "
+                 "hostPath %s/seccomp at /seccomp)" % (root, want, root))
+
+    def check_seccomp_profile(self):
+        try:
+            with open(os.path.join(self.root, SECCOMP_FILE)) as f:
+                prof = json.load(f)
+        except (OSError, ValueError) as e:
+            self.err(SECCOMP_FILE, "unreadable: %s" % e)
+            return
+        if prof.get("defaultAction") != "SCMP_ACT_ERRNO":
+            self.err(SECCOMP_FILE, "defaultAction %s: an allow list refuses by default"
+                     % prof.get("defaultAction"))
+        allowed = {n for r in prof.get("syscalls") or [] if r.get("action") == "SCMP_ACT_ALLOW"
+                   for n in r.get("names") or []}
+        for n in sorted(SECCOMP_MUST_ALLOW - allowed):
+            self.err(SECCOMP_FILE, "%s is not allowed (passt or the launcher needs it)" % n)
+        for n in sorted(SECCOMP_MUST_REFUSE & allowed):
+            self.err(SECCOMP_FILE, "%s is allowed: RuntimeDefault refuses it, so must this" % n)
 
     def check_rbd_clusters(self, where, spec, plugin, flags):
         """--rbd-clusters: a file of a ConfigMap of deploy/, its directory
@@ -1190,6 +1235,10 @@ class Checker:
         for k in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.get(k):
                 self.err(where, "%s in a VM pod" % k)
+        prof = (spec.get("securityContext") or {}).get("seccompProfile")
+        if prof != SECCOMP_VM:
+            self.err(where, "a VM pod's seccompProfile must be %s (the driver's profile: passt, its "
+                     "network, needs user namespaces), not %s" % (SECCOMP_VM, prof))
         if spec.get("shareProcessNamespace"):
             self.err(where, "shareProcessNamespace in a VM pod: not needed (the launcher as PID 1 "
                      "reaps through its init) and it shows the pod's processes to each other")
@@ -1567,6 +1616,7 @@ class Checker:
         self.check_rbac()
         self.check_parameters()
         self.check_snapshot_classes()
+        self.check_seccomp_profile()
         return not self.errors
 
 
@@ -1825,6 +1875,17 @@ def self_check(root, make_checker, with_launcher):
                     del m["readOnly"]
     cases.append(("writable bridge mount", "must be readOnly: true",
                   "deploy/examples/vm-pod.yaml", _bridge_writable))
+
+    def _vm_runtime_default(d):
+        if d.get("kind") == "Pod" and d["metadata"]["name"] == "demo-vm":
+            d["spec"]["securityContext"]["seccompProfile"] = {"type": "RuntimeDefault"}
+    cases.append(("VM pod under RuntimeDefault", "seccompProfile must be",
+                  "deploy/examples/vm-pod.yaml", _vm_runtime_default))
+
+    def _no_seccomp_install(d):
+        if d.get("kind") == "DaemonSet":
+            d["spec"]["template"]["spec"].pop("initContainers", None)
+    cases.append(("no seccomp profile installed", "seccomp profile to", ds, _no_seccomp_install))
     if with_launcher:
         cases.append(("bogus launcher flag", "--bogus-flag", "deploy/examples/vm-pod.yaml",
                       _edit_args("qsd-vm-launcher", lambda a: a + ["--bogus-flag=1"])))

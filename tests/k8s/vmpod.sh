@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by tests/k8s/e2e.sh: the YAML of the test VM pods, shaped like
-# deploy/examples/vm-pod.yaml (its securityContext, RuntimeDefault seccomp,
+# deploy/examples/vm-pod.yaml (its securityContext, the driver's seccomp profile,
 # fsGroup 107, the bridge inline volume, each claim mounted read-only beside
 # it, the launcher's arguments, the ConfigMap mounted as a directory).  What
 # differs from the example, and why:
@@ -110,7 +110,8 @@ spec:
   securityContext:
     fsGroup: 107
     seccompProfile:
-      type: RuntimeDefault
+      type: Localhost
+      localhostProfile: qsd-csi/vm-launcher.json
   containers:
     - name: launcher
       image: localhost/qsd-csi/qsd-vm-launcher:0.1.0
