@@ -612,8 +612,10 @@ uninstall() {
         return 1
     fi
     echo "uninstall: no QSD, no file in the pool, no mount below /run/qsd-csi or the plugin's directory"
+    [ -s /var/lib/kubelet/seccomp/qsd-csi/vm-launcher.json ] ||
+        { say "no VM pod seccomp profile on the node (the init container installs it)"; return 1; }
     echo "uninstall: left as the docs say: $(ls -d /var/lib/qsd-csi /run/qsd-csi \
-        /var/lib/kubelet/plugins/qsd.csi.qsd-csi.dev 2>/dev/null | tr '\n' ' ')"
+        /var/lib/kubelet/plugins/qsd.csi.qsd-csi.dev /var/lib/kubelet/seccomp/qsd-csi 2>/dev/null | tr '\n' ' ')"
 }
 
 # The Helm chart in the real cluster, after the kustomize install is gone:
