@@ -212,6 +212,13 @@ static int make_or_check(const struct vol *v, const char *dev, char **ret_msg)
     int code, r = probe(dev, &type, ret_msg);
     if (r < 0)
         return r;
+    if (!type && v->raw_exposed) {
+        /* No signature, but a tenant's bytes: never formatted over. */
+        *ret_msg = xasprintf("volume %s holds no filesystem and was a block device of a tenant "
+                             "(a VM's disk or a Block-mode pod's): it is not formatted over",
+                             v->id);
+        return -EUCLEAN;
+    }
     if (!type) {
         char *ext4[] = {"mkfs.ext4", "-q", "-F", "-E", "nodiscard", (char *)dev, NULL};
         char *xfs[] = {"mkfs.xfs", "-q", "-K", (char *)dev, NULL};

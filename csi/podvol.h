@@ -38,12 +38,14 @@ void podvol_fuse_unmount(struct csi *c, const char *id);
 bool podvol_served(struct csi *c, const struct vol *v);
 
 /* In a worker: the loop device on v's FUSE file (made when missing;
- * buffered, docs/pod-volumes.md); for a filesystem volume, a filesystem made when the device is
- * empty (blkid finds no signature at all), checked (fsck -n) when the
- * volume's bytes were ever a tenant's block device, mounted at the staging
- * path (nosuid, nodev) when it is not yet, and its root given to the
- * staging group.  -EUCLEAN with a message: refused (something else on the
- * device, a check that fails): FAILED_PRECONDITION.  Idempotent. */
+ * buffered, docs/pod-volumes.md); for a filesystem volume, a filesystem
+ * made when the device is empty (blkid finds no signature at all) and its
+ * bytes were never a tenant's block device (a VM's disk, a Block-mode
+ * pod's); an existing one checked (fsck -n) when they were; mounted at the
+ * staging path (nosuid, nodev) when it is not yet, its root given to the
+ * staging group.  -EUCLEAN with a message: refused (another signature, no
+ * filesystem on a tenant's bytes, a check that fails): FAILED_PRECONDITION.
+ * Idempotent. */
 int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg);
 
 /* In a worker: the filesystem at the staging path unmounted, every loop
