@@ -928,12 +928,36 @@ static void expand_finish(struct op *op, int status, const char *msg)
 
 /* The resize sequence (qmpcmd.h): never shrinks, the context's size
  * becomes the node's size afterwards. */
+/* In the worker: a pod volume's loop device and filesystem grown. */
+static int pod_grow_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    const struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
+    return podvol_grow(op->csi, op->vol, x->size, ret_msg);
+}
+
+static void pod_grown(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    op->worker = NULL;
+    _cleanup_free_ char *m = status < 0 ? xasprintf("volume %s grew, but not its %s: %s",
+                                                    op->vol->id, op->vol->stage_kind ==
+                                                    STAGE_KIND_FS ? "filesystem" : "loop device",
+                                                    msg ? msg : strerror(-status))
+                                        : NULL;
+    expand_finish(op, status, m);
+}
+
 static void on_grown(int status, uint64_t size, const char *msg, void *opaque)
 {
     struct op *op = opaque;
     struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
     if (status == 0)
         x->size = size;
+    if (status == 0 && op->vol->stage_kind != STAGE_KIND_VHOST) {
+        op_worker(op, pod_grow_fn, ATTACH_TIMEOUT_MS, pod_grown);
+        return;
+    }
     expand_finish(op, status, msg);
 }
 

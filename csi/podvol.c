@@ -9,6 +9,8 @@
 #include "qsd/base/util.h"
 
 #include <dirent.h>
+#include <inttypes.h>
+#include <linux/fs.h>
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <sys/ioctl.h>
@@ -306,6 +308,64 @@ int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg)
     if (!mounted && (r = make_or_check(v, dev, ret_msg)) < 0)
         return r;
     return mount_fs(c, v, dev, ret_msg);
+}
+
+/* The loop device of v told its backing file grew to size: once the FUSE
+ * file's size, asked again after the kernel's attribute timeout (1 s, the
+ * export's), shows it. */
+static int loop_grow(const char *path, const char *dev, uint64_t size, char **ret_msg)
+{
+    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *ret_msg = xasprintf("cannot open %s: %s", dev, strerror(errno));
+        return -errno;
+    }
+    for (int i = 0; i < 50; i++) { /* 5 s */
+        struct stat st;
+        uint64_t now = 0;
+        if (stat(path, &st) == 0 && (uint64_t)st.st_size >= size &&
+            ioctl(fd, LOOP_SET_CAPACITY, 0) == 0 && ioctl(fd, BLKGETSIZE64, &now) == 0 &&
+            now >= size)
+            return 0;
+        usleep(100 * 1000);
+    }
+    *ret_msg = xasprintf("loop device %s did not grow to %" PRIu64 " bytes within 5 s", dev, size);
+    return -ETIMEDOUT;
+}
+
+int podvol_grow(struct csi *c, const struct vol *v, uint64_t size, char **ret_msg)
+{
+    _cleanup_free_ char *path = podvol_fuse_path(c, v->id), *dev = NULL;
+    int r = podvol_loop_of(path, &dev);
+    if (r < 0) {
+        *ret_msg = xasprintf("volume %s has no loop device: stage it again", v->id);
+        return r;
+    }
+    if ((r = loop_grow(path, dev, size, ret_msg)) < 0 || v->stage_kind != STAGE_KIND_FS)
+        return r;
+    int code;
+    if (streq(v->stage_fs, "ext4")) {
+        char *argv[] = {"resize2fs", dev, NULL};
+        r = run(argv, &code, NULL, ret_msg);
+        if (r == 0 && code && *ret_msg && strstr(*ret_msg, "Permission denied")) {
+            char *m = xasprintf("%s (online ext4 growth needs CAP_SYS_RESOURCE)", *ret_msg);
+            free(*ret_msg);
+            *ret_msg = m;
+        }
+    } else {
+        /* xfs_growfs wants the mount point: the staging directory's
+         * descriptor, through this process's /proc entry. */
+        _cleanup_close_ int dfd = -1;
+        if ((r = mounts_open_target(c, v->staging_path, &dfd)) < 0) {
+            *ret_msg = xasprintf("cannot open staging path %s: %s", v->staging_path,
+                                 strerror(-r));
+            return r;
+        }
+        _cleanup_free_ char *mp = xasprintf("/proc/%d/fd/%d", (int)getpid(), dfd);
+        char *argv[] = {"xfs_growfs", mp, NULL};
+        r = run(argv, &code, NULL, ret_msg);
+    }
+    return r < 0 ? r : code ? -EIO : 0;
 }
 
 int podvol_detach(struct csi *c, const struct vol *v, char **ret_msg)

@@ -48,6 +48,11 @@ bool podvol_served(struct csi *c, const struct vol *v);
  * Idempotent. */
 int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg);
 
+/* In a worker, after v's QSD grew the volume to size (NodeExpandVolume):
+ * its loop device takes the new size, and a filesystem grows online
+ * (resize2fs, xfs_growfs). */
+int podvol_grow(struct csi *c, const struct vol *v, uint64_t size, char **ret_msg);
+
 /* In a worker: the filesystem at the staging path unmounted, every loop
  * device on v's FUSE file detached, the FUSE file unmounted and removed.
  * What is already gone is skipped. */
