@@ -17,8 +17,9 @@ driven in kubelet's order through a gRPC client:
   read-only fsck;
 - a block volume: the loop device bound as a device node at two targets,
   bytes written through one and read through the other, grown online;
-- kill -9 of the plugin at several instants of NodeStageVolume, a restart,
-  kubelet's retry, then NodeUnstageVolume: nothing left.
+- kill -9 of the plugin at several instants of NodeStageVolume (and of
+  NodeUnstageVolume), a restart, kubelet's retry, then NodeUnstageVolume:
+  nothing left.
 
 usage: test_csi_podvol.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
@@ -357,6 +358,29 @@ def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
             f.write("x")
         unstage(env, vid, p.stg)
         assert_nothing_left(env, vid, p.stg)
+    # kill -9 while NodeUnstageVolume runs; restart; kubelet's retry.
+    for delay in delays:
+        stage(env, vid, p.stg, cap)
+        fut = pool.submit(unstage, env, vid, p.stg)
+        time.sleep(delay)
+        env.proc.send_signal(signal.SIGKILL)
+        try:
+            fut.result(timeout=60)
+        except Exception:  # noqa: BLE001
+            pass
+        env.stop()
+        env.start()
+        for attempt in range(40):
+            try:
+                unstage(env, vid, p.stg)
+                break
+            except csilib.grpc.RpcError as e:
+                if e.code() not in (csilib.grpc.StatusCode.UNAVAILABLE,
+                                    csilib.grpc.StatusCode.ABORTED):
+                    raise AssertionError("unstage retry after kill at %.2fs: %s %s" % (
+                        delay, e.code(), e.details()))
+                time.sleep(0.25)
+        assert_nothing_left(env, vid, p.stg)
     pool.shutdown()
     # Killed after a complete stage: the new plugin adopts the QSD, the
     # loop device and the mount stay; unstage takes everything down.
@@ -370,8 +394,8 @@ def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
                                                                  range(len(delays))])
     unstage(env, vid, p.stg)
     assert_nothing_left(env, vid, p.stg)
-    print("ok kill -9 at %d instants of NodeStageVolume and after it: retried, nothing left "
-          "after unstage" % len(delays))
+    print("ok kill -9 at %d instants of NodeStageVolume, of NodeUnstageVolume and after a "
+          "stage: retried, nothing left after unstage" % len(delays))
 
 
 def main():
