@@ -7,6 +7,7 @@
 #include "qsd/base/util.h"
 
 #include <fcntl.h>
+#include <sys/mount.h>
 
 /* The mounts made here, by target, each with a descriptor of the mount
  * itself: found wherever a rename moved it (runtime only). */
@@ -143,8 +144,41 @@ int mounts_unmount(struct csi *c, const char *target, char **ret_msg)
     const char *rel = rel_of(c, target);
     if (!rel)
         return fail(-EXDEV, "unmount", target, ret_msg);
-    int r = fsat_unmount(kfd(c), rel);
-    return r < 0 ? fail(r, "unmount", target, ret_msg) : 0;
+    /* Through the parent's descriptor: a descriptor of the mount itself
+     * would keep it busy. */
+    _cleanup_free_ char *dir = xstrdup(rel);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : rel;
+    _cleanup_close_ int pfd = -1;
+    int r = slash ? (*slash = '\0', fsat_open(kfd(c), dir, O_PATH | O_DIRECTORY, &pfd)) : 0;
+    if (r == -ENOENT)
+        return 0;
+    if (r < 0)
+        return fail(r, "unmount", target, ret_msg);
+    int d = slash ? pfd : kfd(c);
+    for (int i = 0; i < 8; i++) {
+        _cleanup_close_ int fd = -1;
+        r = fsat_open(d, base, O_PATH | O_DIRECTORY, &fd);
+        if (r == -ENOENT)
+            return 0;
+        if (r == 0 && (r = fsat_is_mount_root(fd)) == 0)
+            return 0;
+        if (r < 0)
+            return fail(r, "unmount", target, ret_msg);
+        closep(&fd);
+        fd = -1;
+        /* Never detached lazily: what is under it (a loop device) goes
+         * next, and must not while the filesystem still writes to it.
+         * Busy for a moment after a worker that had it open reported (it
+         * exits after): 2 s at most, then the caller retries. */
+        _cleanup_free_ char *p = xasprintf("/proc/self/fd/%d/%s", d, base);
+        for (int k = 0; umount2(p, UMOUNT_NOFOLLOW) < 0; k++) {
+            if (errno != EBUSY || k == 40)
+                return fail(-errno, "unmount", target, ret_msg);
+            usleep(50 * 1000);
+        }
+    }
+    return fail(-EBUSY, "unmount", target, ret_msg);
 }
 
 int mounts_is_mounted(struct csi *c, const char *target, char **ret_msg)

@@ -38,8 +38,9 @@ int mounts_bind(struct csi *c, int src_fd, const char *target, char **ret_msg);
 int mounts_bind_pod(struct csi *c, int src_fd, const char *target, bool device, bool ro,
                     char **ret_msg);
 
-/* Unmount everything stacked on target; the directory stays (a staging
- * path is kubelet's).  Missing is success. */
+/* Unmount everything stacked on target, never lazily (-EBUSY while in use
+ * for 2 s: it waits, so a worker's); the directory stays (a staging path
+ * is kubelet's).  Missing is success. */
 int mounts_unmount(struct csi *c, const char *target, char **ret_msg);
 
 /* 1 when target is the root of a mount, 0 when it is not or does not exist,

@@ -375,17 +375,34 @@ int podvol_detach(struct csi *c, const struct vol *v, char **ret_msg)
     if (v->stage_kind == STAGE_KIND_FS && v->staging_path &&
         (r = mounts_unmount(c, v->staging_path, ret_msg)) < 0)
         return r;
-    for (int i = 0; i < 8; i++) {
+    /* Each loop device flushed (through the FUSE file to the QSD, which
+     * writes its image's metadata), then detached; a detach the kernel
+     * defers while someone else has the device open is waited for
+     * (bounded): the FUSE file must not go from under a live device. */
+    for (int i = 0; i < 50; i++) {
         _cleanup_free_ char *dev = NULL;
         if (podvol_loop_of(path, &dev) < 0)
             break;
-        _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = open(dev, O_RDWR | O_CLOEXEC);
+        if (fd >= 0 && i == 0 && fsync(fd) < 0)
+            log_warn("node", "cannot flush a loop device", "volume=%s device=%s error=\"%s\"",
+                     v->id, dev, strerror(errno));
         if (fd < 0 || (ioctl(fd, LOOP_CLR_FD, 0) < 0 && errno != ENXIO)) {
             r = -errno;
             *ret_msg = xasprintf("cannot detach loop device %s of volume %s: %s", dev, v->id,
                                  strerror(errno));
             return r;
         }
+        closep(&fd);
+        fd = -1;
+        if (i > 0)
+            usleep(100 * 1000);
+    }
+    _cleanup_free_ char *still = NULL;
+    if (podvol_loop_of(path, &still) == 0) {
+        *ret_msg = xasprintf("loop device %s of volume %s is still in use (open elsewhere)", still,
+                             v->id);
+        return -EBUSY;
     }
     while (mounted_at(path))
         if (umount2(path, MNT_DETACH) < 0) {

@@ -356,6 +356,10 @@ def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
         assert len(loops_on(fuse_file(env, vid))) == 1, (delay, loops_on(fuse_file(env, vid)))
         with open(os.path.join(p.stg, "n%d" % i), "w") as f:
             f.write("x")
+        # kubelet's order: the retried stage answered OK, the pod ran
+        assert sorted(os.listdir(p.stg)) == sorted(["lost+found"] + ["n%d" % k for k in
+                                                                     range(i + 1)]), (
+            delay, sorted(os.listdir(p.stg)))
         unstage(env, vid, p.stg)
         assert_nothing_left(env, vid, p.stg)
     # kill -9 while NodeUnstageVolume runs; restart; kubelet's retry.
@@ -390,8 +394,8 @@ def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
     env.start()
     assert fs_type_at(p.stg) == "ext4"
     stage(env, vid, p.stg, cap)
-    assert sorted(os.listdir(p.stg)) == sorted(["lost+found"] + ["n%d" % i for i in
-                                                                 range(len(delays))])
+    want = sorted(["lost+found"] + ["n%d" % i for i in range(len(delays))])
+    assert sorted(os.listdir(p.stg)) == want, (sorted(os.listdir(p.stg)), want)
     unstage(env, vid, p.stg)
     assert_nothing_left(env, vid, p.stg)
     print("ok kill -9 at %d instants of NodeStageVolume, of NodeUnstageVolume and after a "
