@@ -203,7 +203,9 @@ static void attach_done(int status, const char *msg, json_t *result, void *opaqu
     if (status < 0) {
         /* Left staged (its QSD serves): kubelet's retry attaches again,
          * NodeUnstageVolume takes it all down. */
-        grpc_call_fail(op->call, status == -EUCLEAN ? GRPC_FAILED_PRECONDITION : GRPC_INTERNAL,
+        grpc_call_fail(op->call, status == -EUCLEAN  ? GRPC_FAILED_PRECONDITION
+                                 : status == -EAGAIN ? GRPC_UNAVAILABLE
+                                                     : GRPC_INTERNAL,
                        "%s", msg ? msg : strerror(-status));
     } else {
         log_info("node", "pod volume staged", "volume=%s kind=%s fs=%s pid=%d", v->id,

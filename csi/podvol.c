@@ -156,11 +156,23 @@ static int run(char *const argv[], int *ret_code, char **ret_out, char **ret_msg
     return 0;
 }
 
-/* The loop device on path, made when missing. */
-static int loop_attach(const char *path, char **ret_dev, char **ret_msg)
+/* Whether dev's size is the FUSE file's (size, which the QSD reports; 0
+ * when it does not answer): a device made while the export was not
+ * serving yet is told again (LOOP_SET_CAPACITY). */
+static bool loop_size_ok(const char *dev, uint64_t size)
 {
-    if (podvol_loop_of(path, ret_dev) == 0)
-        return 0;
+    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+    uint64_t now = 0;
+    if (fd < 0 || size == 0)
+        return false;
+    if (ioctl(fd, BLKGETSIZE64, &now) == 0 && now == size)
+        return true;
+    return ioctl(fd, LOOP_SET_CAPACITY, 0) == 0 && ioctl(fd, BLKGETSIZE64, &now) == 0 &&
+           now == size;
+}
+
+static int loop_make(const char *path, char **ret_dev, char **ret_msg)
+{
     /* Without direct I/O: with it (loop over this FUSE file, QSD 10.0.2),
      * mkfs.ext4's filesystem read back corrupt (journal inode checksum),
      * raw and qcow2 alike; buffered, e2fsck -fn finds it clean
@@ -177,6 +189,36 @@ static int loop_attach(const char *path, char **ret_dev, char **ret_msg)
     }
     *ret_dev = TAKE_PTR(out);
     return 0;
+}
+
+/* The loop device on path, made when missing, of the FUSE file's size: one
+ * of another size (left by a plugin killed while it was made) is detached
+ * and made again.  -EAGAIN when the size still differs (retry). */
+static int loop_attach(const char *path, char **ret_dev, char **ret_msg)
+{
+    struct stat st;
+    if (stat(path, &st) < 0) {
+        *ret_msg = xasprintf("the FUSE export %s does not answer: %s", path, strerror(errno));
+        return -EAGAIN;
+    }
+    _cleanup_free_ char *dev = NULL;
+    for (int i = 0; i < 2; i++) {
+        int r = podvol_loop_of(path, &dev);
+        if (r < 0 && (r = loop_make(path, &dev, ret_msg)) < 0)
+            return r;
+        if (loop_size_ok(dev, (uint64_t)st.st_size)) {
+            *ret_dev = TAKE_PTR(dev);
+            return 0;
+        }
+        _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0)
+            ioctl(fd, LOOP_CLR_FD, 0);
+        free(dev);
+        dev = NULL;
+    }
+    *ret_msg = xasprintf("no loop device of %s's size (%lld bytes) could be made: retry", path,
+                         (long long)st.st_size);
+    return -EAGAIN;
 }
 
 /* What blkid finds on dev: NULL (nothing: an empty device) or its TYPE (or
