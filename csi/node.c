@@ -208,6 +208,10 @@ static void attach_done(int status, const char *msg, json_t *result, void *opaqu
                                                      : GRPC_INTERNAL,
                        "%s", msg ? msg : strerror(-status));
     } else {
+        if (v->stage_kind == STAGE_KIND_FS && !v->fs_made) {
+            v->fs_made = true; /* never formatted again (podvol.h) */
+            store_save_vol(op->csi->store, v);
+        }
         log_info("node", "pod volume staged", "volume=%s kind=%s fs=%s pid=%d", v->id,
                  stage_kind_name(v->stage_kind), v->stage_fs ? v->stage_fs : "-",
                  (int)qsd_get_pid(v->qsd));

@@ -256,6 +256,11 @@ static int make_or_check(const struct vol *v, const char *dev, char **ret_msg)
     int code, r = probe(dev, &type, ret_msg);
     if (r < 0)
         return r;
+    if (!type && v->fs_made) {
+        *ret_msg = xasprintf("volume %s had a filesystem made by this driver and none is found "
+                             "now: it is not formatted again", v->id);
+        return -EUCLEAN;
+    }
     if (!type && v->raw_exposed) {
         /* No signature, but a tenant's bytes: never formatted over. */
         *ret_msg = xasprintf("volume %s holds no filesystem and was a block device of a tenant "

@@ -44,7 +44,8 @@ bool podvol_served(struct csi *c, const struct vol *v);
  * pod's); an existing one checked (fsck -n) when they were; mounted at the
  * staging path (nosuid, nodev) when it is not yet, its root given to the
  * staging group.  -EUCLEAN with a message: refused (another signature, no
- * filesystem on a tenant's bytes, a check that fails): FAILED_PRECONDITION.
+ * filesystem on a tenant's bytes or where one was made (fs_made), a check
+ * that fails): FAILED_PRECONDITION.
  * Idempotent. */
 int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg);
 

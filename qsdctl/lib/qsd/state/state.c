@@ -154,6 +154,8 @@ json_t *vol_to_json(const struct vol *v)
         json_object_set_new(j, "released_ms", json_integer((json_int_t)v->released_ms));
     if (v->raw_exposed)
         json_object_set_new(j, "raw_exposed", json_true());
+    if (v->fs_made)
+        json_object_set_new(j, "fs_made", json_true());
     return j;
 }
 
@@ -196,6 +198,7 @@ int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
         released = json_integer_value(json_object_get(j, "released_ms"));
     v->released_ms = released > 0 ? released : 0;
     v->raw_exposed = json_is_true(json_object_get(j, "raw_exposed"));
+    v->fs_made = json_is_true(json_object_get(j, "fs_made"));
     int r = 0;
     if (json_is_object(src)) {
         const char *t, *sid;

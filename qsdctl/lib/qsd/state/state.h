@@ -53,6 +53,8 @@ struct vol {
     bool raw_exposed;      /* its bytes were ever a tenant's block device (a VM's
                               disk or a Block-mode pod's): a filesystem on it is
                               checked before the kernel mounts it */
+    bool fs_made;          /* a pod filesystem was made on it: a device found
+                              empty later is never formatted again */
     struct publication *pubs;
     size_t n_pubs;
     int64_t released_ms;   /* wall clock (ms) when it last left a pod or a bridge;
