@@ -7,6 +7,9 @@
  * socket's directory, never the socket file: a restarted QSD re-creates the
  * socket) onto the target path.  Staging and publications are recorded in
  * the volume's record before acting, so a restarted plugin knows them.
+ * A volume staged for ordinary pods (a filesystem or a block device,
+ * docs/pod-volumes.md) also gets a FUSE export of its QSD, a loop device and
+ * a filesystem (podvol.h, in workers), and its publications bind those.
  * What each volume RPC does is decided first by its pure plan
  * (node_plan.h); the acts here touch the mounts, paths, processes and
  * records. */

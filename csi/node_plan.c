@@ -300,7 +300,7 @@ void node_publish_plan(struct csi *c, Csi__V1__NodePublishVolumeRequest *in,
     if (!publish_request_ok(c, in, pl))
         return;
     cap_group(in->volume_capability, &pl->gid);
-    const char *fs;
+    const char *fs; /* the staged fs_type is the record's */
     pl->use = cap_kind(in->volume_capability, &fs);
     struct vol *vol = pl->vol = found(c, v, in->volume_id);
     if (!vol || !not_busy(v, vol))
