@@ -86,11 +86,15 @@ const char *cap_problem(const Csi__V1__VolumeCapability *cap)
 {
     if (!cap)
         return "volume_capability is missing";
-    if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK)
-        return "access type block is not supported: the volume is served as a vhost-user "
-               "socket in a directory (use access type mount)";
-    if (cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT || !cap->mount)
+    bool block = cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK &&
+                 cap->block;
+    if (!block &&
+        (cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT || !cap->mount))
         return "volume_capability.access_type is missing";
+    const char *fs = block ? NULL : cap->mount->fs_type;
+    if (fs && *fs && !streq(fs, "ext4") && !streq(fs, "xfs"))
+        return "volume_capability.mount.fs_type must be ext4 or xfs (a filesystem for pods), "
+               "or empty (the vhost-user socket of VM pods)";
     if (!cap->access_mode)
         return "volume_capability.access_mode is missing";
     switch (cap->access_mode->mode) {
@@ -111,6 +115,19 @@ const char *cap_problem(const Csi__V1__VolumeCapability *cap)
     if (cap_group(cap, &gid) < 0)
         return "volume_mount_group must be a numeric group id";
     return NULL;
+}
+
+int cap_kind(const Csi__V1__VolumeCapability *cap, const char **ret_fs)
+{
+    *ret_fs = NULL;
+    if (cap && cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK)
+        return STAGE_KIND_BLOCK;
+    if (cap && cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
+        cap->mount && cap->mount->fs_type && *cap->mount->fs_type) {
+        *ret_fs = cap->mount->fs_type;
+        return STAGE_KIND_FS;
+    }
+    return STAGE_KIND_VHOST;
 }
 
 bool cap_read_only(const Csi__V1__VolumeCapability *cap)

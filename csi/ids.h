@@ -40,6 +40,11 @@ const char *cap_problem(const Csi__V1__VolumeCapability *cap);
 bool caps_ok(struct grpc_call *call, size_t n, Csi__V1__VolumeCapability **caps);
 bool caps_check(struct verdict *v, size_t n, Csi__V1__VolumeCapability **caps);
 bool cap_read_only(const Csi__V1__VolumeCapability *cap);
+/* What a supported capability asks for (state.h enum stage_kind): block ->
+ * a block device, mount with fs_type ext4 or xfs -> a filesystem (*ret_fs
+ * set), mount without fs_type -> the vhost-user socket directory of VM
+ * pods (docs/pod-volumes.md). */
+int cap_kind(const Csi__V1__VolumeCapability *cap, const char **ret_fs);
 /* volume_mount_group -> gid (-1 when empty); -EINVAL if not a number. */
 int cap_group(const Csi__V1__VolumeCapability *cap, int *ret_gid);
 

@@ -7,6 +7,7 @@
 #include "qsd/base/util.h"
 
 #include <fcntl.h>
+#include <sys/mount.h>
 
 /* The mounts made here, by target, each with a descriptor of the mount
  * itself: found wherever a rename moved it (runtime only). */
@@ -75,22 +76,42 @@ static bool is_at(struct csi *c, const char *rel, int mnt_fd)
 {
     _cleanup_close_ int fd = -1;
     uint64_t a, b;
-    return fsat_open(kfd(c), rel, O_PATH | O_DIRECTORY, &fd) == 0 && fsat_mnt_id(fd, &a) == 0 &&
+    return fsat_open(kfd(c), rel, O_PATH, &fd) == 0 && fsat_mnt_id(fd, &a) == 0 &&
            fsat_mnt_id(mnt_fd, &b) == 0 && a == b && fsat_is_mount_root(fd) == 1;
 }
 
-int mounts_bind(struct csi *c, int src_fd, const char *target, char **ret_msg)
+/* The target of a block volume's publication: an empty file (0600; its
+ * directories 0750), created beneath the kubelet root; *ret_fd O_PATH. */
+static int make_file(struct csi *c, const char *rel, int *ret_fd)
+{
+    _cleanup_free_ char *dir = xstrdup(rel);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : rel;
+    _cleanup_close_ int pfd = -1;
+    int r = slash ? (*slash = '\0', fsat_mkdirs(kfd(c), dir, 0750, &pfd)) : 0;
+    if (r < 0)
+        return r;
+    int d = slash ? pfd : kfd(c);
+    int fd = openat(d, base, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EISDIR)
+        return -errno;
+    closep(&fd);
+    return fsat_open(d, base, O_PATH, ret_fd);
+}
+
+static int bind_at(struct csi *c, int src_fd, const char *target, unsigned flags, bool file,
+                   char **ret_msg)
 {
     const char *rel = rel_of(c, target);
     if (!rel)
         return fail(-EXDEV, "mount on", target, ret_msg);
     _cleanup_close_ int fd = -1, mnt = -1;
-    int r = fsat_mkdirs(kfd(c), rel, 0750, &fd);
+    int r = file ? make_file(c, rel, &fd) : fsat_mkdirs(kfd(c), rel, 0750, &fd);
     if (r < 0)
         return fail(r, "create", target, ret_msg);
     if ((r = fsat_is_mount_root(fd)) != 0)
         return fail(r > 0 ? -EEXIST : r, "mount on", target, ret_msg);
-    if ((r = fsat_bind_fd(src_fd, fd, FSAT_BIND_RO, &mnt)) < 0)
+    if ((r = fsat_bind_fd(src_fd, fd, flags, &mnt)) < 0)
         return fail(r, "bind-mount on", target, ret_msg);
     /* The directory may have been renamed away between its resolution and
      * the mount: the mount must be reachable at target, or it goes. */
@@ -106,13 +127,67 @@ int mounts_bind(struct csi *c, int src_fd, const char *target, char **ret_msg)
     return 0;
 }
 
+int mounts_bind(struct csi *c, int src_fd, const char *target, char **ret_msg)
+{
+    return bind_at(c, src_fd, target, FSAT_BIND_RO, false, ret_msg);
+}
+
+int mounts_bind_pod(struct csi *c, int src_fd, const char *target, bool device, bool ro,
+                    char **ret_msg)
+{
+    unsigned flags = FSAT_BIND_POD | (device ? FSAT_BIND_DEV : 0) | (ro ? FSAT_BIND_RO : 0);
+    return bind_at(c, src_fd, target, flags, device, ret_msg);
+}
+
+int mounts_unmount(struct csi *c, const char *target, char **ret_msg)
+{
+    const char *rel = rel_of(c, target);
+    if (!rel)
+        return fail(-EXDEV, "unmount", target, ret_msg);
+    /* Through the parent's descriptor: a descriptor of the mount itself
+     * would keep it busy. */
+    _cleanup_free_ char *dir = xstrdup(rel);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : rel;
+    _cleanup_close_ int pfd = -1;
+    int r = slash ? (*slash = '\0', fsat_open(kfd(c), dir, O_PATH | O_DIRECTORY, &pfd)) : 0;
+    if (r == -ENOENT)
+        return 0;
+    if (r < 0)
+        return fail(r, "unmount", target, ret_msg);
+    int d = slash ? pfd : kfd(c);
+    for (int i = 0; i < 8; i++) {
+        _cleanup_close_ int fd = -1;
+        r = fsat_open(d, base, O_PATH | O_DIRECTORY, &fd);
+        if (r == -ENOENT)
+            return 0;
+        if (r == 0 && (r = fsat_is_mount_root(fd)) == 0)
+            return 0;
+        if (r < 0)
+            return fail(r, "unmount", target, ret_msg);
+        closep(&fd);
+        fd = -1;
+        /* Never detached lazily: what is under it (a loop device) goes
+         * next, and must not while the filesystem still writes to it.
+         * Busy for a moment after a worker that had it open reported (it
+         * exits after): 2 s at most, then the caller retries. */
+        _cleanup_free_ char *p = xasprintf("/proc/self/fd/%d/%s", d, base);
+        for (int k = 0; umount2(p, UMOUNT_NOFOLLOW) < 0; k++) {
+            if (errno != EBUSY || k == 40)
+                return fail(-errno, "unmount", target, ret_msg);
+            usleep(50 * 1000);
+        }
+    }
+    return fail(-EBUSY, "unmount", target, ret_msg);
+}
+
 int mounts_is_mounted(struct csi *c, const char *target, char **ret_msg)
 {
     const char *rel = rel_of(c, target);
     if (!rel)
         return fail(-EXDEV, "open", target, ret_msg);
     _cleanup_close_ int fd = -1;
-    int r = fsat_open(kfd(c), rel, O_PATH | O_DIRECTORY, &fd);
+    int r = fsat_open(kfd(c), rel, O_PATH, &fd); /* a block publication is a file */
     if (r == -ENOENT)
         return 0;
     if (r == 0)

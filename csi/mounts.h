@@ -31,6 +31,18 @@ void mounts_close(struct csi *c);
  * already the root of a mount. */
 int mounts_bind(struct csi *c, int src_fd, const char *target, char **ret_msg);
 
+/* A pod volume's publication (docs/pod-volumes.md): src_fd, the mounted
+ * filesystem's root (nosuid, nodev) or, with device, the loop device's node
+ * (nosuid, noexec; target is then a file, created 0600), bound onto
+ * target, read-only when ro.  Tracked and checked like mounts_bind. */
+int mounts_bind_pod(struct csi *c, int src_fd, const char *target, bool device, bool ro,
+                    char **ret_msg);
+
+/* Unmount everything stacked on target, never lazily (-EBUSY while in use
+ * for 2 s: it waits, so a worker's); the directory stays (a staging path
+ * is kubelet's).  Missing is success. */
+int mounts_unmount(struct csi *c, const char *target, char **ret_msg);
+
 /* 1 when target is the root of a mount, 0 when it is not or does not exist,
  * negative errno when it cannot be resolved safely. */
 int mounts_is_mounted(struct csi *c, const char *target, char **ret_msg);

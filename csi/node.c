@@ -7,6 +7,9 @@
  * socket's directory, never the socket file: a restarted QSD re-creates the
  * socket) onto the target path.  Staging and publications are recorded in
  * the volume's record before acting, so a restarted plugin knows them.
+ * A volume staged for ordinary pods (a filesystem or a block device,
+ * docs/pod-volumes.md) also gets a FUSE export of its QSD, a loop device and
+ * a filesystem (podvol.h, in workers), and its publications bind those.
  * What each volume RPC does is decided first by its pure plan
  * (node_plan.h); the acts here touch the mounts, paths, processes and
  * records. */
@@ -21,18 +24,23 @@
 #include "rbd.h"
 #include "service.h"
 #include "qsd/qemu/thin.h"
+#include "qsd/base/fsat.h"
 #include "qsd/base/util.h"
 #include "volstats.h"
 #include "volqsd.h"
 #include "node_plan.h"
 #include "op.h"
+#include "podvol.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #define QMP_OP_TIMEOUT_MS 10000
+/* A pod volume's loop device, mkfs and mount (podvol.h). */
+#define ATTACH_TIMEOUT_MS (6 * 60 * 1000)
 
 struct node {
     struct csi *csi;
@@ -173,6 +181,8 @@ static void stage_failed(struct op *op, int status, const char *msg)
     qsd_free(v->qsd);
     v->qsd = NULL;
     if (!x->repair) {
+        if (v->stage_kind != STAGE_KIND_VHOST)
+            podvol_fuse_unmount(c, v->id);
         csi_remove_runtime(c, v->id);
         vol_clear_staging(v);
         store_save_vol(c->store, v);
@@ -181,12 +191,53 @@ static void stage_failed(struct op *op, int status, const char *msg)
     op_end(op);
 }
 
+/* In the worker: a pod volume's loop device and filesystem (podvol.h). */
+static int attach_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    return podvol_attach(op->csi, op->vol, ret_msg);
+}
+
+static void attach_done(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    struct vol *v = op->vol;
+    op->worker = NULL;
+    if (status < 0) {
+        /* Left staged (its QSD serves): kubelet's retry attaches again,
+         * NodeUnstageVolume takes it all down. */
+        grpc_call_fail(op->call, status == -EUCLEAN  ? GRPC_FAILED_PRECONDITION
+                                 : status == -EAGAIN ? GRPC_UNAVAILABLE
+                                                     : GRPC_INTERNAL,
+                       "%s", msg ? msg : strerror(-status));
+    } else {
+        if (v->stage_kind == STAGE_KIND_FS && !v->fs_made) {
+            v->fs_made = true; /* never formatted again (podvol.h) */
+            store_save_vol(op->csi->store, v);
+        }
+        log_info("node", "pod volume staged", "volume=%s kind=%s fs=%s pid=%d", v->id,
+                 stage_kind_name(v->stage_kind), v->stage_fs ? v->stage_fs : "-",
+                 (int)qsd_get_pid(v->qsd));
+        reply_empty(op->call);
+    }
+    op_end(op);
+}
+
+static void attach_start(struct op *op)
+{
+    op_worker(op, attach_fn, ATTACH_TIMEOUT_MS, attach_done);
+}
+
 static void stage_started(struct csi *c, struct vol *v, int status, const char *msg, void *opaque)
 {
     struct op *op = opaque;
     struct stage_ctx *x = op_ctx(op, &stage_ctx_type);
     if (status == 0 && BACKEND_OF(.record = v)->stage_confirm(op, &x->rbd))
         return; /* it answers, or stops the QSD */
+    if (status == 0 && v->stage_kind != STAGE_KIND_VHOST) {
+        attach_start(op);
+        return;
+    }
     if (status == 0) {
         log_info("node", x->repair ? "staged volume repaired: its QSD serves again"
                                     : "volume staged", "volume=%s pid=%d", v->id,
@@ -203,9 +254,66 @@ static void stage_start(struct op *op)
     struct csi *c = op->csi;
     struct vol *v = op->vol;
     _cleanup_free_ char *msg = NULL;
-    int r = vol_qsd_start(c, v, stage_started, op, &msg);
+    int fuse = -1, r = 0;
+    /* A pod volume: its FUSE file mounted here, the descriptor for the QSD
+     * (it runs confined and cannot mount: docs/pod-volumes.md). */
+    if (v->stage_kind != STAGE_KIND_VHOST)
+        r = podvol_fuse_mount(c, v->id, &fuse, &msg);
+    if (r == 0)
+        r = vol_qsd_start(c, v, fuse, stage_started, op, &msg);
     if (r < 0)
         stage_failed(op, r, msg);
+}
+
+/* A staged pod volume whose FUSE export does not serve (its QSD was
+ * restarted, or the plugin died between the steps of a stage): everything
+ * taken down (podvol_detach), then started again with a FUSE export. */
+static int detach_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    return podvol_detach(op->csi, op->vol, ret_msg);
+}
+
+static void restage_detached(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    op->worker = NULL;
+    if (status < 0) {
+        grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg ? msg : strerror(-status));
+        op_end(op);
+        return;
+    }
+    stage_start(op);
+}
+
+static void restage_stopped(struct qsd *q, int status, const char *msg, void *opaque)
+{
+    struct op *op = opaque;
+    struct vol *v = op->vol;
+    if (status < 0) {
+        grpc_call_fail(op->call, GRPC_UNAVAILABLE, "%s", msg ? msg : strerror(-status));
+        op_end(op);
+        return;
+    }
+    qsd_free(v->qsd);
+    v->qsd = NULL;
+    op_worker(op, detach_fn, ATTACH_TIMEOUT_MS, restage_detached);
+}
+
+static void restage(struct op *op)
+{
+    struct vol *v = op->vol;
+    log_info("node", "pod volume: its FUSE export does not serve, starting it again",
+             "volume=%s", v->id);
+    if (!v->qsd) {
+        op_worker(op, detach_fn, ATTACH_TIMEOUT_MS, restage_detached);
+        return;
+    }
+    int r = qsd_stop(v->qsd, restage_stopped, op);
+    if (r < 0) {
+        grpc_call_fail(op->call, GRPC_INTERNAL, "cannot stop the QSD: %s", strerror(-r));
+        op_end(op);
+    }
 }
 
 static int grow_fn(void *arg, char **ret_msg, json_t **ret_result)
@@ -312,10 +420,20 @@ static void stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolum
             reply_empty(call);
         else if (pl.step == STAGE_PREPARE) /* the record (RBD: and key) */
             pl.backend->stage_prepare(c, call, in, pl.gid, pl.ro, node_stage_new);
-        else if (pl.step == STAGE_NEW)
+        else if (pl.step == STAGE_NEW) {
+            v->stage_kind = (enum stage_kind)pl.use;
+            v->stage_fs = pl.fs ? xstrdup(pl.fs) : NULL;
+            /* A VM's disk or a pod's block device: a tenant writes raw bytes. */
+            v->raw_exposed |= pl.use != STAGE_KIND_FS;
             stage_new_act(c, call, v, in->staging_target_path, pl.gid, pl.ro, NULL);
+        } else if (pl.step == STAGE_REPAIR && v->stage_kind != STAGE_KIND_VHOST)
+            restage(stage_op(c, call, v, true, NULL));
         else if (pl.step == STAGE_REPAIR)
             stage_start(stage_op(c, call, v, true, NULL));
+        else if (pl.step == STAGE_ATTACH && podvol_served(c, v))
+            attach_start(stage_op(c, call, v, true, NULL));
+        else if (pl.step == STAGE_ATTACH)
+            restage(stage_op(c, call, v, true, NULL));
         else if (pl.step == STAGE_RESTART) {
             verdict_send(&pl.refusal, call);
             pl.backend->restart(c, v);
@@ -364,8 +482,46 @@ static void unstage_stopped(struct qsd *q, int status, const char *msg, void *op
 
 /* Stop the QSD of v, staged and published nowhere, and drop the staging:
  * once no guest holds the disk, or the unplug bound has passed. */
+/* NodeUnstageVolume's stop of the QSD (its pod volume's data path down
+ * first). */
+static void unstage_stop(struct op *op)
+{
+    struct vol *v = op->vol;
+    if (!v->qsd) {
+        unstage_stopped(NULL, 0, NULL, op);
+        return;
+    }
+    int r = qsd_stop(v->qsd, unstage_stopped, op);
+    if (r < 0) {
+        grpc_call_fail(op->call, GRPC_INTERNAL, "cannot stop the QSD: %s", strerror(-r));
+        op_end(op);
+    }
+}
+
+static void unstage_detached(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    op->worker = NULL;
+    if (status < 0) {
+        /* Nothing stopped: kubelet retries. */
+        grpc_call_fail(op->call, GRPC_INTERNAL, "%s", msg ? msg : strerror(-status));
+        op_end(op);
+        return;
+    }
+    unstage_stop(op);
+}
+
 static void unstage_act(struct csi *c, struct grpc_call *call, struct vol *v)
 {
+    if (v->stage_kind != STAGE_KIND_VHOST) {
+        /* No VM holds it: the filesystem, loop device and FUSE file go,
+         * then the QSD. */
+        struct op *op = op_begin(c, call);
+        op->vol = v;
+        v->busy = true;
+        op_worker(op, detach_fn, ATTACH_TIMEOUT_MS, unstage_detached);
+        return;
+    }
     if (vol_live(v)) {
         /* The guest may still hold the disk (hot-unplug in progress): stop
          * the QSD only when no client is connected, or once the bound since
@@ -403,15 +559,7 @@ static void unstage_act(struct csi *c, struct grpc_call *call, struct vol *v)
     struct op *op = op_begin(c, call);
     op->vol = v;
     v->busy = true;
-    if (!v->qsd) {
-        unstage_stopped(NULL, 0, NULL, op);
-        return;
-    }
-    int r = qsd_stop(v->qsd, unstage_stopped, op);
-    if (r < 0) {
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot stop the QSD: %s", strerror(-r));
-        op_end(op);
-    }
+    unstage_stop(op);
 }
 
 static void unstage(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnstageVolumeRequest *in)
@@ -453,6 +601,32 @@ static void publish_done(struct csi *c, struct grpc_call *call, struct vol *v, c
     reply_empty(call);
 }
 
+/* What a pod volume's publication binds: the filesystem mounted at the
+ * staging path, or the loop device's node. */
+static int pod_source(struct csi *c, const struct vol *v, int *ret_fd, char **ret_msg)
+{
+    if (v->stage_kind == STAGE_KIND_FS) {
+        _cleanup_close_ int fd = -1;
+        int r = mounts_open_target(c, v->staging_path, &fd);
+        if (r == 0 && fsat_is_mount_root(fd) != 1)
+            r = -ENOENT;
+        if (r < 0) {
+            *ret_msg = xasprintf("the filesystem of volume %s is not mounted at %s: stage it "
+                                 "again", v->id, v->staging_path);
+            return r == -ENOENT ? -ENOTCONN : r;
+        }
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+    }
+    _cleanup_free_ char *path = podvol_fuse_path(c, v->id), *dev = NULL;
+    int r = podvol_loop_of(path, &dev);
+    if (r == 0 && (*ret_fd = open(dev, O_PATH | O_CLOEXEC)) < 0)
+        r = -errno;
+    if (r < 0)
+        *ret_msg = xasprintf("volume %s has no loop device: stage it again", v->id);
+    return r == -ENOENT ? -ENOTCONN : r;
+}
+
 /* Publish v at target_path as pl decided: the socket's group first, the
  * record, then the bind mount of the export directory. */
 static void publish_act(struct csi *c, struct grpc_call *call,
@@ -473,15 +647,24 @@ static void publish_act(struct csi *c, struct grpc_call *call,
             return;
         }
     }
-    /* A read-only publication of a read-write volume gets the read-only
-     * export: the guest's disk is read-only whatever the pod does. */
     _cleanup_free_ char *msg = NULL;
     _cleanup_close_ int src = -1;
-    int r = qsd_export_dir_open(c->cfg->run_dir, v->id, ro && !v->stage_ro, &src);
-    if (r < 0)
-        msg = xasprintf("cannot open the export directory of volume %s: %s", v->id, strerror(-r));
-    else
-        r = mounts_bind(c, src, in->target_path, &msg);
+    int r;
+    if (v->stage_kind != STAGE_KIND_VHOST) {
+        r = pod_source(c, v, &src, &msg);
+        if (r == 0)
+            r = mounts_bind_pod(c, src, in->target_path, v->stage_kind == STAGE_KIND_BLOCK, ro,
+                                &msg);
+    } else {
+        /* A read-only publication of a read-write volume gets the read-only
+         * export: the guest's disk is read-only whatever the pod does. */
+        r = qsd_export_dir_open(c->cfg->run_dir, v->id, ro && !v->stage_ro, &src);
+        if (r < 0)
+            msg = xasprintf("cannot open the export directory of volume %s: %s", v->id,
+                            strerror(-r));
+        else
+            r = mounts_bind(c, src, in->target_path, &msg);
+    }
     if (r < 0) {
         if (r != -EEXIST && r != -ELOOP && r != -EXDEV) {
             _cleanup_free_ char *m2 = NULL;
@@ -491,11 +674,17 @@ static void publish_act(struct csi *c, struct grpc_call *call,
         if (k >= 0)
             vol_del_pub(v, (size_t)k);
         store_save_vol(c->store, v);
-        grpc_call_fail(call, mounts_grpc_code(r), "%s", msg);
+        grpc_call_fail(call, r == -ENOTCONN ? GRPC_FAILED_PRECONDITION : mounts_grpc_code(r),
+                       "%s", msg);
         return;
     }
-    log_info("node", "volume published", "volume=%s target=%s readonly=%s pod_uid=%s", v->id,
-             in->target_path, ro ? "true" : "false", pl->pod_uid ? pl->pod_uid : "-");
+    log_info("node", "volume published", "volume=%s target=%s readonly=%s pod_uid=%s kind=%s",
+             v->id, in->target_path, ro ? "true" : "false", pl->pod_uid ? pl->pod_uid : "-",
+             stage_kind_name(v->stage_kind));
+    if (v->stage_kind != STAGE_KIND_VHOST) {
+        reply_empty(call);
+        return;
+    }
     publish_done(c, call, v, in->target_path, pl->pod_uid, ro, true);
 }
 
@@ -573,15 +762,29 @@ static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpubl
 static const struct op_ctx_type stats_ctx_type = {"NodeGetVolumeStats", free};
 
 static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bool have_used,
-                        uint64_t used)
+                        uint64_t used, json_t *fs)
 {
     uint64_t total = v->image_size;
     used = MIN(used, total);
-    Csi__V1__VolumeUsage u = CSI__V1__VOLUME_USAGE__INIT, *ul[1] = {&u};
+    Csi__V1__VolumeUsage u = CSI__V1__VOLUME_USAGE__INIT, in = CSI__V1__VOLUME_USAGE__INIT,
+                         *ul[2] = {&u, &in};
     u.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
     u.total = (int64_t)total;
     u.used = (int64_t)used;
     u.available = (int64_t)(total > used ? total - used : 0);
+    if (fs) {
+        /* A mounted filesystem: its own figures, bytes and inodes. */
+        json_int_t t = 0, a = 0, f = 0, n = 0, nf = 0;
+        json_unpack(fs, "{s:I, s:I, s:I, s:I, s:I}", "total", &t, "avail", &a, "free", &f,
+                    "inodes", &n, "ifree", &nf);
+        u.total = t;
+        u.available = a;
+        u.used = t - f;
+        in.unit = CSI__V1__VOLUME_USAGE__UNIT__INODES;
+        in.total = n;
+        in.available = nf;
+        in.used = n - nf;
+    }
     Csi__V1__VolumeCondition cond = CSI__V1__VOLUME_CONDITION__INIT;
     struct qsd_paths p;
     struct stat st;
@@ -604,6 +807,10 @@ static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bo
     } else if (!vol_live(v)) {
         cond.abnormal = true;
         m = xasprintf("qemu-storage-daemon of volume %s is not running (being restarted)", v->id);
+    } else if (v->stage_kind != STAGE_KIND_VHOST && !podvol_served(c, v)) {
+        cond.abnormal = true;
+        m = xasprintf("the FUSE export of volume %s is gone (its QSD was restarted): the pods "
+                      "using it get I/O errors until it is staged again", v->id);
     } else if (stat(p.socket, &st) < 0 || !S_ISSOCK(st.st_mode)) {
         cond.abnormal = true;
         m = xasprintf("vhost-user socket %s is missing", p.socket);
@@ -625,7 +832,7 @@ static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bo
     qsd_paths_clear(&p);
     cond.message = m;
     Csi__V1__NodeGetVolumeStatsResponse out = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
-    out.n_usage = 1;
+    out.n_usage = fs ? 2 : 1;
     out.usage = ul;
     out.volume_condition = &cond;
     grpc_call_reply_pb(call, &out.base);
@@ -640,6 +847,22 @@ static int stats_fn(void *arg, char **ret_msg, json_t **ret_result)
     uint64_t used = 0;
     int r = vol_allocated(op->csi, op_ctx(op, &stats_ctx_type), &used);
     *ret_result = json_pack("{s:b, s:I}", "known", r == 0, "allocated", (json_int_t)used);
+    /* A pod's filesystem: what df says of it. */
+    const struct vol *v = store_find_vol(op->csi->store, op_ctx(op, &stats_ctx_type));
+    _cleanup_close_ int fd = -1;
+    struct statvfs sv;
+    if (v && v->stage_kind == STAGE_KIND_FS && v->staging_path &&
+        mounts_open_target(op->csi, v->staging_path, &fd) == 0 && fsat_is_mount_root(fd) == 1) {
+        _cleanup_close_ int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0 && fstatvfs(dfd, &sv) == 0)
+            json_object_set_new(*ret_result, "fs",
+                                json_pack("{s:I, s:I, s:I, s:I, s:I}", "total",
+                                          (json_int_t)(sv.f_blocks * sv.f_frsize), "avail",
+                                          (json_int_t)(sv.f_bavail * sv.f_frsize), "free",
+                                          (json_int_t)(sv.f_bfree * sv.f_frsize), "inodes",
+                                          (json_int_t)sv.f_files, "ifree",
+                                          (json_int_t)sv.f_ffree));
+    }
     return 0;
 }
 
@@ -653,7 +876,7 @@ static void stats_done(int status, const char *msg, json_t *result, void *opaque
          * as before; a worker that did not finish makes the volume abnormal. */
         json_t *a = json_object_get(result, "allocated");
         stats_reply(op->csi, op->call, v, status == 0,
-                    a ? (uint64_t)json_integer_value(a) : 0);
+                    a ? (uint64_t)json_integer_value(a) : 0, json_object_get(result, "fs"));
     }
     op_end(op);
 }
@@ -714,12 +937,36 @@ static void expand_finish(struct op *op, int status, const char *msg)
 
 /* The resize sequence (qmpcmd.h): never shrinks, the context's size
  * becomes the node's size afterwards. */
+/* In the worker: a pod volume's loop device and filesystem grown. */
+static int pod_grow_fn(void *arg, char **ret_msg, json_t **ret_result)
+{
+    struct op *op = arg;
+    const struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
+    return podvol_grow(op->csi, op->vol, x->size, ret_msg);
+}
+
+static void pod_grown(int status, const char *msg, json_t *result, void *opaque)
+{
+    struct op *op = opaque;
+    op->worker = NULL;
+    _cleanup_free_ char *m = status < 0 ? xasprintf("volume %s grew, but not its %s: %s",
+                                                    op->vol->id, op->vol->stage_kind ==
+                                                    STAGE_KIND_FS ? "filesystem" : "loop device",
+                                                    msg ? msg : strerror(-status))
+                                        : NULL;
+    expand_finish(op, status, m);
+}
+
 static void on_grown(int status, uint64_t size, const char *msg, void *opaque)
 {
     struct op *op = opaque;
     struct expand_ctx *x = op_ctx(op, &expand_ctx_type);
     if (status == 0)
         x->size = size;
+    if (status == 0 && op->vol->stage_kind != STAGE_KIND_VHOST) {
+        op_worker(op, pod_grow_fn, ATTACH_TIMEOUT_MS, pod_grown);
+        return;
+    }
     expand_finish(op, status, msg);
 }
 

@@ -133,11 +133,27 @@ static void act(struct node_plan *pl, enum stage_step step)
 
 /* A volume staged already: at another path or with another mode, a
  * conflict; else node_stage_served decides. */
+/* The consumer a kind serves (messages). */
+static const char *consumer(int kind)
+{
+    return kind == STAGE_KIND_VHOST ? "VM pods (vhost-user)"
+           : kind == STAGE_KIND_FS  ? "pods as a filesystem"
+                                    : "pods as a block device";
+}
+
 static void stage_again(struct node_plan *pl, const char *path)
 {
     struct verdict *v = &pl->refusal;
     const struct vol *vol = pl->vol;
-    if (!streq(vol->staging_path, path))
+    if ((int)vol->stage_kind != pl->use ||
+        (pl->fs && vol->stage_fs && !streq(pl->fs, vol->stage_fs)))
+        verdict_fail(v, GRPC_FAILED_PRECONDITION,
+                     "volume %s is staged for %s%s%s at %s, not for %s%s%s: one kind of consumer "
+                     "at a time (unstage it first)", vol->id, consumer(vol->stage_kind),
+                     vol->stage_fs ? " " : "", vol->stage_fs ? vol->stage_fs : "",
+                     vol->staging_path, consumer(pl->use), pl->fs ? " " : "",
+                     pl->fs ? pl->fs : "");
+    else if (!streq(vol->staging_path, path))
         verdict_fail(v, GRPC_FAILED_PRECONDITION, "volume %s is already staged at %s", vol->id,
                      vol->staging_path);
     else if (vol->stage_ro != pl->ro)
@@ -170,6 +186,8 @@ void node_stage_served(struct node_plan *pl, const struct qsd_state *q)
         /* Staged, not served (its QSD could not be restarted): OK only once
          * its socket accepts again. */
         act(pl, STAGE_REPAIR);
+    } else if (vol->stage_kind != STAGE_KIND_VHOST) {
+        act(pl, STAGE_ATTACH); /* idempotent: the act checks each piece */
     } else {
         int r = regroup_check(v, vol, pl->gid, q->exists);
         if (r == 0)
@@ -200,8 +218,16 @@ void node_stage_plan(struct csi *c, Csi__V1__NodeStageVolumeRequest *in, struct 
     pl->resolve_path = in->staging_target_path;
     cap_group(in->volume_capability, &pl->gid);
     pl->ro = cap_read_only(in->volume_capability);
+    pl->use = cap_kind(in->volume_capability, &pl->fs);
     struct vol *rv = store_find_vol(c->store, in->volume_id);
     pl->backend = BACKEND_OF(.record = rv, .record_name = in->volume_id);
+    if (pl->use != STAGE_KIND_VHOST && !pl->backend->in_pool) {
+        verdict_fail(v, GRPC_INVALID_ARGUMENT,
+                     "volume %s: filesystem and block volumes for pods are served from the "
+                     "node's pool only (backend %s serves VM pods)", in->volume_id,
+                     pl->backend->name);
+        return;
+    }
     if (pl->backend->stage_prepare && (!rv || (!rv->staging_path && !rv->busy))) {
         act(pl, STAGE_PREPARE); /* the record (RBD: and key) */
         return;
@@ -274,12 +300,21 @@ void node_publish_plan(struct csi *c, Csi__V1__NodePublishVolumeRequest *in,
     if (!publish_request_ok(c, in, pl))
         return;
     cap_group(in->volume_capability, &pl->gid);
+    const char *fs; /* the staged fs_type is the record's */
+    pl->use = cap_kind(in->volume_capability, &fs);
     struct vol *vol = pl->vol = found(c, v, in->volume_id);
     if (!vol || !not_busy(v, vol))
         return;
     if (!vol->staging_path || !streq(vol->staging_path, in->staging_target_path)) {
         verdict_fail(v, GRPC_FAILED_PRECONDITION, "volume %s is not staged at %s", vol->id,
                      in->staging_target_path);
+        return;
+    }
+    if ((int)vol->stage_kind != pl->use) {
+        verdict_fail(v, GRPC_FAILED_PRECONDITION,
+                     "volume %s is staged for %s, not for %s: one kind of consumer at a time "
+                     "(unstage it first)", vol->id, consumer(vol->stage_kind),
+                     consumer(pl->use));
         return;
     }
     /* podInfoOnMount: the publishing pod, to match a hot-plug request. */
@@ -296,6 +331,12 @@ void node_publish_plan(struct csi *c, Csi__V1__NodePublishVolumeRequest *in,
         }
     }
     pl->ro = in->readonly || vol->stage_ro || cap_read_only(in->volume_capability);
+    if (pl->ro && vol->stage_kind == STAGE_KIND_BLOCK) {
+        verdict_fail(v, GRPC_INVALID_ARGUMENT,
+                     "volume %s: read-only block publications are not supported (a read-only "
+                     "bind does not stop writes to a device node)", vol->id);
+        return;
+    }
     pl->pub = vol_find_pub(vol, in->target_path);
     if (pl->pub >= 0 && vol->pubs[pl->pub].read_only != pl->ro) {
         verdict_fail(v, GRPC_ALREADY_EXISTS, "volume %s is published at %s with readonly=%s",
@@ -335,7 +376,9 @@ void node_publish_mounted(struct node_plan *pl, const Csi__V1__NodePublishVolume
             pl->kind = PLAN_DONE;
         return;
     }
-    if (pl->pub < 0 && !pl->ro)
+    /* One vhost-user client at a time; a filesystem or block device is
+     * shared by the pods of the node like any RWO volume's. */
+    if (pl->pub < 0 && !pl->ro && vol->stage_kind == STAGE_KIND_VHOST)
         for (size_t k = 0; k < vol->n_pubs; k++)
             if (!vol->pubs[k].read_only) {
                 verdict_fail(v, GRPC_FAILED_PRECONDITION,
@@ -343,7 +386,7 @@ void node_publish_mounted(struct node_plan *pl, const Csi__V1__NodePublishVolume
                              vol->pubs[k].target);
                 return;
             }
-    int r = regroup_check(v, vol, pl->gid, q->exists);
+    int r = vol->stage_kind == STAGE_KIND_VHOST ? regroup_check(v, vol, pl->gid, q->exists) : 0;
     if (r < 0)
         return;
     pl->regroup = r > 0;

@@ -37,6 +37,8 @@ enum stage_step {
     STAGE_RESTART, /* staged, not supervised and down: the refusal is the
                     * answer; the backend restarts it (backend.h restart) */
     STAGE_REGROUP, /* staged and served: its socket's group becomes gid */
+    STAGE_ATTACH,  /* a pod volume staged, its QSD running: make sure its FUSE
+                    * export, loop device and filesystem are there (podvol.h) */
 };
 
 struct node_plan {
@@ -58,6 +60,9 @@ struct node_plan {
     const char *pod_uid, *pod_ns;  /* publish: podInfoOnMount (into the request), or NULL */
     uint64_t size;                 /* expand: the size to grow to */
     bool grow;                     /* expand: above the recorded size (the capacity policy) */
+    int use;                       /* stage, publish: what the capability asks for
+                                      (enum stage_kind) */
+    const char *fs;                /* stage: its fs_type (STAGE_KIND_FS) */
 };
 
 /* The pure part of a path kubelet hands the plugin: present, and

@@ -247,7 +247,7 @@ static void check_done(int status, const char *msg, json_t *result, void *opaque
     }
     _cleanup_free_ char *m = NULL;
     v->busy = true;
-    if (vol_qsd_start(c, v, guard_started, g, &m) < 0) {
+    if (vol_qsd_start(c, v, -1, guard_started, g, &m) < 0) {
         v->busy = false;
         refuse(g, -EIO, m);
         retry(g);

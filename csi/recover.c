@@ -165,7 +165,7 @@ void csi_recover(struct csi *c)
         recover_layers(c, v, false);
         free(msg);
         msg = NULL;
-        if (vol_qsd_start(c, v, recovery_started, NULL, &msg) < 0) {
+        if (vol_qsd_start(c, v, -1, recovery_started, NULL, &msg) < 0) {
             _cleanup_free_ char *q = log_quote(msg);
             log_error("plugin", "cannot restart the QSD of a staged volume", "volume=%s error=%s",
                       v->id, q);

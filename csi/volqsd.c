@@ -117,15 +117,20 @@ void vol_qsd_new(struct csi *c, struct vol *v, const struct qsd_opts *o)
     qsd_set_supervised(v->qsd, BACKEND_OF(.record = v)->supervised);
 }
 
-int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg)
+int vol_qsd_start(struct csi *c, struct vol *v, int fuse_fd, vol_started_fn done, void *opaque,
+                  char **ret_msg)
 {
     struct qsd_opts o;
     int r = vol_export_opts(c, v, &o, ret_msg);
-    if (r < 0)
+    if (r < 0) {
+        closep(&fuse_fd);
         return r;
+    }
     if (!v->qsd)
         vol_qsd_new(c, v, &o);
     qsd_opts_clear(&o);
+    if (fuse_fd >= 0)
+        qsd_set_fuse_fd(v->qsd, fuse_fd);
     struct start_ctx *s = xcalloc(1, sizeof(*s));
     *s = (struct start_ctx){c, v, done, opaque};
     r = qsd_start(v->qsd, started, s);

@@ -28,7 +28,10 @@ void vol_qsd_new(struct csi *c, struct vol *v, const struct qsd_opts *o);
 /* Start the QSD of a staged volume; done(status, msg) on the loop. */
 typedef void (*vol_started_fn)(struct csi *c, struct vol *v, int status, const char *msg,
                                void *opaque);
-int vol_qsd_start(struct csi *c, struct vol *v, vol_started_fn done, void *opaque, char **ret_msg);
+/* fuse_fd >= 0 (taken over): a pod volume's mounted /dev/fuse, which this
+ * start (only) also exports the volume on (qsd_set_fuse_fd, podvol.h). */
+int vol_qsd_start(struct csi *c, struct vol *v, int fuse_fd, vol_started_fn done, void *opaque,
+                  char **ret_msg);
 bool vol_live(const struct vol *v);
 
 

@@ -178,8 +178,8 @@ static void test_request_fields(void **state)
     r.in.n_volume_capabilities = 0;
     refused(f, &r, GRPC_INVALID_ARGUMENT, "volume_capabilities is missing");
     req_init(&r, "v1");
-    r.cap.access_type_case = CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
-    refused(f, &r, GRPC_INVALID_ARGUMENT, "volume_capabilities[0]: access type block");
+    r.mount.fs_type = "ntfs";
+    refused(f, &r, GRPC_INVALID_ARGUMENT, "volume_capabilities[0]: volume_capability.mount.fs_type");
     req_init(&r, "v1");
     r.mode.mode = CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_MULTI_WRITER;
     refused(f, &r, GRPC_INVALID_ARGUMENT, "access mode not supported");

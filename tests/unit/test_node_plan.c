@@ -262,8 +262,8 @@ static void test_stage_fields(void **state)
     r.in.volume_capability = NULL;
     stage_is(f, &r, NULL, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "volume_capability", NULL);
     stage_init(&r, "v1", STAGING);
-    r.k.cap.access_type_case = CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
-    stage_is(f, &r, NULL, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "block", NULL);
+    r.k.mount.fs_type = "btrfs";
+    stage_is(f, &r, NULL, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "fs_type must be ext4 or xfs", NULL);
     stage_init(&r, "v1", STAGING);
     r.k.mount.volume_mount_group = "wheel";
     stage_is(f, &r, NULL, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "volume_mount_group", NULL);
@@ -384,6 +384,45 @@ static void test_stage_again(void **state)
     v->busy = true;
     stage_is(f, &r, &LIVE, PLAN_REFUSE, GRPC_ABORTED, "in progress", NULL);
     v->busy = false;
+}
+
+/* One kind of consumer at a time (docs/pod-volumes.md): a volume staged for
+ * VM pods is not staged for other pods, nor the other way round; a pod
+ * volume's repeat goes on to the act (it checks each piece). */
+static void test_stage_kinds(void **state)
+{
+    struct fixture *f = *state;
+    struct stage_req r;
+    struct node_plan pl;
+    struct vol *v = staged_vol(f, "v1", STAGING);
+    stage_init(&r, "v1", STAGING);
+    r.k.mount.fs_type = "ext4";
+    stage_is(f, &r, &LIVE, PLAN_REFUSE, GRPC_FAILED_PRECONDITION,
+             "volume v1 is staged for VM pods (vhost-user) at " STAGING ", not for pods as a "
+             "filesystem ext4: one kind of consumer at a time", NULL);
+    v->stage_kind = STAGE_KIND_FS;
+    v->stage_fs = xstrdup("ext4");
+    stage_init(&r, "v1", STAGING);
+    stage_is(f, &r, &LIVE, PLAN_REFUSE, GRPC_FAILED_PRECONDITION,
+             "volume v1 is staged for pods as a filesystem ext4", NULL);
+    r.k.mount.fs_type = "xfs";
+    stage_is(f, &r, &LIVE, PLAN_REFUSE, GRPC_FAILED_PRECONDITION,
+             "not for pods as a filesystem xfs", NULL);
+    r.k.mount.fs_type = "ext4";
+    stage_is(f, &r, &LIVE, PLAN_ACT, GRPC_OK, NULL, &pl);
+    assert_int_equal(pl.step, STAGE_ATTACH);
+    node_plan_clear(&pl);
+    stage_is(f, &r, &IDLE, PLAN_ACT, GRPC_OK, NULL, &pl);
+    assert_int_equal(pl.step, STAGE_REPAIR);
+    node_plan_clear(&pl);
+    /* A new staging says what it is for. */
+    ready_vol(f, "v2");
+    stage_init(&r, "v2", ROOT "/plugins/kubernetes.io/csi/qsd/y/globalmount");
+    r.k.cap.access_type_case = CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
+    stage_is(f, &r, NULL, PLAN_ACT, GRPC_OK, NULL, &pl);
+    assert_int_equal(pl.step, STAGE_NEW);
+    assert_int_equal(pl.use, STAGE_KIND_BLOCK);
+    node_plan_clear(&pl);
 }
 
 static void test_stage_rbd(void **state)
@@ -526,6 +565,38 @@ static void test_publish_fields(void **state)
     node_plan_clear(&pl);
     pub_init(&r, "v1", TARGET, STAGING);
     pub_is(f, &r, -1, NULL, PLAN_REFUSE, GRPC_NOT_FOUND, "volume v1 does not exist", NULL);
+}
+
+/* A publication's capability must ask for what the volume is staged as;
+ * pods share a filesystem or block device read-write; a read-only block
+ * publication is refused. */
+static void test_publish_kinds(void **state)
+{
+    struct fixture *f = *state;
+    struct pub_req r;
+    struct vol *v = staged_vol(f, "v1", STAGING);
+    pub_init(&r, "v1", TARGET, STAGING);
+    r.k.mount.fs_type = "ext4";
+    pub_is(f, &r, -1, NULL, PLAN_REFUSE, GRPC_FAILED_PRECONDITION,
+           "volume v1 is staged for VM pods (vhost-user), not for pods as a filesystem", NULL);
+    v->stage_kind = STAGE_KIND_FS;
+    v->stage_fs = xstrdup("ext4");
+    pub_init(&r, "v1", TARGET, STAGING);
+    pub_is(f, &r, -1, NULL, PLAN_REFUSE, GRPC_FAILED_PRECONDITION,
+           "volume v1 is staged for pods as a filesystem, not for VM pods", NULL);
+    r.k.mount.fs_type = "ext4";
+    vol_add_pub(v, ROOT "/pods/p2/volumes/kubernetes.io~csi/pvc/mount", false);
+    pub_is(f, &r, 0, &LIVE, PLAN_ACT, GRPC_OK, NULL, NULL); /* a second writer pod */
+    vol_del_pub(v, 0);
+    v->stage_kind = STAGE_KIND_BLOCK;
+    free(v->stage_fs);
+    v->stage_fs = NULL;
+    pub_init(&r, "v1", TARGET, STAGING);
+    r.k.cap.access_type_case = CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
+    pub_is(f, &r, 0, &LIVE, PLAN_ACT, GRPC_OK, NULL, NULL);
+    r.in.readonly = true;
+    pub_is(f, &r, -1, NULL, PLAN_REFUSE, GRPC_INVALID_ARGUMENT,
+           "read-only block publications are not supported", NULL);
 }
 
 static void test_publish_records(void **state)
@@ -752,8 +823,8 @@ static void test_expand(void **state)
     exp_is(f, &r, 512, true, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "volume_path is missing", NULL);
     exp_init(&r, "v1", TARGET);
     r.in.volume_capability = cap_init(&r.k);
-    r.k.cap.access_type_case = CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
-    exp_is(f, &r, 512, true, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "block", NULL);
+    r.k.mount.fs_type = "vfat";
+    exp_is(f, &r, 512, true, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "fs_type", NULL);
     r.in.volume_capability = NULL; /* optional */
     exp_is(f, &r, 512, true, PLAN_REFUSE, GRPC_NOT_FOUND, "volume v1 does not exist", NULL);
     struct vol *v = staged_vol(f, "v1", STAGING);
@@ -863,6 +934,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stage_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stage_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stage_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stage_kinds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_publish_kinds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stage_rbd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unstage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_publish_fields, setup, teardown),

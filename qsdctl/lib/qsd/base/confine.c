@@ -262,6 +262,62 @@ static int hide(const char *path)
     return 0;
 }
 
+/* An empty file at path (0644), for a bind of a device node onto it. */
+static int touch(const char *path, unsigned mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    close(fd);
+    return 0;
+}
+
+/* confine.h dev_fd_file: a /dev of our own, n's file in fd/. */
+static int dev_with_fd_file(unsigned n)
+{
+    static const char *const nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                        "/dev/urandom"};
+    enum { N_NODES = sizeof(nodes) / sizeof(nodes[0]) };
+    int fds[N_NODES];
+    int r = 0;
+    size_t k = 0;
+    for (; k < N_NODES; k++) {
+        fds[k] = (int)syscall(SYS_open_tree, AT_FDCWD, nodes[k], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (fds[k] < 0) {
+            r = -errno;
+            goto out;
+        }
+    }
+    if (mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755") < 0) {
+        r = -errno;
+        goto out;
+    }
+    for (size_t i = 0; i < N_NODES; i++) {
+        if ((r = touch(nodes[i], 0644)) < 0)
+            goto out;
+        if (syscall(SYS_move_mount, fds[i], "", AT_FDCWD, nodes[i], MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+            r = -errno;
+            goto out;
+        }
+    }
+    char path[32] = "/dev/fd/", digits[12];
+    size_t nd = 0, len = slen(path);
+    do
+        digits[nd++] = (char)('0' + n % 10);
+    while ((n /= 10) && nd < sizeof(digits));
+    while (nd)
+        path[len++] = digits[--nd];
+    path[len] = '\0';
+    if (mkdir("/dev/fd", 0755) < 0 || chmod("/dev/fd", 0755) < 0) /* whatever the umask */
+        r = -errno;
+    else
+        r = touch(path, 0600);
+out:
+    for (size_t i = 0; i < k; i++)
+        close(fds[i]);
+    return r;
+}
+
 static int mount_ns(const struct confine *c)
 {
     int fds[CONFINE_MAX_PATHS];
@@ -327,6 +383,8 @@ static int mount_ns(const struct confine *c)
             goto out;
         }
     }
+    if (c->dev_fd_file)
+        r = dev_with_fd_file(c->dev_fd_file);
 out:
     for (size_t i = 0; i < nw; i++)
         close(fds[i]);

@@ -37,6 +37,12 @@ struct confine {
     uint64_t rlimit_nofile;     /* 0: unchanged */
     uint64_t rlimit_nproc;      /* 0: unchanged */
     enum confine_profile profile; /* seccomp allow-list applied last */
+    /* >0 (with mount_ns): /dev becomes a tmpfs of its own holding only null,
+     * zero, full, random and urandom (bound from the host's) and an empty
+     * regular file fd/<n>: what QEMU's FUSE export wants to see at its
+     * mountpoint /dev/fd/<n> while libfuse uses descriptor n
+     * (docs/pod-volumes.md).  0: /dev as the host's. */
+    unsigned dev_fd_file;
 };
 #define CONFINE_INIT {.uid = (uid_t)-1, .gid = (gid_t)-1}
 

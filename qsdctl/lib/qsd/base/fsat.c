@@ -71,7 +71,9 @@ static int rmdir_beneath(int dfd, const char *rel)
     int r = open_parent(dfd, rel, &pfd, &own, &base);
     if (r < 0)
         return r == -ENOENT ? 0 : r;
-    if (unlinkat(pfd, base, AT_REMOVEDIR) < 0 && errno != ENOENT)
+    /* A block volume's publication is a file (a device node bound on it). */
+    if (unlinkat(pfd, base, AT_REMOVEDIR) < 0 && errno != ENOENT &&
+        (errno != ENOTDIR || unlinkat(pfd, base, 0) < 0))
         r = -errno;
     if (own)
         close(pfd);
@@ -208,7 +210,12 @@ int fsat_bind_fd(int src_fd, int target_fd, unsigned flags, int *ret_mnt_fd)
     if (tree < 0)
         return -errno;
     struct mount_attr attr = {0};
-    if (flags & FSAT_BIND_RO)
+    if (flags & FSAT_BIND_POD) {
+        attr.attr_set = MOUNT_ATTR_NOSUID | ((flags & FSAT_BIND_RO) ? MOUNT_ATTR_RDONLY : 0) |
+                        ((flags & FSAT_BIND_DEV) ? MOUNT_ATTR_NOEXEC : MOUNT_ATTR_NODEV);
+        if (!(flags & FSAT_BIND_RO))
+            attr.attr_clr = MOUNT_ATTR_RDONLY;
+    } else if (flags & FSAT_BIND_RO)
         attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
                         MOUNT_ATTR_NOEXEC;
     else
@@ -242,7 +249,7 @@ int fsat_unmount(int dfd, const char *rel)
 {
     for (int i = 0;; i++) {
         _cleanup_close_ int fd = -1;
-        int r = fsat_open(dfd, rel, O_PATH | O_DIRECTORY, &fd);
+        int r = fsat_open(dfd, rel, O_PATH, &fd);
         if (r == -ENOENT)
             return 0;
         if (r < 0)

@@ -61,7 +61,11 @@ int fsat_chown_mode(int dfd, const char *name, int gid, unsigned mode);
  * mount is writable even when src's is not.  FSAT_BIND_REC: with the mounts
  * under src (MS_REC).  The clone keeps src's propagation peer group, like
  * mount(MS_BIND). */
-enum { FSAT_BIND_RO = 1, FSAT_BIND_REC = 2 };
+enum { FSAT_BIND_RO = 1, FSAT_BIND_REC = 2, FSAT_BIND_POD = 4, FSAT_BIND_DEV = 8 };
+/* FSAT_BIND_POD (a pod volume's filesystem or device, docs/pod-volumes.md):
+ * nosuid and nodev, writable unless FSAT_BIND_RO (then read-only only);
+ * with FSAT_BIND_DEV (a block device node onto a file) noexec instead of
+ * nodev.  target_fd may then be a file. */
 int fsat_bind(int src_fd, int target_fd, unsigned flags);
 /* The same; *ret_mnt_fd: a descriptor of the new mount itself, which finds
  * it wherever its mount point is moved (fsat_mnt_id, fsat_detach). */
@@ -78,12 +82,12 @@ int fsat_make_shared(int fd);
 /* Is fd the root of a mount?  1 yes, 0 no. */
 int fsat_is_mount_root(int fd);
 
-/* Unmount every mount stacked on rel beneath dfd (at most 8; a busy one is
- * detached); the directory stays.  Missing is not an error. */
+/* Unmount every mount stacked on rel (a directory or a file) beneath dfd (at
+ * most 8; a busy one is detached); the directory stays.  Missing is not an error. */
 int fsat_unmount(int dfd, const char *rel);
 
 /* Unmount every mount stacked on rel beneath dfd (at most 8; a busy one is
- * detached) and remove the directory rel.  Missing is not an error;
+ * detached) and remove the directory (or file) rel.  Missing is not an error;
  * a symlink anywhere in rel is -ELOOP and nothing is done. */
 int fsat_unmount_rmdir(int dfd, const char *rel);
 

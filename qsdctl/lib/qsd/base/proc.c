@@ -126,6 +126,13 @@ int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *
             setsid();
         if (s->umask >= 0)
             umask((mode_t)s->umask);
+        /* Out of the way of the descriptors placed below (0-3). */
+        int keep = s->keep_fd >= 0 ? fcntl(s->keep_fd, F_DUPFD_CLOEXEC, 16) : -1;
+        if (s->keep_fd >= 0 && keep < 0) {
+            int e = errno;
+            (void)!write(execp[1], &e, sizeof(e));
+            _exit(127);
+        }
         int devnull = open("/dev/null", O_RDWR);
         int fds[3] = {s->stdin_fd, s->stdout_fd, s->stderr_fd};
         for (int i = 0; i < 3; i++)
@@ -143,6 +150,11 @@ int proc_spawn(const struct proc_spawn *s, pid_t *ret_pid, int *ret_pidfd, int *
                 (void)!write(execp[1], &e, sizeof(e));
                 _exit(127);
             }
+        }
+        if (keep >= 0 && dup2(keep, s->keep_fd_at) < 0) { /* dup2: not close-on-exec */
+            int e = errno;
+            (void)!write(execp[1], &e, sizeof(e));
+            _exit(127);
         }
         int progfd = -1;
         if (s->confine && s->argv) {

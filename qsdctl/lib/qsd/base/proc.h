@@ -44,8 +44,12 @@ struct proc_spawn {
                                  confinement and left at descriptor 3: the
                                  child execs it later (the vhost-user filter's
                                  head and its QSD), whatever it can see then */
+    int keep_fd, keep_fd_at;  /* keep_fd >= 0: the child gets it at keep_fd_at
+                                 (> 3, not close-on-exec): a pod volume's
+                                 /dev/fuse for its QSD */
 };
-#define PROC_SPAWN_INIT {.stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1, .umask = -1}
+#define PROC_SPAWN_INIT                                                                         \
+    {.stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1, .umask = -1, .keep_fd = -1}
 
 /* Start a child.  *ret_pidfd: a pidfd of it (close-on-exec).  ret_exec_fd
  * (argv only, optional): read end of a close-on-exec pipe holding the exec

@@ -73,6 +73,7 @@ struct qsd {
     bool killed;                /* SIGKILL sent by a stop */
     char *hung_kill;            /* why the running process was killed as hung (qsd_kill_hung) */
     unsigned hung_kills;
+    int fuse_fd;                /* /dev/fuse for the next spawn only (qsd_set_fuse_fd) */
 };
 
 int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
@@ -98,6 +99,7 @@ int qsd_new(struct loop *l, const struct qsd_config *cfg, const char *volume,
     q->pidfd = -1;
     q->exec_fd = -1;
     q->probe_fds[0] = q->probe_fds[1] = -1;
+    q->fuse_fd = -1;
     q->supervised = true;
     *ret = q;
     return 0;
@@ -123,6 +125,12 @@ static void release_probe(struct qsd *q)
     }
 }
 
+void qsd_set_fuse_fd(struct qsd *q, int fd)
+{
+    closep(&q->fuse_fd);
+    q->fuse_fd = fd;
+}
+
 void qsd_free(struct qsd *q)
 {
     if (!q)
@@ -139,6 +147,7 @@ void qsd_free(struct qsd *q)
     free((char *)q->cfg.filter);
     free(q->volume);
     qsd_opts_clear(&q->opts);
+    closep(&q->fuse_fd);
     qsdlog_clear(&q->log);
     qsd_paths_clear(&q->paths);
     free(q);
@@ -259,6 +268,10 @@ static int spawn_unit(struct qsd *q, char **argv, int logfd, pid_t *ret_pid, int
                  "volume=%s error=\"%s\"", q->volume, gmsg ? gmsg : strerror(-g));
     }
     sp.confine = q->cfg.uid_count ? &qc.c : NULL;
+    if (q->opts.fuse_fd) {
+        sp.keep_fd = q->fuse_fd;
+        sp.keep_fd_at = (int)q->opts.fuse_fd;
+    }
     r = proc_spawn(&sp, ret_pid, ret_pidfd, ret_execfd);
     qsd_cgroup_close(&vcg);
     qsd_confinement_clear(&qc);
@@ -276,10 +289,16 @@ static int spawn(struct qsd *q)
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) < 0)
         return -errno;
+    /* A FUSE export for this start only: a later one (a restart by the
+     * supervisor) has no mounted /dev/fuse to serve (qsd_set_fuse_fd). */
+    q->opts.fuse_fd = q->fuse_fd >= 0 ? QSD_FUSE_FD : 0;
     char **argv = qsd_unit_argv(q->cfg.filter, q->cfg.binary, &q->opts, &q->paths);
     pid_t pid;
     int pidfd, execfd;
     int r = spawn_unit(q, argv, pipefd[1], &pid, &pidfd, &execfd);
+    q->opts.fuse_fd = 0;
+    closep(&q->fuse_fd);
+    q->fuse_fd = -1;
     close(pipefd[1]);
     qsd_argv_free(argv);
     if (r < 0) {

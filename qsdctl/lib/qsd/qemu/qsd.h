@@ -67,6 +67,10 @@ void qsd_set_supervised(struct qsd *q, bool on);
 /* Create the directories, write the state file (desired=running), spawn, and
  * call done when the export socket accepts (or on failure: the QSD's own
  * error message from its log is in msg). */
+/* The next spawn (only) also exports the volume through FUSE on fd, a
+ * /dev/fuse the caller has mounted (qsdopts.h fuse_fd); taken over (closed
+ * after that spawn or by qsd_free). */
+void qsd_set_fuse_fd(struct qsd *q, int fd);
 int qsd_start(struct qsd *q, qsd_done_cb done, void *opaque);
 /* Adopt the running QSD of this volume: the one recorded in the state file
  * if it is alive and really ours, else any process serving this volume's

@@ -371,6 +371,7 @@ int qsd_confine_for(const struct qsd_config *cfg, const char *volume, const stru
     qc->c.mount_ns = true;
     qc->c.profile = CONFINE_PROFILE_QSD;
     qc->c.rlimit_nofile = QSD_NOFILE;
+    qc->c.dev_fd_file = o->fuse_fd;
     qc->c.writable = qc->writable;
     qc->c.hidden = qc->hidden;
     /* Writable: its own places. */

@@ -450,6 +450,19 @@ static char **argv_at(const char *binary, const struct qsd_opts *o, const struct
         argv[i++] = xstrdup("--export");
         argv[i++] = json_arg(ro);
     }
+    if (o->fuse_fd > 0) {
+        /* The descriptor's number as its mountpoint: in the QSD's mount
+         * namespace /dev/fd/<n> is an empty regular file (QEMU wants one;
+         * confine.h dev_fd_file), and libfuse then uses descriptor n as a
+         * mounted /dev/fuse without mounting anything itself. */
+        char mp[32];
+        snprintf(mp, sizeof(mp), "/dev/fd/%u", o->fuse_fd);
+        argv[i++] = xstrdup("--export");
+        argv[i++] = json_arg(json_pack("{s:s, s:s, s:s, s:s, s:b, s:s}", "type", "fuse", "id",
+                                       QSD_FUSE_EXPORT_ID, "node-name", QSD_NODE, "mountpoint",
+                                       mp, "writable", !o->read_only,
+                                       "allow-other", "off"));
+    }
     argv[i] = NULL;
     return argv;
 }

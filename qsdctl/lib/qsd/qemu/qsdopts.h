@@ -34,6 +34,11 @@ struct qsd_opts {
     bool iothread;        /* run the export in its own iothread (default true) */
     int socket_gid;       /* group owning the export dir and socket; -1: keep root */
     unsigned socket_mode; /* export socket mode, default 0660; never world bits */
+    /* >0: also a FUSE export of the node (pod volumes, docs/pod-volumes.md)
+     * on /dev/fuse open at this descriptor in the QSD, already mounted by
+     * its starter (mountpoint /dev/fd/<n>: libfuse takes the descriptor as
+     * is).  One start only: never recorded (qsd_opts_to_json). 0: none. */
+    unsigned fuse_fd;
 };
 
 void qsd_opts_init(struct qsd_opts *o); /* defaults; image/format unset */
@@ -103,6 +108,10 @@ json_t *qsd_format_node_json(const struct qsd_opts *o, const char *node, const c
 #define QSD_EXPORT_ID "exp0"
 #define QSD_RO_EXPORT_ID "exp-ro"
 #define QSD_EXPORT_FILES {"vhost.sock", "volume.json", NULL}
+#define QSD_FUSE_EXPORT_ID "fuse0"
+/* The descriptor a pod volume's QSD gets its /dev/fuse at (proc_spawn's
+ * keep_fd): above the program at 3 (qsd-vhost-filter). */
+#define QSD_FUSE_FD 4
 
 /* s with every ',' doubled: QEMU's comma-separated option syntax (the
  * monitor's socket path on the command line).  Malloc'd. */

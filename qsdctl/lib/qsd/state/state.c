@@ -33,10 +33,18 @@ struct vol *vol_new(const char *id)
     return v;
 }
 
+const char *stage_kind_name(enum stage_kind k)
+{
+    return k == STAGE_KIND_FS ? "filesystem" : k == STAGE_KIND_BLOCK ? "block" : "vhost-user";
+}
+
 void vol_clear_staging(struct vol *v)
 {
     free(v->staging_path);
     v->staging_path = NULL;
+    free(v->stage_fs);
+    v->stage_fs = NULL;
+    v->stage_kind = STAGE_KIND_VHOST;
     v->stage_gid = -1;
     v->stage_ro = false;
 }
@@ -53,6 +61,7 @@ void vol_free(struct vol *v)
     free(v->src_type);
     free(v->src_id);
     free(v->staging_path);
+    free(v->stage_fs);
     for (size_t i = 0; i < v->n_pubs; i++) {
         free(v->pubs[i].target);
         free(v->pubs[i].pod_uid);
@@ -128,6 +137,11 @@ json_t *vol_to_json(const struct vol *v)
                          ? json_pack("{s:s, s:i, s:b}", "path", v->staging_path, "gid",
                                      v->stage_gid, "read_only", v->stage_ro)
                          : json_null();
+    if (v->staging_path && v->stage_kind != STAGE_KIND_VHOST) {
+        json_object_set_new(staged, "kind", json_string(stage_kind_name(v->stage_kind)));
+        if (v->stage_fs)
+            json_object_set_new(staged, "fs_type", json_string(v->stage_fs));
+    }
     json_t *src = v->src_type ? json_pack("{s:s, s:s}", "type", v->src_type, "id", v->src_id)
                               : json_null();
     json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:s, s:O, s:O, s:I, s:I, s:o, s:I, s:o, s:o}", "version", 1,
@@ -138,6 +152,10 @@ json_t *vol_to_json(const struct vol *v)
                      "created", (json_int_t)v->created, "staged", staged, "published", pubs);
     if (v->released_ms)
         json_object_set_new(j, "released_ms", json_integer((json_int_t)v->released_ms));
+    if (v->raw_exposed)
+        json_object_set_new(j, "raw_exposed", json_true());
+    if (v->fs_made)
+        json_object_set_new(j, "fs_made", json_true());
     return j;
 }
 
@@ -179,6 +197,8 @@ int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
     if (json_is_integer(json_object_get(j, "released_ms")))
         released = json_integer_value(json_object_get(j, "released_ms"));
     v->released_ms = released > 0 ? released : 0;
+    v->raw_exposed = json_is_true(json_object_get(j, "raw_exposed"));
+    v->fs_made = json_is_true(json_object_get(j, "fs_made"));
     int r = 0;
     if (json_is_object(src)) {
         const char *t, *sid;
@@ -199,6 +219,15 @@ int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
             v->staging_path = xstrdup(path);
             v->stage_gid = gid;
             v->stage_ro = ro;
+            const char *kind = json_string_value(json_object_get(staged, "kind"));
+            const char *fs = json_string_value(json_object_get(staged, "fs_type"));
+            if (kind && streq(kind, "filesystem") && fs && (streq(fs, "ext4") || streq(fs, "xfs"))) {
+                v->stage_kind = STAGE_KIND_FS;
+                v->stage_fs = xstrdup(fs);
+            } else if (kind && streq(kind, "block"))
+                v->stage_kind = STAGE_KIND_BLOCK;
+            else if (kind)
+                r = -EBADMSG;
         }
     }
     size_t i;

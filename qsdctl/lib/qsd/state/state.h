@@ -18,6 +18,12 @@
 
 enum rec_phase { PHASE_CREATING, PHASE_READY, PHASE_DELETING };
 
+/* What a staged volume is served as (docs/pod-volumes.md): a vhost-user
+ * socket directory for VM pods, a filesystem or a block device for other
+ * pods.  One kind at a time. */
+enum stage_kind { STAGE_KIND_VHOST, STAGE_KIND_FS, STAGE_KIND_BLOCK };
+const char *stage_kind_name(enum stage_kind k);
+
 struct publication {
     char *target;
     bool read_only;
@@ -42,6 +48,13 @@ struct vol {
     char *staging_path;    /* NULL: not staged */
     int stage_gid;         /* socket group, -1: root */
     bool stage_ro;         /* staged with a read-only access mode */
+    enum stage_kind stage_kind;
+    char *stage_fs;        /* STAGE_KIND_FS: ext4 | xfs */
+    bool raw_exposed;      /* its bytes were ever a tenant's block device (a VM's
+                              disk or a Block-mode pod's): a filesystem on it is
+                              checked before the kernel mounts it */
+    bool fs_made;          /* a pod filesystem was made on it: a device found
+                              empty later is never formatted again */
     struct publication *pubs;
     size_t n_pubs;
     int64_t released_ms;   /* wall clock (ms) when it last left a pod or a bridge;

@@ -1,0 +1,466 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* podvol.c: a volume served to ordinary pods (podvol.h). */
+#include "podvol.h"
+#include "mounts.h"
+#include "service.h"
+#include "qsd/base/fsat.h"
+#include "qsd/base/log.h"
+#include "qsd/base/proc.h"
+#include "qsd/base/util.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <linux/fs.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+/* Every program run here is bounded; mkfs of a large xfs is the slowest. */
+#define TOOL_TIMEOUT_MS (5 * 60 * 1000)
+
+char *podvol_fuse_path(const struct csi *c, const char *id)
+{
+    return xasprintf("%s/fuse/%s", c->cfg->run_dir, id);
+}
+
+/* Whether path is a mount point in this mount namespace (mountinfo: never
+ * a stat of path, which would ask the FUSE daemon). */
+static bool mounted_at(const char *path)
+{
+    _cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+    while (f && fgets(line, sizeof(line), f)) {
+        char mp[4096];
+        /* id parent major:minor root mountpoint ...; paths here have no
+         * spaces (RUN and volume ids are checked). */
+        if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && streq(mp, path))
+            return true;
+    }
+    return false;
+}
+
+int podvol_fuse_mount(struct csi *c, const char *id, int *ret_fd, char **ret_msg)
+{
+    _cleanup_free_ char *dir = xasprintf("%s/fuse", c->cfg->run_dir);
+    _cleanup_free_ char *path = podvol_fuse_path(c, id);
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        *ret_msg = xasprintf("cannot create %s: %s", dir, strerror(errno));
+        return -errno;
+    }
+    while (mounted_at(path)) /* a dead QSD's: its connection is gone */
+        if (umount2(path, MNT_DETACH) < 0)
+            break;
+    _cleanup_close_ int f = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (f < 0) {
+        *ret_msg = xasprintf("cannot create %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    _cleanup_close_ int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        *ret_msg = xasprintf("cannot open /dev/fuse: %s", strerror(errno));
+        return -errno;
+    }
+    /* Owner root, no allow_other: only root (the plugin, the loop driver)
+     * may open it.  The kernel sends FUSE_INIT without waiting. */
+    char opts[128];
+    snprintf(opts, sizeof(opts), "fd=%d,rootmode=100000,user_id=0,group_id=0", fd);
+    if (mount("qsd-csi", path, "fuse.qsd-csi", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0) {
+        *ret_msg = xasprintf("cannot mount FUSE on %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    *ret_fd = TAKE_FD(fd);
+    return 0;
+}
+
+void podvol_fuse_unmount(struct csi *c, const char *id)
+{
+    _cleanup_free_ char *path = podvol_fuse_path(c, id);
+    while (mounted_at(path) && umount2(path, MNT_DETACH) == 0)
+        ;
+    unlink(path);
+}
+
+/* Whether process pid has /dev/fuse open. */
+static bool holds_fuse(pid_t pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(dir);
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        char link[384], target[64];
+        snprintf(link, sizeof(link), "%s/%s", dir, e->d_name);
+        ssize_t n = readlink(link, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            found = streq(target, "/dev/fuse");
+        }
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+bool podvol_served(struct csi *c, const struct vol *v)
+{
+    _cleanup_free_ char *path = podvol_fuse_path(c, v->id);
+    pid_t pid = v->qsd ? qsd_get_qsd_pid(v->qsd) : 0;
+    return pid > 0 && mounted_at(path) && holds_fuse(pid);
+}
+
+int podvol_loop_of(const char *path, char **ret_dev)
+{
+    DIR *d = opendir("/sys/block");
+    int r = -ENOENT;
+    for (struct dirent *e; d && r == -ENOENT && (e = readdir(d));) {
+        if (strncmp(e->d_name, "loop", 4) != 0)
+            continue;
+        _cleanup_free_ char *bf = xasprintf("/sys/block/%s/loop/backing_file", e->d_name);
+        _cleanup_fclose_ FILE *f = fopen(bf, "re");
+        char line[4096];
+        if (f && fgets(line, sizeof(line), f)) {
+            line[strcspn(line, "\n")] = '\0';
+            if (streq(line, path)) {
+                *ret_dev = xasprintf("/dev/%s", e->d_name);
+                r = 0;
+            }
+        }
+    }
+    if (d)
+        closedir(d);
+    return r;
+}
+
+/* Run argv (bounded): 0, or -EIO with its last stderr line in *ret_msg;
+ * *ret_code: its exit code. */
+static int run(char *const argv[], int *ret_code, char **ret_out, char **ret_msg)
+{
+    struct proc_result res = {0};
+    int r = proc_run(argv, TOOL_TIMEOUT_MS, &res);
+    if (r < 0) {
+        *ret_msg = xasprintf("%s: %s", argv[0], r == -ETIMEDOUT ? "timed out" : strerror(-r));
+        proc_result_clear(&res);
+        return r;
+    }
+    *ret_code = res.exit_code;
+    if (ret_out)
+        *ret_out = TAKE_PTR(res.out);
+    if (res.exit_code != 0) {
+        char buf[512];
+        *ret_msg = xasprintf("%s exited with %d: %s", argv[0], res.exit_code,
+                             proc_last_line(res.err, buf, sizeof(buf)));
+    }
+    proc_result_clear(&res);
+    return 0;
+}
+
+/* Whether dev's size is the FUSE file's (size, which the QSD reports; 0
+ * when it does not answer): a device made while the export was not
+ * serving yet is told again (LOOP_SET_CAPACITY). */
+static bool loop_size_ok(const char *dev, uint64_t size)
+{
+    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+    uint64_t now = 0;
+    if (fd < 0 || size == 0)
+        return false;
+    if (ioctl(fd, BLKGETSIZE64, &now) == 0 && now == size)
+        return true;
+    return ioctl(fd, LOOP_SET_CAPACITY, 0) == 0 && ioctl(fd, BLKGETSIZE64, &now) == 0 &&
+           now == size;
+}
+
+static int loop_make(const char *path, char **ret_dev, char **ret_msg)
+{
+    /* Without direct I/O: with it (loop over this FUSE file, QSD 10.0.2),
+     * mkfs.ext4's filesystem read back corrupt (journal inode checksum),
+     * raw and qcow2 alike; buffered, e2fsck -fn finds it clean
+     * (docs/pod-volumes.md). */
+    char *argv[] = {"losetup", "--find", "--show", "--direct-io=off", (char *)path, NULL};
+    _cleanup_free_ char *out = NULL;
+    int code, r = run(argv, &code, &out, ret_msg);
+    if (r < 0 || code != 0)
+        return r < 0 ? r : -EIO;
+    out[strcspn(out, "\n")] = '\0';
+    if (strncmp(out, "/dev/loop", 9) != 0) {
+        *ret_msg = xasprintf("losetup printed no loop device for %s", path);
+        return -EIO;
+    }
+    *ret_dev = TAKE_PTR(out);
+    return 0;
+}
+
+/* The loop device on path, made when missing, of the FUSE file's size: one
+ * of another size (left by a plugin killed while it was made) is detached
+ * and made again.  -EAGAIN when the size still differs (retry). */
+static int loop_attach(const char *path, char **ret_dev, char **ret_msg)
+{
+    struct stat st;
+    if (stat(path, &st) < 0) {
+        *ret_msg = xasprintf("the FUSE export %s does not answer: %s", path, strerror(errno));
+        return -EAGAIN;
+    }
+    _cleanup_free_ char *dev = NULL;
+    for (int i = 0; i < 2; i++) {
+        int r = podvol_loop_of(path, &dev);
+        if (r < 0 && (r = loop_make(path, &dev, ret_msg)) < 0)
+            return r;
+        if (loop_size_ok(dev, (uint64_t)st.st_size)) {
+            *ret_dev = TAKE_PTR(dev);
+            return 0;
+        }
+        _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0)
+            ioctl(fd, LOOP_CLR_FD, 0);
+        free(dev);
+        dev = NULL;
+    }
+    *ret_msg = xasprintf("no loop device of %s's size (%lld bytes) could be made: retry", path,
+                         (long long)st.st_size);
+    return -EAGAIN;
+}
+
+/* What blkid finds on dev: NULL (nothing: an empty device) or its TYPE (or
+ * PTTYPE) in *ret_type. */
+static int probe(const char *dev, char **ret_type, char **ret_msg)
+{
+    char *argv[] = {"blkid", "-p", "-o", "export", (char *)dev, NULL};
+    _cleanup_free_ char *out = NULL, *m = NULL;
+    int code, r = run(argv, &code, &out, &m);
+    if (r < 0) {
+        *ret_msg = TAKE_PTR(m);
+        return r;
+    }
+    *ret_type = NULL;
+    if (code == 2) /* no signature at all */
+        return 0;
+    if (code != 0) {
+        *ret_msg = TAKE_PTR(m);
+        return -EIO;
+    }
+    for (char *save = NULL, *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+        if (!strncmp(l, "TYPE=", 5) || (!*ret_type && !strncmp(l, "PTTYPE=", 7))) {
+            free(*ret_type);
+            *ret_type = xstrdup(l);
+        }
+    if (!*ret_type)
+        *ret_type = xstrdup("an unknown signature");
+    return 0;
+}
+
+/* mkfs on an empty device, or the check of an existing filesystem. */
+static int make_or_check(const struct vol *v, const char *dev, char **ret_msg)
+{
+    _cleanup_free_ char *type = NULL, *want = xasprintf("TYPE=%s", v->stage_fs);
+    int code, r = probe(dev, &type, ret_msg);
+    if (r < 0)
+        return r;
+    if (!type && v->fs_made) {
+        *ret_msg = xasprintf("volume %s had a filesystem made by this driver and none is found "
+                             "now: it is not formatted again", v->id);
+        return -EUCLEAN;
+    }
+    if (!type && v->raw_exposed) {
+        /* No signature, but a tenant's bytes: never formatted over. */
+        *ret_msg = xasprintf("volume %s holds no filesystem and was a block device of a tenant "
+                             "(a VM's disk or a Block-mode pod's): it is not formatted over",
+                             v->id);
+        return -EUCLEAN;
+    }
+    if (!type) {
+        char *ext4[] = {"mkfs.ext4", "-q", "-F", "-E", "nodiscard", (char *)dev, NULL};
+        char *xfs[] = {"mkfs.xfs", "-q", "-K", (char *)dev, NULL};
+        r = run(streq(v->stage_fs, "xfs") ? xfs : ext4, &code, NULL, ret_msg);
+        return r < 0 ? r : code ? -EIO : 0;
+    }
+    if (!streq(type, want)) {
+        *ret_msg = xasprintf("volume %s holds %s, not an %s filesystem or nothing: it is not "
+                             "formatted over, nor mounted", v->id, type, v->stage_fs);
+        return -EUCLEAN;
+    }
+    if (!v->raw_exposed)
+        return 0;
+    /* Its bytes were a tenant's block device: the kernel mounts it only
+     * when a read-only check finds nothing wrong (docs/security.md). */
+    char *e2[] = {"e2fsck", "-f", "-n", (char *)dev, NULL};
+    char *x[] = {"xfs_repair", "-n", (char *)dev, NULL};
+    _cleanup_free_ char *m = NULL;
+    r = run(streq(v->stage_fs, "xfs") ? x : e2, &code, NULL, &m);
+    if (r < 0) {
+        *ret_msg = TAKE_PTR(m);
+        return r;
+    }
+    if (code != 0) {
+        *ret_msg = xasprintf("volume %s was a block device of a tenant and its %s filesystem "
+                             "does not pass a read-only check (%s): not mounted", v->id,
+                             v->stage_fs, m ? m : "errors");
+        return -EUCLEAN;
+    }
+    return 0;
+}
+
+/* The filesystem on dev mounted on the staging directory (its descriptor
+ * beneath the kubelet root), unless it is there already. */
+static int mount_fs(struct csi *c, const struct vol *v, const char *dev, char **ret_msg)
+{
+    _cleanup_close_ int dfd = -1, fsfd = -1, mfd = -1;
+    int r = mounts_open_target(c, v->staging_path, &dfd);
+    if (r < 0) {
+        *ret_msg = xasprintf("cannot open staging path %s: %s", v->staging_path, strerror(-r));
+        return r;
+    }
+    struct stat sd, sdev;
+    if (fsat_is_mount_root(dfd) == 1) {
+        if (fstatat(dfd, "", &sd, AT_EMPTY_PATH) == 0 && stat(dev, &sdev) == 0 &&
+            sd.st_dev == sdev.st_rdev)
+            return 0;
+        *ret_msg = xasprintf("staging path %s is a mount, not of volume %s", v->staging_path,
+                             v->id);
+        return -EUCLEAN;
+    }
+    if ((fsfd = fsopen(v->stage_fs, FSOPEN_CLOEXEC)) < 0 ||
+        fsconfig(fsfd, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+        (streq(v->stage_fs, "ext4") &&
+         fsconfig(fsfd, FSCONFIG_SET_STRING, "errors", "remount-ro", 0) < 0) ||
+        fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+        (mfd = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0 ||
+        move_mount(mfd, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
+        r = -errno;
+        *ret_msg = xasprintf("cannot mount the %s filesystem of volume %s at %s: %s",
+                             v->stage_fs, v->id, v->staging_path, strerror(errno));
+        return r;
+    }
+    if (v->stage_gid >= 0) {
+        /* fsGroup (volume_mount_group): the root directory is the group's,
+         * setgid so that what is made in it stays so. */
+        _cleanup_close_ int root = openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0 || fchown(root, (uid_t)-1, (gid_t)v->stage_gid) < 0 ||
+            fchmod(root, 02775) < 0)
+            log_warn("node", "cannot give a filesystem's root to the staging group",
+                     "volume=%s gid=%d error=\"%s\"", v->id, v->stage_gid, strerror(errno));
+    }
+    return 0;
+}
+
+int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg)
+{
+    _cleanup_free_ char *path = podvol_fuse_path(c, v->id), *dev = NULL;
+    int r = loop_attach(path, &dev, ret_msg);
+    if (r < 0 || v->stage_kind != STAGE_KIND_FS)
+        return r;
+    _cleanup_close_ int dfd = -1;
+    bool mounted = mounts_open_target(c, v->staging_path, &dfd) == 0 &&
+                   fsat_is_mount_root(dfd) == 1;
+    if (!mounted && (r = make_or_check(v, dev, ret_msg)) < 0)
+        return r;
+    return mount_fs(c, v, dev, ret_msg);
+}
+
+/* The loop device of v told its backing file grew to size: once the FUSE
+ * file's size, asked again after the kernel's attribute timeout (1 s, the
+ * export's), shows it. */
+static int loop_grow(const char *path, const char *dev, uint64_t size, char **ret_msg)
+{
+    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *ret_msg = xasprintf("cannot open %s: %s", dev, strerror(errno));
+        return -errno;
+    }
+    for (int i = 0; i < 50; i++) { /* 5 s */
+        struct stat st;
+        uint64_t now = 0;
+        if (stat(path, &st) == 0 && (uint64_t)st.st_size >= size &&
+            ioctl(fd, LOOP_SET_CAPACITY, 0) == 0 && ioctl(fd, BLKGETSIZE64, &now) == 0 &&
+            now >= size)
+            return 0;
+        usleep(100 * 1000);
+    }
+    *ret_msg = xasprintf("loop device %s did not grow to %" PRIu64 " bytes within 5 s", dev, size);
+    return -ETIMEDOUT;
+}
+
+int podvol_grow(struct csi *c, const struct vol *v, uint64_t size, char **ret_msg)
+{
+    _cleanup_free_ char *path = podvol_fuse_path(c, v->id), *dev = NULL;
+    int r = podvol_loop_of(path, &dev);
+    if (r < 0) {
+        *ret_msg = xasprintf("volume %s has no loop device: stage it again", v->id);
+        return r;
+    }
+    if ((r = loop_grow(path, dev, size, ret_msg)) < 0 || v->stage_kind != STAGE_KIND_FS)
+        return r;
+    int code;
+    if (streq(v->stage_fs, "ext4")) {
+        char *argv[] = {"resize2fs", dev, NULL};
+        r = run(argv, &code, NULL, ret_msg);
+        if (r == 0 && code && *ret_msg && strstr(*ret_msg, "Permission denied")) {
+            char *m = xasprintf("%s (online ext4 growth needs CAP_SYS_RESOURCE)", *ret_msg);
+            free(*ret_msg);
+            *ret_msg = m;
+        }
+    } else {
+        /* xfs_growfs wants the mount point: the staging directory's
+         * descriptor, through this process's /proc entry. */
+        _cleanup_close_ int dfd = -1;
+        if ((r = mounts_open_target(c, v->staging_path, &dfd)) < 0) {
+            *ret_msg = xasprintf("cannot open staging path %s: %s", v->staging_path,
+                                 strerror(-r));
+            return r;
+        }
+        _cleanup_free_ char *mp = xasprintf("/proc/%d/fd/%d", (int)getpid(), dfd);
+        char *argv[] = {"xfs_growfs", mp, NULL};
+        r = run(argv, &code, NULL, ret_msg);
+    }
+    return r < 0 ? r : code ? -EIO : 0;
+}
+
+int podvol_detach(struct csi *c, const struct vol *v, char **ret_msg)
+{
+    _cleanup_free_ char *path = podvol_fuse_path(c, v->id);
+    int r;
+    if (v->stage_kind == STAGE_KIND_FS && v->staging_path &&
+        (r = mounts_unmount(c, v->staging_path, ret_msg)) < 0)
+        return r;
+    /* Each loop device flushed (through the FUSE file to the QSD, which
+     * writes its image's metadata), then detached; a detach the kernel
+     * defers while someone else has the device open is waited for
+     * (bounded): the FUSE file must not go from under a live device. */
+    for (int i = 0; i < 50; i++) {
+        _cleanup_free_ char *dev = NULL;
+        if (podvol_loop_of(path, &dev) < 0)
+            break;
+        _cleanup_close_ int fd = open(dev, O_RDWR | O_CLOEXEC);
+        if (fd >= 0 && i == 0 && fsync(fd) < 0)
+            log_warn("node", "cannot flush a loop device", "volume=%s device=%s error=\"%s\"",
+                     v->id, dev, strerror(errno));
+        if (fd < 0 || (ioctl(fd, LOOP_CLR_FD, 0) < 0 && errno != ENXIO)) {
+            r = -errno;
+            *ret_msg = xasprintf("cannot detach loop device %s of volume %s: %s", dev, v->id,
+                                 strerror(errno));
+            return r;
+        }
+        closep(&fd);
+        fd = -1;
+        if (i > 0)
+            usleep(100 * 1000);
+    }
+    _cleanup_free_ char *still = NULL;
+    if (podvol_loop_of(path, &still) == 0) {
+        *ret_msg = xasprintf("loop device %s of volume %s is still in use (open elsewhere)", still,
+                             v->id);
+        return -EBUSY;
+    }
+    while (mounted_at(path))
+        if (umount2(path, MNT_DETACH) < 0) {
+            r = -errno;
+            *ret_msg = xasprintf("cannot unmount %s: %s", path, strerror(errno));
+            return r;
+        }
+    if (unlink(path) < 0 && errno != ENOENT) {
+        r = -errno;
+        *ret_msg = xasprintf("cannot remove %s: %s", path, strerror(errno));
+        return r;
+    }
+    return 0;
+}

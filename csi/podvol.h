@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* podvol.h: a volume served to ordinary pods (docs/pod-volumes.md).
+ *
+ * Owns the data path between a volume's QSD and a pod that is not a VM:
+ * the FUSE file RUN/fuse/<vol> (a /dev/fuse the plugin mounts there as
+ * root and hands to the confined QSD, which cannot mount), the loop device
+ * on that file, the filesystem made on first use and mounted at the staging
+ * path, and taking all of it down again.  The QSD side (the FUSE export on
+ * the handed descriptor) is qsd.h's qsd_set_fuse_fd; the publications are
+ * mounts.h's mounts_bind_pod.
+ *
+ * podvol_fuse_mount and podvol_served run on the loop (no call waits for
+ * the QSD); podvol_attach and podvol_detach wait for programs and the
+ * kernel and run in a worker (op.h). */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct csi;
+struct vol;
+
+/* RUN/fuse/<id> (malloc'd). */
+char *podvol_fuse_path(const struct csi *c, const char *id);
+
+/* Open /dev/fuse and mount it (type fuse.qsd-csi, owner root, nosuid,
+ * nodev, noexec) on RUN/fuse/<id>, a regular file made for it; a mount
+ * left there by a dead QSD goes first.  *ret_fd: the descriptor for the
+ * QSD (qsd_set_fuse_fd). */
+int podvol_fuse_mount(struct csi *c, const char *id, int *ret_fd, char **ret_msg);
+
+/* A first stage that failed before any loop device: the FUSE file of id
+ * unmounted (detached) and removed. */
+void podvol_fuse_unmount(struct csi *c, const char *id);
+
+/* Whether v's FUSE file is mounted and its QSD holds the /dev/fuse behind
+ * it (its export serves): read from /proc, never through the FUSE file. */
+bool podvol_served(struct csi *c, const struct vol *v);
+
+/* In a worker: the loop device on v's FUSE file (made when missing;
+ * buffered, docs/pod-volumes.md); for a filesystem volume, a filesystem
+ * made when the device is empty (blkid finds no signature at all) and its
+ * bytes were never a tenant's block device (a VM's disk, a Block-mode
+ * pod's); an existing one checked (fsck -n) when they were; mounted at the
+ * staging path (nosuid, nodev) when it is not yet, its root given to the
+ * staging group.  -EUCLEAN with a message: refused (another signature, no
+ * filesystem on a tenant's bytes or where one was made (fs_made), a check
+ * that fails): FAILED_PRECONDITION.
+ * Idempotent. */
+int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg);
+
+/* In a worker, after v's QSD grew the volume to size (NodeExpandVolume):
+ * its loop device takes the new size, and a filesystem grows online
+ * (resize2fs, xfs_growfs). */
+int podvol_grow(struct csi *c, const struct vol *v, uint64_t size, char **ret_msg);
+
+/* In a worker: the filesystem at the staging path unmounted, every loop
+ * device on v's FUSE file detached, the FUSE file unmounted and removed.
+ * What is already gone is skipped. */
+int podvol_detach(struct csi *c, const struct vol *v, char **ret_msg);
+
+/* The loop device (/dev/loopN, malloc'd) whose backing file is path, from
+ * /sys (never touching path).  -ENOENT when none. */
+int podvol_loop_of(const char *path, char **ret_dev);

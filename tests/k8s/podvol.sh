@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: Apache-2.0
+# shellcheck shell=bash
+# The cluster scenario of docs/pod-volumes.md (issue 26), NOT RUN YET: a pod
+# writes a file to an ext4 PVC of this driver and is deleted; a second pod
+# reads it back; then a block PVC is written by one pod and read by another.
+#
+# Sourced by tests/k8s/e2e.sh, which provides $ns, say, wait_for and phase_is;
+# e2e.sh should call it after `examples` (the driver installed, the launcher
+# image loaded: its shell is the pods' program), e.g.
+#     . "$here/podvol.sh"
+#     step podvol podvol_scenario
+# It needs the StorageClass below (made here) and leaves nothing behind.
+
+podvol_pod() { # NAME CLAIM SCRIPT [block]: a pod running SCRIPT with CLAIM at /data (or /dev/xvda)
+    local vol
+    if [ "${4:-}" = block ]; then
+        vol="volumeDevices: [{name: d, devicePath: /dev/xvda}]"
+    else
+        vol="volumeMounts: [{name: d, mountPath: /data}]"
+    fi
+    kubectl -n "$ns" apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1}
+spec:
+  restartPolicy: Never
+  securityContext: {fsGroup: 107}
+  containers:
+    - name: c
+      image: localhost/qsd-csi/qsd-vm-launcher:0.1.0
+      imagePullPolicy: Never
+      command: [sh, -c, "$3"]
+      $vol
+  volumes: [{name: d, persistentVolumeClaim: {claimName: $2}}]
+EOF
+}
+
+podvol_claim() { # NAME STORAGECLASS MODE
+    kubectl -n "$ns" apply -f - <<EOF
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: $1}
+spec:
+  accessModes: [ReadWriteOnce]
+  volumeMode: $3
+  storageClassName: $2
+  resources: {requests: {storage: 64Mi}}
+EOF
+}
+
+podvol_done() { # POD: Succeeded, its log
+    wait_for 180 "pod $1 done" phase_is "$1" Succeeded || return 1
+    kubectl -n "$ns" logs "$1"
+}
+
+podvol_scenario() {
+    kubectl apply -f - <<EOF || return 1
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: qsd-pod-ext4}
+provisioner: qsd.csi.qsd-csi.dev
+volumeBindingMode: WaitForFirstConsumer
+allowVolumeExpansion: true
+parameters: {csi.storage.k8s.io/fstype: ext4}
+EOF
+    podvol_claim pv-fs qsd-pod-ext4 Filesystem || return 1
+    podvol_pod pv-writer pv-fs 'echo hello-from-writer > /data/f && sync && ls -ln /data' &&
+        podvol_done pv-writer || return 1
+    kubectl -n "$ns" delete pod pv-writer --wait=true --timeout=120s || return 1
+    podvol_pod pv-reader pv-fs 'cat /data/f' || return 1
+    [ "$(podvol_done pv-reader)" = hello-from-writer ] || { say "reader saw no file"; return 1; }
+    kubectl -n "$ns" delete pod pv-reader --wait=true --timeout=120s || return 1
+
+    podvol_claim pv-blk qsd-vm Block || return 1
+    podvol_pod pv-bw pv-blk 'echo block-bytes | dd of=/dev/xvda bs=512 seek=8 conv=fsync' block &&
+        podvol_done pv-bw >/dev/null || return 1
+    kubectl -n "$ns" delete pod pv-bw --wait=true --timeout=120s || return 1
+    podvol_pod pv-br pv-blk 'dd if=/dev/xvda bs=512 skip=8 count=1 2>/dev/null | head -c 11' block ||
+        return 1
+    [ "$(podvol_done pv-br)" = block-bytes ] || { say "block reader saw other bytes"; return 1; }
+    kubectl -n "$ns" delete pod pv-br --wait=true --timeout=120s
+    kubectl -n "$ns" delete pvc pv-fs pv-blk --wait=true --timeout=120s
+    kubectl delete storageclass qsd-pod-ext4
+}
