@@ -13,6 +13,8 @@
 #   quick-start  docs/quick-start.md's sections 3-5 as a user follows them
 #   vm-boot, snapshot, hotplug, plugin-restart, rollout, expand, vm-data,
 #   restore-clone   the VM scenarios (VM pods of vmpod.sh)
+#   podvol       volumes for ordinary pods: ext4 and block claims written by
+#                one pod and read by the next (podvol.sh)
 #   rbd          an RBD class on the tests' single-node Ceph (ceph.py)
 #                through the controller Deployment: provision, boot, snapshot
 #   uninstall    deploy/README.md's uninstall, then what is left on the node
@@ -33,6 +35,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo_root=$(cd "$here/../.." && pwd)
 . "$here/vmpod.sh"
+. "$here/podvol.sh"
 keep=0; [ "${1:-}" = --keep ] && keep=1
 secs=${QSD_K8S_WRITER_SECS:-180}
 dir=$(mktemp -d /tmp/qsd-k8s.XXXXXX)
@@ -734,6 +737,7 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step restore-clone restore_clone
     step cli cli
     step no-warnings no_warnings
+    step podvol podvol_scenario
 fi
 [ "${QSD_K8S_ONLY:-rbd}" = rbd ] && step rbd rbd_step
 step uninstall uninstall

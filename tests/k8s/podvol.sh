@@ -1,15 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
-# The cluster scenario of docs/pod-volumes.md (issue 26), NOT RUN YET: a pod
-# writes a file to an ext4 PVC of this driver and is deleted; a second pod
-# reads it back; then a block PVC is written by one pod and read by another.
+# The cluster scenario of docs/pod-volumes.md (issue 26): a pod writes a
+# file to an ext4 PVC of this driver and is deleted; a second pod reads it
+# back; then a block PVC is written by one pod and read by another.
 #
-# Sourced by tests/k8s/e2e.sh, which provides $ns, say, wait_for and phase_is;
-# e2e.sh should call it after `examples` (the driver installed, the launcher
-# image loaded: its shell is the pods' program), e.g.
-#     . "$here/podvol.sh"
-#     step podvol podvol_scenario
-# It needs the StorageClass below (made here) and leaves nothing behind.
+# Sourced by tests/k8s/e2e.sh (step podvol, after the VM scenarios: the
+# namespace $ns exists, the launcher image is loaded and its shell is the
+# pods' program), which provides $ns, say, wait_for and phase_is.  It makes
+# the StorageClass below and leaves nothing behind.
 
 podvol_pod() { # NAME CLAIM SCRIPT [block]: a pod running SCRIPT with CLAIM at /data (or /dev/xvda)
     local vol
