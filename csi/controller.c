@@ -16,12 +16,13 @@
 #include "service.h"
 #include "qsd/base/util.h"
 #include "ids.h"
+#include "modify.h"
 
 #define LIST_TOKEN_VOL "v1:"
 
 struct controller {
     struct csi *csi;
-    struct grpc_method methods[13];
+    struct grpc_method methods[14];
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -214,6 +215,7 @@ static void get_capabilities(struct csi *c, struct grpc_call *call,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__MODIFY_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME, /* keep last */
     };
     reply_controller_caps(call, types, ARRAY_SIZE(types) - (c->cfg->controller_expansion ? 0 : 1));
@@ -223,6 +225,13 @@ static void get_capabilities(struct csi *c, struct grpc_call *call,
 
 static void create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVolumeRequest *in)
 {
+    json_t *mp = NULL;
+    _cleanup_free_ char *msg = NULL;
+    if (modify_params_of(in->n_mutable_parameters, in->mutable_parameters, &mp, &msg) < 0) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "mutable_parameters: %s", msg);
+        return;
+    }
+    json_decref(mp); /* the backend records them (modify_params_of again) */
     BACKEND_OF(.n_params = in->n_parameters, .params = in->parameters)
         ->create_volume(c, call, in);
 }
@@ -289,6 +298,8 @@ CSI_HANDLER(h_delete_snapshot, delete_snapshot, Csi__V1__DeleteSnapshotRequest,
         csi__v1__delete_snapshot_request)
 CSI_HANDLER(h_list_snapshots, list_snapshots, Csi__V1__ListSnapshotsRequest,
         csi__v1__list_snapshots_request)
+CSI_HANDLER(h_modify, modify_volume, Csi__V1__ControllerModifyVolumeRequest,
+        csi__v1__controller_modify_volume_request)
 CSI_HANDLER(h_expand, expand_volume, Csi__V1__ControllerExpandVolumeRequest,
         csi__v1__controller_expand_volume_request)
 
@@ -310,6 +321,7 @@ const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n)
     M("DeleteSnapshot", h_delete_snapshot);
     M("ListSnapshots", h_list_snapshots);
     M("ControllerExpandVolume", h_expand);
+    M("ControllerModifyVolume", h_modify);
 #undef M
     *ret_n = n;
     return ctl->methods;

@@ -19,7 +19,12 @@
  *   node_expansion_required and the requested size, nothing done: the
  *   resizer then leaves the growth to NodeExpandVolume on the volume's node,
  *   as it does when the node plugin advertises no EXPAND_VOLUME.  So one
- *   resizer, in the controller Deployment, serves both backends. */
+ *   resizer, in the controller Deployment, serves both backends.
+ *   ControllerModifyVolume: controller.c's (modify.c), which answers
+ *   UNAVAILABLE naming the volume's node (the controller-to-node endpoint,
+ *   docs/node-operations.md, is not built).  MODIFY_VOLUME is not
+ *   advertised here until it is, so the central resizer does not retry
+ *   that forever. */
 #include "ctlrole.h"
 #include "csi.pb-c.h"
 #include "qsd/base/log.h"
@@ -39,7 +44,7 @@ struct ctlrole {
     struct csi *csi;
     const struct grpc_method *inner; /* controller.c's table */
     size_t n_inner;
-    struct grpc_method methods[6];
+    struct grpc_method methods[7];
 };
 
 static struct ctlrole g_role;
@@ -200,6 +205,9 @@ const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
 #define M(path, fn, o) r->methods[n++] = (struct grpc_method){CTL path, fn, o, LOG_INFO}
     M("ControllerExpandVolume", expand_volume, c);
     M("ControllerGetCapabilities", get_capabilities, c);
+    for (size_t i = 0; i < r->n_inner; i++)
+        if (streq(r->inner[i].path, CTL "ControllerModifyVolume"))
+            r->methods[n++] = r->inner[i];
     for (size_t i = 0; i < ARRAY_SIZE(routes); i++)
         r->methods[n++] = (struct grpc_method){routes[i].path, routed, (void *)&routes[i],
                                                LOG_INFO};

@@ -28,6 +28,7 @@
 #include "params.h"
 #include "service.h"
 #include "qsd/qemu/qmpcmd.h"
+#include "modify.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 #include "volqsd.h"
@@ -271,6 +272,8 @@ static void create_act(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
     v->parameters = json_incref(pl->params);
     json_decref(v->context);
     v->context = params_json_k(in->n_parameters, in->parameters, true);
+    _cleanup_free_ char *mmsg = NULL; /* validated by the controller already */
+    modify_params_of(in->n_mutable_parameters, in->mutable_parameters, &v->mutable_params, &mmsg);
     v->size = pl->size;
     v->src_type = pl->src_type ? xstrdup(pl->src_type) : NULL;
     v->src_id = pl->src_id ? xstrdup(pl->src_id) : NULL;

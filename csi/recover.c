@@ -90,6 +90,25 @@ static void recover_layers(struct csi *c, struct vol *v, bool running)
     }
 }
 
+/* An adopted QSD gets the record's limits (qos.h) again: a
+ * ControllerModifyVolume cut short between its record and its qom-set
+ * (modify.c) is finished here.  A QSD started before throttle groups has
+ * none to set: it gets them at its next start. */
+static void recover_limits(struct csi *c, struct vol *v, const struct qsd_limits *l)
+{
+    struct qmp_sync *s = NULL;
+    _cleanup_free_ char *msg = NULL;
+    int r = qmpc_connect_volume(c->cfg->run_dir, v->id, QMP_DEFAULT_TIMEOUT_MS, &s, &msg);
+    if (r == 0)
+        r = qmpc_call(s, qmpc_set_limits(l), NULL, NULL, &msg);
+    qmp_sync_close(s);
+    if (r < 0) {
+        _cleanup_free_ char *q = log_quote(msg ? msg : strerror(-r));
+        log_warn("plugin", "cannot set the recorded limits on an adopted QSD", "volume=%s error=%s",
+                 v->id, q);
+    }
+}
+
 /* A QSD found running at start is kept when its volume is staged (it was
  * adopted) or not the plugin's (an operator's qsdctl export). */
 static bool keep_qsd(const char *volume, pid_t pid, void *arg)
@@ -145,11 +164,13 @@ void csi_recover(struct csi *c)
             continue;
         }
         vol_qsd_new(c, v, &o);
+        struct qsd_limits limits = o.limits;
         qsd_opts_clear(&o);
         const struct backend *b = BACKEND_OF(.record = v);
         if (qsd_adopt(v->qsd) == 0) {
             log_info("plugin", "adopted the QSD of a staged volume", "volume=%s pid=%d", v->id,
                      (int)qsd_get_pid(v->qsd));
+            recover_limits(c, v, &limits);
             recover_layers(c, v, true);
             b->adopted(c, v);
             continue;

@@ -5,6 +5,7 @@
 #include "service.h"
 #include "backend.h"
 #include "params.h"
+#include "qos.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
 
@@ -61,7 +62,12 @@ int export_opts_from(json_t *parameters, char *image, char *format, bool read_on
 
 int vol_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, char **ret_msg)
 {
-    return BACKEND_OF(.record = v)->export_opts(c, v, ret, ret_msg);
+    struct qsd_limits l = {0};
+    int r = v->mutable_params ? qos_limits(v->mutable_params, &l, ret_msg) : 0;
+    if (r < 0 || (r = BACKEND_OF(.record = v)->export_opts(c, v, ret, ret_msg)) < 0)
+        return r;
+    ret->limits = l; /* the throttle group's (qos.h) */
+    return 0;
 }
 
 static void qsd_event(struct qsd *q, enum qsd_event ev, const char *detail, void *opaque)

@@ -29,7 +29,7 @@ SERVICES = {
                    "ControllerUnpublishVolume", "ValidateVolumeCapabilities", "ListVolumes",
                    "GetCapacity", "ControllerGetCapabilities", "CreateSnapshot",
                    "DeleteSnapshot", "ListSnapshots", "ControllerExpandVolume",
-                   "ControllerGetVolume"],
+                   "ControllerGetVolume", "ControllerModifyVolume"],
     "Node": ["NodeStageVolume", "NodeUnstageVolume", "NodePublishVolume",
              "NodeUnpublishVolume", "NodeGetVolumeStats", "NodeExpandVolume",
              "NodeGetCapabilities", "NodeGetInfo"],

@@ -45,7 +45,7 @@ def run(env):
     got = {x.rpc.type for x in caps.capabilities}
     # EXPAND_VOLUME only with --controller-expansion (docs/csi-plugin.md,
     # "Deploying"); the RPC itself is exercised below either way.
-    assert got == {R.CREATE_DELETE_VOLUME, R.LIST_VOLUMES, R.GET_CAPACITY,
+    assert got == {R.CREATE_DELETE_VOLUME, R.LIST_VOLUMES, R.GET_CAPACITY, R.MODIFY_VOLUME,
                    R.CREATE_DELETE_SNAPSHOT, R.LIST_SNAPSHOTS, R.CLONE_VOLUME,
                    R.SINGLE_NODE_MULTI_WRITER}, got
     ncaps = c.NodeGetCapabilities(pb.NodeGetCapabilitiesRequest(), timeout=T)

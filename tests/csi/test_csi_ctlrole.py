@@ -70,6 +70,12 @@ def main():
                        R.CLONE_VOLUME}, got
         expect_code(c.NodeGetInfo, pb.NodeGetInfoRequest(), C.UNIMPLEMENTED, "NodeGetInfo")
         expect_code(c.ListVolumes, pb.ListVolumesRequest(), C.UNIMPLEMENTED, "ListVolumes")
+        # ControllerModifyVolume of a node's volume: UNAVAILABLE naming the
+        # node (the controller-to-node endpoint is not built yet).
+        m = expect_code(c.ControllerModifyVolume, pb.ControllerModifyVolumeRequest(
+            volume_id="pvc-1@node-7", mutable_parameters={"readIops": "100"}),
+            C.UNAVAILABLE, "ControllerModifyVolume of node-7's volume")
+        assert "node-7" in m and "not built" in m, m
 
         # --- local volumes
         local = pb.CreateVolumeRequest(

@@ -38,6 +38,16 @@ def main():
     check([e["writethrough"] for e in ex] == [False, False], "raw: writethrough %s" % ex)
     check(ex[0]["addr"]["path"] == "/run/x/exports/pvc-1/vhost.sock", "raw: socket %s" % ex[0])
     check(ex[1]["addr"]["path"] == "/run/x/exports-ro/pvc-1/vhost.sock", "raw: ro socket %s" % ex[1])
+    # The throttle group (unlimited until ControllerModifyVolume) and the
+    # filter the exports serve, over the format node.
+    objs = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "--object"]
+    tg = [o for o in objs if o.get("qom-type") == "throttle-group"]
+    check(len(tg) == 1 and tg[0]["id"] == "tg0" and len(tg[0]["limits"]) == 8 and
+          set(tg[0]["limits"].values()) == {0}, "raw: throttle group %s" % objs)
+    devs = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "--blockdev"]
+    check(devs[-1] == {"driver": "throttle", "node-name": "qos", "throttle-group": "tg0",
+                       "file": "vol"}, "raw: throttle node %s" % devs)
+    check([e["node-name"] for e in ex] == ["qos", "qos"], "raw: exported node %s" % ex)
     node = json.loads(argv[2])
     check(node["filename"] == "/pool/volumes/pvc-1.raw" and node["aio"] == "native" and
           node["cache"] == {"direct": True, "no-flush": False}, "raw: file node %s" % node)
@@ -76,7 +86,8 @@ def main():
         print("FAIL: " + f)
     if fails:
         return 1
-    print("PASS: --print-qsd-command: raw write-back, qcow2 write-through, no iothread; 4 refusals")
+    print("PASS: --print-qsd-command: raw write-back, qcow2 write-through, no iothread, a throttle "
+          "group and filter under the exports; 4 refusals")
     return 0
 
 

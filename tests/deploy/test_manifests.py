@@ -127,6 +127,7 @@ KINDS = {
     "RoleBinding": ("rbac.authorization.k8s.io/v1", True),
     "CSIDriver": ("storage.k8s.io/v1", False),
     "StorageClass": ("storage.k8s.io/v1", False),
+    "VolumeAttributesClass": ("storage.k8s.io/v1", False),
     "VolumeSnapshotClass": ("snapshot.storage.k8s.io/v1", False),
     "PriorityClass": ("scheduling.k8s.io/v1", False),
     "PodMonitor": ("monitoring.coreos.com/v1", True),

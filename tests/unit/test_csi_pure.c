@@ -17,6 +17,7 @@
 #include "csi.pb-c.h"
 #include "params.h"
 #include "pbcheck.h"
+#include "qos.h"
 #include "paths.h"
 #include "rbd.h"
 #include "qsd/state/records.h"
@@ -337,6 +338,7 @@ static void test_state_roundtrip(void **state)
     vol_add_pub(v, "/k/t2", true);
     vol_pub_set_pod(v, 1, "a2a2-uid", "vm-demo");
     v->released_ms = 1763776000123;
+    v->mutable_params = json_pack("{s:s}", "readIops", "500");
     json_t *j = vol_to_json(v);
     struct vol *w;
     char *msg = NULL;
@@ -350,6 +352,7 @@ static void test_state_roundtrip(void **state)
     assert_string_equal(w->pubs[1].pod_ns, "vm-demo");
     assert_int_equal(w->released_ms, 1763776000123);
     assert_int_equal(w->stage_gid, 107);
+    assert_string_equal(json_string_value(json_object_get(w->mutable_params, "readIops")), "500");
     json_decref(j2);
     /* A record naming a traversal id is refused. */
     json_object_set_new(j, "id", json_string("../x"));
@@ -735,6 +738,102 @@ static void test_rbd_cred_of(void **state)
     rbd_cred_clear(&cr);
 }
 
+/* Mutable parameters (qos.h): every key, the merge over the record's,
+ * and each refusal names its key and changes nothing. */
+static int qos(json_t *cur, const char *const *kv, size_t n, json_t **ret, struct qsd_limits *l,
+               char **msg)
+{
+    const char *keys[16], *vals[16];
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = kv[2 * i];
+        vals[i] = kv[2 * i + 1];
+    }
+    return qos_merge(cur, n, keys, vals, ret, l, msg);
+}
+
+static void test_qos(void **state)
+{
+    (void)state;
+    static const char *const all[] = {"readIops", "500", "writeIops", "600", "readBps", "1048576",
+                                      "writeBps", "2097152", "readIopsBurst", "1000",
+                                      "writeIopsBurst", "600", "readBpsBurst", "4194304",
+                                      "writeBpsBurst", "1000000000000000"};
+    json_t *p = NULL;
+    struct qsd_limits l;
+    char *msg = NULL;
+    assert_int_equal(qos(NULL, all, 8, &p, &l, &msg), 0);
+    assert_int_equal(l.v[QSD_LIM_IOPS_READ], 500);
+    assert_int_equal(l.v[QSD_LIM_IOPS_WRITE], 600);
+    assert_int_equal(l.v[QSD_LIM_BPS_READ], 1048576);
+    assert_int_equal(l.v[QSD_LIM_BPS_WRITE], 2097152);
+    assert_int_equal(l.v[QSD_LIM_IOPS_READ_MAX], 1000);
+    assert_int_equal(l.v[QSD_LIM_IOPS_WRITE_MAX], 600);
+    assert_int_equal(l.v[QSD_LIM_BPS_READ_MAX], 4194304);
+    assert_true(l.v[QSD_LIM_BPS_WRITE_MAX] == QSD_LIMIT_MAX);
+    assert_int_equal(json_object_size(p), 8);
+    /* merged: writeIops changed, readIopsBurst dropped (0), the rest kept */
+    static const char *const upd[] = {"writeIops", "100", "writeIopsBurst", "200",
+                                      "readIopsBurst", "0"};
+    json_t *p2 = NULL;
+    assert_int_equal(qos(p, upd, 3, &p2, &l, &msg), 0);
+    assert_int_equal(l.v[QSD_LIM_IOPS_WRITE], 100);
+    assert_int_equal(l.v[QSD_LIM_IOPS_READ_MAX], 0);
+    assert_int_equal(l.v[QSD_LIM_IOPS_READ], 500);
+    assert_int_equal(json_object_size(p2), 7);
+    assert_string_equal(json_string_value(json_object_get(p2, "writeIops")), "100");
+    assert_null(json_object_get(p2, "readIopsBurst"));
+    assert_int_equal(qos_limits(p2, &l, &msg), 0);
+    assert_int_equal(l.v[QSD_LIM_IOPS_WRITE_MAX], 200);
+    json_decref(p2);
+    /* refusals: the key named, nothing returned */
+    static const struct {
+        const char *k, *v, *word;
+    } bad[] = {
+        {"iops", "5", "'iops'"},
+        {"readiops", "5", "'readiops'"},
+        {"readIops", "", "readIops"},
+        {"readIops", "abc", "readIops"},
+        {"readIops", "-1", "readIops"},
+        {"readIops", "1.5", "readIops"},
+        {"readIops", " 5", "readIops"},
+        {"readIops", "1000000000000001", "readIops"},
+        {"writeBps", "99999999999999999999999", "writeBps"},
+        {"readIopsBurst", "499", "readIopsBurst"}, /* below readIops 500 */
+        {"writeBpsBurst", "2097151", "writeBpsBurst"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        const char *kv[] = {bad[i].k, bad[i].v};
+        json_t *r = (json_t *)0x1;
+        struct qsd_limits lr = {{7}};
+        assert_int_equal(qos(p, kv, 1, &r, &lr, &msg), -EINVAL);
+        if (!strstr(msg, bad[i].word))
+            fail_msg("%s=%s: %s", bad[i].k, bad[i].v, msg);
+        assert_ptr_equal(r, (json_t *)0x1);
+        assert_int_equal(lr.v[0], 7);
+        free(msg);
+        msg = NULL;
+    }
+    assert_int_equal(json_object_size(p), 8); /* the record's object is untouched */
+    json_decref(p);
+    /* a burst needs its base */
+    const char *nobase[] = {"readBpsBurst", "100"};
+    assert_int_equal(qos(NULL, nobase, 1, &p, &l, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "readBpsBurst"));
+    free(msg);
+    /* nothing: unlimited, an empty object */
+    assert_int_equal(qos(NULL, NULL, 0, &p, &l, &msg), 0);
+    assert_int_equal(json_object_size(p), 0);
+    for (int i = 0; i < QSD_LIM_N; i++)
+        assert_int_equal(l.v[i], 0);
+    json_decref(p);
+    /* a record holding a key qos.h does not know is refused too */
+    json_t *cur = json_pack("{s:s}", "weird", "1");
+    assert_int_equal(qos(cur, NULL, 0, &p, &l, &msg), -EINVAL);
+    assert_non_null(strstr(msg, "weird"));
+    free(msg);
+    json_decref(cur);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -753,6 +852,7 @@ int main(void)
         cmocka_unit_test(test_backend_of),
         cmocka_unit_test(test_rbd_cred_of),
         cmocka_unit_test(test_imagebase_redact_net),
+        cmocka_unit_test(test_qos),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

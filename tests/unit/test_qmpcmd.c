@@ -30,6 +30,57 @@ static void assert_cmd(struct qmpc c, const char *want)
     qmpc_clear(&c);
 }
 
+/* The throttle group's limits (qsdopts.h): set all eight, read back what
+ * QEMU reports; the filter's child in the block graph. */
+static void test_limits_and_filter(void **state)
+{
+    struct qsd_limits l = {{0}};
+    l.v[QSD_LIM_IOPS_READ] = 500;
+    l.v[QSD_LIM_BPS_WRITE_MAX] = 1ull << 40;
+    assert_cmd(qmpc_set_limits(&l),
+               "{\"execute\": \"qom-set\", \"arguments\": {\"path\": \"tg0\", \"property\": "
+               "\"limits\", \"value\": {\"iops-read\": 500, \"iops-write\": 0, \"bps-read\": 0, "
+               "\"bps-write\": 0, \"iops-read-max\": 0, \"iops-write-max\": 0, \"bps-read-max\": "
+               "0, \"bps-write-max\": 1099511627776}}}");
+    assert_cmd(qmpc_get_limits(), "{\"execute\": \"qom-get\", \"arguments\": {\"path\": "
+                                  "\"tg0\", \"property\": \"limits\"}}");
+    json_t *j = json_loads("{\"iops-read\": 500, \"iops-total\": 0, \"bps-write-max-length\": 1,"
+                           " \"bps-write-max\": 7}", 0, NULL);
+    struct qsd_limits got;
+    assert_int_equal(qmpc_parse_limits(j, &got), 0);
+    assert_int_equal(got.v[QSD_LIM_IOPS_READ], 500);
+    assert_int_equal(got.v[QSD_LIM_BPS_WRITE_MAX], 7);
+    assert_int_equal(got.v[QSD_LIM_IOPS_WRITE], 0);
+    json_decref(j);
+    static const char *const bad[] = {"[]", "{\"iops-read\": -1}", "{\"iops-read\": \"5\"}",
+                                      "{\"bps-read\": 1.5}", NULL};
+    for (int i = 0; bad[i]; i++) {
+        j = json_loads(bad[i], 0, NULL);
+        got.v[0] = 9;
+        assert_int_equal(qmpc_parse_limits(j, &got), -EBADMSG);
+        assert_int_equal(got.v[0], 9);
+        json_decref(j);
+    }
+    /* export -> qos (throttle) -file-> ov-L (after a snapshot) -backing-> vol */
+    j = json_loads("{\"nodes\": [{\"id\": 1, \"type\": \"block-export\", \"name\": \"exp0\"},"
+                   " {\"id\": 2, \"type\": \"block-driver\", \"name\": \"qos\"},"
+                   " {\"id\": 3, \"type\": \"block-driver\", \"name\": \"ov-L\"},"
+                   " {\"id\": 4, \"type\": \"block-driver\", \"name\": \"vol\"}],"
+                   " \"edges\": [{\"parent\": 1, \"child\": 2, \"name\": \"root\"},"
+                   " {\"parent\": 3, \"child\": 4, \"name\": \"backing\"},"
+                   " {\"parent\": 2, \"child\": 3, \"name\": \"file\"}]}", 0, NULL);
+    const char *child = NULL;
+    assert_int_equal(qmpc_parse_filter_child(j, "qos", &child), 0);
+    assert_string_equal(child, "ov-L");
+    assert_int_equal(qmpc_parse_filter_child(j, "vol", &child), -ENOENT); /* no file edge */
+    assert_int_equal(qmpc_parse_filter_child(j, "nope", &child), -ENOENT);
+    assert_int_equal(qmpc_parse_filter_child(j, "exp0", &child), -ENOENT); /* not a driver */
+    json_decref(j);
+    j = json_loads("{\"nodes\": {}, \"edges\": []}", 0, NULL);
+    assert_int_equal(qmpc_parse_filter_child(j, "qos", &child), -EBADMSG);
+    json_decref(j);
+}
+
 static void test_builders(void **state)
 {
     assert_cmd(qmpc_quit(), "{\"execute\": \"quit\"}");
@@ -496,6 +547,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builders),         cmocka_unit_test(test_parse_export_node),
+        cmocka_unit_test(test_limits_and_filter),
         cmocka_unit_test(test_parse_node_size),  cmocka_unit_test(test_parse_small),
         cmocka_unit_test(test_parse_discard),    cmocka_unit_test(test_fail_msg),
         cmocka_unit_test(test_grow),             cmocka_unit_test(test_grow_disconnect),

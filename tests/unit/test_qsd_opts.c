@@ -31,6 +31,14 @@ static void test_defaults_argv(void **state)
         "--blockdev",
         "{\"cache\":{\"direct\":true,\"no-flush\":false},\"detect-zeroes\":\"off\",\"discard\":"
         "\"unmap\",\"driver\":\"qcow2\",\"file\":\"file0\",\"node-name\":\"vol\",\"read-only\":false}",
+        /* the volume's limits (none yet) and the filter the exports serve */
+        "--object",
+        "{\"id\":\"tg0\",\"limits\":{\"bps-read\":0,\"bps-read-max\":0,\"bps-write\":0,"
+        "\"bps-write-max\":0,\"iops-read\":0,\"iops-read-max\":0,\"iops-write\":0,"
+        "\"iops-write-max\":0},\"qom-type\":\"throttle-group\"}",
+        "--blockdev",
+        "{\"driver\":\"throttle\",\"file\":\"vol\",\"node-name\":\"qos\",\"throttle-group\":"
+        "\"tg0\"}",
         "--object",
         "{\"id\":\"iot0\",\"qom-type\":\"iothread\"}",
         /* the monitor before the exports: listening once an export accepts */
@@ -40,13 +48,13 @@ static void test_defaults_argv(void **state)
         "chardev=qmp0",
         "--export",
         "{\"addr\":{\"path\":\"/run/q,sd/exports/v1/vhost.sock\",\"type\":\"unix\"},\"id\":\"exp0\","
-        "\"iothread\":\"iot0\",\"logical-block-size\":512,\"node-name\":\"vol\",\"num-queues\":1,"
+        "\"iothread\":\"iot0\",\"logical-block-size\":512,\"node-name\":\"qos\",\"num-queues\":1,"
         "\"type\":\"vhost-user-blk\",\"writable\":true,\"writethrough\":true}",
         /* the read-only export of the same node, in a directory of its own */
         "--export",
         "{\"addr\":{\"path\":\"/run/q,sd/exports-ro/v1/vhost.sock\",\"type\":\"unix\"},"
         "\"id\":\"exp-ro\",\"iothread\":\"iot0\",\"logical-block-size\":512,\"node-name\":"
-        "\"vol\",\"num-queues\":1,\"type\":\"vhost-user-blk\",\"writable\":false,"
+        "\"qos\",\"num-queues\":1,\"type\":\"vhost-user-blk\",\"writable\":false,"
         "\"writethrough\":true}",
         NULL,
     };
@@ -73,19 +81,25 @@ static void test_cache_modes_and_readonly(void **state)
     assert_int_equal(qsd_opts_set(&o, "iothread", "false", &msg), 0);
     assert_int_equal(qsd_opts_set(&o, "num-queues", "4", &msg), 0);
     assert_int_equal(qsd_opts_validate(&o, &msg), 0);
+    o.limits.v[QSD_LIM_IOPS_READ] = 500;
+    o.limits.v[QSD_LIM_IOPS_READ_MAX] = 1000;
+    o.limits.v[QSD_LIM_BPS_WRITE] = 1ull << 20;
     struct qsd_paths p;
     qsd_paths_init("/run", "v", &p);
     char **argv = qsd_argv("qsd", &o, &p);
     assert_non_null(strstr(argv[2], "\"no-flush\":true"));
     assert_non_null(strstr(argv[2], "\"direct\":false"));
     assert_non_null(strstr(argv[2], "\"read-only\":true"));
-    assert_string_equal(argv[5], "--chardev"); /* no iothread object */
-    assert_string_equal(argv[9], "--export");
-    assert_non_null(strstr(argv[10], "\"writable\":false"));
-    assert_non_null(strstr(argv[10], "\"num-queues\":4"));
-    assert_non_null(strstr(argv[10], "\"writethrough\":false")); /* unsafe never flushes */
-    assert_null(strstr(argv[10], "iothread"));
-    assert_null(argv[11]); /* a read-only volume has one export */
+    /* the limits in the throttle group */
+    assert_non_null(strstr(argv[6], "\"iops-read\":500,\"iops-read-max\":1000,"));
+    assert_non_null(strstr(argv[6], "\"bps-write\":1048576,"));
+    assert_string_equal(argv[9], "--chardev"); /* no iothread object */
+    assert_string_equal(argv[13], "--export");
+    assert_non_null(strstr(argv[14], "\"writable\":false"));
+    assert_non_null(strstr(argv[14], "\"num-queues\":4"));
+    assert_non_null(strstr(argv[14], "\"writethrough\":false")); /* unsafe never flushes */
+    assert_null(strstr(argv[14], "iothread"));
+    assert_null(argv[15]); /* a read-only volume has one export */
     qsd_argv_free(argv);
     qsd_paths_clear(&p);
     qsd_opts_clear(&o);
@@ -161,8 +175,8 @@ static void test_export_writethrough(void **state)
         qsd_paths_init("/run", "v", &p);
         char **argv = qsd_argv("qsd", &o, &p);
         const char *want = cases[i].writethrough ? "\"writethrough\":true" : "\"writethrough\":false";
-        if (!strstr(argv[12], want))
-            fail_msg("%s/%s: %s", cases[i].format, cases[i].cache, argv[12]);
+        if (!strstr(argv[16], want))
+            fail_msg("%s/%s: %s", cases[i].format, cases[i].cache, argv[16]);
         qsd_argv_free(argv);
         qsd_paths_clear(&p);
         qsd_opts_clear(&o);

@@ -52,6 +52,17 @@ struct qmpc qmpc_block_resize(const char *node, uint64_t size)
 
 struct qmpc qmpc_blockdev_add(json_t *node) { return cmd("blockdev-add", node); }
 
+struct qmpc qmpc_set_limits(const struct qsd_limits *l)
+{
+    return cmd("qom-set", json_pack("{s:s, s:s, s:o}", "path", QSD_THROTTLE_GROUP, "property",
+                                    "limits", "value", qsd_limits_json(l)));
+}
+
+struct qmpc qmpc_get_limits(void)
+{
+    return cmd("qom-get", json_pack("{s:s, s:s}", "path", QSD_THROTTLE_GROUP, "property", "limits"));
+}
+
 struct qmpc qmpc_blockdev_add_qcow2_file(const char *node, const char *filename)
 {
     return cmd("blockdev-add", json_pack("{s:s, s:s, s:{s:s, s:s}}", "driver", "qcow2", "node-name",
@@ -222,6 +233,61 @@ int qmpc_parse_block_graph(json_t *ret, json_t **ret_graph)
     return 0;
 }
 
+static json_t *graph_node(json_t *nodes, const char *key, json_t *want)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n)
+        if (json_equal(json_object_get(n, key), want) &&
+            streq_ptr(str_member(n, "type"), "block-driver"))
+            return n;
+    return NULL;
+}
+
+int qmpc_parse_filter_child(json_t *graph, const char *filter, const char **ret_child)
+{
+    json_t *nodes = json_object_get(graph, "nodes"), *edges = json_object_get(graph, "edges");
+    if (!json_is_array(nodes) || !json_is_array(edges))
+        return -EBADMSG;
+    json_t *name = json_string(filter);
+    json_t *f = graph_node(nodes, "name", name);
+    json_decref(name);
+    if (!f)
+        return -ENOENT;
+    size_t i;
+    json_t *e;
+    json_array_foreach(edges, i, e)
+    {
+        if (!streq_ptr(str_member(e, "name"), "file") ||
+            !json_equal(json_object_get(e, "parent"), json_object_get(f, "id")))
+            continue;
+        json_t *c = graph_node(nodes, "id", json_object_get(e, "child"));
+        const char *cn = c ? str_member(c, "name") : NULL;
+        if (!cn || !*cn)
+            return -EBADMSG;
+        *ret_child = cn;
+        return 0;
+    }
+    return -ENOENT;
+}
+
+int qmpc_parse_limits(json_t *ret, struct qsd_limits *ret_limits)
+{
+    if (!json_is_object(ret))
+        return -EBADMSG;
+    struct qsd_limits l = {0};
+    for (int i = 0; i < QSD_LIM_N; i++) {
+        json_t *v = json_object_get(ret, QSD_LIMIT_KEYS[i]);
+        if (!v)
+            continue;
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return -EBADMSG;
+        l.v[i] = (uint64_t)json_integer_value(v);
+    }
+    *ret_limits = l;
+    return 0;
+}
+
 /* -------------------------------------------------------------- runners */
 
 int qmpc_fail_msg(const struct qmpc *c, int status, const struct qmp_error *e, char **ret_msg)
@@ -326,12 +392,31 @@ static int node_size_msg(int r, char **ret_msg)
 int qmpc_export_node(struct qmp_sync *s, char **ret_node, char **ret_msg)
 {
     json_t *ret = NULL;
+    char *node = NULL;
     int r = qmpc_call(s, qmpc_query_block_exports(), &ret, NULL, ret_msg);
     if (r < 0)
         return r;
-    r = qmpc_parse_export_node(ret, QSD_EXPORT_ID, ret_node);
+    r = qmpc_parse_export_node(ret, QSD_EXPORT_ID, &node);
     json_decref(ret);
-    return r < 0 ? export_node_msg(r, ret_msg) : 0;
+    if (r < 0)
+        return export_node_msg(r, ret_msg);
+    if (!streq(node, QSD_THROTTLE_NODE)) {
+        *ret_node = node;
+        return 0;
+    }
+    free(node);
+    json_t *graph = NULL;
+    const char *child;
+    if ((r = qmpc_block_graph(s, &graph, ret_msg)) < 0)
+        return r;
+    r = qmpc_parse_filter_child(graph, QSD_THROTTLE_NODE, &child);
+    if (r == 0)
+        *ret_node = xstrdup(child);
+    else
+        *ret_msg = xstrdup("QSD's block graph has no child under the throttle filter "
+                           QSD_THROTTLE_NODE);
+    json_decref(graph);
+    return r < 0 ? -EBADMSG : 0;
 }
 
 int qmpc_node_size(struct qmp_sync *s, const char *node, uint64_t *ret_size, char **ret_msg)
@@ -605,6 +690,35 @@ int qmpc_discard_stats(struct qmp *q, uint64_t timeout_ms, qmpc_discard_cb cb, v
     struct discard_req *d = xmalloc(sizeof(*d));
     *d = (struct discard_req){cb, opaque};
     int r = send_owned(q, qmpc_query_blockstats(), timeout_ms, on_discard, d, free);
+    if (r < 0)
+        free(d);
+    return r;
+}
+
+struct limits_req {
+    qmpc_done_cb cb;
+    void *opaque;
+};
+
+static void on_limits(struct qmp *q, const struct qmp_reply *r, void *opaque)
+{
+    struct limits_req d = *(struct limits_req *)opaque;
+    free(opaque);
+    _cleanup_free_ char *msg = NULL;
+    int status = r->status;
+    if (status < 0) {
+        struct qmpc c = qmpc_named((struct qmpc){.cmd = "qom-set"}, "qom-set of the throttle group's limits");
+        status = qmpc_fail_msg(&c, status, r->err, &msg);
+    }
+    d.cb(status, msg, d.opaque);
+}
+
+int qmpc_set_limits_async(struct qmp *q, const struct qsd_limits *l, uint64_t timeout_ms,
+                          qmpc_done_cb cb, void *opaque)
+{
+    struct limits_req *d = xmalloc(sizeof(*d));
+    *d = (struct limits_req){cb, opaque};
+    int r = send_owned(q, qmpc_set_limits(l), timeout_ms, on_limits, d, free);
     if (r < 0)
         free(d);
     return r;

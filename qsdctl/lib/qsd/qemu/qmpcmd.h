@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "qsd/qemu/qmp.h"
+#include "qsd/qemu/qsdopts.h"
 
 /* A command: its name, its arguments (owned, may be NULL) and what error
  * messages call it (the name unless the caller says better). */
@@ -65,6 +66,10 @@ struct qmpc qmpc_blockdev_backup(const char *job, const char *device, const char
 struct qmpc qmpc_block_stream(const char *job, const char *device, const char *base_node,
                               const char *backing_file);
 struct qmpc qmpc_block_job_cancel(const char *job); /* force */
+/* qom-set of the volume's throttle group's limits (qsdopts.h), and its
+ * qom-get. */
+struct qmpc qmpc_set_limits(const struct qsd_limits *l);
+struct qmpc qmpc_get_limits(void);
 /* An operator's command, as typed (qsdctl qmp); args stolen. */
 struct qmpc qmpc_raw(const char *cmd, json_t *args);
 
@@ -88,6 +93,12 @@ int qmpc_parse_discard(json_t *ret, struct qmpc_discard *ret_stats);
 /* x-debug-query-block-graph: the graph (an object with "nodes" and
  * "edges" arrays, layers.h reads it), a new reference. */
 int qmpc_parse_block_graph(json_t *ret, json_t **ret_graph);
+/* x-debug-query-block-graph's graph: the child (its "file" edge) of
+ * filter node, borrowed from graph.  -ENOENT: no such node or edge. */
+int qmpc_parse_filter_child(json_t *graph, const char *filter, const char **ret_child);
+/* qom-get of a throttle group's limits: the eight of qsdopts.h (absent
+ * ones 0).  -EBADMSG: not an object, a limit not a non-negative integer. */
+int qmpc_parse_limits(json_t *ret, struct qsd_limits *ret_limits);
 /* Does a BLOCK_JOB_* event's data name job (its "device" or "id")? */
 bool qmpc_event_is_job(json_t *data, const char *job);
 /* A BLOCK_JOB_COMPLETED event's error text, NULL when the job succeeded. */
@@ -110,7 +121,9 @@ int qmpc_call(struct qmp_sync *s, struct qmpc c, json_t **ret_return, bool *ret_
 /* Connect to the monitor of volume's QSD under run_dir. */
 int qmpc_connect_volume(const char *run_dir, const char *volume, uint64_t timeout_ms,
                         struct qmp_sync **ret, char **ret_msg);
-/* The node the volume's writable export (QSD_EXPORT_ID) serves. */
+/* The top layer of the volume: the node the writable export
+ * (QSD_EXPORT_ID) serves, or under the throttle filter QSD_THROTTLE_NODE
+ * its child (a QSD started before the filter serves the layer itself). */
 int qmpc_export_node(struct qmp_sync *s, char **ret_node, char **ret_msg);
 int qmpc_node_size(struct qmp_sync *s, const char *node, uint64_t *ret_size, char **ret_msg);
 /* Is job listed by query-block-jobs? 1 yes, 0 no. */
@@ -146,5 +159,10 @@ int qmpc_export_size(struct qmp_sync *s, uint64_t *ret_size, char **ret_msg);
  * figures on success. */
 typedef void (*qmpc_discard_cb)(int status, const struct qmpc_discard *st, void *opaque);
 int qmpc_discard_stats(struct qmp *q, uint64_t timeout_ms, qmpc_discard_cb cb, void *opaque);
+/* qom-set of the throttle group's limits: cb gets status and, on failure,
+ * a message (borrowed); called exactly once unless q is closed first. */
+typedef void (*qmpc_done_cb)(int status, const char *msg, void *opaque);
+int qmpc_set_limits_async(struct qmp *q, const struct qsd_limits *l, uint64_t timeout_ms,
+                          qmpc_done_cb cb, void *opaque);
 /* quit: the QSD's exit is the answer that matters; the reply is ignored. */
 int qmpc_quit_async(struct qmp *q, uint64_t timeout_ms);

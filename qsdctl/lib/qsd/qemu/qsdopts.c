@@ -10,6 +10,19 @@
 
 /* ------------------------------------------------------------ options */
 
+const char *const QSD_LIMIT_KEYS[QSD_LIM_N] = {
+    "iops-read", "iops-write", "bps-read", "bps-write",
+    "iops-read-max", "iops-write-max", "bps-read-max", "bps-write-max",
+};
+
+json_t *qsd_limits_json(const struct qsd_limits *l)
+{
+    json_t *j = json_object();
+    for (int i = 0; i < QSD_LIM_N; i++)
+        json_object_set_new(j, QSD_LIMIT_KEYS[i], json_integer((json_int_t)l->v[i]));
+    return j;
+}
+
 void qsd_opts_init(struct qsd_opts *o)
 {
     *o = (struct qsd_opts){
@@ -397,7 +410,7 @@ static char **argv_at(const char *binary, const struct qsd_opts *o, const struct
                       const char *socket, const char *ro_socket)
 {
     bool writethrough = qsd_export_writethrough(o);
-    char **argv = xcalloc(24, sizeof(char *));
+    char **argv = xcalloc(28, sizeof(char *));
     int i = 0;
     argv[i++] = xstrdup(binary);
     if (o->rbd) {
@@ -419,6 +432,16 @@ static char **argv_at(const char *binary, const struct qsd_opts *o, const struct
     }
     argv[i++] = xstrdup("--blockdev");
     argv[i++] = json_arg(qsd_format_node_json(o, QSD_NODE, o->format, "file0"));
+    /* The volume's I/O limits: a throttle group (unlimited when the volume
+     * has none, so that ControllerModifyVolume can set them live) and the
+     * filter the exports serve. */
+    argv[i++] = xstrdup("--object");
+    argv[i++] = json_arg(json_pack("{s:s, s:s, s:o}", "qom-type", "throttle-group", "id",
+                                   QSD_THROTTLE_GROUP, "limits", qsd_limits_json(&o->limits)));
+    argv[i++] = xstrdup("--blockdev");
+    argv[i++] = json_arg(json_pack("{s:s, s:s, s:s, s:s}", "driver", "throttle", "node-name",
+                                   QSD_THROTTLE_NODE, "throttle-group", QSD_THROTTLE_GROUP,
+                                   "file", QSD_NODE));
     if (o->iothread) {
         argv[i++] = xstrdup("--object");
         argv[i++] = json_arg(json_pack("{s:s, s:s}", "qom-type", "iothread", "id", "iot0"));
@@ -433,7 +456,7 @@ static char **argv_at(const char *binary, const struct qsd_opts *o, const struct
     argv[i++] = xstrdup("--monitor");
     argv[i++] = xstrdup("chardev=qmp0");
     json_t *exp = json_pack("{s:s, s:s, s:s, s:{s:s, s:s}, s:b, s:b, s:I, s:I}", "type",
-                            "vhost-user-blk", "id", QSD_EXPORT_ID, "node-name", QSD_NODE, "addr",
+                            "vhost-user-blk", "id", QSD_EXPORT_ID, "node-name", QSD_THROTTLE_NODE, "addr",
                             "type", "unix", "path", socket, "writable", !o->read_only,
                             "writethrough", writethrough, "num-queues", (json_int_t)o->num_queues,
                             "logical-block-size", (json_int_t)o->logical_block_size);
@@ -459,7 +482,7 @@ static char **argv_at(const char *binary, const struct qsd_opts *o, const struct
         snprintf(mp, sizeof(mp), "/dev/fd/%u", o->fuse_fd);
         argv[i++] = xstrdup("--export");
         argv[i++] = json_arg(json_pack("{s:s, s:s, s:s, s:s, s:b, s:s}", "type", "fuse", "id",
-                                       QSD_FUSE_EXPORT_ID, "node-name", QSD_NODE, "mountpoint",
+                                       QSD_FUSE_EXPORT_ID, "node-name", QSD_THROTTLE_NODE, "mountpoint",
                                        mp, "writable", !o->read_only,
                                        "allow-other", "off"));
     }

@@ -20,6 +20,31 @@
 #include <stdint.h>
 
 struct qsd_rbd;
+/* I/O limits of a volume's throttle group (QEMU's ThrottleLimits): per
+ * second, 0 = unlimited; the bursts (`...-max`, for 1 s) at least their
+ * base.  Indices as QSD_LIMIT_KEYS. */
+enum {
+    QSD_LIM_IOPS_READ,
+    QSD_LIM_IOPS_WRITE,
+    QSD_LIM_BPS_READ,
+    QSD_LIM_BPS_WRITE,
+    QSD_LIM_IOPS_READ_MAX,
+    QSD_LIM_IOPS_WRITE_MAX,
+    QSD_LIM_BPS_READ_MAX,
+    QSD_LIM_BPS_WRITE_MAX,
+    QSD_LIM_N,
+};
+/* QEMU's names of the limits, in the order above. */
+extern const char *const QSD_LIMIT_KEYS[QSD_LIM_N];
+/* QEMU's THROTTLE_VALUE_MAX: larger limits are refused. */
+#define QSD_LIMIT_MAX 1000000000000000ull
+struct qsd_limits {
+    uint64_t v[QSD_LIM_N];
+};
+/* The "limits" object of throttle-group (qom-set and --object): every
+ * limit, 0 for unlimited, so a change also clears what it leaves out. */
+json_t *qsd_limits_json(const struct qsd_limits *l);
+
 struct qsd_opts {
     char *image;          /* absolute path of the image; NULL with rbd */
     char *format;         /* "qcow2" | "raw" (always raw with rbd) */
@@ -39,6 +64,7 @@ struct qsd_opts {
      * its starter (mountpoint /dev/fd/<n>: libfuse takes the descriptor as
      * is).  One start only: never recorded (qsd_opts_to_json). 0: none. */
     unsigned fuse_fd;
+    struct qsd_limits limits; /* of the throttle group QSD_THROTTLE_GROUP */
 };
 
 void qsd_opts_init(struct qsd_opts *o); /* defaults; image/format unset */
@@ -105,6 +131,13 @@ json_t *qsd_format_node_json(const struct qsd_opts *o, const char *node, const c
  * a directory of its own, so that a read-only publication is read-only
  * whatever the consuming pod does.  A read-only volume has only the first. */
 #define QSD_NODE "vol"
+/* Every export serves QSD_THROTTLE_NODE, a throttle filter over the top
+ * layer (QSD_NODE at start, an overlay after a thin snapshot:
+ * blockdev-snapshot moves the filter's child with the rest of the top's
+ * parents), in the throttle group QSD_THROTTLE_GROUP whose limits are
+ * changed live (qom-set). */
+#define QSD_THROTTLE_NODE "qos"
+#define QSD_THROTTLE_GROUP "tg0"
 #define QSD_EXPORT_ID "exp0"
 #define QSD_RO_EXPORT_ID "exp-ro"
 #define QSD_EXPORT_FILES {"vhost.sock", "volume.json", NULL}

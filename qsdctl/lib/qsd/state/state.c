@@ -57,6 +57,7 @@ void vol_free(struct vol *v)
     free(v->format);
     free(v->preallocation);
     json_decref(v->parameters);
+    json_decref(v->mutable_params);
     json_decref(v->context);
     free(v->src_type);
     free(v->src_id);
@@ -156,6 +157,8 @@ json_t *vol_to_json(const struct vol *v)
         json_object_set_new(j, "raw_exposed", json_true());
     if (v->fs_made)
         json_object_set_new(j, "fs_made", json_true());
+    if (v->mutable_params && json_object_size(v->mutable_params))
+        json_object_set(j, "mutable_parameters", v->mutable_params);
     return j;
 }
 
@@ -191,6 +194,9 @@ int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
         json_decref(v->context);
         v->context = json_deep_copy(ctx);
     }
+    json_t *mp = json_object_get(j, "mutable_parameters");
+    if (json_is_object(mp))
+        v->mutable_params = json_deep_copy(mp);
     v->size = (uint64_t)size;
     v->image_size = (uint64_t)isize;
     v->created = created;

@@ -38,6 +38,8 @@ struct vol {
     char *preallocation;
     json_t *parameters;    /* StorageClass parameters as received (object) */
     json_t *context;       /* volume_context: the csi.storage.k8s.io/ keys (object) */
+    json_t *mutable_params; /* VolumeAttributesClass parameters, validated (qos.h);
+                              NULL: none */
     uint64_t size;         /* capacity promised to the CO */
     uint64_t image_size;   /* size of the image as last grown (<= size while an
                               expansion waits for NodeExpandVolume/NodeStage) */
