@@ -24,6 +24,7 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -308,10 +309,23 @@ static int dev_with_fd_file(unsigned n)
     while (nd)
         path[len++] = digits[--nd];
     path[len] = '\0';
-    if (mkdir("/dev/fd", 0755) < 0 || chmod("/dev/fd", 0755) < 0) /* whatever the umask */
+    if (mkdir("/dev/fd", 0755) < 0 || chmod("/dev/fd", 0755) < 0) { /* whatever the umask */
         r = -errno;
-    else
-        r = touch(path, 0600);
+        goto out;
+    }
+    /* Descriptors 0-3 as usual (/proc/self/fd/K): an interpreted program
+     * (a "#!" wrapper, proc.h program_fd3) is read by its interpreter
+     * through /dev/fd/3. */
+    static const char *const links[][2] = {{"/proc/self/fd/0", "/dev/fd/0"},
+                                           {"/proc/self/fd/1", "/dev/fd/1"},
+                                           {"/proc/self/fd/2", "/dev/fd/2"},
+                                           {"/proc/self/fd/3", "/dev/fd/3"}};
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+        if (strcmp(links[i][1], path) != 0 && symlink(links[i][0], links[i][1]) < 0) {
+            r = -errno;
+            goto out;
+        }
+    r = touch(path, 0600);
 out:
     for (size_t i = 0; i < k; i++)
         close(fds[i]);

@@ -41,7 +41,9 @@ struct confine {
      * zero, full, random and urandom (bound from the host's) and an empty
      * regular file fd/<n>: what QEMU's FUSE export wants to see at its
      * mountpoint /dev/fd/<n> while libfuse uses descriptor n
-     * (docs/pod-volumes.md).  0: /dev as the host's. */
+     * (docs/pod-volumes.md); fd/0 to fd/3 (but n) link to /proc/self/fd as
+     * usual (an interpreted QSD wrapper is read through /dev/fd/3).  0: /dev
+     * as the host's. */
     unsigned dev_fd_file;
 };
 #define CONFINE_INIT {.uid = (uid_t)-1, .gid = (gid_t)-1}
