@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csilib  # noqa: E402
+import grpc  # noqa: E402
 import thinlib  # noqa: E402
 from csilib import mount_cap  # noqa: E402
 
@@ -103,6 +104,18 @@ def run(env, qsdctl):
         wait(lambda: env.qsd_pids().get(V) and os.path.exists(os.path.join(tgt, "vhost.sock")),
              "the volume served again")
         return c
+
+    def when_available(call, req):
+        """call(req), retried while the plugin answers UNAVAILABLE (a QSD it
+        restarts is not ready yet), as the sidecars retry; at most 20 s."""
+        end = time.monotonic() + 20
+        while True:
+            try:
+                return call(req, timeout=T)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > end:
+                    raise
+                time.sleep(0.1)
 
     def export_node():
         exp = json.loads(q("qmp", V, "query-block-exports"))
@@ -203,7 +216,7 @@ def run(env, qsdctl):
           "every write is there")
 
     # ---- crash after step 5: the snapshot is linked, its record still 'creating'
-    c.CreateSnapshot(pb.CreateSnapshotRequest(name="snap-e", source_volume_id=V), timeout=T)
+    when_available(c.CreateSnapshot, pb.CreateSnapshotRequest(name="snap-e", source_volume_id=V))
     env.stop(signal.SIGKILL)
     rec = os.path.join(env.state, "snapshots", "snap-e.json")
     with open(rec) as f:
