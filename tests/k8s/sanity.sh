@@ -42,7 +42,11 @@ pods=$root/pods/$(k -n default get pod csi-sanity-anchor -o jsonpath='{.metadata
 # csi-sanity makes the last path component only.
 mkdir -p "$pods/volumes/kubernetes.io~csi/sanity" "$staging"
 rc=0
+# Mutable parameters (VolumeAttributesClass keys, docs/storageclass.md): the
+# ModifyVolume specs run with them.
+printf 'readIops: "1000"\nwriteIops: "1000"\n' >"$dir/sanity-mutable.yaml"
 "$bin/csi-sanity" --csi.endpoint="unix://$sock" \
+    --csi.testvolumemutableparameters="$dir/sanity-mutable.yaml" \
     --csi.mountdir="$pods/volumes/kubernetes.io~csi/sanity/mount" \
     --csi.stagingdir="$staging/globalmount" \
     --csi.testvolumesize=67108864 --ginkgo.timeout=10m --ginkgo.no-color --ginkgo.v "$@" \
