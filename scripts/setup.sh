@@ -43,6 +43,9 @@ BASE_PKGS=(
     curl ca-certificates
     # The plugin's RBD backend links librbd/librados (docs/rbd.md).
     librbd-dev
+    # Volumes for ordinary pods (docs/pod-volumes.md): /dev/fuse's tools,
+    # mkfs, fsck and online growth of ext4 and xfs.
+    fuse3 e2fsprogs xfsprogs
 )
 # A throwaway single-node Ceph for the RBD tests (tests/ceph/cephlib.py);
 # without recommends (no mgr dashboards, no systemd units pulled in).
