@@ -215,7 +215,9 @@ class Refusals(unittest.TestCase):
         self.assertTrue(all(o["metadata"]["namespace"] == "vms" for o in applied))
         self.assertTrue(all(c[:2] == ["-n", "vms"] for c in self.calls()))
 
-    def test_ssh_through_the_port_forward(self):
+    def vm_with_ssh(self):
+        """A VM pod vm1 with an ssh port, and a fake ssh that writes its
+        arguments to the first path returned."""
         pod = {"metadata": {"name": "vm1", "labels": {Q.LABEL: "vm1"}},
                "spec": {"containers": [{"ports": [{"name": "ssh", "containerPort": 2222}]}], "volumes": []}}
         put(self.objs, {"pod/vm1": pod})
@@ -224,6 +226,10 @@ class Refusals(unittest.TestCase):
         with open(fake_ssh, "w") as f:
             f.write("#!/bin/sh\necho \"$@\" > %s\n" % out)
         os.chmod(fake_ssh, 0o755)
+        return out, fake_ssh
+
+    def test_ssh_through_the_port_forward(self):
+        out, fake_ssh = self.vm_with_ssh()
         p = self.run_cli("--timeout", "20", "ssh", "vm1", "--user", "u1", "--local-port", "38222",
                          "--ssh-command", fake_ssh, "--", "uptime")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -238,14 +244,7 @@ class Refusals(unittest.TestCase):
     def test_ssh_when_the_port_forward_fails(self):
         """kubectl port-forward exits (the port taken, the pod gone) or never
         listens: the CLI says so, bounded by --timeout, and runs no ssh."""
-        pod = {"metadata": {"name": "vm1", "labels": {Q.LABEL: "vm1"}},
-               "spec": {"containers": [{"ports": [{"name": "ssh", "containerPort": 2222}]}], "volumes": []}}
-        put(self.objs, {"pod/vm1": pod})
-        out = os.path.join(self.d, "ssh.out")
-        fake_ssh = os.path.join(self.d, "ssh")
-        with open(fake_ssh, "w") as f:
-            f.write("#!/bin/sh\necho \"$@\" > %s\n" % out)
-        os.chmod(fake_ssh, 0o755)
+        out, fake_ssh = self.vm_with_ssh()
         for mode, timeout, said in (("fail", "20", "kubectl port-forward ended: error: unable to listen"),
                                     ("deaf", "2", "not listening within 2 s")):
             self.env["FAKE_PF"] = mode
