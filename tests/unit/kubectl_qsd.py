@@ -83,6 +83,26 @@ def create_args(*extra):
     return Q.parser().parse_args(["create", "vm1", "--disk", "root:20Gi:qsd-vm", "--disk", "data"] + list(extra))
 
 
+
+def listen_port():
+    """A local port free now and below the kernel's ephemeral range
+    (ip_local_port_range starts at 32768 by default), so that no outgoing
+    connection of another process can take it before the fake port-forward
+    binds it (a fixed port in that range failed once: EADDRINUSE)."""
+    import random
+    import socket
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise RuntimeError("no free port in 20000-32000")
+
 class Objects(unittest.TestCase):
     def test_create_objects(self):
         objs = Q.vm_objects(create_args())
@@ -230,16 +250,17 @@ class Refusals(unittest.TestCase):
 
     def test_ssh_through_the_port_forward(self):
         out, fake_ssh = self.vm_with_ssh()
-        p = self.run_cli("--timeout", "20", "ssh", "vm1", "--user", "u1", "--local-port", "38222",
+        port = str(listen_port())
+        p = self.run_cli("--timeout", "20", "ssh", "vm1", "--user", "u1", "--local-port", port,
                          "--ssh-command", fake_ssh, "--", "uptime")
         self.assertEqual(p.returncode, 0, p.stderr)
         with open(out) as f:
             args = f.read().split()
-        self.assertEqual(args[:2], ["-p", "38222"])
+        self.assertEqual(args[:2], ["-p", port])
         self.assertIn("u1@127.0.0.1", args)
         self.assertEqual(args[-1], "uptime")
         pf = [c for c in self.calls() if "port-forward" in c]
-        self.assertEqual(pf, [["port-forward", "pod/vm1", "38222:2222"]])
+        self.assertEqual(pf, [["port-forward", "pod/vm1", port + ":2222"]])
 
     def test_ssh_when_the_port_forward_fails(self):
         """kubectl port-forward exits (the port taken, the pod gone) or never
@@ -249,7 +270,7 @@ class Refusals(unittest.TestCase):
                                     ("deaf", "2", "not listening within 2 s")):
             self.env["FAKE_PF"] = mode
             t0 = time.monotonic()
-            p = self.run_cli("--timeout", timeout, "ssh", "vm1", "--local-port", "38223",
+            p = self.run_cli("--timeout", timeout, "ssh", "vm1", "--local-port", str(listen_port()),
                              "--ssh-command", fake_ssh)
             self.assertNotEqual(p.returncode, 0, mode)
             self.assertIn(said, p.stderr, mode)
