@@ -62,6 +62,16 @@ struct backend {
     void (*delete_snapshot)(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in);
     void (*list_snapshots)(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in);
+    /* GroupController RPCs (group.c: the backend of the first source
+     * volume, or of the group id).  Requests are checked for what is the
+     * same for every backend (names present, no duplicate, no other
+     * node's volume) before. */
+    void (*create_group_snapshot)(struct csi *c, struct grpc_call *call,
+                                  Csi__V1__CreateVolumeGroupSnapshotRequest *in);
+    void (*delete_group_snapshot)(struct csi *c, struct grpc_call *call,
+                                  Csi__V1__DeleteVolumeGroupSnapshotRequest *in);
+    void (*get_group_snapshot)(struct csi *c, struct grpc_call *call,
+                               Csi__V1__GetVolumeGroupSnapshotRequest *in);
 
     /* An id of a request (volume_id, source_volume_id...) -> the name of
      * the node's record, in place; false when it is not valid here (v

@@ -108,7 +108,9 @@ static void get_plugin_info(struct grpc_call *call, const uint8_t *req, size_t l
 
 /* The controller role reports no VOLUME_ACCESSIBILITY_CONSTRAINTS: RBD
  * volumes are reachable from every node, and without it csi-provisioner
- * sends no topology and never reschedules a claim on our errors. */
+ * sends no topology and never reschedules a claim on our errors.  Nor
+ * GROUP_CONTROLLER_SERVICE: group snapshots are served by the node plugin,
+ * for its node's volumes (group.h). */
 static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, size_t len,
                                     void *opaque)
 {
@@ -118,17 +120,20 @@ static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, 
         return;
     protobuf_c_message_free_unpacked(in, NULL);
 
-    Csi__V1__PluginCapability__Service svc[2] = {
+    Csi__V1__PluginCapability__Service svc[3] = {
+        CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
         CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
         CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
     };
     svc[0].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__CONTROLLER_SERVICE;
     svc[1].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__VOLUME_ACCESSIBILITY_CONSTRAINTS;
+    svc[2].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__GROUP_CONTROLLER_SERVICE;
     Csi__V1__PluginCapability__VolumeExpansion exp =
         CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__INIT;
     exp.type = CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__ONLINE;
 
-    Csi__V1__PluginCapability caps[3] = {
+    Csi__V1__PluginCapability caps[4] = {
+        CSI__V1__PLUGIN_CAPABILITY__INIT,
         CSI__V1__PLUGIN_CAPABILITY__INIT,
         CSI__V1__PLUGIN_CAPABILITY__INIT,
         CSI__V1__PLUGIN_CAPABILITY__INIT,
@@ -139,10 +144,14 @@ static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, 
     caps[1].service = &svc[1];
     caps[2].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_VOLUME_EXPANSION;
     caps[2].volume_expansion = &exp;
-    Csi__V1__PluginCapability *list[3] = {&caps[0], &caps[2], &caps[1]};
+    caps[3].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_SERVICE;
+    caps[3].service = &svc[2];
+    /* The node-local ones last: the controller role has neither the
+     * topology nor the GroupController (group.h). */
+    Csi__V1__PluginCapability *list[4] = {&caps[0], &caps[2], &caps[1], &caps[3]};
 
     Csi__V1__GetPluginCapabilitiesResponse out = CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
-    out.n_capabilities = ARRAY_SIZE(list) - (id->cfg->role == PLUGIN_ROLE_CONTROLLER ? 1 : 0);
+    out.n_capabilities = ARRAY_SIZE(list) - (id->cfg->role == PLUGIN_ROLE_CONTROLLER ? 2 : 0);
     out.capabilities = list;
     grpc_call_reply_pb(call, &out.base);
 }

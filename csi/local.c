@@ -20,6 +20,7 @@
  * pure plans (local_plan.h); the acts here do what needs the node. */
 #include "backend.h"
 #include "capacity.h"
+#include "local.h"
 #include "controller.h"
 #include "local_plan.h"
 #include "qsd/base/log.h"
@@ -55,8 +56,8 @@ static void reply_volume(struct csi *c, struct grpc_call *call, const struct vol
     grpc_call_reply_pb(call, &out.base);
 }
 
-static void snapmsg_fill(struct csi *c, const struct snap *sn, Csi__V1__Snapshot *s,
-                         Google__Protobuf__Timestamp *ts, char ids[2][CSI_ID_MAX + 1])
+void local_snapmsg_fill(struct csi *c, const struct snap *sn, Csi__V1__Snapshot *s,
+                        Google__Protobuf__Timestamp *ts, char ids[3][CSI_ID_MAX + 1])
 {
     *ts = (Google__Protobuf__Timestamp)GOOGLE__PROTOBUF__TIMESTAMP__INIT;
     ts->seconds = sn->created_sec;
@@ -67,6 +68,8 @@ static void snapmsg_fill(struct csi *c, const struct snap *sn, Csi__V1__Snapshot
     s->source_volume_id = (char *)csi_id_out(c, sn->source, ids[1]);
     s->creation_time = ts;
     s->ready_to_use = true;
+    if (sn->group)
+        s->group_snapshot_id = (char *)csi_id_out(c, sn->group, ids[2]);
 }
 
 /* ------------------------------------------------ thin layers (worker) */
@@ -503,8 +506,8 @@ static void reply_snapshot(struct csi *c, struct grpc_call *call, const struct s
 {
     Csi__V1__Snapshot s;
     Google__Protobuf__Timestamp ts;
-    char ids[2][CSI_ID_MAX + 1];
-    snapmsg_fill(c, sn, &s, &ts, ids);
+    char ids[3][CSI_ID_MAX + 1];
+    local_snapmsg_fill(c, sn, &s, &ts, ids);
     Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
     out.snapshot = &s;
     grpc_call_reply_pb(call, &out.base);
@@ -632,6 +635,12 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
         grpc_call_reply_pb(call, &out.base);
         return;
     }
+    if (sn->group) {
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "snapshot %s is a member of group snapshot %s: "
+                       "DeleteVolumeGroupSnapshot deletes it", sn->id, sn->group);
+        return;
+    }
     sn->phase = PHASE_DELETING;
     int r = store_save_snap(c->store, sn);
     if (r < 0) {
@@ -669,7 +678,7 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
     store_sort(c->store);
     size_t cap = only == NOTHING || from == NOTHING ? 0 : c->store->n_snaps, n = 0;
     Csi__V1__Snapshot *snaps = xcalloc(cap + 1, sizeof(*snaps));
-    char (*ids)[2][CSI_ID_MAX + 1] = xcalloc(cap + 1, sizeof(*ids));
+    char (*ids)[3][CSI_ID_MAX + 1] = xcalloc(cap + 1, sizeof(*ids));
     Google__Protobuf__Timestamp *ts = xcalloc(cap + 1, sizeof(*ts));
     Csi__V1__ListSnapshotsResponse__Entry *ents = xcalloc(cap + 1, sizeof(*ents));
     Csi__V1__ListSnapshotsResponse__Entry **list = xcalloc(cap + 1, sizeof(*list));
@@ -684,7 +693,7 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
             next = xasprintf("%s%s", LIST_TOKEN_SNAP, last);
             break;
         }
-        snapmsg_fill(c, sn, &snaps[n], &ts[n], ids[n]);
+        local_snapmsg_fill(c, sn, &snaps[n], &ts[n], ids[n]);
         last = sn->id;
         ents[n] = (Csi__V1__ListSnapshotsResponse__Entry)CSI__V1__LIST_SNAPSHOTS_RESPONSE__ENTRY__INIT;
         ents[n].snapshot = &snaps[n];
@@ -885,6 +894,9 @@ const struct backend backend_local = {
     .create_snapshot = create_snapshot,
     .delete_snapshot = delete_snapshot,
     .list_snapshots = list_snapshots,
+    .create_group_snapshot = local_create_group,
+    .delete_group_snapshot = local_delete_group,
+    .get_group_snapshot = local_get_group,
     .record_name = record_name,
     .volume_handle = volume_handle,
     .stage_prepare = NULL, /* CreateVolume made the record */

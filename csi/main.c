@@ -11,6 +11,7 @@
 #include "capacity.h"
 #include "config.h"
 #include "ctlrole.h"
+#include "group.h"
 #include "grpc.h"
 #include "http.h"
 #include "metrics.h"
@@ -675,6 +676,10 @@ static int endpoint_serve(struct plugin *pl, struct endpoint *ep)
         m = controller_methods(pl->csi, &n);
         if ((r = grpc_server_add_methods(ep->srv, m, n)) == 0) {
             m = node_methods(pl->csi, &n);
+            r = grpc_server_add_methods(ep->srv, m, n);
+        }
+        if (r == 0) {
+            m = group_methods(pl->csi, &n);
             r = grpc_server_add_methods(ep->srv, m, n);
         }
     }

@@ -63,6 +63,34 @@ static void forget(struct vol *v)
     rbd_guard_free(v);
 }
 
+/* Group snapshots of RBD volumes are not built: the GroupController
+ * service is the node plugin's, for its node's volumes (group.c). */
+static void group_unimplemented(struct grpc_call *call)
+{
+    grpc_call_fail(call, GRPC_UNIMPLEMENTED,
+                   "group snapshots are built for local volumes only, not for RBD volumes");
+}
+
+static void create_group(struct csi *c, struct grpc_call *call,
+                         Csi__V1__CreateVolumeGroupSnapshotRequest *in)
+{
+    (void)c, (void)in;
+    group_unimplemented(call);
+}
+
+static void delete_group(struct csi *c, struct grpc_call *call,
+                         Csi__V1__DeleteVolumeGroupSnapshotRequest *in)
+{
+    (void)c, (void)in;
+    group_unimplemented(call);
+}
+
+static void get_group(struct csi *c, struct grpc_call *call, Csi__V1__GetVolumeGroupSnapshotRequest *in)
+{
+    (void)c, (void)in;
+    group_unimplemented(call);
+}
+
 const struct backend backend_rbd = {
     .name = "rbd",
     .claims = claims,
@@ -77,6 +105,9 @@ const struct backend backend_rbd = {
     .create_snapshot = rbd_create_snapshot,
     .delete_snapshot = rbd_delete_snapshot,
     .list_snapshots = rbd_list_snapshots,
+    .create_group_snapshot = create_group,
+    .delete_group_snapshot = delete_group,
+    .get_group_snapshot = get_group,
     .record_name = record_name,
     .volume_handle = volume_handle,
     .stage_prepare = rbd_stage,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* recover.c: start-up recovery (recover.h). */
 #include "recover.h"
+#include "local.h"
 #include "service.h"
 #include "backend.h"
 #include "op.h"
@@ -121,6 +122,7 @@ static bool keep_qsd(const char *volume, pid_t pid, void *arg)
 void csi_recover(struct csi *c)
 {
     struct store *s = c->store;
+    local_group_recover(c); /* first: consumers stopped by a killed group snapshot */
     for (size_t i = 0; i < s->n_snaps;) {
         struct snap *sn = s->snaps[i];
         if (sn->phase == PHASE_READY) {

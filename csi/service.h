@@ -35,6 +35,7 @@ struct csi {
     char *topo_key;        /* "<driver-name>/node" */
     struct op *ops;        /* in flight */
     struct bridges *bridges; /* hot-plug bridges and requests (bridge.h) */
+    struct groups *groups; /* group snapshot records (local_group.c) */
     struct worker *gc;     /* removal of unused layers in flight (csi_gc) */
     bool gc_again;         /* another removal asked for meanwhile */
     int kubelet_fd;        /* O_PATH of the kubelet root (mounts.h) */

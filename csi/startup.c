@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* startup.c: see startup.h. */
 #include "startup.h"
+#include "local.h"
 #include "backend.h"
 #include "bridge.h"
 #include "qsd/base/log.h"
@@ -106,6 +107,7 @@ void csi_free(struct csi *c)
     c->gc = NULL;
     loop_timer_cancel(c->log_timer);
     bridges_free(c->bridges);
+    local_group_free(c);
     imagememo_free(c->image_refusals);
     store_free(c->store);
     records_free(c->records);

@@ -44,3 +44,4 @@ int cmd_plugin_status(int argc, char **argv);
 int cmd_vhost_info(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_seqwrite(int argc, char **argv);

@@ -1371,6 +1371,7 @@ static const struct command commands[] = {
     {"vhost-info", cmd_vhost_info, "connect to a vhost-user-blk socket and show the disk"},
     {"verify", cmd_verify, "write and check data through a vhost-user-blk socket"},
     {"bench", cmd_bench, "benchmark a vhost-user-blk socket or a file"},
+    {"seqwrite", cmd_seqwrite, "write one ordered sequence across vhost-user-blk sockets"},
 };
 
 static void usage(FILE *f)

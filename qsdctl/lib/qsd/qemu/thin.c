@@ -290,10 +290,10 @@ static int switch_live(struct qmp_sync *s, const struct qsd_opts *o, const char 
     return r;
 }
 
-int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
-                  const struct qsd_opts *o, const char *snap, uint64_t timeout_ms,
-                  char ret_layer[LAYER_NAME_LEN + 1], char **ret_msg)
+int thin_step_prepare(const struct pool *p, const char *vol, struct qmp_sync *s, const char *snap,
+                      uint64_t timeout_ms, struct thin_step *st, char **ret_msg)
 {
+    *st = (struct thin_step){0};
     _cleanup_free_ char *top = pool_volume_path(p, vol);
     if (access(top, F_OK) < 0) {
         _cleanup_free_ char *raw = xasprintf("%s/%s.raw", p->volumes, vol);
@@ -309,10 +309,7 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
         *ret_msg = xasprintf("snapshot %s already exists", snap);
         return -EEXIST;
     }
-    _cleanup_close_ int lock = -1;
-    int r = pool_lock(p, POOL_LOCK_TIMEOUT_MS, &lock, ret_msg);
-    if (r < 0)
-        return r;
+    int r;
     if (s && (r = refuse_iothread(s, ret_msg)) < 0)
         return r;
     if ((r = recover_locked(p, vol, s, NULL, ret_msg)) < 0)
@@ -333,12 +330,11 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
         return r;
 
     /* 1. the top gets a layer name */
-    char layer[LAYER_NAME_LEN + 1];
-    if ((r = pool_link_layer(p, top, layer, ret_msg)) < 0)
+    if ((r = pool_link_layer(p, top, st->layer, ret_msg)) < 0)
         return r;
-    _cleanup_free_ char *lp = pool_layer_path(p, layer);
-    _cleanup_free_ char *ref = layer_ref(layer);
-    _cleanup_free_ char *tname = layer_tmp_name(vol, layer);
+    _cleanup_free_ char *lp = pool_layer_path(p, st->layer);
+    _cleanup_free_ char *ref = layer_ref(st->layer);
+    _cleanup_free_ char *tname = layer_tmp_name(vol, st->layer);
     _cleanup_free_ char *tmp = xasprintf("%s/%s", p->volumes, tname);
     /* 2. an empty overlay on it (-u: the backing is not opened; a QSD holds
      * it with a write lock) */
@@ -356,34 +352,85 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
     /* The volume's QSD (its own uid, qsdconf.h) opens it read-write. */
     qsd_give_like(tmp, top);
     pool_fsync_dir(p->volumes);
-    /* 3. the running QSD moves its export onto the overlay */
-    if (s) {
-        bool refused = true;
-        r = switch_live(s, o, layer, tmp, &refused, ret_msg);
-        if (r < 0) {
-            if (refused) {
-                /* Nothing switched: undo steps 1 and 2. */
-                unlink(tmp);
-                unlink(lp);
-            }
-            /* Otherwise the outcome is unknown (connection lost): the
-             * overlay stays for thin_recover to decide. */
-            return r;
-        }
+    st->top = TAKE_PTR(top);
+    st->tmp = TAKE_PTR(tmp);
+    st->lp = TAKE_PTR(lp);
+    st->spath = TAKE_PTR(spath);
+    st->prepared = true;
+    return 0;
+}
+
+int thin_step_switch(struct thin_step *st, struct qmp_sync *s, const struct qsd_opts *o,
+                     char **ret_msg)
+{
+    if (!s) {
+        st->switched = true; /* offline: the rename (step 4) is the switch */
+        return 0;
     }
+    bool refused = true;
+    int r = switch_live(s, o, st->layer, st->tmp, &refused, ret_msg);
+    if (r < 0) {
+        /* Refused: nothing switched (thin_step_undo); otherwise the outcome
+         * is unknown (connection lost): the overlay stays for thin_recover
+         * to decide. */
+        st->unknown = !refused;
+        return r;
+    }
+    st->switched = true;
+    return 0;
+}
+
+int thin_step_finish(const struct pool *p, struct thin_step *st, char **ret_msg)
+{
     /* 4. the overlay is the volume's top from now on (QSD restarts open it) */
-    if (rename(tmp, top) < 0)
-        return errmsg(-errno, ret_msg, "cannot rename %s to %s", tmp, top);
+    if (rename(st->tmp, st->top) < 0)
+        return errmsg(-errno, ret_msg, "cannot rename %s to %s", st->tmp, st->top);
     pool_fsync_dir(p->volumes);
-    qsd_freeze_layer(lp); /* after step 3: QEMU reopened it read-only by name */
+    qsd_freeze_layer(st->lp); /* after step 3: QEMU reopened it read-only by name */
     /* 5. the snapshot is a second name of the frozen layer */
-    if (spath) {
-        if (link(lp, spath) < 0)
-            return errmsg(-errno, ret_msg, "cannot link %s to %s", lp, spath);
+    if (st->spath) {
+        if (link(st->lp, st->spath) < 0)
+            return errmsg(-errno, ret_msg, "cannot link %s to %s", st->lp, st->spath);
         pool_fsync_dir(p->snapshots);
     }
-    memcpy(ret_layer, layer, sizeof(layer));
     return 0;
+}
+
+void thin_step_undo(struct thin_step *st)
+{
+    if (st->prepared && !st->switched && !st->unknown) {
+        unlink(st->tmp);
+        unlink(st->lp);
+    }
+}
+
+void thin_step_clear(struct thin_step *st)
+{
+    free(st->top);
+    free(st->tmp);
+    free(st->lp);
+    free(st->spath);
+    *st = (struct thin_step){0};
+}
+
+int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
+                  const struct qsd_opts *o, const char *snap, uint64_t timeout_ms,
+                  char ret_layer[LAYER_NAME_LEN + 1], char **ret_msg)
+{
+    _cleanup_close_ int lock = -1;
+    int r = pool_lock(p, POOL_LOCK_TIMEOUT_MS, &lock, ret_msg);
+    if (r < 0)
+        return r;
+    struct thin_step st;
+    if ((r = thin_step_prepare(p, vol, s, snap, timeout_ms, &st, ret_msg)) < 0)
+        return r;
+    /* 3. the running QSD moves its export onto the overlay */
+    if ((r = thin_step_switch(&st, s, o, ret_msg)) < 0)
+        thin_step_undo(&st);
+    else if ((r = thin_step_finish(p, &st, ret_msg)) == 0)
+        memcpy(ret_layer, st.layer, sizeof(st.layer));
+    thin_step_clear(&st);
+    return r;
 }
 
 int thin_snapshot_layer(const struct pool *p, const char *snap, char ret_layer[LAYER_NAME_LEN + 1],

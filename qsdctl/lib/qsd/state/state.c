@@ -116,6 +116,7 @@ void snap_free(struct snap *sn)
         return;
     free(sn->id);
     free(sn->source);
+    free(sn->group);
     json_decref(sn->layers);
     free(sn);
 }
@@ -266,6 +267,8 @@ json_t *snap_to_json(const struct snap *sn)
                           "created_nsec", (int)sn->created_nsec);
     if (sn->layers)
         json_object_set(j, "layers", sn->layers);
+    if (sn->group)
+        json_object_set_new(j, "group", json_string(sn->group));
     return j;
 }
 
@@ -307,6 +310,13 @@ int snap_from_json(json_t *j, struct snap **ret, char **ret_msg)
     sn->phase = ph;
     sn->source = xstrdup(src);
     sn->layers = json_incref(layers);
+    const char *group = json_string_value(json_object_get(j, "group"));
+    if (group && name_validate(group, NULL) < 0) {
+        snap_free(sn);
+        *ret_msg = xstrdup("bad snapshot record: invalid group");
+        return -EBADMSG;
+    }
+    sn->group = xstrdup_or_null(group);
     sn->size = (uint64_t)size;
     sn->created_sec = sec;
     sn->created_nsec = nsec;

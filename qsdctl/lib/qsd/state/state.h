@@ -79,6 +79,7 @@ struct snap {
                               first, base last (layers.h); NULL for a full copy.
                               Frozen layers never change, so the chain recorded at
                               creation stays true (docs/changed-blocks.md) */
+    char *group;           /* the group snapshot it is a member of, or NULL */
     bool busy;
     unsigned readers;      /* volumes being restored from it now (not deleted meanwhile) */
 };
