@@ -33,6 +33,8 @@ SERVICES = {
     "Node": ["NodeStageVolume", "NodeUnstageVolume", "NodePublishVolume",
              "NodeUnpublishVolume", "NodeGetVolumeStats", "NodeExpandVolume",
              "NodeGetCapabilities", "NodeGetInfo"],
+    "GroupController": ["GroupControllerGetCapabilities", "CreateVolumeGroupSnapshot",
+                        "DeleteVolumeGroupSnapshot", "GetVolumeGroupSnapshot"],
 }
 
 

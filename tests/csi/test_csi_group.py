@@ -1,0 +1,365 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""VolumeGroupSnapshot on the plugin's own node (issue 25, deliverable 2):
+the GroupController service with the real plugin and real QSDs.
+
+Asserted:
+  - GROUP_CONTROLLER_SERVICE advertised, CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT;
+  - refusals with their codes and nothing changed (no record, no snapshot
+    file): no name, a bad name, no volume, an empty id, a repeated volume,
+    an unknown volume (NOT_FOUND), another node's volume (UNAVAILABLE
+    naming it), an unknown parameter; Get of an unknown group NOT_FOUND,
+    Delete of one OK;
+  - a writer (`qsdctl seqwrite`: write k to disk k mod 2, each acknowledged
+    before the next) runs through the two volumes' published sockets while
+    groups are taken: every group's member images hold exactly a prefix
+    0..K of the sequence (a write on B acknowledged after a write on A is
+    never there without it), K grows from group to group; the pause (the
+    writer stopped) is read from the plugin's log and must stay under 1 s
+    (the figure is printed; the target is 100 ms);
+  - idempotency (same name and sources: the same group; other sources:
+    ALREADY_EXISTS); Get; Delete with wrong snapshot_ids INVALID_ARGUMENT;
+    DeleteSnapshot of a member FAILED_PRECONDITION; a member restores
+    (CreateVolume from it holds the same data);
+  - a writer left stopped with its journal by a killed plugin is continued
+    at start; kill -9 at many instants of CreateVolumeGroupSnapshot and of
+    DeleteVolumeGroupSnapshot: after the restart no process is stopped,
+    every snapshot file has a record and every member record a file, a
+    group is either whole and ready or gone, a retry succeeds and holds a
+    prefix;
+  - everything deleted leaves no layer.
+
+usage: test_csi_group.py PLUGIN_BINARY PROTO_DIR QSDCTL
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import csilib  # noqa: E402
+from csilib import expect_code, mount_cap  # noqa: E402
+
+import grpc  # noqa: E402
+
+MiB = 1 << 20
+SIZE = 256 * MiB
+BLOCK = 4096
+MAGIC = b"QSDSEQ01"
+VOLS = ("pvc-ga", "pvc-gb")
+C = grpc.StatusCode
+
+
+def wait(cond, what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.02)
+
+
+def proc_state(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def starttime(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def seq_numbers(image, tmp):
+    """The write numbers an image holds, and the disk index check."""
+    raw = os.path.join(tmp, "seq.raw")
+    subprocess.run(["qemu-img", "convert", "-U", "-O", "raw", image, raw], check=True, timeout=120)
+    ks = []
+    with open(raw, "rb") as f:
+        data = f.read()
+    os.unlink(raw)
+    pos = data.find(MAGIC)
+    while pos >= 0:
+        assert pos % BLOCK == 0, "%s: magic at %d, not a block start" % (image, pos)
+        k = int.from_bytes(data[pos + 8:pos + 16], "little")
+        ks.append((pos // BLOCK, k))
+        pos = data.find(MAGIC, pos + BLOCK)
+    return ks
+
+
+WRITERS = []
+
+
+class Writer:
+    def __init__(self, qsdctl, socks, start):
+        WRITERS.append(self)
+        self.p = subprocess.Popen([qsdctl, "seqwrite", "--interval-us", "150", "--start",
+                                   str(start), *socks], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.pid = self.p.pid
+
+    def running(self):
+        return self.p.poll() is None and proc_state(self.pid) not in ("T", "t")
+
+    def stop(self):
+        if self.p.poll() is None:
+            os.kill(self.pid, signal.SIGCONT)
+            self.p.send_signal(signal.SIGTERM)
+        out, err = self.p.communicate(timeout=30)
+        assert self.p.returncode == 0, "seqwrite: rc %d %s" % (self.p.returncode, err[-400:])
+        return json.loads(out)["next"]
+
+
+def run(env, qsdctl):
+    pb = env.pb
+    T = csilib.CALL_TIMEOUT
+    cap = mount_cap(pb)
+    c = env.start()
+    pool = env.pool
+    snapdir = os.path.join(pool, "snapshots")
+    groupdir = os.path.join(env.state, "groups")
+
+    caps = c.GetPluginCapabilities(pb.GetPluginCapabilitiesRequest(), timeout=T)
+    svc = [x.service.type for x in caps.capabilities if x.HasField("service")]
+    assert pb.PluginCapability.Service.GROUP_CONTROLLER_SERVICE in svc, caps
+    gc = c.GroupControllerGetCapabilities(pb.GroupControllerGetCapabilitiesRequest(), timeout=T)
+    assert [x.rpc.type for x in gc.capabilities] == [
+        pb.GroupControllerServiceCapability.RPC.CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT], gc
+
+    socks = []
+    for i, v in enumerate(VOLS):
+        c.CreateVolume(pb.CreateVolumeRequest(
+            name=v, capacity_range=pb.CapacityRange(required_bytes=SIZE),
+            volume_capabilities=[cap], parameters={"format": "qcow2"}), timeout=T)
+        stg = os.path.join(env.kubelet, "staging", v)
+        tgt = os.path.join(env.kubelet, "pods", "p1", v, "mount")
+        os.makedirs(stg)
+        os.makedirs(os.path.dirname(tgt))
+        c.NodeStageVolume(pb.NodeStageVolumeRequest(volume_id=v, staging_target_path=stg,
+                                                    volume_capability=cap), timeout=T)
+        c.NodePublishVolume(pb.NodePublishVolumeRequest(
+            volume_id=v, staging_target_path=stg, target_path=tgt, volume_capability=cap),
+            timeout=T)
+        socks.append(os.path.join(tgt, "vhost.sock"))
+    vid = [csilib.local_id(v) + "@" + env.node for v in VOLS]
+
+    def create(name, ids=None, params=None):
+        return c.CreateVolumeGroupSnapshot(pb.CreateVolumeGroupSnapshotRequest(
+            name=name, source_volume_ids=vid if ids is None else ids,
+            parameters=params or {}), timeout=60).group_snapshot
+
+    # ---- refusals change nothing
+    def refused(code, what, **kw):
+        msg = expect_code(lambda r, timeout: create(**kw), None, code, what)
+        assert not os.listdir(snapdir), "%s left %s" % (what, os.listdir(snapdir))
+        assert not [e for e in c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=T).entries]
+        assert not os.path.isdir(groupdir) or not os.listdir(groupdir), os.listdir(groupdir)
+        return msg
+    refused(C.INVALID_ARGUMENT, "no name", name="")
+    refused(C.INVALID_ARGUMENT, "bad name", name="a/b")
+    refused(C.INVALID_ARGUMENT, "no volume", name="g", ids=[])
+    refused(C.INVALID_ARGUMENT, "empty id", name="g", ids=[vid[0], ""])
+    refused(C.INVALID_ARGUMENT, "repeated volume", name="g", ids=[vid[0], vid[1], vid[0]])
+    refused(C.INVALID_ARGUMENT, "repeated volume, other spelling", name="g",
+            ids=[vid[0], VOLS[0]])
+    refused(C.NOT_FOUND, "unknown volume", name="g", ids=[vid[0], "pvc-none@" + env.node])
+    m = refused(C.UNAVAILABLE, "another node's volume", name="g", ids=[vid[0], "pvc-x@node-7"])
+    assert "node-7" in m, m
+    refused(C.INVALID_ARGUMENT, "unknown parameter", name="g", params={"freeze": "yes"})
+    expect_code(c.GetVolumeGroupSnapshot, pb.GetVolumeGroupSnapshotRequest(
+        group_snapshot_id="nope@" + env.node), C.NOT_FOUND, "get unknown")
+    expect_code(c.GetVolumeGroupSnapshot, pb.GetVolumeGroupSnapshotRequest(), C.INVALID_ARGUMENT,
+                "get without id")
+    expect_code(c.DeleteVolumeGroupSnapshot, pb.DeleteVolumeGroupSnapshotRequest(),
+                C.INVALID_ARGUMENT, "delete without id")
+    c.DeleteVolumeGroupSnapshot(pb.DeleteVolumeGroupSnapshotRequest(
+        group_snapshot_id="nope@" + env.node), timeout=T)
+    print("ok refusals: codes as the spec says, nothing created")
+
+    # ---- groups under a writer: each one a prefix of the sequence
+    groups = {}
+
+    def check_group(name, g=None):
+        g = g or c.GetVolumeGroupSnapshot(pb.GetVolumeGroupSnapshotRequest(
+            group_snapshot_id=name + "@" + env.node), timeout=T).group_snapshot
+        assert g.ready_to_use and len(g.snapshots) == 2, g
+        present = set()
+        for i, s in enumerate(g.snapshots):
+            assert s.source_volume_id == vid[i] and s.ready_to_use, s
+            assert csilib.local_id(s.group_snapshot_id) == name, s
+            for blk, k in seq_numbers(os.path.join(snapdir, csilib.local_id(s.snapshot_id) +
+                                                   ".qcow2"), env.root):
+                assert k % 2 == i and k // 2 == blk, "%s: write %d at disk %d block %d" % (
+                    name, k, i, blk)
+                present.add(k)
+        top = max(present) if present else -1
+        missing = sorted(set(range(top + 1)) - present)
+        assert not missing, "%s: holds write %d but not %s: not a prefix" % (name, top,
+                                                                            missing[:10])
+        groups[name] = top
+        return top
+
+    w = Writer(qsdctl, socks, 0)
+    time.sleep(0.5)
+    assert w.running(), "the writer did not start"
+    last = -1
+    for i in range(6):
+        g = create("grp-%d" % i)
+        assert w.running(), "the writer is left stopped"
+        top = check_group("grp-%d" % i, g)
+        assert top > last, "grp-%d holds up to write %d, the one before %d" % (i, top, last)
+        last = top
+        time.sleep(0.3)
+    pauses = [int(x) for x in re.findall(r"group snapshot created.*?pause_us=(\d+)",
+                                         env.log_tail(100000))]
+    consumers = re.findall(r"group snapshot created.*?consumers=(\d+)", env.log_tail(100000))
+    assert len(pauses) == 6 and set(consumers) == {"1"}, (pauses, consumers)
+    assert max(pauses) < 1000000, pauses
+    print("ok 6 groups under the writer, each a prefix (last write held: %s); writer paused "
+          "%s us (max %.1f ms)" % ([groups["grp-%d" % i] for i in range(6)], pauses,
+                                   max(pauses) / 1000))
+
+    # ---- idempotency, Get, Delete's checks, restore
+    again = create("grp-0")
+    assert [s.snapshot_id for s in again.snapshots] == [
+        s.snapshot_id for s in c.GetVolumeGroupSnapshot(pb.GetVolumeGroupSnapshotRequest(
+            group_snapshot_id="grp-0@" + env.node), timeout=T).group_snapshot.snapshots]
+    expect_code(lambda r, timeout: create("grp-0", [vid[0]]), None, C.ALREADY_EXISTS,
+                "same name, other sources")
+    g5 = c.GetVolumeGroupSnapshot(pb.GetVolumeGroupSnapshotRequest(
+        group_snapshot_id="grp-5@" + env.node), timeout=T).group_snapshot
+    ids = [s.snapshot_id for s in g5.snapshots]
+    c.GetVolumeGroupSnapshot(pb.GetVolumeGroupSnapshotRequest(
+        group_snapshot_id=g5.group_snapshot_id, snapshot_ids=ids[::-1]), timeout=T)
+    expect_code(c.GetVolumeGroupSnapshot, pb.GetVolumeGroupSnapshotRequest(
+        group_snapshot_id=g5.group_snapshot_id, snapshot_ids=ids[:1]), C.INVALID_ARGUMENT,
+        "get with a member missing")
+    expect_code(c.DeleteVolumeGroupSnapshot, pb.DeleteVolumeGroupSnapshotRequest(
+        group_snapshot_id=g5.group_snapshot_id, snapshot_ids=[ids[0], "grp-4-1@" + env.node]),
+        C.INVALID_ARGUMENT, "delete with a wrong member")
+    expect_code(c.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id=ids[0]),
+                C.FAILED_PRECONDITION, "DeleteSnapshot of a member")
+    check_group("grp-5")
+    src = pb.VolumeContentSource(snapshot=pb.VolumeContentSource.SnapshotSource(
+        snapshot_id=ids[1]))
+    c.CreateVolume(pb.CreateVolumeRequest(
+        name="pvc-restored", capacity_range=pb.CapacityRange(required_bytes=SIZE),
+        volume_capabilities=[cap], volume_content_source=src), timeout=T)
+    r = subprocess.run(["qemu-img", "compare", "-U",
+                        os.path.join(pool, "volumes", "pvc-restored.qcow2"),
+                        os.path.join(snapdir, csilib.local_id(ids[1]) + ".qcow2")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, "restored volume differs from its member snapshot: " + r.stdout
+    c.DeleteVolume(pb.DeleteVolumeRequest(volume_id="pvc-restored"), timeout=T)
+    print("ok idempotent by name, ALREADY_EXISTS on other sources, member checks, a member "
+          "restores")
+    nxt = w.stop()
+
+    # ---- a plugin killed while a consumer is stopped: continued at start
+    w = Writer(qsdctl, socks, nxt)
+    time.sleep(0.3)
+    os.kill(w.pid, signal.SIGSTOP)
+    wait(lambda: proc_state(w.pid) == "T", "the writer stopped")
+    env.stop(signal.SIGKILL)
+    bdir = os.path.join(env.state, "barriers")
+    os.makedirs(bdir, exist_ok=True)
+    with open(os.path.join(bdir, "grp-x.json"), "w") as f:
+        json.dump({"version": 1, "stopped": [{"pid": w.pid, "starttime": starttime(w.pid)}]}, f)
+    c = env.start()
+    wait(lambda: proc_state(w.pid) not in ("T", "t"), "the journalled writer continued", 5)
+    assert not os.listdir(bdir), os.listdir(bdir)
+    print("ok a journalled stopped consumer is continued at start")
+
+    # ---- kill -9 at many instants of create and delete
+    def consistent(what):
+        recs = sorted(csilib.local_id(e.snapshot.snapshot_id) for e in
+                      c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=T).entries)
+        files = sorted(f[:-6] for f in os.listdir(snapdir) if f.endswith(".qcow2"))
+        assert recs == files, "%s: records %s, files %s" % (what, recs, files)
+        gfiles = sorted(f[:-5] for f in os.listdir(groupdir))
+        members = [r for r in recs if re.match(r"grp-", r)]
+        for gname in gfiles:
+            g = c.GetVolumeGroupSnapshot(pb.GetVolumeGroupSnapshotRequest(
+                group_snapshot_id=gname + "@" + env.node), timeout=T).group_snapshot
+            assert g.ready_to_use, (what, g)
+        assert sorted(m.rsplit("-", 1)[0] for m in members) == sorted(gfiles * 2), (
+            what, members, gfiles)
+
+    delays = [0, 2, 5, 10, 15, 20, 30, 45, 60, 90, 130, 200]
+    stopped_seen = 0
+    for n, d in enumerate(delays):
+        name = "grp-k%d" % n
+        fut = c.CreateVolumeGroupSnapshot.future(pb.CreateVolumeGroupSnapshotRequest(
+            name=name, source_volume_ids=vid), timeout=60)
+        time.sleep(d / 1000.0)
+        env.stop(signal.SIGKILL)
+        try:
+            fut.result()
+        except grpc.RpcError:
+            pass
+        stopped_seen += proc_state(w.pid) == "T"
+        c = env.start()
+        wait(lambda: proc_state(w.pid) not in ("T", "t"), "the writer continued after kill %d" % n,
+             5)
+        consistent("kill -9 after %d ms of create" % d)
+        check_group(name, create(name))  # the retry: whole, and a prefix
+    print("ok kill -9 at %d instants of CreateVolumeGroupSnapshot (the writer was stopped at %d "
+          "of them): restarted with no stopped writer, records and files agree, each retry "
+          "whole and a prefix" % (len(delays), stopped_seen))
+    for n, d in enumerate([0, 1, 3, 6]):
+        name = "grp-k%d" % n
+        fut = c.DeleteVolumeGroupSnapshot.future(pb.DeleteVolumeGroupSnapshotRequest(
+            group_snapshot_id=name + "@" + env.node), timeout=60)
+        time.sleep(d / 1000.0)
+        env.stop(signal.SIGKILL)
+        try:
+            fut.result()
+        except grpc.RpcError:
+            pass
+        c = env.start()
+        consistent("kill -9 after %d ms of delete" % d)
+        c.DeleteVolumeGroupSnapshot(pb.DeleteVolumeGroupSnapshotRequest(
+            group_snapshot_id=name + "@" + env.node), timeout=T)
+        expect_code(c.GetVolumeGroupSnapshot, pb.GetVolumeGroupSnapshotRequest(
+            group_snapshot_id=name + "@" + env.node), C.NOT_FOUND, "deleted " + name)
+        consistent("after the delete of " + name)
+    print("ok kill -9 during DeleteVolumeGroupSnapshot: records and files agree, a retry "
+          "deletes")
+    w.stop()
+
+    # ---- nothing left
+    for gname in sorted(f[:-5] for f in os.listdir(groupdir)):
+        c.DeleteVolumeGroupSnapshot(pb.DeleteVolumeGroupSnapshotRequest(
+            group_snapshot_id=gname + "@" + env.node), timeout=T)
+    assert not os.listdir(snapdir) and not os.listdir(groupdir)
+    for i, v in enumerate(VOLS):
+        tgt = os.path.dirname(socks[i])
+        c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=v, target_path=tgt),
+                              timeout=T)
+        c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(
+            volume_id=v, staging_target_path=os.path.join(env.kubelet, "staging", v)), timeout=T)
+        c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v), timeout=T)
+    wait(lambda: not os.listdir(os.path.join(pool, "layers")), "every layer removed")
+    print("PASS: group snapshots at one instant under a writer, refusals, idempotency, kill -9 "
+          "in create and delete")
+    assert env.stop() == 0
+
+
+def main():
+    qsdctl = sys.argv[3]
+    env = csilib.Env(sys.argv[1], sys.argv[2], prefix="qsd-group-")
+    try:
+        run(env, qsdctl)
+    finally:
+        for w in WRITERS:
+            if w.p.poll() is None:
+                w.p.kill()
+                w.p.wait()
+        if sys.exc_info()[0] is not None:
+            print("---- plugin log (tail)\n" + env.log_tail(80))
+        env.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(csilib.run_main(main))
