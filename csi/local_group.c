@@ -320,7 +320,7 @@ static void members_clear(struct member *m, size_t n)
     free(m);
 }
 
-/* Steps 1-2 of every member (the pool lock held). */
+/* Steps 1-2 and 3a of every member (the pool lock held). */
 static int prepare_all(const struct group_ctx *x, struct member *m, char **ret_msg)
 {
     struct csi *c = x->c;
@@ -334,14 +334,16 @@ static int prepare_all(const struct group_ctx *x, struct member *m, char **ret_m
             qmpc_connect_volume(c->cfg->run_dir, v->id, QMP_DEFAULT_TIMEOUT_MS, &m[i].q, ret_msg) < 0)
             return -ECONNREFUSED;
         if ((r = thin_step_prepare(&c->pool, v->id, m[i].q, x->snaps[i]->id, GROUP_TIMEOUT_MS,
-                                   &m[i].st, ret_msg)) < 0)
+                                   &m[i].st, ret_msg)) < 0 ||
+            (r = thin_step_attach(&m[i].st, m[i].q, &m[i].o, ret_msg)) < 0)
             return r;
     }
     return 0;
 }
 
-/* The barrier and the switches: every member's step 3 while the volumes'
- * consumers are stopped.  *ret_pause_us: stop to continue. */
+/* The barrier and the switches: every member's blockdev-snapshot (step
+ * 3b) while the volumes' consumers are stopped.  *ret_pause_us: stop to
+ * continue. */
 static int switch_all(const struct group_ctx *x, struct member *m, uint64_t *ret_pause_us,
                       size_t *ret_consumers, char **ret_msg)
 {
@@ -371,7 +373,7 @@ static int switch_all(const struct group_ctx *x, struct member *m, uint64_t *ret
         return -EAGAIN;
     }
     for (size_t i = 0; i < x->n && r == 0; i++)
-        r = thin_step_switch(&m[i].st, m[i].q, &m[i].o, ret_msg);
+        r = thin_step_switch(&m[i].st, ret_msg);
     barrier_cont(cs, ncs);
     *ret_pause_us = now_us() - t0;
     if (ncs)

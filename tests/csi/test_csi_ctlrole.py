@@ -6,7 +6,8 @@ host, without Ceph, in both builds (the ASan build checks its leaks):
   - it needs --rbd-clusters (exit 2 without), --role takes node|controller;
   - it touches no node state: state, pool and run directories stay empty;
   - Probe is ready while the cluster file is readable, not ready without it;
-  - GetPluginCapabilities: no VOLUME_ACCESSIBILITY_CONSTRAINTS;
+  - GetPluginCapabilities: no VOLUME_ACCESSIBILITY_CONSTRAINTS, no
+    GROUP_CONTROLLER_SERVICE (the GroupController is not served: UNIMPLEMENTED);
     ControllerGetCapabilities: create/delete volume, expand, create/delete
     snapshot, clone; no Node service, no ListVolumes;
   - local volumes: CreateVolume, DeleteVolume, CreateSnapshot,
@@ -70,6 +71,9 @@ def main():
                        R.CLONE_VOLUME}, got
         expect_code(c.NodeGetInfo, pb.NodeGetInfoRequest(), C.UNIMPLEMENTED, "NodeGetInfo")
         expect_code(c.ListVolumes, pb.ListVolumesRequest(), C.UNIMPLEMENTED, "ListVolumes")
+        expect_code(c.CreateVolumeGroupSnapshot, pb.CreateVolumeGroupSnapshotRequest(
+            name="g", source_volume_ids=["pvc-1@node-7"]), C.UNIMPLEMENTED,
+            "CreateVolumeGroupSnapshot in the controller role")
         # ControllerModifyVolume of a node's volume: UNAVAILABLE naming the
         # node (the controller-to-node endpoint is not built yet).
         m = expect_code(c.ControllerModifyVolume, pb.ControllerModifyVolumeRequest(

@@ -15,8 +15,7 @@ Asserted:
     groups are taken: every group's member images hold exactly a prefix
     0..K of the sequence (a write on B acknowledged after a write on A is
     never there without it), K grows from group to group; the pause (the
-    writer stopped) is read from the plugin's log and must stay under 1 s
-    (the figure is printed; the target is 100 ms);
+    writer stopped, from the plugin's log) stays under 100 ms;
   - idempotency (same name and sources: the same group; other sources:
     ALREADY_EXISTS); Get; Delete with wrong snapshot_ids INVALID_ARGUMENT;
     DeleteSnapshot of a member FAILED_PRECONDITION; a member restores
@@ -215,7 +214,7 @@ def run(env, qsdctl):
                                          env.log_tail(100000))]
     consumers = re.findall(r"group snapshot created.*?consumers=(\d+)", env.log_tail(100000))
     assert len(pauses) == 6 and set(consumers) == {"1"}, (pauses, consumers)
-    assert max(pauses) < 1000000, pauses
+    assert max(pauses) < 100000, "the writer was stopped longer than 100 ms: %s us" % pauses
     print("ok 6 groups under the writer, each a prefix (last write held: %s); writer paused "
           "%s us (max %.1f ms)" % ([groups["grp-%d" % i] for i in range(6)], pauses,
                                    max(pauses) / 1000))

@@ -256,22 +256,20 @@ int thin_merge(const struct pool *p, const char *vol, struct qmp_sync *s, unsign
 
 /* ----------------------------------------------------------- snapshot */
 
-/* Step 3 of a snapshot: add the overlay tmp (of layer) to the QSD as
- * "f-<layer>" and "ov-<layer>" and move its export onto it.  *ret_refused:
- * the QSD refused (nothing switched, the nodes added are removed again);
- * false when the outcome is unknown (connection lost). */
-static int switch_live(struct qmp_sync *s, const struct qsd_opts *o, const char *layer,
-                       const char *tmp, bool *ret_refused, char **ret_msg)
+/* Step 3a of a snapshot: add the overlay tmp (of layer) to the QSD as
+ * "f-<layer>" and "ov-<layer>" (nothing uses them yet); *ret_exp: the
+ * export's node, which 3b moves onto the overlay. */
+static int attach_live(struct qmp_sync *s, const struct qsd_opts *o, const char *layer,
+                       const char *tmp, char **ret_exp, char **ret_msg)
 {
-    _cleanup_free_ char *exp = NULL, *fnode = xasprintf("f-%s", layer),
-                    *onode = xasprintf("ov-%s", layer);
-    bool refused = true;
+    _cleanup_free_ char *exp = NULL, *fnode = xasprintf("f-%s", layer);
     int r = qmpc_export_node(s, &exp, ret_msg);
     if (r == 0)
         r = qmpc_call(s, qmpc_named(qmpc_blockdev_add(qsd_file_node_json(o, fnode, tmp)),
                                     "blockdev-add of the overlay's file"),
                       NULL, NULL, ret_msg);
     if (r == 0) {
+        _cleanup_free_ char *onode = xasprintf("ov-%s", layer);
         json_t *fmt = qsd_format_node_json(o, onode, "qcow2", fnode);
         json_object_set_new(fmt, "backing", json_null());
         r = qmpc_call(s, qmpc_named(qmpc_blockdev_add(fmt), "blockdev-add of the overlay"),
@@ -279,13 +277,28 @@ static int switch_live(struct qmp_sync *s, const struct qsd_opts *o, const char 
         if (r < 0)
             qmp_del_node(s, fnode);
     }
-    if (r == 0) {
-        r = qmpc_call(s, qmpc_blockdev_snapshot(exp, onode), NULL, &refused, ret_msg);
-        if (r < 0 && refused) {
-            qmp_del_node(s, onode);
-            qmp_del_node(s, fnode);
-        }
-    }
+    if (r == 0)
+        *ret_exp = TAKE_PTR(exp);
+    return r;
+}
+
+/* Remove the nodes of 3a again (nothing switched). */
+static void detach_live(struct qmp_sync *s, const char *layer)
+{
+    _cleanup_free_ char *fnode = xasprintf("f-%s", layer), *onode = xasprintf("ov-%s", layer);
+    qmp_del_node(s, onode);
+    qmp_del_node(s, fnode);
+}
+
+/* Step 3b: blockdev-snapshot moves the export onto the overlay.
+ * *ret_refused: the QSD refused (nothing switched); false when the outcome
+ * is unknown (connection lost). */
+static int switch_live(struct qmp_sync *s, const char *exp, const char *layer, bool *ret_refused,
+                       char **ret_msg)
+{
+    _cleanup_free_ char *onode = xasprintf("ov-%s", layer);
+    bool refused = true;
+    int r = qmpc_call(s, qmpc_blockdev_snapshot(exp, onode), NULL, &refused, ret_msg);
     *ret_refused = refused;
     return r;
 }
@@ -360,15 +373,25 @@ int thin_step_prepare(const struct pool *p, const char *vol, struct qmp_sync *s,
     return 0;
 }
 
-int thin_step_switch(struct thin_step *st, struct qmp_sync *s, const struct qsd_opts *o,
+int thin_step_attach(struct thin_step *st, struct qmp_sync *s, const struct qsd_opts *o,
                      char **ret_msg)
 {
-    if (!s) {
+    if (!s)
+        return 0;
+    int r = attach_live(s, o, st->layer, st->tmp, &st->exp, ret_msg);
+    if (r == 0)
+        st->s = s;
+    return r;
+}
+
+int thin_step_switch(struct thin_step *st, char **ret_msg)
+{
+    if (!st->s) {
         st->switched = true; /* offline: the rename (step 4) is the switch */
         return 0;
     }
     bool refused = true;
-    int r = switch_live(s, o, st->layer, st->tmp, &refused, ret_msg);
+    int r = switch_live(st->s, st->exp, st->layer, &refused, ret_msg);
     if (r < 0) {
         /* Refused: nothing switched (thin_step_undo); otherwise the outcome
          * is unknown (connection lost): the overlay stays for thin_recover
@@ -399,6 +422,8 @@ int thin_step_finish(const struct pool *p, struct thin_step *st, char **ret_msg)
 void thin_step_undo(struct thin_step *st)
 {
     if (st->prepared && !st->switched && !st->unknown) {
+        if (st->s)
+            detach_live(st->s, st->layer);
         unlink(st->tmp);
         unlink(st->lp);
     }
@@ -410,6 +435,7 @@ void thin_step_clear(struct thin_step *st)
     free(st->tmp);
     free(st->lp);
     free(st->spath);
+    free(st->exp);
     *st = (struct thin_step){0};
 }
 
@@ -425,7 +451,7 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
     if ((r = thin_step_prepare(p, vol, s, snap, timeout_ms, &st, ret_msg)) < 0)
         return r;
     /* 3. the running QSD moves its export onto the overlay */
-    if ((r = thin_step_switch(&st, s, o, ret_msg)) < 0)
+    if ((r = thin_step_attach(&st, s, o, ret_msg)) < 0 || (r = thin_step_switch(&st, ret_msg)) < 0)
         thin_step_undo(&st);
     else if ((r = thin_step_finish(p, &st, ret_msg)) == 0)
         memcpy(ret_layer, st.layer, sizeof(st.layer));

@@ -42,18 +42,22 @@ int thin_snapshot(const struct pool *p, const char *vol, struct qmp_sync *s,
 /* thin_snapshot in its steps, for a group of volumes switched at one
  * instant (csi/local_group.c): the caller holds the pool lock (pool_lock)
  * across all of them.  prepare: the checks, a merge of a full chain, steps 1
- * and 2; switch: step 3 (nothing without s); finish: steps 4 and 5; undo: a
- * prepared step not switched is removed again (a switch of unknown outcome is
- * left to thin_recover).  clear frees the step. */
+ * and 2; attach: step 3's new nodes added to the QSD s (nothing without s);
+ * switch: its blockdev-snapshot, the one command of the instant; finish:
+ * steps 4 and 5; undo: a step not switched is removed again (a switch of
+ * unknown outcome is left to thin_recover).  clear frees the step. */
 struct thin_step {
     char *top, *tmp, *lp, *spath;
+    char *exp;            /* attached: the export's node */
+    struct qmp_sync *s;   /* attached: the QSD (borrowed) */
     char layer[LAYER_NAME_LEN + 1];
     bool prepared, switched, unknown;
 };
 int thin_step_prepare(const struct pool *p, const char *vol, struct qmp_sync *s, const char *snap,
                       uint64_t timeout_ms, struct thin_step *st, char **ret_msg);
-int thin_step_switch(struct thin_step *st, struct qmp_sync *s, const struct qsd_opts *o,
+int thin_step_attach(struct thin_step *st, struct qmp_sync *s, const struct qsd_opts *o,
                      char **ret_msg);
+int thin_step_switch(struct thin_step *st, char **ret_msg);
 int thin_step_finish(const struct pool *p, struct thin_step *st, char **ret_msg);
 void thin_step_undo(struct thin_step *st);
 void thin_step_clear(struct thin_step *st);
