@@ -30,6 +30,7 @@
 #include "qsd/state/records.h"
 
 #include <dirent.h>
+#include <string.h>
 #include <time.h>
 
 #define GROUP_TIMEOUT_MS (10ull * 60 * 1000) /* the whole worker (a full chain merges) */
@@ -649,10 +650,20 @@ static void group_act(struct csi *c, struct grpc_call *call, const char *name, c
         group_ctx_free(x);
         return;
     }
+    /* A failed op_worker ends the op (and frees x): what its undo needs
+     * is kept aside until then. */
+    struct group_ctx *keep = xcalloc(1, sizeof(*keep));
+    *keep = *x;
+    keep->vols = xmalloc(n * sizeof(struct vol *));
+    keep->snaps = xmalloc(n * sizeof(struct snap *));
+    keep->live = xcalloc(n, sizeof(bool));
+    memcpy(keep->vols, x->vols, n * sizeof(struct vol *));
+    memcpy(keep->snaps, x->snaps, n * sizeof(struct snap *));
     struct op *op = op_begin(c, call);
     op_set_ctx(op, &group_ctx_type, x);
     if (op_worker(op, group_fn, GROUP_TIMEOUT_MS, group_done) < 0)
-        group_undo(x); /* the call is failed and the op ended */
+        group_undo(keep); /* the call is failed and the op ended */
+    group_ctx_free(keep);
 }
 
 void local_create_group(struct csi *c, struct grpc_call *call,
