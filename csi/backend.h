@@ -7,7 +7,7 @@
  * backend_of, the one dispatch: from the StorageClass parameters, a volume
  * or snapshot id, or the node's record, the backend that claims it (local
  * the rest).  The RPC handlers (controller.c, node.c, service.c,
- * ctlrole.c, and the capacity figures) choose the backend once and call
+ * ctlrole.c, group.c, and the capacity figures) choose the backend once and call
  * it; none tests what backend a volume is.  This header includes no other
  * csi/ module's: the backends depend on it, not it on them. */
 #pragma once

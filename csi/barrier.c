@@ -98,6 +98,8 @@ static int diag_peers(const struct sockfile *files, size_t nf, uint32_t **peers,
     }
 }
 
+static int all_stopped(pid_t pid);
+
 /* Does process pid hold one of the socket inodes peers[0..np)?  Index or -1. */
 static ssize_t holds_peer(int procfd, const char *pid, const uint32_t *peers, size_t np)
 {
@@ -171,7 +173,8 @@ int barrier_find(const char *const *sockets, size_t n, struct consumer **ret, si
             continue;
         *ret = xrealloc(*ret, (*ret_n + 1) * sizeof(**ret));
         (*ret)[(*ret_n)++] = (struct consumer){.pid = (pid_t)pid, .starttime = st,
-                                               .member = which[k], .pidfd = -1};
+                                               .member = which[k], .pidfd = -1,
+                                               .already = all_stopped((pid_t)pid) == 1};
     }
     closedir(d);
     return 0;
@@ -185,8 +188,9 @@ int barrier_journal(const char *dir, const char *name, const struct consumer *cs
         return errmsg(r, ret_msg, "cannot create %s", dir);
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(a, json_pack("{s:i, s:I}", "pid", (int)cs[i].pid, "starttime",
-                                           (json_int_t)cs[i].starttime));
+        if (!cs[i].already)
+            json_array_append_new(a, json_pack("{s:i, s:I}", "pid", (int)cs[i].pid,
+                                               "starttime", (json_int_t)cs[i].starttime));
     json_t *j = json_pack("{s:i, s:o}", "version", 1, "stopped", a);
     _cleanup_free_ char *text = json_dumps(j, JSON_INDENT(2));
     json_decref(j);
@@ -233,6 +237,8 @@ int barrier_stop(struct consumer *cs, size_t n, unsigned timeout_ms, size_t *ret
     uint64_t until = now_ms() + timeout_ms;
     for (size_t i = 0; i < n; i++) {
         uint64_t st;
+        if (cs[i].already)
+            continue;
         cs[i].pidfd = pidfd_open_pid(cs[i].pid);
         /* The pidfd pins the process: its start time proves it is the one found. */
         if (cs[i].pidfd < 0 || proc_starttime(cs[i].pid, &st) < 0 || st != cs[i].starttime) {

@@ -26,12 +26,15 @@ struct consumer {
     uint64_t starttime; /* /proc/PID/stat field 22 */
     size_t member;      /* the socket (index) it was found on */
     int pidfd;
+    bool already;       /* stopped by someone else when found: left alone */
     bool stopped;       /* SIGSTOP sent */
 };
 
 /* The distinct processes holding the peer of a connection accepted on one
  * of sockets[0..n) (missing sockets have none), never this process nor
- * pid 1.  *ret is malloc'd (pidfd -1 until barrier_stop). */
+ * pid 1.  *ret is malloc'd (pidfd -1 until barrier_stop).  One found
+ * stopped already (a debugger's, an operator's) is marked so: neither
+ * journalled nor signalled, so never continued by us. */
 int barrier_find(const char *const *sockets, size_t n, struct consumer **ret, size_t *ret_n,
                  char **ret_msg);
 /* Write DIR/NAME.json durably (before stopping), remove it (after). */

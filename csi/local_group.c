@@ -7,10 +7,10 @@
  * ordinary thin snapshot record per member (its "group" names the group;
  * CreateVolume takes it as any snapshot).  Create writes the group record
  * (creating), then the members' (creating), then in a worker: every
- * member's steps 1-2 (thin.h), the barrier (barrier.h: the consumers of
- * the volumes' vhost-user sockets are journalled and stopped), every
- * member's switch (step 3), the consumers continued, steps 4-5; then the
- * records ready.  A crash anywhere leaves a group not ready, removed with
+ * member's steps 1-2 and its overlay's nodes (thin.h), the barrier
+ * (barrier.h: the consumers of the volumes' vhost-user sockets are
+ * journalled and stopped), every member's blockdev-snapshot, the consumers
+ * continued, steps 4-5; then the records ready.  A crash anywhere leaves a group not ready, removed with
  * its members at start (local_group_recover), and stopped consumers are
  * continued from the journal.  Delete marks the group deleting, deletes the
  * members, then the group record.  Idempotent by name: the same name and

@@ -16,6 +16,7 @@ Asserted:
     0..K of the sequence (a write on B acknowledged after a write on A is
     never there without it), K grows from group to group; the pause (the
     writer stopped, from the plugin's log) stays under 100 ms;
+  - a consumer found stopped (by someone else) is left stopped;
   - idempotency (same name and sources: the same group; other sources:
     ALREADY_EXISTS); Get; Delete with wrong snapshot_ids INVALID_ARGUMENT;
     DeleteSnapshot of a member FAILED_PRECONDITION; a member restores
@@ -218,6 +219,16 @@ def run(env, qsdctl):
     print("ok 6 groups under the writer, each a prefix (last write held: %s); writer paused "
           "%s us (max %.1f ms)" % ([groups["grp-%d" % i] for i in range(6)], pauses,
                                    max(pauses) / 1000))
+
+    # ---- a consumer stopped by someone else is left stopped
+    os.kill(w.pid, signal.SIGSTOP)
+    wait(lambda: proc_state(w.pid) == "T", "the writer stopped by the test")
+    top = check_group("grp-held", create("grp-held"))
+    assert proc_state(w.pid) == "T", "a consumer stopped by someone else was continued"
+    assert top >= last, (top, last)
+    os.kill(w.pid, signal.SIGCONT)
+    wait(w.running, "the writer continued by the test")
+    print("ok a consumer found stopped is snapshotted and left stopped")
 
     # ---- idempotency, Get, Delete's checks, restore
     again = create("grp-0")
