@@ -22,7 +22,8 @@ Asserted:
     DeleteSnapshot of a member FAILED_PRECONDITION; a member restores
     (CreateVolume from it holds the same data);
   - a writer left stopped with its journal by a killed plugin is continued
-    at start; kill -9 at many instants of CreateVolumeGroupSnapshot and of
+    at start (a state made by hand, then real kills the moment the journal
+    appears, inotify); kill -9 at many instants of CreateVolumeGroupSnapshot and of
     DeleteVolumeGroupSnapshot: after the restart no process is stopped,
     every snapshot file has a record and every member record a file, a
     group is either whole and ready or gone, a retry succeeds and holds a
@@ -31,9 +32,11 @@ Asserted:
 
 usage: test_csi_group.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
+import ctypes
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -295,6 +298,46 @@ def run(env, qsdctl):
             assert g.ready_to_use, (what, g)
         assert sorted(m.rsplit("-", 1)[0] for m in members) == sorted(gfiles * 2), (
             what, members, gfiles)
+
+    # kill -9 the moment the journal appears: inside the pause (the worker
+    # dies with the plugin, the writer stays stopped until the restart)
+    libc = ctypes.CDLL(None, use_errno=True)
+    ino = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert ino >= 0 and libc.inotify_add_watch(ino, bdir.encode(), 0x100 | 0x80) >= 0  # CREATE, MOVED_TO
+    caught = 0
+    try:
+        for n in range(5):
+            name = "grp-s%d" % n
+            fut = c.CreateVolumeGroupSnapshot.future(pb.CreateVolumeGroupSnapshotRequest(
+                name=name, source_volume_ids=vid), timeout=60)
+            deadline, hit = time.monotonic() + 20, False
+            while not hit and time.monotonic() < deadline:
+                select.select([ino], [], [], 1)
+                try:
+                    buf = os.read(ino, 4096)
+                except BlockingIOError:
+                    continue
+                hit = (name + ".json").encode() in buf
+            assert hit, "no journal for %s" % name
+            os.kill(env.proc.pid, signal.SIGKILL)
+            time.sleep(0.05)
+            caught += proc_state(w.pid) == "T"
+            env.stop(signal.SIGKILL)
+            try:
+                fut.result()
+            except grpc.RpcError:
+                pass
+            c = env.start()
+            wait(lambda: proc_state(w.pid) not in ("T", "t"),
+                 "the writer continued after a kill in the pause", 5)
+            consistent("kill -9 in the pause of " + name)
+            check_group(name, create(name))
+    finally:
+        os.close(ino)
+    assert caught >= 1, "no kill landed while the writer was stopped"
+    print("ok kill -9 as the barrier's journal appeared, 5 times (the writer was left stopped "
+          "by %d of them): continued at restart, records and files agree, retries whole and "
+          "a prefix" % caught)
 
     delays = [0, 2, 5, 10, 15, 20, 30, 45, 60, 90, 130, 200]
     stopped_seen = 0
