@@ -516,6 +516,7 @@ static void group_done(int status, const char *msg, json_t *result, void *opaque
     grpc_call_fail(op->call, code, "group snapshot %s: %s", x->g->id,
                    msg ? msg : strerror(-status));
     group_undo(x);
+    csi_gc(c); /* the layers of members switched before the failure */
     op_end(op);
 }
 
