@@ -16,7 +16,9 @@ Asserted:
     0..K of the sequence (a write on B acknowledged after a write on A is
     never there without it), K grows from group to group; the pause (the
     writer stopped, from the plugin's log) stays under 100 ms;
-  - a consumer found stopped (by someone else) is left stopped;
+  - a consumer found stopped (by someone else) is left stopped; one that
+    cannot stop (frozen) fails the group with UNAVAILABLE naming the
+    volume, within the bound, leaving nothing;
   - idempotency (same name and sources: the same group; other sources:
     ALREADY_EXISTS); Get; Delete with wrong snapshot_ids INVALID_ARGUMENT;
     DeleteSnapshot of a member FAILED_PRECONDITION; a member restores
@@ -232,6 +234,39 @@ def run(env, qsdctl):
     os.kill(w.pid, signal.SIGCONT)
     wait(w.running, "the writer continued by the test")
     print("ok a consumer found stopped is snapshotted and left stopped")
+
+    # ---- a consumer that cannot stop (frozen by the v1 freezer: never
+    # reaches the stopped state): the group fails naming the volume within
+    # the bound, nothing is left, the writer runs on once thawed
+    frz = "/sys/fs/cgroup/freezer/qsd-group-test-%d" % os.getpid()
+    if os.path.isdir("/sys/fs/cgroup/freezer"):
+        os.mkdir(frz)
+        try:
+            with open(frz + "/cgroup.procs", "w") as f:
+                f.write(str(w.pid))
+            with open(frz + "/freezer.state", "w") as f:
+                f.write("FROZEN")
+            wait(lambda: open(frz + "/freezer.state").read().strip() == "FROZEN", "frozen")
+            t0 = time.monotonic()
+            m = expect_code(lambda r, timeout: create("grp-frozen"), None, C.UNAVAILABLE,
+                            "a consumer that cannot stop")
+            took = time.monotonic() - t0
+            assert "did not stop" in m and (VOLS[0] in m or VOLS[1] in m), m
+            assert took < 10, "the refusal took %.1f s" % took
+            assert not [f for f in os.listdir(snapdir) if f.startswith("grp-frozen")]
+            assert not os.path.exists(os.path.join(groupdir, "grp-frozen.json"))
+            assert not os.listdir(os.path.join(env.state, "barriers"))
+        finally:
+            with open(frz + "/freezer.state", "w") as f:
+                f.write("THAWED")
+            with open("/sys/fs/cgroup/freezer/cgroup.procs", "w") as f:
+                f.write(str(w.pid))
+            os.rmdir(frz)
+        wait(w.running, "the writer running once thawed", 5)
+        expect_code(c.GetVolumeGroupSnapshot, pb.GetVolumeGroupSnapshotRequest(
+            group_snapshot_id="grp-frozen@" + env.node), C.NOT_FOUND, "the failed group")
+        print("ok a consumer that cannot stop: UNAVAILABLE naming the volume after %.1f s, "
+              "nothing left, the writer runs on" % took)
 
     # ---- idempotency, Get, Delete's checks, restore
     again = create("grp-0")
