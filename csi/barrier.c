@@ -25,13 +25,11 @@
 #define DIAG_TIMEOUT_S 2
 
 /* r, with *ret_msg "what: strerror(-r)". */
-static int fail(int r, char **ret_msg, char *what)
+static int fail(int r, char **ret_msg, const char *what)
 {
     *ret_msg = xasprintf("%s: %s", what, strerror(-r));
-    free(what);
     return r;
 }
-#define errmsg(r, ret_msg, ...) fail((r), (ret_msg), xasprintf(__VA_ARGS__))
 
 /* The socket file a unix socket is bound to (accepted sockets share their
  * listener's), in the kernel's dev_t encoding (major << 20 | minor). */
@@ -47,7 +45,7 @@ static int diag_peers(const struct sockfile *files, size_t nf, uint32_t **peers,
 {
     _cleanup_close_ int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
     if (fd < 0)
-        return errmsg(-errno, ret_msg, "cannot open NETLINK_SOCK_DIAG");
+        return fail(-errno, ret_msg, "cannot open NETLINK_SOCK_DIAG");
     struct timeval tv = {.tv_sec = DIAG_TIMEOUT_S};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     struct {
@@ -60,12 +58,12 @@ static int diag_peers(const struct sockfile *files, size_t nf, uint32_t **peers,
               .udiag_show = UDIAG_SHOW_VFS | UDIAG_SHOW_PEER},
     };
     if (send(fd, &req, sizeof(req), 0) < 0)
-        return errmsg(-errno, ret_msg, "cannot query the unix socket table%s", "");
+        return fail(-errno, ret_msg, "cannot query the unix socket table");
     _cleanup_free_ char *buf = xmalloc(DIAG_BUF);
     for (;;) {
         ssize_t len = recv(fd, buf, DIAG_BUF, 0);
         if (len < 0)
-            return errmsg(-errno, ret_msg, "cannot read the unix socket table%s", "");
+            return fail(-errno, ret_msg, "cannot read the unix socket table");
         for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)len);
              h = NLMSG_NEXT(h, len)) {
             if (h->nlmsg_type == NLMSG_DONE)
@@ -155,7 +153,7 @@ int barrier_find(const char *const *sockets, size_t n, struct consumer **ret, si
         return r;
     DIR *d = opendir("/proc");
     if (!d)
-        return errmsg(-errno, ret_msg, "cannot read /proc%s", "");
+        return fail(-errno, ret_msg, "cannot read /proc");
     struct dirent *de;
     pid_t self = getpid();
     while ((de = readdir(d))) {
@@ -185,7 +183,7 @@ int barrier_journal(const char *dir, const char *name, const struct consumer *cs
 {
     int r = mkdir_p(dir, 0700);
     if (r < 0)
-        return errmsg(r, ret_msg, "cannot create %s", dir);
+        return fail(r, ret_msg, dir);
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++)
         if (!cs[i].already)
@@ -196,7 +194,7 @@ int barrier_journal(const char *dir, const char *name, const struct consumer *cs
     json_decref(j);
     _cleanup_free_ char *path = xasprintf("%s/%s.json", dir, name);
     if ((r = write_file_atomic(path, text, strlen(text), 0600)) < 0)
-        return errmsg(r, ret_msg, "cannot write %s", path);
+        return fail(r, ret_msg, path);
     return 0;
 }
 
@@ -249,7 +247,9 @@ int barrier_stop(struct consumer *cs, size_t n, unsigned timeout_ms, size_t *ret
         int r = pidfd_signal(cs[i].pidfd, SIGSTOP);
         if (r < 0) {
             *ret_failed = i;
-            return errmsg(r, ret_msg, "cannot stop consumer process %d%s", (int)cs[i].pid, "");
+            *ret_msg = xasprintf("cannot stop consumer process %d: %s", (int)cs[i].pid,
+                                 strerror(-r));
+            return r;
         }
         cs[i].stopped = true;
     }
