@@ -62,6 +62,8 @@ struct backend {
     void (*delete_snapshot)(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in);
     void (*list_snapshots)(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in);
+    void (*modify_volume)(struct csi *c, struct grpc_call *call,
+                          Csi__V1__ControllerModifyVolumeRequest *in);
 
     /* An id of a request (volume_id, source_volume_id...) -> the name of
      * the node's record, in place; false when it is not valid here (v

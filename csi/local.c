@@ -885,6 +885,7 @@ const struct backend backend_local = {
     .create_snapshot = create_snapshot,
     .delete_snapshot = delete_snapshot,
     .list_snapshots = list_snapshots,
+    .modify_volume = modify_volume_local,
     .record_name = record_name,
     .volume_handle = volume_handle,
     .stage_prepare = NULL, /* CreateVolume made the record */
