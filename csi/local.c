@@ -29,6 +29,7 @@
 #include "service.h"
 #include "qsd/qemu/qmpcmd.h"
 #include "modify.h"
+#include "snapmeta.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 #include "volqsd.h"
@@ -885,6 +886,7 @@ const struct backend backend_local = {
     .create_snapshot = create_snapshot,
     .delete_snapshot = delete_snapshot,
     .list_snapshots = list_snapshots,
+    .snapshot_metadata = snapmeta_local, /* snapmeta.c */
     .record_name = record_name,
     .volume_handle = volume_handle,
     .stage_prepare = NULL, /* CreateVolume made the record */

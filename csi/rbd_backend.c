@@ -57,6 +57,15 @@ static bool stage_confirm(struct op *op, struct rbd_req **rbd)
     return true;
 }
 
+/* Changed-block tracking of RBD snapshots (rbd diff) is not built. */
+static void snapshot_metadata(struct csi *c, struct grpc_call *call, const struct snapmeta_req *r)
+{
+    (void)c;
+    grpc_call_fail(call, GRPC_UNIMPLEMENTED,
+                   "SnapshotMetadata is not built for RBD snapshots yet (%s %s)", r->target_field,
+                   r->target_id);
+}
+
 /* The restart guard of v (rbd_lock.h) goes. */
 static void forget(struct vol *v)
 {
@@ -77,6 +86,7 @@ const struct backend backend_rbd = {
     .create_snapshot = rbd_create_snapshot,
     .delete_snapshot = rbd_delete_snapshot,
     .list_snapshots = rbd_list_snapshots,
+    .snapshot_metadata = snapshot_metadata,
     .record_name = record_name,
     .volume_handle = volume_handle,
     .stage_prepare = rbd_stage,
