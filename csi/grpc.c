@@ -49,7 +49,7 @@ struct grpc_stream {
     bool answered;         /* response submitted */
     struct grpc_call *call;
     uint8_t *resp;         /* response DATA payload (prefix + message) */
-    size_t resp_len, resp_off;
+    size_t resp_len, resp_off, resp_cap;
     /* Server streaming (grpc_call_send_pb): the headers went out with the
      * first message; resp is a queue of framed messages that the data
      * provider drains; answered once the handler ended the call (the
@@ -527,20 +527,24 @@ int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg)
     size_t queued = st->resp_len - st->resp_off;
     if (len > GRPC_STREAM_MAX || queued + GRPC_PREFIX + len > GRPC_STREAM_MAX)
         return -ENOBUFS;
-    if (st->resp_off > 0) {
+    /* Compact once the sent part outweighs the rest (amortised O(1)). */
+    if (st->resp_off > 0 && (st->resp_off >= queued || st->resp_len + GRPC_PREFIX + len > st->resp_cap)) {
         memmove(st->resp, st->resp + st->resp_off, queued);
         st->resp_len = queued;
         st->resp_off = 0;
     }
-    st->resp = xrealloc(st->resp, queued + GRPC_PREFIX + len);
-    uint8_t *b = st->resp + queued;
+    if (st->resp_len + GRPC_PREFIX + len > st->resp_cap) {
+        st->resp_cap = MAX(st->resp_cap * 2, st->resp_len + GRPC_PREFIX + len);
+        st->resp = xrealloc(st->resp, st->resp_cap);
+    }
+    uint8_t *b = st->resp + st->resp_len;
     b[0] = 0;
     b[1] = (uint8_t)(len >> 24);
     b[2] = (uint8_t)(len >> 16);
     b[3] = (uint8_t)(len >> 8);
     b[4] = (uint8_t)len;
     protobuf_c_message_pack(msg, b + GRPC_PREFIX);
-    st->resp_len = queued + GRPC_PREFIX + len;
+    st->resp_len += GRPC_PREFIX + len;
     struct grpc_session *s = st->sess;
     if (!st->streaming) {
         st->streaming = true;
