@@ -13,7 +13,7 @@ Asserted:
     exactly round 2's; VARIABLE_LENGTH, capacity the volume's size;
   - paging: max_results 1 gives one extent per message and the same list; a
     starting_offset inside the list gives the suffix from the extent that
-    contains it;
+    contains it; a grpcio client cancelling after the first message;
   - round 3, snapshot s3, the live volume flattened (qsdctl merge --depth
     1: every layer streamed into its top), round 4, snapshot s4: the deltas
     s3->s4 and s1->s4 cover every changed cluster (a superset is allowed);
@@ -26,7 +26,8 @@ Asserted:
     (INVALID_ARGUMENT), base of another volume or newer than the target
     (INVALID_ARGUMENT), another node's snapshot (UNAVAILABLE naming it), a
     raw volume's full-copy snapshots (FAILED_PRECONDITION for a delta;
-    GetMetadataAllocated still answers).
+    GetMetadataAllocated still answers);
+  - the plugin exits 0 on SIGTERM (the ASan build: nothing leaked).
 
 usage: test_csi_snapmeta.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
@@ -34,6 +35,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csilib  # noqa: E402
@@ -59,11 +61,17 @@ def cbt_client():
     return r.stdout.strip().splitlines()[-1]
 
 
+def short(out):
+    """An answer for an assertion message: at most 20 blocks."""
+    b = out.get("blocks", [])
+    return dict(out, blocks=b[:20] + (["... %d blocks" % len(b)] if len(b) > 20 else []))
+
+
 class Cbt:
     def __init__(self, client, sock):
         self.client, self.sock = client, sock
 
-    def call(self, target, base=None, offset=0, max_results=0, ok=True):
+    def call(self, target, base=None, offset=0, max_results=0, ok=True, capacity=SIZE):
         argv = [self.client, "-endpoint", "unix://" + self.sock, "-snapshot", target,
                 "-offset", str(offset), "-max", str(max_results), "-timeout", "60s"]
         if base is not None:
@@ -72,17 +80,17 @@ class Cbt:
         assert r.returncode in (0, 2), "cbt-client: rc %d: %s" % (r.returncode, r.stderr)
         out = json.loads(r.stdout)
         if ok:
-            assert r.returncode == 0 and out["ok"], "%s: %s" % (argv[3:], out)
+            assert r.returncode == 0 and out["ok"], "%s: %s" % (argv[3:], short(out))
             # one message at least, even with no blocks: the type and capacity
             assert out["messages"] >= 1 and out["type"] == "VARIABLE_LENGTH" and \
-                out["capacity"] == SIZE, out
+                out["capacity"] == capacity, short(out)
         return out
 
     def refused(self, code, word, target, **kw):
         out = self.call(target, ok=False, **kw)
         go = "".join(w.capitalize() for w in code.split("_"))  # grpc-go's names
         assert not out["ok"] and out["code"] == go and word in out["message"], \
-            "expected %s naming %r, got %s" % (code, word, out)
+            "expected %s naming %r, got %s" % (code, word, short(out))
         print("ok refused %s: %s" % (code, out["message"]))
 
 
@@ -148,9 +156,9 @@ def run(env, qsdctl, client):
     assert pb.PluginCapability.Service.SNAPSHOT_METADATA_SERVICE in \
         [x.service.type for x in caps.capabilities if x.HasField("service")], caps
 
-    def create(name, src=None, params=None):
+    def create(name, src=None, params=None, size=SIZE):
         return c.CreateVolume(pb.CreateVolumeRequest(
-            name=name, capacity_range=pb.CapacityRange(required_bytes=SIZE),
+            name=name, capacity_range=pb.CapacityRange(required_bytes=size),
             volume_capabilities=[node.cap], parameters=params or {},
             volume_content_source=src), timeout=T).volume.volume_id
 
@@ -190,6 +198,49 @@ def run(env, qsdctl, client):
     p = cbt.call(s2, base=s1, offset=gap)
     assert p["blocks"] == d12["blocks"][-1:], (p, d12)
     print("ok paging: one extent per message, starting_offset inside extent %d" % k)
+
+    # a client that goes away mid-stream: 16384 one-extent messages (every
+    # 4th cluster of 4 GiB zeroed by qemu-io into an unstaged volume's top
+    # between z0 and z1) are more than HTTP/2's window and the plugin's
+    # queue hold, so the walk is still running when grpcio cancels after the
+    # first message
+    zsize = 4 << 30
+    zv = create("pvc-z", size=zsize)
+    z0 = snap("z0", zv)
+    cmds = []
+    for i in range(0, zsize // CLUSTER, 4):
+        cmds += ["-c", "write -z %d %d" % (i * CLUSTER, CLUSTER)]
+    subprocess.run(["qemu-io", "-t", "unsafe", "-f", "qcow2", *cmds,
+                    os.path.join(env.pool, "volumes", csilib.local_id(zv) + ".qcow2")],
+                   check=True, stdout=subprocess.DEVNULL, timeout=120)
+    z1 = snap("z1", zv)
+    stream = env.client.channel.unary_stream(
+        "/csi.v1.SnapshotMetadata/GetMetadataDelta",
+        request_serializer=pb.GetMetadataDeltaRequest.SerializeToString,
+        response_deserializer=pb.GetMetadataDeltaResponse.FromString)
+    # the same snapshot as base and target: one message, no blocks
+    msgs = list(stream(pb.GetMetadataDeltaRequest(base_snapshot_id=z1, target_snapshot_id=z1),
+                       timeout=T))
+    assert len(msgs) == 1 and not msgs[0].block_metadata and \
+        msgs[0].volume_capacity_bytes == zsize, msgs
+    it = stream(pb.GetMetadataDeltaRequest(base_snapshot_id=z0, target_snapshot_id=z1,
+                                           max_results=1), timeout=T)
+    first = next(it)
+    assert first.block_metadata_type == pb.VARIABLE_LENGTH and \
+        [first.block_metadata[0].byte_offset, first.block_metadata[0].size_bytes] == \
+        [0, CLUSTER], first
+    it.cancel()
+    deadline = time.monotonic() + 10
+    while "GetMetadataDelta code=CANCELLED" not in env.log_tail(400):
+        assert time.monotonic() < deadline, env.log_tail(40)
+        time.sleep(0.1)
+    dz = cbt.call(z1, base=z0, capacity=zsize)
+    assert dz["blocks"] == [[i * CLUSTER, CLUSTER] for i in range(0, zsize // CLUSTER, 4)] \
+        and dz["messages"] == 16, short(dz)
+    # zero clusters are changes, not data: the delta lists them,
+    # GetMetadataAllocated does not
+    assert cbt.call(z1, capacity=zsize)["blocks"] == []
+    print("ok a client cancelling mid-stream; the next call answers")
 
     # merges: the live volume flattened between s3 and s4
     r3 = write(qsdctl, tgt, 3, 3)
@@ -248,6 +299,10 @@ def run(env, qsdctl, client):
     print("ok refusals and a raw volume's snapshots")
     log = env.log_tail(2000)
     assert "GetMetadataDelta code=OK" in log, log[-2000:]
+    # exit 0 on SIGTERM: in the ASan build, no leak of the cancelled stream
+    rc = env.stop()
+    assert rc == 0, "plugin exit code %s" % rc
+    print("ok plugin exits 0 on SIGTERM")
 
 
 def main():
