@@ -55,7 +55,8 @@ run_build build-asan "" -DSANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 # Fuzzers (libFuzzer, clang): each harness runs for a short time on its seeds.
 echo "=== build build-fuzz (clang, FUZZ=ON)"
 CC=clang cmake -S . -B build-fuzz -DFUZZ=ON -DWERROR=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_grpc_session fuzz_csi_decode fuzz_vufilter
+cmake --build build-fuzz -j"$jobs" --target fuzz_grpc_session fuzz_csi_decode fuzz_vufilter \
+    fuzz_qcow2map
 echo "=== fuzz"
 ctest --test-dir build-fuzz -L fuzz --output-on-failure
 
