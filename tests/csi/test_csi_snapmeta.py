@@ -24,7 +24,8 @@ Asserted:
     (INVALID_ARGUMENT), unknown snapshot (NOT_FOUND), starting_offset at the
     size or negative (OUT_OF_RANGE), max_results negative
     (INVALID_ARGUMENT), base of another volume or newer than the target
-    (INVALID_ARGUMENT), another node's snapshot (UNAVAILABLE naming it), a
+    (INVALID_ARGUMENT), another node's snapshot (UNAVAILABLE naming it), an
+    RBD snapshot (UNIMPLEMENTED, from the RBD backend's table), a
     raw volume's full-copy snapshots (FAILED_PRECONDITION for a delta;
     GetMetadataAllocated still answers);
   - the plugin exits 0 on SIGTERM (the ASan build: nothing leaked).
@@ -290,6 +291,7 @@ def run(env, qsdctl, client):
     cbt.refused("INVALID_ARGUMENT", "taken after", s1, base=s3)
     cbt.refused("UNAVAILABLE", "node-9", "s1@node-9")
     cbt.refused("UNAVAILABLE", "node-9", s3, base="s1@node-9")
+    cbt.refused("UNIMPLEMENTED", "RBD", "rbdsnap:c1:pool:ns:img-1", base="rbdsnap:c1:pool:ns:img-0")
     create("pvc-raw", params={"format": "raw"})
     w1, w2 = snap("w1", "pvc-raw"), snap("w2", "pvc-raw")
     cbt.refused("FAILED_PRECONDITION", "full copy", w2, base=w1)
