@@ -528,13 +528,14 @@ int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg)
     if (len > GRPC_STREAM_MAX || queued + GRPC_PREFIX + len > GRPC_STREAM_MAX)
         return -ENOBUFS;
     /* Compact once the sent part outweighs the rest (amortised O(1)). */
-    if (st->resp_off > 0 && (st->resp_off >= queued || st->resp_len + GRPC_PREFIX + len > st->resp_cap)) {
+    size_t need = GRPC_PREFIX + len;
+    if (st->resp_off > 0 && (st->resp_off >= queued || st->resp_len + need > st->resp_cap)) {
         memmove(st->resp, st->resp + st->resp_off, queued);
         st->resp_len = queued;
         st->resp_off = 0;
     }
-    if (st->resp_len + GRPC_PREFIX + len > st->resp_cap) {
-        st->resp_cap = MAX(st->resp_cap * 2, st->resp_len + GRPC_PREFIX + len);
+    if (st->resp_len + need > st->resp_cap) {
+        st->resp_cap = MAX(st->resp_cap * 2, st->resp_len + need);
         st->resp = xrealloc(st->resp, st->resp_cap);
     }
     uint8_t *b = st->resp + st->resp_len;
@@ -544,7 +545,7 @@ int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg)
     b[3] = (uint8_t)(len >> 8);
     b[4] = (uint8_t)len;
     protobuf_c_message_pack(msg, b + GRPC_PREFIX);
-    st->resp_len += GRPC_PREFIX + len;
+    st->resp_len += need;
     struct grpc_session *s = st->sess;
     if (!st->streaming) {
         st->streaming = true;
@@ -1013,7 +1014,8 @@ int grpc_session_output(struct grpc_session *s, const uint8_t **ret_data, size_t
         int r = session_pull(s);
         if (r < 0)
             return r;
-        if ((!ran && !session_wants_more(s)) || s->out_len - s->out_off >= s->srv->lim.max_output)
+        bool full = s->out_len - s->out_off >= s->srv->lim.max_output;
+        if ((!ran && !session_wants_more(s)) || full)
             break;
     }
     if (session_wants_more(s))

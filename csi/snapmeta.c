@@ -107,7 +107,8 @@ static void smeta_produce(struct smeta *x)
         int r = qcow2_walk_next(x->walk, x->ext + x->fill, x->max - x->fill, STEP_WINDOWS, &got,
                                 &msg);
         if (r < 0) {
-            log_warn("snapmeta", "cannot read a layer's map", "error=\"%s\"", msg);
+            _cleanup_free_ char *q = log_quote(msg);
+            log_warn("snapmeta", "cannot read a layer's map", "error=%s", q);
             smeta_end(x, GRPC_INTERNAL, msg);
             return;
         }
@@ -300,8 +301,11 @@ void snapmeta_local(struct csi *c, struct grpc_call *call, const struct snapmeta
         smeta_end(x, e < 0 ? GRPC_INTERNAL : GRPC_OK, e < 0 ? "cannot queue a message" : NULL);
         return;
     }
-    qcow2_walk_new(base ? QCOW2_WALK_CHANGED : QCOW2_WALK_ALLOCATED, x->maps, x->n,
-                   target->size, (uint64_t)r->starting_offset, &x->walk);
+    if (qcow2_walk_new(base ? QCOW2_WALK_CHANGED : QCOW2_WALK_ALLOCATED, x->maps, x->n,
+                       target->size, (uint64_t)r->starting_offset, &x->walk) < 0) {
+        smeta_end(x, GRPC_INTERNAL, "cannot walk the layers");
+        return;
+    }
     x->ext = xcalloc(x->max, sizeof(*x->ext));
     grpc_call_on_cancel(call, smeta_cancelled, x);
     grpc_call_on_writable(call, smeta_writable, x);

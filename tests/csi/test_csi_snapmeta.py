@@ -27,7 +27,8 @@ Asserted:
     (INVALID_ARGUMENT), another node's snapshot (UNAVAILABLE naming it), an
     RBD snapshot (UNIMPLEMENTED, from the RBD backend's table), a
     raw volume's full-copy snapshots (FAILED_PRECONDITION for a delta;
-    GetMetadataAllocated still answers);
+    GetMetadataAllocated still answers), a layer whose qcow2 header says
+    corrupt (INTERNAL saying so);
   - the plugin exits 0 on SIGTERM (the ASan build: nothing leaked).
 
 usage: test_csi_snapmeta.py PLUGIN_BINARY PROTO_DIR QSDCTL
@@ -241,6 +242,14 @@ def run(env, qsdctl, client):
     # zero clusters are changes, not data: the delta lists them,
     # GetMetadataAllocated does not
     assert cbt.call(z1, capacity=zsize)["blocks"] == []
+    # a layer whose header says corrupt: refused, the plugin serves on
+    with open(os.path.join(env.pool, "snapshots", csilib.local_id(z1) + ".qcow2"), "r+b") as f:
+        f.seek(79)
+        b = f.read(1)[0]
+        f.seek(79)
+        f.write(bytes([b | 2]))
+    cbt.refused("INTERNAL", "marked corrupt", z1)
+    assert cbt.call(z0, capacity=zsize)["blocks"] == []
     print("ok a client cancelling mid-stream; the next call answers")
 
     # merges: the live volume flattened between s3 and s4
