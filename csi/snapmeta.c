@@ -14,7 +14,8 @@
  * meanwhile keeps them readable) and walked lazily: a message is built
  * only while the call's queue is short (grpc_call_writable), and a step
  * reads at most STEP_WINDOWS L2 tables per layer before the event loop
- * runs again.  VARIABLE_LENGTH extents: adjacent clusters merged (a 64 KiB
+ * runs again; at most MAX_STREAMS calls at once (RESOURCE_EXHAUSTED
+ * beyond).  VARIABLE_LENGTH extents: adjacent clusters merged (a 64 KiB
  * cluster each would be 16 times as many messages for 1 MiB writes). */
 #include "snapmeta.h"
 #include "ids.h"
@@ -28,6 +29,9 @@
 #define MAX_RESULTS 16384    /* and at most (about 400 KiB per message) */
 #define STEP_WINDOWS 8       /* L2 tables per layer per step: 4 GiB of 64 KiB clusters */
 #define MAX_LAYERS (2 * LAYER_MAX_DEPTH + 2)
+#define MAX_STREAMS 8        /* in flight at once (each holds its layers open) */
+
+static unsigned g_streams; /* streams in flight (the plugin's one loop) */
 
 struct smeta {
     struct csi *csi;
@@ -46,6 +50,7 @@ struct smeta {
 
 static void smeta_free(struct smeta *x)
 {
+    g_streams--;
     if (x->timer)
         loop_timer_cancel(x->timer);
     qcow2_walk_free(x->walk);
@@ -269,7 +274,13 @@ void snapmeta_local(struct csi *c, struct grpc_call *call, const struct snapmeta
                        (long long)r->starting_offset, (unsigned long long)target->size);
         return;
     }
+    if (g_streams >= MAX_STREAMS) {
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
+                       "%u SnapshotMetadata streams are in flight already; retry", g_streams);
+        return;
+    }
     struct smeta *x = xcalloc(1, sizeof(*x));
+    g_streams++;
     x->csi = c;
     x->delta = base != NULL;
     x->capacity = target->size;

@@ -13,7 +13,8 @@ Asserted:
     exactly round 2's; VARIABLE_LENGTH, capacity the volume's size;
   - paging: max_results 1 gives one extent per message and the same list; a
     starting_offset inside the list gives the suffix from the extent that
-    contains it; a grpcio client cancelling after the first message;
+    contains it; 8 streams stalled by a grpcio client that reads one
+    message each (a 9th is RESOURCE_EXHAUSTED), then cancelled;
   - round 3, snapshot s3, the live volume flattened (qsdctl merge --depth
     1: every layer streamed into its top), round 4, snapshot s4: the deltas
     s3->s4 and s1->s4 cover every changed cluster (a superset is allowed);
@@ -225,15 +226,20 @@ def run(env, qsdctl, client):
                        timeout=T))
     assert len(msgs) == 1 and not msgs[0].block_metadata and \
         msgs[0].volume_capacity_bytes == zsize, msgs
-    it = stream(pb.GetMetadataDeltaRequest(base_snapshot_id=z0, target_snapshot_id=z1,
-                                           max_results=1), timeout=T)
-    first = next(it)
-    assert first.block_metadata_type == pb.VARIABLE_LENGTH and \
-        [first.block_metadata[0].byte_offset, first.block_metadata[0].size_bytes] == \
-        [0, CLUSTER], first
-    it.cancel()
+    its = []
+    for _ in range(8):  # the plugin's bound on streams in flight
+        it = stream(pb.GetMetadataDeltaRequest(base_snapshot_id=z0, target_snapshot_id=z1,
+                                               max_results=1), timeout=T)
+        first = next(it)
+        assert first.block_metadata_type == pb.VARIABLE_LENGTH and \
+            [first.block_metadata[0].byte_offset, first.block_metadata[0].size_bytes] == \
+            [0, CLUSTER], first
+        its.append(it)
+    cbt.refused("RESOURCE_EXHAUSTED", "in flight", z1, base=z0)
+    for it in its:
+        it.cancel()
     deadline = time.monotonic() + 10
-    while "GetMetadataDelta code=CANCELLED" not in env.log_tail(400):
+    while env.log_tail(400).count("GetMetadataDelta code=CANCELLED") < 8:
         assert time.monotonic() < deadline, env.log_tail(40)
         time.sleep(0.1)
     dz = cbt.call(z1, base=z0, capacity=zsize)
