@@ -73,6 +73,8 @@ struct backend {
     void (*delete_snapshot)(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in);
     void (*list_snapshots)(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in);
+    void (*modify_volume)(struct csi *c, struct grpc_call *call,
+                          Csi__V1__ControllerModifyVolumeRequest *in);
     /* SnapshotMetadata (the backend of target_id decides): streams the
      * answer on call, or fails it. */
     void (*snapshot_metadata)(struct csi *c, struct grpc_call *call, const struct snapmeta_req *r);

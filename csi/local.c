@@ -886,6 +886,7 @@ const struct backend backend_local = {
     .create_snapshot = create_snapshot,
     .delete_snapshot = delete_snapshot,
     .list_snapshots = list_snapshots,
+    .modify_volume = modify_volume_local,
     .snapshot_metadata = snapmeta_local, /* snapmeta.c */
     .record_name = record_name,
     .volume_handle = volume_handle,
