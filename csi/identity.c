@@ -118,17 +118,20 @@ static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, 
         return;
     protobuf_c_message_free_unpacked(in, NULL);
 
-    Csi__V1__PluginCapability__Service svc[2] = {
+    Csi__V1__PluginCapability__Service svc[3] = {
+        CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
         CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
         CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
     };
     svc[0].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__CONTROLLER_SERVICE;
     svc[1].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__VOLUME_ACCESSIBILITY_CONSTRAINTS;
+    svc[2].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__SNAPSHOT_METADATA_SERVICE;
     Csi__V1__PluginCapability__VolumeExpansion exp =
         CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__INIT;
     exp.type = CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__ONLINE;
 
-    Csi__V1__PluginCapability caps[3] = {
+    Csi__V1__PluginCapability caps[4] = {
+        CSI__V1__PLUGIN_CAPABILITY__INIT,
         CSI__V1__PLUGIN_CAPABILITY__INIT,
         CSI__V1__PLUGIN_CAPABILITY__INIT,
         CSI__V1__PLUGIN_CAPABILITY__INIT,
@@ -139,11 +142,17 @@ static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, 
     caps[1].service = &svc[1];
     caps[2].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_VOLUME_EXPANSION;
     caps[2].volume_expansion = &exp;
-    Csi__V1__PluginCapability *list[3] = {&caps[0], &caps[2], &caps[1]};
+    caps[3].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_SERVICE;
+    caps[3].service = &svc[2];
+    /* The node role serves SnapshotMetadata (snapmeta.h); the controller
+     * role neither it nor topology. */
+    Csi__V1__PluginCapability *node_list[4] = {&caps[0], &caps[2], &caps[1], &caps[3]};
+    Csi__V1__PluginCapability *ctl_list[2] = {&caps[0], &caps[2]};
+    bool ctl = id->cfg->role == PLUGIN_ROLE_CONTROLLER;
 
     Csi__V1__GetPluginCapabilitiesResponse out = CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
-    out.n_capabilities = ARRAY_SIZE(list) - (id->cfg->role == PLUGIN_ROLE_CONTROLLER ? 1 : 0);
-    out.capabilities = list;
+    out.n_capabilities = ctl ? ARRAY_SIZE(ctl_list) : ARRAY_SIZE(node_list);
+    out.capabilities = ctl ? ctl_list : node_list;
     grpc_call_reply_pb(call, &out.base);
 }
 

@@ -29,6 +29,7 @@
 #include "service.h"
 #include "qsd/qemu/qmpcmd.h"
 #include "modify.h"
+#include "snapmeta.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 #include "volqsd.h"
@@ -886,6 +887,7 @@ const struct backend backend_local = {
     .delete_snapshot = delete_snapshot,
     .list_snapshots = list_snapshots,
     .modify_volume = modify_volume_local,
+    .snapshot_metadata = snapmeta_local, /* snapmeta.c */
     .record_name = record_name,
     .volume_handle = volume_handle,
     .stage_prepare = NULL, /* CreateVolume made the record */

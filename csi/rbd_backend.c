@@ -68,6 +68,15 @@ static void modify_volume(struct csi *c, struct grpc_call *call,
                    in->volume_id);
 }
 
+/* Changed-block tracking of RBD snapshots (rbd diff) is not built. */
+static void snapshot_metadata(struct csi *c, struct grpc_call *call, const struct snapmeta_req *r)
+{
+    (void)c;
+    grpc_call_fail(call, GRPC_UNIMPLEMENTED,
+                   "SnapshotMetadata is not built for RBD snapshots yet (%s %s)", r->target_field,
+                   r->target_id);
+}
+
 /* The restart guard of v (rbd_lock.h) goes. */
 static void forget(struct vol *v)
 {
@@ -89,6 +98,7 @@ const struct backend backend_rbd = {
     .delete_snapshot = rbd_delete_snapshot,
     .list_snapshots = rbd_list_snapshots,
     .modify_volume = modify_volume,
+    .snapshot_metadata = snapshot_metadata,
     .record_name = record_name,
     .volume_handle = volume_handle,
     .stage_prepare = rbd_stage,

@@ -143,7 +143,8 @@ def main():
         exp = {c.volume_expansion.type for c in caps.capabilities
                if c.HasField("volume_expansion")}
         assert svc == {pb.PluginCapability.Service.CONTROLLER_SERVICE,
-                       pb.PluginCapability.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS}, caps
+                       pb.PluginCapability.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS,
+                       pb.PluginCapability.Service.SNAPSHOT_METADATA_SERVICE}, caps
         assert exp == {pb.PluginCapability.VolumeExpansion.ONLINE}, caps
         print("ok GetPluginCapabilities")
 
