@@ -179,7 +179,11 @@ static bool in_list(json_t *a, const char *name)
     return false;
 }
 
-/* Open the layers of a (the ones not in b when b is given). */
+/* Open the layers of a (the ones not in b when b is given).  A layer
+ * whose header claims more than x->capacity (the target snapshot's size:
+ * volumes only grow, so no layer of either chain is larger) is refused:
+ * the header is the QSD's writing, and its size decides how much of the
+ * L1 table the plugin reads and keeps. */
 static int open_layers(struct csi *c, struct smeta *x, json_t *a, json_t *b, char **ret_msg)
 {
     size_t i;
@@ -201,6 +205,12 @@ static int open_layers(struct csi *c, struct smeta *x, json_t *a, json_t *b, cha
         if (r < 0)
             return r;
         x->n++;
+        if (qcow2_map_size(x->maps[x->n - 1]) > x->capacity) {
+            *ret_msg = xasprintf("layer %s claims %llu bytes, more than the snapshot's %llu",
+                                 name, (unsigned long long)qcow2_map_size(x->maps[x->n - 1]),
+                                 (unsigned long long)x->capacity);
+            return -EINVAL;
+        }
     }
     return 0;
 }
@@ -297,8 +307,14 @@ void snapmeta_local(struct csi *c, struct grpc_call *call, const struct snapmeta
             e = open_layers(c, x, target->layers, NULL, &msg);
         } else { /* a full copy: one standalone file */
             _cleanup_free_ char *path = pool_snapshot_path(&c->pool, target->id);
-            if ((e = qcow2_map_open(path, &x->maps[0], &msg)) == 0)
+            if ((e = qcow2_map_open(path, &x->maps[0], &msg)) == 0) {
                 x->n = 1;
+                if (qcow2_map_size(x->maps[0]) > x->capacity) {
+                    msg = xasprintf("snapshot file %s claims more than the snapshot's %llu bytes",
+                                    target->id, (unsigned long long)x->capacity);
+                    e = -EINVAL;
+                }
+            }
         }
         if (e < 0) {
             grpc_call_fail(call, GRPC_INTERNAL, "cannot read the layers: %s", msg);

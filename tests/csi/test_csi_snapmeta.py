@@ -256,6 +256,22 @@ def run(env, qsdctl, client):
         f.write(bytes([b | 2]))
     cbt.refused("INTERNAL", "marked corrupt", z1)
     assert cbt.call(z0, capacity=zsize)["blocks"] == []
+    # a header claiming more than the snapshot's size (the plugin would
+    # read and keep that much L1 table): refused
+    zf = os.path.join(env.pool, "snapshots", csilib.local_id(z0) + ".qcow2")
+    real_len = os.path.getsize(zf)
+    with open(zf, "r+b") as f:
+        f.truncate(real_len + 65536)  # zeros where the longer L1 table ends
+        real = f.read(40)
+        f.seek(24)
+        f.write((zsize * 4).to_bytes(8, "big"))
+        f.seek(36)  # an L1 table said to cover it (the rest of its cluster is zeros)
+        f.write((64).to_bytes(4, "big"))
+    cbt.refused("INTERNAL", "claims", z0)
+    with open(zf, "r+b") as f:
+        f.write(real)
+        f.truncate(real_len)
+    assert cbt.call(z0, capacity=zsize)["blocks"] == []
     print("ok a client cancelling mid-stream; the next call answers")
 
     # merges: the live volume flattened between s3 and s4
