@@ -33,6 +33,17 @@ struct rbd_req;
 typedef void (*stage_new_fn)(struct csi *c, struct grpc_call *call, struct vol *v,
                              const char *path, int gid, bool ro, struct rbd_req *rbd);
 
+/* A SnapshotMetadata request (snapmeta.c checked its fields): the blocks
+ * allocated in target (base NULL: GetMetadataAllocated), or changed from
+ * base to target (GetMetadataDelta).  Ids as the request has them; field
+ * names for the errors. */
+struct snapmeta_req {
+    const char *base_id, *base_field;
+    const char *target_id, *target_field;
+    int64_t starting_offset;
+    int32_t max_results;
+};
+
 struct backend {
     const char *name; /* "local", "rbd" (logs) */
     /* Whether key names one of its volumes or snapshots (backend_of asks
@@ -62,6 +73,11 @@ struct backend {
     void (*delete_snapshot)(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in);
     void (*list_snapshots)(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in);
+    void (*modify_volume)(struct csi *c, struct grpc_call *call,
+                          Csi__V1__ControllerModifyVolumeRequest *in);
+    /* SnapshotMetadata (the backend of target_id decides): streams the
+     * answer on call, or fails it. */
+    void (*snapshot_metadata)(struct csi *c, struct grpc_call *call, const struct snapmeta_req *r);
     /* GroupController RPCs (group.c: the backend of the first source
      * volume, or of the group id).  Requests are checked for what is the
      * same for every backend (names present, no duplicate, no other

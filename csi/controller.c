@@ -16,7 +16,7 @@
 #include "service.h"
 #include "qsd/base/util.h"
 #include "ids.h"
-#include "modify.h"
+#include "modify.h" /* modify_params_of */
 
 #define LIST_TOKEN_VOL "v1:"
 
@@ -272,6 +272,16 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in)
 {
     BACKEND_OF(.snapshot_id = in->snapshot_id)->delete_snapshot(c, call, in);
+}
+
+static void modify_volume(struct csi *c, struct grpc_call *call,
+                          Csi__V1__ControllerModifyVolumeRequest *in)
+{
+    if (!in->volume_id || !*in->volume_id) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_id is required");
+        return;
+    }
+    BACKEND_OF(.volume_id = in->volume_id)->modify_volume(c, call, in);
 }
 
 /* Filtered by an RBD id, RBD's (it needs the secrets); unfiltered lists

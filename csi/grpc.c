@@ -13,6 +13,7 @@
 #include <stdarg.h>
 
 #define GRPC_PREFIX 5
+#define GRPC_STREAM_LOW (GRPC_STREAM_HIGH / 2) /* writable_cb below this */
 #define PATH_MAX_LEN 256
 #define OVER_BUDGET_MSG "the plugin's request buffers are full; retry"
 
@@ -25,6 +26,8 @@ struct grpc_call {
     uint64_t deadline_us;
     grpc_cancel_fn cancel_cb;
     void *cancel_opaque;
+    grpc_writable_fn writable_cb;
+    void *writable_opaque;
     bool cancelled;
 };
 
@@ -46,7 +49,14 @@ struct grpc_stream {
     bool answered;         /* response submitted */
     struct grpc_call *call;
     uint8_t *resp;         /* response DATA payload (prefix + message) */
-    size_t resp_len, resp_off;
+    size_t resp_len, resp_off, resp_cap;
+    /* Server streaming (grpc_call_send_pb): the headers went out with the
+     * first message; resp is a queue of framed messages that the data
+     * provider drains; answered once the handler ended the call (the
+     * trailers follow the queue). */
+    bool streaming;
+    bool deferred;         /* the data provider waits for more (DEFERRED) */
+    bool want_more;        /* the queue fell below the low mark: call writable_cb */
     enum grpc_code code;
     char *message;
     /* An answer decided while record changes were not durable yet: submitted
@@ -291,20 +301,40 @@ static void call_detach(struct grpc_call *c, bool notify)
     }
 }
 
+/* The trailers of a response: grpc-status, and grpc-message when not OK. */
+static int submit_trailers(nghttp2_session *h2, struct grpc_stream *st)
+{
+    char codebuf[12];
+    int cl = snprintf(codebuf, sizeof(codebuf), "%u", (unsigned)st->code);
+    const char *m = st->message ? st->message : "";
+    const nghttp2_nv trailer[] = {
+        {(uint8_t *)"grpc-status", (uint8_t *)codebuf, 11, (size_t)cl, NGHTTP2_NV_FLAG_NONE},
+        {(uint8_t *)"grpc-message", (uint8_t *)m, 12, strlen(m), NGHTTP2_NV_FLAG_NONE},
+    };
+    return nghttp2_submit_trailer(h2, st->id, trailer, m[0] ? 2 : 1);
+}
+
 static ssize_t data_read_cb(nghttp2_session *h2, int32_t stream_id, uint8_t *buf, size_t length,
                             uint32_t *data_flags, nghttp2_data_source *source, void *user_data)
 {
     struct grpc_stream *st = source->ptr;
-    size_t n = MIN(length, st->resp_len - st->resp_off);
-    memcpy(buf, st->resp + st->resp_off, n);
+    size_t n = st->resp ? MIN(length, st->resp_len - st->resp_off) : 0;
+    if (n == 0 && st->streaming && !st->answered) {
+        /* The handler has not produced the next message yet. */
+        st->deferred = true;
+        if (st->call && st->call->writable_cb)
+            st->want_more = true;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    if (n)
+        memcpy(buf, st->resp + st->resp_off, n);
     st->resp_off += n;
-    if (st->resp_off == st->resp_len) {
+    if (st->streaming && st->resp_len - st->resp_off < GRPC_STREAM_LOW && st->call &&
+        st->call->writable_cb)
+        st->want_more = true;
+    if (st->resp_off == st->resp_len && (!st->streaming || st->answered)) {
         *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-        const nghttp2_nv trailer[] = {
-            {(uint8_t *)"grpc-status", (uint8_t *)"0", 11, 1, NGHTTP2_NV_FLAG_NONE},
-        };
-        int r = nghttp2_submit_trailer(h2, stream_id, trailer, ARRAY_SIZE(trailer));
-        if (r < 0)
+        if (submit_trailers(h2, st) < 0)
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
     return (ssize_t)n;
@@ -312,14 +342,37 @@ static ssize_t data_read_cb(nghttp2_session *h2, int32_t stream_id, uint8_t *buf
 
 #define NV(n, v, vl) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NGHTTP2_NV_FLAG_NONE}
 
+/* End a streaming response: its status goes out in the trailers, after
+ * the messages still queued. */
+static void stream_end(struct grpc_stream *st, enum grpc_code code, const char *message,
+                       const char *method_for_log, enum log_level ok_level)
+{
+    struct grpc_session *s = st->sess;
+    st->answered = true;
+    st->code = code;
+    free(st->message);
+    st->message = code == GRPC_OK ? NULL : grpc_percent_encode(message ? message : "");
+    log_rpc(s->srv, method_for_log, ok_level, code, message, st->start_us);
+    if (st->deferred) {
+        st->deferred = false;
+        nghttp2_session_resume_data(s->h2, st->id);
+    }
+    session_wake(s);
+}
+
 /* Submit the final answer of a stream.  With code OK, st->resp holds the
- * DATA payload; otherwise a trailers-only response carries the status. */
+ * DATA payload; otherwise a trailers-only response carries the status.  A
+ * streaming response (headers and messages sent) ends with trailers. */
 static int stream_answer(struct grpc_stream *st, enum grpc_code code, const char *message,
                          const char *method_for_log, enum log_level ok_level)
 {
     struct grpc_session *s = st->sess;
     if (st->answered)
         return -EALREADY;
+    if (st->streaming) {
+        stream_end(st, code, message, method_for_log, ok_level);
+        return 0;
+    }
     st->answered = true;
     st->code = code;
     log_rpc(s->srv, method_for_log, ok_level, code, message, st->start_us);
@@ -377,6 +430,13 @@ static int call_complete(struct grpc_call *c, enum grpc_code code, const char *m
     }
     st->call = NULL;
     c->stream = NULL;
+    if (st->streaming) {
+        /* A streaming call's end: no barrier (its RPCs only read). */
+        free(resp);
+        stream_end(st, code, message, c->method->path, c->method->log_level);
+        call_free(c);
+        return 0;
+    }
     if (code == GRPC_OK) {
         st->resp = resp;
         st->resp_len = resp_len;
@@ -443,6 +503,82 @@ int grpc_call_fail(struct grpc_call *c, enum grpc_code code, const char *fmt, ..
     if (code == GRPC_OK)
         code = GRPC_UNKNOWN; /* failing with OK is a bug in the handler */
     return call_complete(c, code, m, NULL, 0);
+}
+
+int grpc_call_end(struct grpc_call *c, enum grpc_code code, const char *fmt, ...)
+{
+    _cleanup_free_ char *m = NULL;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&m, fmt, ap) < 0)
+            abort();
+        va_end(ap);
+    }
+    return call_complete(c, code, m, NULL, 0);
+}
+
+int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg)
+{
+    struct grpc_stream *st = c->stream;
+    if (!st || st->answered)
+        return -ECANCELED;
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    size_t queued = st->resp_len - st->resp_off;
+    if (len > GRPC_STREAM_MAX || queued + GRPC_PREFIX + len > GRPC_STREAM_MAX)
+        return -ENOBUFS;
+    /* Compact once the sent part outweighs the rest (amortised O(1)). */
+    size_t need = GRPC_PREFIX + len;
+    if (st->resp_off > 0 && (st->resp_off >= queued || st->resp_len + need > st->resp_cap)) {
+        memmove(st->resp, st->resp + st->resp_off, queued);
+        st->resp_len = queued;
+        st->resp_off = 0;
+    }
+    if (st->resp_len + need > st->resp_cap) {
+        st->resp_cap = MAX(st->resp_cap * 2, st->resp_len + need);
+        st->resp = xrealloc(st->resp, st->resp_cap);
+    }
+    uint8_t *b = st->resp + st->resp_len;
+    b[0] = 0;
+    b[1] = (uint8_t)(len >> 24);
+    b[2] = (uint8_t)(len >> 16);
+    b[3] = (uint8_t)(len >> 8);
+    b[4] = (uint8_t)len;
+    protobuf_c_message_pack(msg, b + GRPC_PREFIX);
+    st->resp_len += need;
+    struct grpc_session *s = st->sess;
+    if (!st->streaming) {
+        st->streaming = true;
+        const nghttp2_nv hdrs[] = {
+            NV(":status", "200", 3),
+            NV("content-type", "application/grpc", 16),
+        };
+        nghttp2_data_provider prd = {.source.ptr = st, .read_callback = data_read_cb};
+        if (nghttp2_submit_response(s->h2, st->id, hdrs, ARRAY_SIZE(hdrs), &prd) < 0)
+            return -EIO;
+    } else if (st->deferred) {
+        st->deferred = false;
+        nghttp2_session_resume_data(s->h2, st->id);
+    }
+    session_wake(s);
+    return 0;
+}
+
+bool grpc_call_writable(const struct grpc_call *c)
+{
+    const struct grpc_stream *st = c->stream;
+    return st && !st->answered && st->resp_len - st->resp_off < GRPC_STREAM_HIGH;
+}
+
+void grpc_call_on_writable(struct grpc_call *c, grpc_writable_fn cb, void *opaque)
+{
+    c->writable_cb = cb;
+    c->writable_opaque = opaque;
+}
+
+size_t grpc_call_queued(const struct grpc_call *c)
+{
+    return c->stream ? c->stream->resp_len - c->stream->resp_off : 0;
 }
 
 void grpc_server_set_barrier(struct grpc_server *srv, grpc_barrier_fn fn, void *opaque)
@@ -841,9 +977,57 @@ int grpc_session_recv(struct grpc_session *s, const uint8_t *data, size_t len)
     return 0;
 }
 
+/* Let the handlers of streams whose queue ran low produce more (outside
+ * nghttp2's callbacks: they submit).  Returns whether any ran. */
+static bool session_run_writable(struct grpc_session *s)
+{
+    bool ran = false;
+    for (struct grpc_stream *st = s->streams; st; st = st->next) {
+        if (!st->want_more)
+            continue;
+        st->want_more = false;
+        struct grpc_call *c = st->call;
+        if (c && c->writable_cb && !st->answered) {
+            ran = true;
+            c->writable_cb(c, c->writable_opaque);
+        }
+    }
+    return ran;
+}
+
+static bool session_wants_more(const struct grpc_session *s)
+{
+    for (const struct grpc_stream *st = s->streams; st; st = st->next)
+        if (st->want_more)
+            return true;
+    return false;
+}
+
+static int session_pull(struct grpc_session *s);
+
 int grpc_session_output(struct grpc_session *s, const uint8_t **ret_data, size_t *ret_len)
 {
-    /* Pull from nghttp2 until our buffer holds max_output bytes. */
+    /* Streaming handlers refill their queues, nghttp2 drains them into our
+     * buffer; a few rounds at most, the rest on the next call. */
+    for (int round = 0; round < 4; round++) {
+        bool ran = session_run_writable(s);
+        int r = session_pull(s);
+        if (r < 0)
+            return r;
+        bool full = s->out_len - s->out_off >= s->srv->lim.max_output;
+        if ((!ran && !session_wants_more(s)) || full)
+            break;
+    }
+    if (session_wants_more(s))
+        session_wake(s);
+    *ret_data = s->out + s->out_off;
+    *ret_len = s->out_len - s->out_off;
+    return 0;
+}
+
+/* Pull from nghttp2 until our buffer holds max_output bytes. */
+static int session_pull(struct grpc_session *s)
+{
     while (s->out_len - s->out_off < s->srv->lim.max_output) {
         const uint8_t *p;
         ssize_t n = nghttp2_session_mem_send(s->h2, &p);
@@ -867,8 +1051,6 @@ int grpc_session_output(struct grpc_session *s, const uint8_t **ret_data, size_t
         memcpy(s->out + s->out_len, p, (size_t)n);
         s->out_len += (size_t)n;
     }
-    *ret_data = s->out + s->out_off;
-    *ret_len = s->out_len - s->out_off;
     return 0;
 }
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* grpc.h: a small gRPC server (unary calls only) on nghttp2.
+/* grpc.h: a small gRPC server (unary and server-streaming calls) on nghttp2.
  *
  * Owns: the HTTP/2 + gRPC session layer and its unix-socket transport.
  *
@@ -20,7 +20,18 @@
  * returning or later from the event loop (grpc_call_reply*, grpc_call_fail).
  * The handle stays valid until completed, even if the stream goes away first
  * (peer reset, deadline, connection closed, shutdown): the completion is then
- * discarded.  grpc_call_on_cancel() lets a handler hear about that early. */
+ * discarded.  grpc_call_on_cancel() lets a handler hear about that early.
+ *
+ * Server streaming: the handler sends messages with grpc_call_send_pb()
+ * (the first one sends the response headers) and ends the call with
+ * grpc_call_end() (its status goes out in the trailers, after the messages
+ * queued).  The messages wait in a per-call queue that nghttp2 drains as
+ * the peer's flow-control window allows; the handler keeps that queue
+ * short: it sends while grpc_call_writable() and otherwise waits for the
+ * callback of grpc_call_on_writable(), so a slow reader stops the producer
+ * instead of growing the plugin's memory (grpc_call_send_pb refuses to
+ * queue more than GRPC_STREAM_MAX bytes).  A streaming answer is not held
+ * by the durability barrier (its RPCs only read). */
 #pragma once
 
 #include "qsd/base/log.h"
@@ -145,6 +156,26 @@ int grpc_call_reply(struct grpc_call *c, const void *msg, size_t len);
 int grpc_call_reply_pb(struct grpc_call *c, const ProtobufCMessage *msg);
 int grpc_call_fail(struct grpc_call *c, enum grpc_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Server streaming (see the top): queue one message.  0, -ECANCELED (the
+ * stream is gone or ended: the handler still ends the call), -ENOBUFS (the
+ * queue would pass GRPC_STREAM_MAX: nothing queued), -EIO. */
+#define GRPC_STREAM_HIGH (256u << 10) /* grpc_call_writable() false from here */
+#define GRPC_STREAM_MAX (4u << 20)    /* queued bytes a call may never pass */
+int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg);
+/* End a call, streaming or not, with code (OK allowed: a stream of the
+ * messages sent, maybe none).  Frees the handle like grpc_call_fail. */
+int grpc_call_end(struct grpc_call *c, enum grpc_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The queue is below GRPC_STREAM_HIGH and the stream is open. */
+bool grpc_call_writable(const struct grpc_call *c);
+/* Bytes queued and not yet taken by nghttp2. */
+size_t grpc_call_queued(const struct grpc_call *c);
+/* cb runs from the session's output step (never from inside a grpc_call_*
+ * function) when the queue of a stream that sent messages fell below half
+ * of GRPC_STREAM_HIGH or ran empty: the handler sends more, or ends. */
+typedef void (*grpc_writable_fn)(struct grpc_call *call, void *opaque);
+void grpc_call_on_writable(struct grpc_call *c, grpc_writable_fn cb, void *opaque);
 
 const char *grpc_call_method(const struct grpc_call *c);
 /* Absolute deadline (CLOCK_MONOTONIC us); always set (bounded by max_deadline_ms). */

@@ -109,8 +109,8 @@ static void get_plugin_info(struct grpc_call *call, const uint8_t *req, size_t l
 /* The controller role reports no VOLUME_ACCESSIBILITY_CONSTRAINTS: RBD
  * volumes are reachable from every node, and without it csi-provisioner
  * sends no topology and never reschedules a claim on our errors.  Nor
- * GROUP_CONTROLLER_SERVICE: group snapshots are served by the node plugin,
- * for its node's volumes (group.h). */
+ * SNAPSHOT_METADATA_SERVICE and GROUP_CONTROLLER_SERVICE: both are served
+ * by the node plugin, for its node's snapshots and volumes. */
 static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, size_t len,
                                     void *opaque)
 {
@@ -120,19 +120,22 @@ static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, 
         return;
     protobuf_c_message_free_unpacked(in, NULL);
 
-    Csi__V1__PluginCapability__Service svc[3] = {
+    Csi__V1__PluginCapability__Service svc[4] = {
+        CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
         CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
         CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
         CSI__V1__PLUGIN_CAPABILITY__SERVICE__INIT,
     };
     svc[0].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__CONTROLLER_SERVICE;
     svc[1].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__VOLUME_ACCESSIBILITY_CONSTRAINTS;
-    svc[2].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__GROUP_CONTROLLER_SERVICE;
+    svc[2].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__SNAPSHOT_METADATA_SERVICE;
+    svc[3].type = CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__GROUP_CONTROLLER_SERVICE;
     Csi__V1__PluginCapability__VolumeExpansion exp =
         CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__INIT;
     exp.type = CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__ONLINE;
 
-    Csi__V1__PluginCapability caps[4] = {
+    Csi__V1__PluginCapability caps[5] = {
+        CSI__V1__PLUGIN_CAPABILITY__INIT,
         CSI__V1__PLUGIN_CAPABILITY__INIT,
         CSI__V1__PLUGIN_CAPABILITY__INIT,
         CSI__V1__PLUGIN_CAPABILITY__INIT,
@@ -146,13 +149,17 @@ static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, 
     caps[2].volume_expansion = &exp;
     caps[3].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_SERVICE;
     caps[3].service = &svc[2];
-    /* The node-local ones last: the controller role has neither the
-     * topology nor the GroupController (group.h). */
-    Csi__V1__PluginCapability *list[4] = {&caps[0], &caps[2], &caps[1], &caps[3]};
+    caps[4].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_SERVICE;
+    caps[4].service = &svc[3];
+    /* The node role serves SnapshotMetadata (snapmeta.h) and the
+     * GroupController (group.h); the controller role neither, nor topology. */
+    Csi__V1__PluginCapability *node_list[5] = {&caps[0], &caps[2], &caps[1], &caps[3], &caps[4]};
+    Csi__V1__PluginCapability *ctl_list[2] = {&caps[0], &caps[2]};
+    bool ctl = id->cfg->role == PLUGIN_ROLE_CONTROLLER;
 
     Csi__V1__GetPluginCapabilitiesResponse out = CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
-    out.n_capabilities = ARRAY_SIZE(list) - (id->cfg->role == PLUGIN_ROLE_CONTROLLER ? 2 : 0);
-    out.capabilities = list;
+    out.n_capabilities = ctl ? ARRAY_SIZE(ctl_list) : ARRAY_SIZE(node_list);
+    out.capabilities = ctl ? ctl_list : node_list;
     grpc_call_reply_pb(call, &out.base);
 }
 

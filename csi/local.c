@@ -30,6 +30,7 @@
 #include "service.h"
 #include "qsd/qemu/qmpcmd.h"
 #include "modify.h"
+#include "snapmeta.h"
 #include "qsd/qemu/thin.h"
 #include "qsd/base/util.h"
 #include "volqsd.h"
@@ -894,6 +895,8 @@ const struct backend backend_local = {
     .create_snapshot = create_snapshot,
     .delete_snapshot = delete_snapshot,
     .list_snapshots = list_snapshots,
+    .modify_volume = modify_volume_local,
+    .snapshot_metadata = snapmeta_local, /* snapmeta.c */
     .create_group_snapshot = local_create_group,
     .delete_group_snapshot = local_delete_group,
     .get_group_snapshot = local_get_group,

@@ -23,6 +23,7 @@
 #include "plugin.h"
 #include "paths.h"
 #include "service.h"
+#include "snapmeta.h"
 #include "startup.h"
 #include "qsd/base/util.h"
 #include "volqsd.h"
@@ -676,6 +677,10 @@ static int endpoint_serve(struct plugin *pl, struct endpoint *ep)
         m = controller_methods(pl->csi, &n);
         if ((r = grpc_server_add_methods(ep->srv, m, n)) == 0) {
             m = node_methods(pl->csi, &n);
+            r = grpc_server_add_methods(ep->srv, m, n);
+        }
+        if (r == 0) {
+            m = snapmeta_methods(pl->csi, &n);
             r = grpc_server_add_methods(ep->srv, m, n);
         }
         if (r == 0) {

@@ -6,7 +6,6 @@
  * of its throttle group.  A repeated request sets them again: that is also
  * what finishes one cut short by a crash between the two steps. */
 #include "modify.h"
-#include "backend.h"
 #include "ids.h"
 #include "op.h"
 #include "qos.h"
@@ -115,12 +114,9 @@ static void modify_live(struct csi *c, struct grpc_call *call, struct vol *v,
     }
 }
 
-void modify_volume(struct csi *c, struct grpc_call *call, Csi__V1__ControllerModifyVolumeRequest *in)
+void modify_volume_local(struct csi *c, struct grpc_call *call,
+                         Csi__V1__ControllerModifyVolumeRequest *in)
 {
-    if (!in->volume_id || !*in->volume_id) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "volume_id is required");
-        return;
-    }
     const char *node = csi_id_node(c, in->volume_id);
     if (node) {
         grpc_call_fail(call, GRPC_UNAVAILABLE,
@@ -128,12 +124,6 @@ void modify_volume(struct csi *c, struct grpc_call *call, Csi__V1__ControllerMod
                        "volumes of this plugin's node (%s); the controller-to-node endpoint "
                        "(docs/node-operations.md) is not built yet", in->volume_id, node,
                        c->cfg->node_id);
-        return;
-    }
-    if (BACKEND_OF(.volume_id = in->volume_id) != &backend_local) {
-        grpc_call_fail(call, GRPC_UNIMPLEMENTED,
-                       "ControllerModifyVolume is built for local volumes only, not yet for %s",
-                       in->volume_id);
         return;
     }
     _cleanup_free_ char *id = xstrdup(in->volume_id);

@@ -15,8 +15,9 @@ struct csi;
  * none.  -EINVAL with a message naming the key. */
 int modify_params_of(size_t n, Csi__V1__CreateVolumeRequest__MutableParametersEntry **e,
                      json_t **ret, char **ret_msg);
-/* ControllerModifyVolume of a volume of this node: the record first, then
- * the live QSD's throttle group (qom-set).  Another node's volume:
- * UNAVAILABLE (the controller-to-node endpoint, docs/node-operations.md,
- * is not built). */
-void modify_volume(struct csi *c, struct grpc_call *call, Csi__V1__ControllerModifyVolumeRequest *in);
+/* ControllerModifyVolume of a local volume (backend_local's
+ * modify_volume; volume_id given): the record first, then the live QSD's
+ * throttle group (qom-set).  Another node's volume: UNAVAILABLE (the
+ * controller-to-node endpoint, docs/node-operations.md, is not built). */
+void modify_volume_local(struct csi *c, struct grpc_call *call,
+                         Csi__V1__ControllerModifyVolumeRequest *in);

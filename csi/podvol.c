@@ -16,6 +16,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 /* Every program run here is bounded; mkfs of a large xfs is the slowest. */
 #define TOOL_TIMEOUT_MS (5 * 60 * 1000)
@@ -25,20 +26,32 @@ char *podvol_fuse_path(const struct csi *c, const char *id)
     return xasprintf("%s/fuse/%s", c->cfg->run_dir, id);
 }
 
-/* Whether path is a mount point in this mount namespace (mountinfo: never
- * a stat of path, which would ask the FUSE daemon). */
-static bool mounted_at(const char *path)
+/* The device of the topmost mount at path in this mount namespace, from
+ * mountinfo (never a stat of path, which would ask the FUSE daemon):
+ * -ENOENT when nothing is mounted there. */
+static int mount_dev_at(const char *path, dev_t *ret)
 {
     _cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
     char line[4096];
+    int r = -ENOENT;
     while (f && fgets(line, sizeof(line), f)) {
         char mp[4096];
+        unsigned maj, min;
         /* id parent major:minor root mountpoint ...; paths here have no
-         * spaces (RUN and volume ids are checked). */
-        if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && streq(mp, path))
-            return true;
+         * spaces (RUN and volume ids are checked).  The last match is the
+         * top of a stack of mounts. */
+        if (sscanf(line, "%*s %*s %u:%u %*s %4095s", &maj, &min, mp) == 3 && streq(mp, path)) {
+            *ret = makedev(maj, min);
+            r = 0;
+        }
     }
-    return false;
+    return r;
+}
+
+static bool mounted_at(const char *path)
+{
+    dev_t d;
+    return mount_dev_at(path, &d) == 0;
 }
 
 int podvol_fuse_mount(struct csi *c, const char *id, int *ret_fd, char **ret_msg)
@@ -110,8 +123,27 @@ bool podvol_served(struct csi *c, const struct vol *v)
     return pid > 0 && mounted_at(path) && holds_fuse(pid);
 }
 
+/* Whether loop device dev's backing file lives on the filesystem of
+ * device fs (LOOP_GET_STATUS64: the backing file's st_dev, which no
+ * rebinding by a holder of the device can forge). */
+static bool loop_backed_by(const char *dev, dev_t fs)
+{
+    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct loop_info64 li = {0};
+    return fd >= 0 && ioctl(fd, LOOP_GET_STATUS64, &li) == 0 && (dev_t)li.lo_device == fs;
+}
+
 int podvol_loop_of(const char *path, char **ret_dev)
 {
+    /* The backing file's path in sysfs is not enough: a pod holding its
+     * Block volume's loop device may detach it and bind it to a file of its
+     * own (LOOP_CLR_FD, LOOP_SET_FD: no capability needed), and a file at
+     * the same path in its container's root reads, from here, exactly like
+     * another volume's FUSE file.  So the device must also be backed by the
+     * FUSE mount at path, which a pod cannot open. */
+    dev_t fs;
+    if (mount_dev_at(path, &fs) < 0)
+        return -ENOENT;
     DIR *d = opendir("/sys/block");
     int r = -ENOENT;
     for (struct dirent *e; d && r == -ENOENT && (e = readdir(d));) {
@@ -122,9 +154,13 @@ int podvol_loop_of(const char *path, char **ret_dev)
         char line[4096];
         if (f && fgets(line, sizeof(line), f)) {
             line[strcspn(line, "\n")] = '\0';
-            if (streq(line, path)) {
-                *ret_dev = xasprintf("/dev/%s", e->d_name);
+            _cleanup_free_ char *dev = xasprintf("/dev/%s", e->d_name);
+            if (streq(line, path) && loop_backed_by(dev, fs)) {
+                *ret_dev = TAKE_PTR(dev);
                 r = 0;
+            } else if (streq(line, path)) {
+                log_warn("node", "a loop device names a volume's FUSE file but is not backed by "
+                         "it (rebound by a pod?): ignored", "device=%s path=%s", dev, path);
             }
         }
     }

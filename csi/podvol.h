@@ -59,6 +59,7 @@ int podvol_grow(struct csi *c, const struct vol *v, uint64_t size, char **ret_ms
  * What is already gone is skipped. */
 int podvol_detach(struct csi *c, const struct vol *v, char **ret_msg);
 
-/* The loop device (/dev/loopN, malloc'd) whose backing file is path, from
- * /sys (never touching path).  -ENOENT when none. */
+/* The loop device (/dev/loopN, malloc'd) whose backing file is path: named
+ * so in /sys and backed by the FUSE mount at path (LOOP_GET_STATUS64; never
+ * touching path itself).  -ENOENT when none, or nothing is mounted there. */
 int podvol_loop_of(const char *path, char **ret_dev);

@@ -57,6 +57,26 @@ static bool stage_confirm(struct op *op, struct rbd_req **rbd)
     return true;
 }
 
+/* Not built for RBD yet: the limits would go to the QSD of the node where
+ * the image is staged (docs/node-operations.md). */
+static void modify_volume(struct csi *c, struct grpc_call *call,
+                          Csi__V1__ControllerModifyVolumeRequest *in)
+{
+    (void)c;
+    grpc_call_fail(call, GRPC_UNIMPLEMENTED,
+                   "ControllerModifyVolume is built for local volumes only, not yet for %s",
+                   in->volume_id);
+}
+
+/* Changed-block tracking of RBD snapshots (rbd diff) is not built. */
+static void snapshot_metadata(struct csi *c, struct grpc_call *call, const struct snapmeta_req *r)
+{
+    (void)c;
+    grpc_call_fail(call, GRPC_UNIMPLEMENTED,
+                   "SnapshotMetadata is not built for RBD snapshots yet (%s %s)", r->target_field,
+                   r->target_id);
+}
+
 /* The restart guard of v (rbd_lock.h) goes. */
 static void forget(struct vol *v)
 {
@@ -105,6 +125,8 @@ const struct backend backend_rbd = {
     .create_snapshot = rbd_create_snapshot,
     .delete_snapshot = rbd_delete_snapshot,
     .list_snapshots = rbd_list_snapshots,
+    .modify_volume = modify_volume,
+    .snapshot_metadata = snapshot_metadata,
     .create_group_snapshot = create_group,
     .delete_group_snapshot = delete_group,
     .get_group_snapshot = get_group,

@@ -18,9 +18,12 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 # deploy/monitoring_rules and deploy/monitoring_load) and helm
 # (tests/helm/run.sh, ctest deploy/helm_chart) first: cold builds take
 # about 9, 2 and 3 minutes, and those tests wait for them (a lock, in
-# tests/gotool.sh) rather than building them in the middle of the suite.
+# tests/gotool.sh) rather than building them in the middle of the suite;
+# before them the SnapshotMetadata test's Go client (tests/cbt/build.sh,
+# about 25 s; ctest integration/csi_snapmeta waits for it the same way).
 k8s_log=$(mktemp /tmp/qsd-k8s-build.XXXXXX)
-setsid nice -n 19 sh -c 'tests/monitoring/run.sh --build && tests/helm/run.sh --build &&
+setsid nice -n 19 sh -c 'tests/cbt/build.sh >/dev/null && tests/monitoring/run.sh --build &&
+                         tests/helm/run.sh --build &&
                          exec tests/k8s/build.sh --jobs "$1"' \
     sh "$jobs" >"$k8s_log" 2>&1 &
 k8s_build=$!
@@ -52,7 +55,8 @@ run_build build-asan "" -DSANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 # Fuzzers (libFuzzer, clang): each harness runs for a short time on its seeds.
 echo "=== build build-fuzz (clang, FUZZ=ON)"
 CC=clang cmake -S . -B build-fuzz -DFUZZ=ON -DWERROR=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_grpc_session fuzz_csi_decode fuzz_vufilter
+cmake --build build-fuzz -j"$jobs" --target fuzz_grpc_session fuzz_csi_decode fuzz_vufilter \
+    fuzz_qcow2map
 echo "=== fuzz"
 ctest --test-dir build-fuzz -L fuzz --output-on-failure
 

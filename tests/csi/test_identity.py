@@ -144,6 +144,7 @@ def main():
                if c.HasField("volume_expansion")}
         assert svc == {pb.PluginCapability.Service.CONTROLLER_SERVICE,
                        pb.PluginCapability.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS,
+                       pb.PluginCapability.Service.SNAPSHOT_METADATA_SERVICE,
                        pb.PluginCapability.Service.GROUP_CONTROLLER_SERVICE}, caps
         assert exp == {pb.PluginCapability.VolumeExpansion.ONLINE}, caps
         print("ok GetPluginCapabilities")

@@ -36,6 +36,8 @@ static const ProtobufCMessageDescriptor *const descs[] = {
     &csi__v1__node_expand_volume_request__descriptor,
     &csi__v1__node_get_capabilities_request__descriptor,
     &csi__v1__node_get_info_request__descriptor,
+    &csi__v1__get_metadata_allocated_request__descriptor,
+    &csi__v1__get_metadata_delta_request__descriptor,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -31,6 +31,10 @@
 #            at the lowest CPU priority).
 #   --load PLUGIN PROTO_DIR: build prometheus if needed and run load.py
 #            (the rules and the dashboard in a real Prometheus).
+#   --dashboard: load the dashboard into Grafana's own schema types
+#            (dashcheck/, on Grafana's foundation SDK: the Grafana server is
+#            AGPL and not in Debian, so it does not run here), and check
+#            that a copy with a field Grafana does not know is refused.
 set -euo pipefail
 
 PROMTOOL_VERSION=v0.316.0  # the Prometheus 3.x module; see go-partial's list
@@ -46,10 +50,58 @@ build_server() {
         "$MODULE/cmd/prometheus"
 }
 
+# dashcheck, our own module (dashcheck/go.mod), built into $CACHE under
+# gotool.sh's lock, stamped with the hash of its sources.
+build_dashcheck() {
+    local src=$HERE/dashcheck bin=$CACHE/dashcheck stamp tmp go
+    stamp=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
+    mkdir -p "$CACHE"
+    exec 8>"$CACHE/.lock"
+    flock -w 1800 8 || { echo "FAIL: $CACHE/.lock held for 30 minutes"; exit 1; }
+    if [[ -x "$bin" && "$(cat "$bin.version" 2>/dev/null)" == "$stamp" ]]; then
+        exec 8>&-
+        return 0
+    fi
+    go=${QSD_GO:-$(command -v go || echo /usr/local/go/bin/go)}
+    if [[ ! -x "$go" ]]; then
+        echo "SKIP: Go is not installed (needed once to build dashcheck into $CACHE)"
+        exit 77
+    fi
+    tmp=$(mktemp -d "$CACHE/build.XXXXXX")
+    if ! (cd "$src" && GOFLAGS=-modcacherw "$go" build -o "$tmp/dashcheck" .); then
+        rm -rf "$tmp"
+        echo "FAIL: go build of dashcheck failed"
+        exit 1
+    fi
+    mv -f "$tmp/dashcheck" "$bin"
+    rm -rf "$tmp"
+    echo "$stamp" >"$bin.version"
+    exec 8>&-
+}
+
 case ${1:-} in
 --build)
     /bin/bash "$ROOT/tests/gotool.sh" "$CACHE" "$PROMTOOL_VERSION" "$MODULE/cmd/promtool"
     build_server
+    build_dashcheck
+    exit 0;;
+--dashboard)
+    build_dashcheck
+    dash=$ROOT/deploy/monitoring/qsd-csi-dashboard.json
+    "$CACHE/dashcheck" "$dash"
+    WORK=$(mktemp -d /tmp/qsd-dashcheck.XXXXXX)
+    trap 'rm -rf "$WORK"' EXIT
+    # Self-check: a field the schema does not know, in one panel.
+    /usr/bin/python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); d["panels"][1]["legendz"] = 1
+json.dump(d, open(sys.argv[2], "w"))' "$dash" "$WORK/planted.json"
+    if out=$("$CACHE/dashcheck" "$WORK/planted.json"); then
+        echo "FAIL: a dashboard with an unknown panel field was accepted"
+        exit 1
+    fi
+    grep -q "unexpected field 'legendz'" <<<"$out" ||
+        { echo "FAIL: the planted field was not the one reported: $out"; exit 1; }
+    echo "ok: the planted unknown field was refused"
     exit 0;;
 --load)
     build_server

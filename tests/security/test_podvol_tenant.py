@@ -16,6 +16,13 @@ format over them:
 And through its filesystem a pod gets nosuid,nodev: a setuid-root copy of a
 program and a device node it makes there give it nothing (mount flags, and
 opening the node fails).
+A Block-mode pod holds its loop device's node, read-write, and may detach the
+device and bind it to a file of its own (LOOP_CLR_FD, LOOP_SET_FD: the
+kernel asks no capability).  Its file, at RUN/fuse/VICTIM inside its own
+mount namespace, reads in /sys exactly like the victim volume's FUSE file:
+the victim's next staging must make its own loop device, not mount the
+tenant's filesystem (a planted file must not show), and publish nothing of
+the tenant's.
 
 usage: test_podvol_tenant.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
@@ -83,6 +90,95 @@ def noise(dev):
     os.close(fd)
 
 
+REBIND = r"""
+import fcntl, os, sys, time
+LOOP_SET_FD, LOOP_CLR_FD = 0x4C00, 0x4C01
+dev, own = sys.argv[1], sys.argv[2]
+fd = os.open(dev, os.O_RDWR)
+fcntl.ioctl(fd, LOOP_CLR_FD, 0)
+os.close(fd)
+for _ in range(50):  # the detach completes at the last close
+    fd = os.open(dev, os.O_RDWR)
+    f = os.open(own, os.O_RDWR)
+    try:
+        fcntl.ioctl(fd, LOOP_SET_FD, f)
+        print("rebound")
+        break
+    except OSError:
+        time.sleep(0.1)
+    finally:
+        os.close(f)
+        os.close(fd)
+"""
+
+
+def rebound_loop(env):
+    """The tenant's loop device rebound to a file named like the victim's."""
+    pb = env.pb
+    victim = pv.create(env, "pvc-victim-5")
+    vp = pv.Pod(env, victim)
+    vp.stg = os.path.join(os.path.dirname(os.path.dirname(vp.stg)), "victim", "globalmount")
+    os.makedirs(vp.stg)  # the Pod helper's staging path is per node, not per volume
+    tenant = pv.create(env, "pvc-tenant-5")
+    tp = pv.Pod(env, tenant)
+    pv.stage(env, tenant, tp.stg, block_cap(pb))
+    tgt = pv.Pod(env, tenant, block=True).target("tenant")
+    pv.publish(env, tenant, tp.stg, tgt, block_cap(pb))
+    rogue = "/dev/loop%d" % os.minor(os.stat(tgt).st_rdev)
+    fake = pv.fuse_file(env, victim)
+    seed = os.path.join(env.root, "seed")
+    os.makedirs(seed, exist_ok=True)
+    with open(os.path.join(seed, "planted"), "w") as f:
+        f.write("the tenant's\n")
+    # In a mount namespace of its own (a container's): a tmpfs whose tree
+    # mirrors RUN/fuse/VICTIM, holding an ext4 of the victim's size with the
+    # planted file; then, as root without any capability, the rebinding.
+    script = ('set -e; m=$(mktemp -d); mount -t tmpfs none "$m"; mkdir -p "$m$(dirname "$1")"; '
+              'truncate -s %d "$m$1"; mkfs.ext4 -q -F -E nodiscard -d "$2" "$m$1"; '
+              'exec setpriv --inh-caps=-all --bounding-set=-all /usr/bin/python3 -c "$3" "$4" "$m$1"'
+              % (64 * MiB))
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+                        fake, seed, REBIND, tgt], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and "rebound" in r.stdout,
+          "the tenant (root, no capability) rebound its loop device %s to its own file: %s%s"
+          % (rogue, r.stdout.strip(), r.stderr.strip()))
+    with open("/sys/block/%s/loop/backing_file" % rogue[5:]) as f:
+        shown = f.read().strip()
+    check(shown == fake, "the rebound device reads in /sys as the victim's FUSE file: %s" % shown)
+
+    cap = mount_cap(pb, fs_type="ext4")
+    pv.stage(env, victim, vp.stg, cap)
+    st = os.stat(vp.stg)
+    check(st.st_dev != os.stat(rogue).st_rdev,
+          "the victim's filesystem is not on the tenant's device %s" % rogue)
+    check(not os.path.exists(os.path.join(vp.stg, "planted")),
+          "the tenant's planted file is not in the victim's filesystem")
+    vt = vp.target("victim-pod")
+    pv.publish(env, victim, vp.stg, vt, cap)
+    check(not os.path.exists(os.path.join(vt, "planted")),
+          "nor in the victim pod's mount")
+    pv.unpublish(env, victim, vt)
+    pv.unstage(env, victim, vp.stg)
+    # The victim as a Block volume: its own device is bound, not the rogue.
+    pv.stage(env, victim, vp.stg, block_cap(pb))
+    bt = pv.Pod(env, victim, block=True).target("victim-blk")
+    pv.publish(env, victim, vp.stg, bt, block_cap(pb))
+    check(os.stat(bt).st_rdev != os.stat(rogue).st_rdev,
+          "a Block publication of the victim binds its own device, not %s" % rogue)
+    pv.unpublish(env, victim, bt)
+    pv.unstage(env, victim, vp.stg)
+    check("not backed by it" in env.log_tail(200),
+          "the plugin logged the device it ignored")
+    # The rogue device is the tenant's doing (and its own file): detached
+    # here, as an operator would, before the leftovers are checked.
+    subprocess.run(["losetup", "-d", rogue], check=False)
+    pv.assert_nothing_left(env, victim, vp.stg)
+    pv.unpublish(env, tenant, tgt)
+    pv.unstage(env, tenant, tp.stg)
+    pv.assert_nothing_left(env, tenant, tp.stg)
+    check(True, "unstage left no loop device, FUSE mount, mount or QSD of either volume")
+
+
 def main():
     env = csilib.Env(sys.argv[1], sys.argv[2])
     try:
@@ -143,6 +239,8 @@ def main():
         pv.unpublish(env, vid3, tgt)
         pv.unstage(env, vid3, p3.stg)
         pv.assert_nothing_left(env, vid3, p3.stg)
+
+        rebound_loop(env)
         if FAILS:
             raise AssertionError("%d failed: %s" % (len(FAILS), FAILS))
     finally:

@@ -14,8 +14,9 @@ Expected: while the tenant does this until the bytes its QSD would have
 logged pass 3 MiB (at most 30 s), the run directory grows by at most 2 MiB
 (the documented 1 MiB log cap, plus slack); Probe answers within 1 s; the
 volume still works for its rightful user.  The same flood while the plugin
-is down (kill -9; its QSDs live on) may grow the log, but 2.5 s after the
-plugin starts again the run dir is back within 2 MiB of where it was.
+is down (kill -9; its QSDs live on) may grow the log, but after the plugin
+starts again the run dir is back within 2 MiB of where it was (polled, for at
+most 30 s: the time it took is printed, a loaded machine may be slow).
 
 usage: test_qsd_log_flood.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
@@ -33,6 +34,7 @@ ROUND = 6          # seconds per attacker run
 LIMIT = 30         # seconds in all, at most
 ALLOWED = 2 * MiB  # run dir growth allowed (the documented 1 MiB log cap, plus slack)
 ENOUGH = 3 * MiB   # what the QSD would have logged by then, at >= 100 bytes a message
+CUT_BOUND = 30     # seconds after a start by which a grown log must be cut (a bound, not a figure)
 
 ATTACKER = r"""
 import os, socket, struct, sys, time
@@ -102,13 +104,17 @@ def run(s):
     print("attack %-58s -> the run dir grew by %d KiB in %.1f s" % (
         "G: the same while the plugin is down", grew // 1024, time.monotonic() - t0))
     s.start()
-    time.sleep(2.5)
-    grew = seclib.run_usage(s.run) - before
-    print("attack %-58s -> %d KiB above the start, 2.5 s after the plugin started" % (
-        "G: ... then the plugin starts", grew // 1024))
-    s.check(grew <= ALLOWED, "G: 2.5 s after a start the run dir is still %d KiB above what it "
+    t0 = time.monotonic()
+    while True:
+        grew = seclib.run_usage(s.run) - before
+        if grew <= ALLOWED or time.monotonic() - t0 > CUT_BOUND:
+            break
+        time.sleep(0.1)
+    print("attack %-58s -> %d KiB above the start, %.1f s after the plugin started" % (
+        "G: ... then the plugin starts", grew // 1024, time.monotonic() - t0))
+    s.check(grew <= ALLOWED, "G: %.0f s after a start the run dir is still %d KiB above what it "
             "was before the flood (allowed %d KiB): a log grown while no plugin ran is not "
-            "cut at start" % (grew // 1024, ALLOWED // 1024))
+            "cut at start" % (CUT_BOUND, grew // 1024, ALLOWED // 1024))
     s.after("G: QSD log flood while the plugin was down")
     s.works("G: after the flood while the plugin was down", VID, tgt)
     s.unpublish(VID, tgt)

@@ -5,6 +5,7 @@
  * bytes both ways until neither side has anything to say.  No sockets, no
  * loop: deadlines are driven with grpc_server_expire(). */
 #include "grpc.h"
+#include "csi.pb-c.h"
 #include "qsd/base/util.h"
 
 #include <nghttp2/nghttp2.h>
@@ -44,6 +45,9 @@ static int n_pending;
 static int wakeups;
 static int cancels;
 
+static void on_wakeup(struct grpc_session *s, void *opaque) { wakeups++; }
+static void on_cancel(struct grpc_call *c, void *opaque) { cancels++; }
+
 static void h_echo(struct grpc_call *c, const uint8_t *req, size_t len, void *opaque)
 {
     grpc_call_reply(c, req, len);
@@ -59,14 +63,60 @@ static void h_fail(struct grpc_call *c, const uint8_t *req, size_t len, void *op
     grpc_call_fail(c, GRPC_INVALID_ARGUMENT, "bad \xc3\xa9\n%%x");
 }
 
+/* Server streaming: the request is "COUNT FAIL_AT": COUNT messages
+ * (BlockMetadata{byte_offset = i, size_bytes = 4096}), produced only while
+ * the call is writable; with FAIL_AT >= 0 the call ends INTERNAL after
+ * that many. */
+static struct {
+    struct grpc_call *call;
+    long count, fail_at, sent;
+    int send_errors;
+} sp;
+
+static void stream_more(struct grpc_call *c, void *opaque)
+{
+    while (grpc_call_writable(c)) {
+        if (sp.fail_at >= 0 && sp.sent == sp.fail_at) {
+            sp.call = NULL;
+            grpc_call_end(c, GRPC_INTERNAL, "failed after %ld", sp.sent);
+            return;
+        }
+        if (sp.sent == sp.count) {
+            sp.call = NULL;
+            grpc_call_end(c, GRPC_OK, NULL);
+            return;
+        }
+        Csi__V1__BlockMetadata m = CSI__V1__BLOCK_METADATA__INIT;
+        m.byte_offset = sp.sent;
+        m.size_bytes = 4096;
+        if (grpc_call_send_pb(c, &m.base) < 0) {
+            sp.send_errors++;
+            return;
+        }
+        sp.sent++;
+        assert_true(grpc_call_queued(c) <= GRPC_STREAM_MAX);
+    }
+}
+
+static void h_stream(struct grpc_call *c, const uint8_t *req, size_t len, void *opaque)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%.*s", (int)len, (const char *)req);
+    memset(&sp, 0, sizeof(sp));
+    assert_int_equal(sscanf(buf, "%ld %ld", &sp.count, &sp.fail_at), 2);
+    sp.call = c;
+    grpc_call_on_cancel(c, on_cancel, NULL);
+    grpc_call_on_writable(c, stream_more, NULL);
+    stream_more(c, NULL);
+}
+
 static const struct grpc_method methods[] = {
+    {"/test.T/Stream", h_stream, NULL, LOG_INFO},
     {"/test.T/Echo", h_echo, NULL, LOG_INFO},
     {"/test.T/Later", h_later, NULL, LOG_INFO},
     {"/test.T/Fail", h_fail, NULL, LOG_INFO},
 };
 
-static void on_wakeup(struct grpc_session *s, void *opaque) { wakeups++; }
-static void on_cancel(struct grpc_call *c, void *opaque) { cancels++; }
 
 /* ------------------------------------------------------------ client */
 
@@ -712,6 +762,139 @@ static void test_malformed_frames(void **state)
     }
 }
 
+
+/* ------------------------------------------------------------ streaming */
+
+/* Split a response body into gRPC messages; each must be a BlockMetadata
+ * whose byte_offset is its index.  Returns how many. */
+static long check_frames(const struct rsp *r)
+{
+    long n = 0;
+    size_t off = 0;
+    while (off < r->data_len) {
+        assert_true(r->data_len - off >= 5);
+        assert_int_equal(r->data[off], 0);
+        uint32_t len = (uint32_t)r->data[off + 1] << 24 | (uint32_t)r->data[off + 2] << 16 |
+                       (uint32_t)r->data[off + 3] << 8 | r->data[off + 4];
+        assert_true(r->data_len - off - 5 >= len);
+        Csi__V1__BlockMetadata *m =
+            csi__v1__block_metadata__unpack(NULL, len, r->data + off + 5);
+        assert_non_null(m);
+        assert_int_equal(m->byte_offset, n);
+        assert_int_equal(m->size_bytes, 4096);
+        csi__v1__block_metadata__free_unpacked(m, NULL);
+        off += 5 + len;
+        n++;
+    }
+    return n;
+}
+
+static void test_stream_many(void **state)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    /* ~14 bytes each with the prefix: 700 KB, past the window and the queue */
+    struct rsp *r = call(&f, "/test.T/Stream", "50000 -1", NULL);
+    assert_true(r->closed);
+    assert_int_equal(r->close_code, 0);
+    assert_int_equal(r->http_status, 200);
+    assert_int_equal(r->grpc_status, 0);
+    assert_string_equal(r->grpc_message, "");
+    assert_int_equal(check_frames(r), 50000);
+    assert_int_equal(sp.send_errors, 0);
+    assert_int_equal(grpc_session_streams(f.s), 0);
+    fx_free(&f);
+}
+
+static void test_stream_empty(void **state)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    struct rsp *r = call(&f, "/test.T/Stream", "0 -1", NULL);
+    assert_true(r->closed);
+    assert_int_equal(r->grpc_status, 0);
+    assert_int_equal(r->data_len, 0);
+    fx_free(&f);
+}
+
+static void test_stream_error_after_messages(void **state)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    struct rsp *r = call(&f, "/test.T/Stream", "100 3", NULL);
+    assert_true(r->closed);
+    assert_int_equal(r->http_status, 200);
+    assert_int_equal(check_frames(r), 3);
+    assert_int_equal(r->grpc_status, GRPC_INTERNAL);
+    assert_string_equal(r->grpc_message, "failed after 3");
+    fx_free(&f);
+}
+
+/* A client that reads nothing: the producer stops at the flow-control
+ * window plus the bounded queue instead of buffering the whole stream. */
+static void test_stream_slow_reader(void **state)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    uint8_t *b = framed("10000000 -1", 11, 0);
+    request_raw(&f.cl, "/test.T/Stream", b, 16, "POST", "application/grpc", NULL);
+    free(b);
+    const uint8_t *p;
+    ssize_t n;
+    while ((n = nghttp2_session_mem_send(f.cl.h2, &p)) > 0)
+        assert_int_equal(grpc_session_recv(f.s, p, (size_t)n), 0);
+    long before = -1;
+    size_t taken = 0;
+    for (int i = 0; i < 200; i++) { /* the transport writes, the peer never answers */
+        size_t len;
+        assert_int_equal(grpc_session_output(f.s, &p, &len), 0);
+        taken += len;
+        grpc_session_consume(f.s, len);
+        if (i == 100)
+            before = sp.sent;
+    }
+    assert_true(sp.sent > 1000);             /* it did stream */
+    assert_int_equal(sp.sent, before);      /* and then stopped */
+    assert_true(taken < 65535 + 1024);      /* HTTP/2's initial window, no WINDOW_UPDATE */
+    assert_true(grpc_call_queued(sp.call) <= GRPC_STREAM_HIGH + 64);
+    assert_int_equal(sp.send_errors, 0);
+    /* The peer goes away: the handler hears it and ends the call. */
+    struct grpc_call *c = sp.call;
+    grpc_session_free(f.s);
+    assert_int_equal(cancels, 1);
+    assert_int_equal(grpc_call_end(c, GRPC_OK, NULL), -ECANCELED);
+    client_free(&f.cl);
+    grpc_server_free(f.srv);
+}
+
+static void test_stream_deadline(void **state)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    uint8_t *b = framed("10000000 -1", 11, 0);
+    struct rsp *r =
+        request_raw(&f.cl, "/test.T/Stream", b, 16, "POST", "application/grpc", "100m");
+    free(b);
+    const uint8_t *p;
+    ssize_t n;
+    while ((n = nghttp2_session_mem_send(f.cl.h2, &p)) > 0)
+        assert_int_equal(grpc_session_recv(f.s, p, (size_t)n), 0);
+    size_t len;
+    assert_int_equal(grpc_session_output(f.s, &p, &len), 0);
+    grpc_server_expire(f.srv, now_us() + 200000);
+    assert_int_equal(cancels, 1);
+    struct grpc_call *c = sp.call;
+    assert_false(grpc_call_writable(c));
+    assert_int_equal(grpc_call_end(c, GRPC_OK, NULL), -ECANCELED);
+    assert_true(nghttp2_session_mem_recv(f.cl.h2, p, len) >= 0);
+    grpc_session_consume(f.s, len);
+    pump(&f.cl, f.s);
+    assert_true(r->closed);
+    assert_int_equal(r->grpc_status, GRPC_DEADLINE_EXCEEDED);
+    assert_true(check_frames(r) > 0);
+    fx_free(&f);
+}
+
 static void test_parse_timeout(void **state)
 {
     static const struct {
@@ -787,6 +970,11 @@ int main(void)
         cmocka_unit_test(test_max_connections),
         cmocka_unit_test(test_method_table),
         cmocka_unit_test(test_malformed_frames),
+        cmocka_unit_test(test_stream_many),
+        cmocka_unit_test(test_stream_empty),
+        cmocka_unit_test(test_stream_error_after_messages),
+        cmocka_unit_test(test_stream_slow_reader),
+        cmocka_unit_test(test_stream_deadline),
         cmocka_unit_test(test_parse_timeout),
         cmocka_unit_test(test_percent_encode),
         cmocka_unit_test(test_code_names),
