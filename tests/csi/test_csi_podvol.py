@@ -17,6 +17,10 @@ driven in kubelet's order through a gRPC client:
   read-only fsck;
 - a block volume: the loop device bound as a device node at two targets,
   bytes written through one and read through the other, grown online;
+- the QSD killed (-9) or stopped (SIGSTOP, then killed by the plugin's
+  probes) under a mounted, busy ext4: the pod's I/O fails (EIO, EROFS)
+  within a bound, never hangs; a stage while the pod holds the old mount is
+  refused; once it is gone, staged again with its data; nothing left;
 - kill -9 of the plugin at several instants of NodeStageVolume (and of
   NodeUnstageVolume), a restart, kubelet's retry, then NodeUnstageVolume:
   nothing left.
@@ -324,6 +328,135 @@ def block(env):
     env.client.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=csilib.CALL_TIMEOUT)
 
 
+class Writer:
+    """A pod's writer: 4 KiB O_DIRECT writes, each fsync'd, every 20 ms, into
+    a file of its mount; records (start, errno or 0, seconds) per write."""
+
+    def __init__(self, path):
+        import mmap
+        import threading
+        self.path, self.buf, self.log = path, mmap.mmap(-1, 4096), []
+        self.stop_at = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        i = 0
+        while self.stop_at is None or time.monotonic() < self.stop_at:
+            t = time.monotonic()
+            try:
+                fd = os.open(os.path.join(self.path, "w%d" % (i % 4)),
+                             os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+                try:
+                    os.pwrite(fd, self.buf, 0)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self.log.append((t, 0, time.monotonic() - t))
+            except OSError as e:
+                self.log.append((t, e.errno, time.monotonic() - t))
+            i += 1
+            time.sleep(0.02)
+
+    def finish(self, after):
+        self.stop_at = time.monotonic() + after
+        self.thread.join(after + 60)
+        assert not self.thread.is_alive(), "a write of the pod still hangs %ds later" % (after + 60)
+
+
+def qsd_death(env, how, bound):
+    """The QSD of a mounted, busy ext4 pod volume dies (kill -9, or SIGSTOP
+    and killed by the plugin's probes): the pod's I/O fails within bound
+    seconds (EIO, then EROFS: errors=remount-ro), never hangs; the volume is
+    reported abnormal; a stage while the pod still holds its mount is
+    FAILED_PRECONDITION and takes nothing down; once the pod is gone the
+    stage builds a new data path (the file written before is there) and
+    unstage leaves nothing."""
+    import errno
+    pb, C = env.pb, csilib.grpc.StatusCode
+    vid = create(env, "pvc-die-" + how)
+    p = Pod(env, vid)
+    cap = mount_cap(pb, fs_type="ext4")
+    stage(env, vid, p.stg, cap)
+    a = p.target("pod-a")
+    publish(env, vid, p.stg, a, cap)
+    with open(os.path.join(a, "before"), "w") as f:
+        f.write("synced before\n")
+        f.flush()
+        os.fsync(f.fileno())
+    loop = loops_on(fuse_file(env, vid))
+    pid = env.qsd_pids()[csilib.local_id(vid)]
+    qsd = csilib.qsd_process(pid)
+    w = Writer(a)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    os.kill(qsd, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    deadline = t0 + bound
+    while time.monotonic() < deadline and not any(e for _, e, _ in w.log):
+        time.sleep(0.05)
+    w.finish(1.0)
+    if how == "stop":
+        os.kill(qsd, signal.SIGCONT)  # killed by now: a no-op, or ESRCH
+    ok = [x for x in w.log if x[0] < t0 and x[1] == 0]
+    failed = [x for x in w.log if x[1]]
+    assert ok, "no write succeeded before the %s" % how
+    assert failed, "no write failed within %ds of the %s: %s" % (bound, how, w.log[-3:])
+    first = failed[0]
+    waited = first[0] + first[2] - t0
+    assert waited < bound, (how, waited)
+    assert max(x[2] for x in w.log) < bound, max(x[2] for x in w.log)
+    codes = sorted({errno.errorcode[x[1]] for x in failed})
+    assert set(codes) <= {"EIO", "EROFS"}, codes
+    assert all(x[1] for x in w.log if x[0] > first[0]), "a write succeeded after a failure"
+    print("ok QSD %s under a busy ext4: the pod's first failed write %.2fs after it (%s), the "
+          "longest write %.2fs, then %s; %d writes before" % (
+              "kill -9" if how == "kill" else "SIGSTOP (killed by the probes)", waited,
+              errno.errorcode[first[1]], max(x[2] for x in w.log), "/".join(codes), len(ok)))
+
+    s = env.client.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=a),
+                                      timeout=csilib.CALL_TIMEOUT)
+    assert s.volume_condition.abnormal and "FUSE export" in s.volume_condition.message, s
+    # The restarted QSD's namespace was made while the filesystem was
+    # mounted: it keeps no copy of anything beneath the kubelet root (one
+    # would hold the loop device: the unstage below could not detach it).
+    for _ in range(100):
+        new = env.qsd_pids().get(csilib.local_id(vid))
+        if new and new != pid:
+            break
+        time.sleep(0.1)
+    assert new and new != pid, "the QSD was not restarted"
+    for q in {new, csilib.qsd_process(new)}:
+        with open("/proc/%d/mountinfo" % q) as f:
+            held = [ln.split()[4] for ln in f if ln.split()[4].startswith(env.kubelet + "/")]
+        assert not held, "QSD %d keeps mounts beneath the kubelet root: %s" % (q, held)
+    # A second pod on the node: kubelet stages again.  The first pod still
+    # holds the old mount: refused, nothing taken down.
+    d = expect_code(env.client.NodeStageVolume, pb.NodeStageVolumeRequest(
+        volume_id=vid, staging_target_path=p.stg, volume_capability=cap),
+        C.FAILED_PRECONDITION, "stage while a pod holds the dead data path")
+    assert "delete the pods" in d and a in d, d
+    assert is_mount_point(p.stg) and is_mount_point(a) and loops_on(fuse_file(env, vid)) == loop
+    unpublish(env, vid, a)
+    stage(env, vid, p.stg, cap)
+    assert fs_type_at(p.stg) == "ext4" and len(loops_on(fuse_file(env, vid))) == 1
+    assert open(os.path.join(p.stg, "before")).read() == "synced before\n"
+    b = p.target("pod-b")
+    publish(env, vid, p.stg, b, cap)
+    with open(os.path.join(b, "after"), "w") as f:
+        f.write("y")
+        f.flush()
+        os.fsync(f.fileno())
+    s = env.client.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=b),
+                                      timeout=csilib.CALL_TIMEOUT)
+    assert not s.volume_condition.abnormal, s
+    unpublish(env, vid, b)
+    unstage(env, vid, p.stg)
+    assert_nothing_left(env, vid, p.stg)
+    print("ok after the QSD's death: abnormal, a stage under the old pod refused (%s); "
+          "the pod gone, staged again with its file, unstaged: nothing left" % d[:60])
+    env.client.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=csilib.CALL_TIMEOUT)
+
+
 def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
     """kill -9 of the plugin while NodeStageVolume runs, at each delay;
     restart, kubelet's retry, a file written, unstage: nothing left."""
@@ -405,10 +538,19 @@ def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
 def main():
     env = csilib.Env(sys.argv[1], sys.argv[2])
     try:
-        env.start()
+        # kubelet's root is a shared mount on a node (kubelet needs it): a
+        # process that copies the host's mounts (another QSD's namespace)
+        # then gets slave copies, which the plugin's unmounts reach.
+        subprocess.run(["mount", "--bind", env.kubelet, env.kubelet], check=True, timeout=30)
+        subprocess.run(["mount", "--make-shared", env.kubelet], check=True, timeout=30)
+        env.start(("--metrics-interval", "1"))
         filesystem(env)
         xfs(env)
         block(env)
+        qsd_death(env, "kill", 5)
+        # 3 probes of 3 s unanswered, one per second: killed within 12 s
+        # (test_csi_hung.py), then the same as a kill -9.
+        qsd_death(env, "stop", 25)
         crash(env)
     finally:
         if sys.exc_info()[0] is not None:
