@@ -300,6 +300,55 @@ static int make_or_check(const struct vol *v, const char *dev, char **ret_msg)
     return 0;
 }
 
+/* Growth the filesystem did not follow (ext4 online growth needs
+ * CAP_SYS_RESOURCE, which the plugin may lack: docs/pod-volumes.md) is
+ * done offline before the mount: when the device is at least this much
+ * larger than the filesystem.  Below it, resize2fs may leave the tail
+ * unused (a last block group too small for its metadata) and every stage
+ * would check again. */
+#define EXT4_GROW_MIN (4ull << 20)
+
+/* An ext4 on dev (not mounted) grown to dev's size, when the device grew
+ * under it by EXT4_GROW_MIN or more: e2fsck -f -p (resize2fs wants a
+ * checked filesystem; it also replays a journal, as a mount would), then
+ * resize2fs.  A check that finds what it may not fix alone is -EUCLEAN. */
+static int ext4_grow_offline(const struct vol *v, const char *dev, char **ret_msg)
+{
+    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+    uint64_t devsize = 0, count = 0, bsize = 0;
+    if (fd < 0 || ioctl(fd, BLKGETSIZE64, &devsize) < 0) {
+        *ret_msg = xasprintf("cannot read the size of %s: %s", dev, strerror(errno));
+        return -errno;
+    }
+    char *dump[] = {"dumpe2fs", "-h", (char *)dev, NULL};
+    _cleanup_free_ char *out = NULL;
+    int code, r = run(dump, &code, &out, ret_msg);
+    if (r < 0 || code != 0)
+        return r < 0 ? r : -EIO;
+    for (char *save = NULL, *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        sscanf(l, "Block count: %" SCNu64, &count);
+        sscanf(l, "Block size: %" SCNu64, &bsize);
+    }
+    if (!count || !bsize || count * bsize + EXT4_GROW_MIN > devsize)
+        return 0;
+    log_info("node", "growing a filesystem offline", "volume=%s from=%" PRIu64 " to=%" PRIu64,
+             v->id, count * bsize, devsize);
+    char *fsck[] = {"e2fsck", "-f", "-p", (char *)dev, NULL};
+    _cleanup_free_ char *m = NULL;
+    if ((r = run(fsck, &code, NULL, &m)) < 0) {
+        *ret_msg = TAKE_PTR(m);
+        return r;
+    }
+    if (code > 1) { /* 1: errors fixed; more: it needs a person */
+        *ret_msg = xasprintf("volume %s: e2fsck before growing its filesystem: %s", v->id,
+                             m ? m : "errors left");
+        return -EUCLEAN;
+    }
+    char *grow[] = {"resize2fs", (char *)dev, NULL};
+    r = run(grow, &code, NULL, ret_msg);
+    return r < 0 ? r : code ? -EIO : 0;
+}
+
 /* The filesystem on dev mounted on the staging directory (its descriptor
  * beneath the kubelet root), unless it is there already. */
 static int mount_fs(struct csi *c, const struct vol *v, const char *dev, char **ret_msg)
@@ -354,6 +403,8 @@ int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg)
                    fsat_is_mount_root(dfd) == 1;
     if (!mounted && (r = make_or_check(v, dev, ret_msg)) < 0)
         return r;
+    if (!mounted && streq(v->stage_fs, "ext4") && (r = ext4_grow_offline(v, dev, ret_msg)) < 0)
+        return r;
     return mount_fs(c, v, dev, ret_msg);
 }
 
@@ -395,7 +446,8 @@ int podvol_grow(struct csi *c, const struct vol *v, uint64_t size, char **ret_ms
         char *argv[] = {"resize2fs", dev, NULL};
         r = run(argv, &code, NULL, ret_msg);
         if (r == 0 && code && *ret_msg && strstr(*ret_msg, "Permission denied")) {
-            char *m = xasprintf("%s (online ext4 growth needs CAP_SYS_RESOURCE)", *ret_msg);
+            char *m = xasprintf("%s (online ext4 growth needs CAP_SYS_RESOURCE; the "
+                                "filesystem grows at its next stage)", *ret_msg);
             free(*ret_msg);
             *ret_msg = m;
         }

@@ -8,7 +8,8 @@ driven in kubelet's order through a gRPC client:
   mkfs on first use, mounted at the staging path), published to two pods, a
   file written through one and read through the other, unpublished and
   published again, stats (bytes and inodes), idempotent repeats, grown
-  online (NodeExpandVolume: image, loop device, resize2fs);
+  online (NodeExpandVolume: image, loop device, resize2fs; without
+  CAP_SYS_RESOURCE offline at the next stage, df checked);
 - one kind of consumer at a time: the vhost-user (VM) capability is refused
   while it is staged for pods, and the other way round (FAILED_PRECONDITION);
 - unstaged, nothing is left (no loop device on its FUSE file, no FUSE mount,
@@ -255,9 +256,11 @@ def filesystem(env):
         dev = loops_on(fuse_file(env, vid))[0]
         with open("/sys/block/%s/size" % os.path.basename(dev)) as f:
             assert int(f.read()) * 512 == 128 * MiB
+        assert os.statvfs(a).f_blocks * os.statvfs(a).f_frsize == before
         print("ok NodeExpandVolume without CAP_SYS_RESOURCE: the loop device grew to 128 MiB, "
               "ext4 not (named in the error); online ext4 growth NOT VERIFIED here")
     assert open(os.path.join(b, "hello.txt")).read() == "written by pod a\n"
+    grown = 128 * MiB
 
     d = expect_code(env.client.NodeUnstageVolume, pb.NodeUnstageVolumeRequest(
         volume_id=vid, staging_target_path=p.stg), C.FAILED_PRECONDITION, "unstage while published")
@@ -270,6 +273,18 @@ def filesystem(env):
 
     stage(env, vid, p.stg, cap)
     assert open(os.path.join(p.stg, "hello.txt")).read() == "written by pod a\n"
+    # Grown at this stage if not online (offline resize2fs before the
+    # mount): df shows the new size either way, and a repeat does nothing.
+    after = os.statvfs(p.stg).f_blocks * os.statvfs(p.stg).f_frsize
+    assert after > before + 48 * MiB and after <= grown, (before, after)
+    log = env.log_tail(400)
+    stage(env, vid, p.stg, cap)
+    print("ok ext4 %s: df %d -> %d bytes, its file kept" % (
+        "grown online" if has_cap(24) else "grown offline at the next stage", before, after))
+    unstage(env, vid, p.stg)
+    stage(env, vid, p.stg, cap)
+    assert env.log_tail(400).count("growing a filesystem offline") == log.count(
+        "growing a filesystem offline"), "grown again at a stage where nothing was to grow"
     unstage(env, vid, p.stg)
     # Now a VM's: its bytes are a tenant's, then a pod's filesystem again
     # after the read-only check.
