@@ -553,11 +553,7 @@ def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
 def main():
     env = csilib.Env(sys.argv[1], sys.argv[2])
     try:
-        # kubelet's root is a shared mount on a node (kubelet needs it): a
-        # process that copies the host's mounts (another QSD's namespace)
-        # then gets slave copies, which the plugin's unmounts reach.
-        subprocess.run(["mount", "--bind", env.kubelet, env.kubelet], check=True, timeout=30)
-        subprocess.run(["mount", "--make-shared", env.kubelet], check=True, timeout=30)
+        csilib.share_kubelet_root(env)
         env.start(("--metrics-interval", "1"))
         filesystem(env)
         xfs(env)
