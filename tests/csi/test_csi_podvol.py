@@ -10,6 +10,8 @@ driven in kubelet's order through a gRPC client:
   published again, stats (bytes and inodes), idempotent repeats, grown
   online (NodeExpandVolume: image, loop device, resize2fs; without
   CAP_SYS_RESOURCE offline at the next stage, df checked);
+- fsGroup: a new group given to every file (not through symlinks), nothing
+  walked when the root is the group's already;
 - one kind of consumer at a time: the vhost-user (VM) capability is refused
   while it is staged for pods, and the other way round (FAILED_PRECONDITION);
 - unstaged, nothing is left (no loop device on its FUSE file, no FUSE mount,
@@ -343,6 +345,51 @@ def block(env):
     env.client.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=csilib.CALL_TIMEOUT)
 
 
+def fsgroup(env):
+    """fsGroup as kubelet applies it (the driver does, CSIDriver fsGroupPolicy
+    File): staged for a new group, every file becomes that group's with
+    group read/write (directories search and setgid); never through a
+    symlink (a host file a symlink names is untouched); a stage for the
+    group the root already has walks nothing (OnRootMismatch)."""
+    pb = env.pb
+    vid = create(env, "pvc-fsgroup-1")
+    p = Pod(env, vid)
+    stage(env, vid, p.stg, mount_cap(pb, fs_type="ext4", group="107"))
+    host = os.path.join(env.root, "host-secret")
+    with open(host, "w") as f:
+        f.write("host")
+    os.chown(host, 0, 0)
+    os.chmod(host, 0o600)
+    d, fl = os.path.join(p.stg, "d"), os.path.join(p.stg, "d", "f")
+    os.mkdir(d)
+    with open(fl, "w") as f:
+        f.write("pod data")
+    for path, mode in ((d, 0o700), (fl, 0o600)):
+        os.chown(path, 0, 0)
+        os.chmod(path, mode)
+    os.symlink(host, os.path.join(p.stg, "link"))
+    os.symlink(host, os.path.join(d, "link2"))
+    unstage(env, vid, p.stg)
+    cap = mount_cap(pb, fs_type="ext4", group="108")
+    stage(env, vid, p.stg, cap)
+    st = {n: os.lstat(os.path.join(p.stg, n)) for n in ("", "d", "d/f", "link", "d/link2")}
+    assert all(x.st_gid == 108 for x in st.values()), {n: x.st_gid for n, x in st.items()}
+    assert st["d"].st_mode & 0o2070 == 0o2070 and st[""].st_mode & 0o2070 == 0o2070, \
+        oct(st["d"].st_mode)
+    assert st["d/f"].st_mode & 0o7777 == 0o660, oct(st["d/f"].st_mode)
+    h = os.stat(host)
+    assert h.st_gid == 0 and h.st_mode & 0o7777 == 0o600, (h.st_gid, oct(h.st_mode))
+    os.chown(fl, 0, 0)  # the root is 108's: the next stage walks nothing
+    unstage(env, vid, p.stg)
+    stage(env, vid, p.stg, cap)
+    assert os.stat(fl).st_gid == 0, os.stat(fl).st_gid
+    unstage(env, vid, p.stg)
+    assert_nothing_left(env, vid, p.stg)
+    print("ok fsGroup: a new group given to every file (g+rw, directories g+xs), not through "
+          "symlinks, nothing walked when the root is the group's already")
+    env.client.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=csilib.CALL_TIMEOUT)
+
+
 class Writer:
     """A pod's writer: 4 KiB O_DIRECT writes, each fsync'd, every 20 ms, into
     a file of its mount; records (start, errno or 0, seconds) per write."""
@@ -411,7 +458,10 @@ def qsd_death(env, how, bound):
         time.sleep(0.05)
     w.finish(1.0)
     if how == "stop":
-        os.kill(qsd, signal.SIGCONT)  # killed by now: a no-op, or ESRCH
+        try:
+            os.kill(qsd, signal.SIGCONT)  # killed by the probes by now: a no-op
+        except ProcessLookupError:
+            pass  # and reaped
     ok = [x for x in w.log if x[0] < t0 and x[1] == 0]
     failed = [x for x in w.log if x[1]]
     assert ok, "no write succeeded before the %s" % how
@@ -556,6 +606,7 @@ def main():
         csilib.share_kubelet_root(env)
         env.start(("--metrics-interval", "1"))
         filesystem(env)
+        fsgroup(env)
         xfs(env)
         block(env)
         qsd_death(env, "kill", 5)
