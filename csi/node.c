@@ -300,9 +300,36 @@ static void restage_stopped(struct qsd *q, int status, const char *msg, void *op
     op_worker(op, detach_fn, ATTACH_TIMEOUT_MS, restage_detached);
 }
 
+/* The target of a publication of v that is still mounted (a pod holds the
+ * filesystem or device of the old data path), or NULL: publications of a
+ * record that a reboot left are not. */
+static const char *held_by_pod(struct csi *c, const struct vol *v)
+{
+    for (size_t k = 0; k < v->n_pubs; k++) {
+        _cleanup_free_ char *msg = NULL;
+        if (mounts_is_mounted(c, v->pubs[k].target, &msg) == 1)
+            return v->pubs[k].target;
+    }
+    return NULL;
+}
+
 static void restage(struct op *op)
 {
     struct vol *v = op->vol;
+    /* Its loop device cannot be taken from under a pod's mount, nor given
+     * a new backing file (LOOP_CHANGE_FD is for read-only devices only):
+     * nothing is torn down while a pod holds the old data path
+     * (docs/pod-volumes.md "When the QSD dies"). */
+    const char *held = held_by_pod(op->csi, v);
+    if (held) {
+        grpc_call_fail(op->call, GRPC_FAILED_PRECONDITION,
+                       "the FUSE export of volume %s is gone (its QSD died) and a pod still "
+                       "uses the old data path at %s (it gets I/O errors): delete the pods "
+                       "using the volume on this node, then it is staged again",
+                       v->id, held);
+        op_end(op);
+        return;
+    }
     log_info("node", "pod volume: its FUSE export does not serve, starting it again",
              "volume=%s", v->id);
     if (!v->qsd) {

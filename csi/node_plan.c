@@ -377,8 +377,15 @@ void node_publish_mounted(struct node_plan *pl, const Csi__V1__NodePublishVolume
         return;
     }
     /* One vhost-user client at a time; a filesystem or block device is
-     * shared by the pods of the node like any RWO volume's. */
-    if (pl->pub < 0 && !pl->ro && vol->stage_kind == STAGE_KIND_VHOST)
+     * shared by the pods of the node like any RWO volume's, but one asked
+     * for as SINGLE_NODE_SINGLE_WRITER (ReadWriteOncePod) is published
+     * read-write once (CSI). */
+    const Csi__V1__VolumeCapability *cap = in->volume_capability;
+    bool single = vol->stage_kind == STAGE_KIND_VHOST ||
+                  (cap && cap->access_mode &&
+                   cap->access_mode->mode ==
+                       CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_SINGLE_WRITER);
+    if (pl->pub < 0 && !pl->ro && single)
         for (size_t k = 0; k < vol->n_pubs; k++)
             if (!vol->pubs[k].read_only) {
                 verdict_fail(v, GRPC_FAILED_PRECONDITION,

@@ -336,6 +336,134 @@ static int make_or_check(const struct vol *v, const char *dev, char **ret_msg)
     return 0;
 }
 
+/* Growth the filesystem did not follow (ext4 online growth needs
+ * CAP_SYS_RESOURCE, which the plugin may lack: docs/pod-volumes.md) is
+ * done offline before the mount: when the device is at least this much
+ * larger than the filesystem.  Below it, resize2fs may leave the tail
+ * unused (a last block group too small for its metadata) and every stage
+ * would check again. */
+#define EXT4_GROW_MIN (4ull << 20)
+
+/* An ext4 on dev (not mounted) grown to dev's size, when the device grew
+ * under it by EXT4_GROW_MIN or more: e2fsck -f -p (resize2fs wants a
+ * checked filesystem; it also replays a journal, as a mount would), then
+ * resize2fs.  A check that finds what it may not fix alone is -EUCLEAN. */
+static int ext4_grow_offline(const struct vol *v, const char *dev, char **ret_msg)
+{
+    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+    uint64_t devsize = 0, count = 0, bsize = 0;
+    if (fd < 0 || ioctl(fd, BLKGETSIZE64, &devsize) < 0) {
+        *ret_msg = xasprintf("cannot read the size of %s: %s", dev, strerror(errno));
+        return -errno;
+    }
+    char *dump[] = {"dumpe2fs", "-h", (char *)dev, NULL};
+    _cleanup_free_ char *out = NULL;
+    int code, r = run(dump, &code, &out, ret_msg);
+    if (r < 0 || code != 0)
+        return r < 0 ? r : -EIO;
+    for (char *save = NULL, *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        sscanf(l, "Block count: %" SCNu64, &count);
+        sscanf(l, "Block size: %" SCNu64, &bsize);
+    }
+    if (!count || !bsize || count * bsize + EXT4_GROW_MIN > devsize)
+        return 0;
+    log_info("node", "growing a filesystem offline", "volume=%s from=%" PRIu64 " to=%" PRIu64,
+             v->id, count * bsize, devsize);
+    char *fsck[] = {"e2fsck", "-f", "-p", (char *)dev, NULL};
+    _cleanup_free_ char *m = NULL;
+    if ((r = run(fsck, &code, NULL, &m)) < 0) {
+        *ret_msg = TAKE_PTR(m);
+        return r;
+    }
+    if (code > 1) { /* 1: errors fixed; more: it needs a person */
+        *ret_msg = xasprintf("volume %s: e2fsck before growing its filesystem: %s", v->id,
+                             m ? m : "errors left");
+        return -EUCLEAN;
+    }
+    char *grow[] = {"resize2fs", (char *)dev, NULL};
+    r = run(grow, &code, NULL, ret_msg);
+    return r < 0 ? r : code ? -EIO : 0;
+}
+
+/* fsGroup, as kubelet applies it when it does (SetVolumeOwnership):
+ * every file's group the pod's, group read and write added, directories
+ * also group search and setgid.  Delegated to the driver (CSIDriver
+ * fsGroupPolicy File, VOLUME_MOUNT_GROUP) and done when the filesystem's
+ * root is not the group's yet (kubelet's OnRootMismatch): a new group walks
+ * the tree once, later stages only check the root.  The tree is a
+ * tenant's: never through a symlink (lchown only), a file changed through
+ * a descriptor opened with O_NOFOLLOW and checked to be what was listed,
+ * never across a mount, bounded in depth and count. */
+#define OWN_MAX_DEPTH 128
+#define OWN_MAX_ENTRIES 1000000
+
+struct own_walk {
+    gid_t gid;
+    dev_t dev;
+    unsigned long n;
+};
+
+/* fd (a directory or regular file, st its stat) given the group. */
+static void own_fd(int fd, const struct stat *st, gid_t gid)
+{
+    mode_t add = S_ISDIR(st->st_mode) ? (02000 | 0070) : 0060;
+    if (fchown(fd, (uid_t)-1, gid) < 0 || fchmod(fd, (st->st_mode & 07777) | add) < 0)
+        log_debug("node", "fsGroup: cannot change a file", "error=\"%s\"", strerror(errno));
+}
+
+static void own_dir(int dfd, struct own_walk *w, int depth)
+{
+    int dup_fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return;
+    }
+    for (struct dirent *e; w->n < OWN_MAX_ENTRIES && (e = readdir(d));) {
+        if (streq(e->d_name, ".") || streq(e->d_name, ".."))
+            continue;
+        w->n++;
+        struct stat st, now;
+        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != w->dev)
+            continue;
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+            fchownat(dfd, e->d_name, (uid_t)-1, w->gid, AT_SYMLINK_NOFOLLOW);
+            continue;
+        }
+        _cleanup_close_ int fd = openat(dfd, e->d_name,
+                                        O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC |
+                                            (S_ISDIR(st.st_mode) ? O_DIRECTORY : 0));
+        if (fd < 0 || fstat(fd, &now) < 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)
+            continue; /* replaced meanwhile */
+        own_fd(fd, &now, w->gid);
+        if (S_ISDIR(now.st_mode) && depth < OWN_MAX_DEPTH)
+            own_dir(fd, w, depth + 1);
+    }
+    closedir(d);
+}
+
+/* The root of the filesystem mounted at mfd given gid, and everything in
+ * it when the root was another group's. */
+static void own_tree(const struct vol *v, int mfd, gid_t gid)
+{
+    _cleanup_close_ int root = openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat st;
+    if (root < 0 || fstat(root, &st) < 0) {
+        log_warn("node", "fsGroup: cannot open a filesystem's root", "volume=%s error=\"%s\"",
+                 v->id, strerror(errno));
+        return;
+    }
+    bool walk = st.st_gid != gid;
+    own_fd(root, &st, gid);
+    if (!walk)
+        return;
+    struct own_walk w = {.gid = gid, .dev = st.st_dev};
+    own_dir(root, &w, 1);
+    log_info("node", "fsGroup applied to a filesystem", "volume=%s gid=%u entries=%lu bound=%s",
+             v->id, (unsigned)gid, w.n, w.n >= OWN_MAX_ENTRIES ? "reached" : "no");
+}
+
 /* The filesystem on dev mounted on the staging directory (its descriptor
  * beneath the kubelet root), unless it is there already. */
 static int mount_fs(struct csi *c, const struct vol *v, const char *dev, char **ret_msg)
@@ -367,15 +495,8 @@ static int mount_fs(struct csi *c, const struct vol *v, const char *dev, char **
                              v->stage_fs, v->id, v->staging_path, strerror(errno));
         return r;
     }
-    if (v->stage_gid >= 0) {
-        /* fsGroup (volume_mount_group): the root directory is the group's,
-         * setgid so that what is made in it stays so. */
-        _cleanup_close_ int root = openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (root < 0 || fchown(root, (uid_t)-1, (gid_t)v->stage_gid) < 0 ||
-            fchmod(root, 02775) < 0)
-            log_warn("node", "cannot give a filesystem's root to the staging group",
-                     "volume=%s gid=%d error=\"%s\"", v->id, v->stage_gid, strerror(errno));
-    }
+    if (v->stage_gid >= 0) /* fsGroup (volume_mount_group) */
+        own_tree(v, mfd, (gid_t)v->stage_gid);
     return 0;
 }
 
@@ -389,6 +510,8 @@ int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg)
     bool mounted = mounts_open_target(c, v->staging_path, &dfd) == 0 &&
                    fsat_is_mount_root(dfd) == 1;
     if (!mounted && (r = make_or_check(v, dev, ret_msg)) < 0)
+        return r;
+    if (!mounted && streq(v->stage_fs, "ext4") && (r = ext4_grow_offline(v, dev, ret_msg)) < 0)
         return r;
     return mount_fs(c, v, dev, ret_msg);
 }
@@ -431,7 +554,8 @@ int podvol_grow(struct csi *c, const struct vol *v, uint64_t size, char **ret_ms
         char *argv[] = {"resize2fs", dev, NULL};
         r = run(argv, &code, NULL, ret_msg);
         if (r == 0 && code && *ret_msg && strstr(*ret_msg, "Permission denied")) {
-            char *m = xasprintf("%s (online ext4 growth needs CAP_SYS_RESOURCE)", *ret_msg);
+            char *m = xasprintf("%s (online ext4 growth needs CAP_SYS_RESOURCE; the "
+                                "filesystem grows at its next stage)", *ret_msg);
             free(*ret_msg);
             *ret_msg = m;
         }

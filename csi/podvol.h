@@ -41,9 +41,11 @@ bool podvol_served(struct csi *c, const struct vol *v);
  * buffered, docs/pod-volumes.md); for a filesystem volume, a filesystem
  * made when the device is empty (blkid finds no signature at all) and its
  * bytes were never a tenant's block device (a VM's disk, a Block-mode
- * pod's); an existing one checked (fsck -n) when they were; mounted at the
- * staging path (nosuid, nodev) when it is not yet, its root given to the
- * staging group.  -EUCLEAN with a message: refused (another signature, no
+ * pod's); an existing one checked (fsck -n) when they were; an ext4 the
+ * device outgrew grown offline; mounted at the staging path (nosuid,
+ * nodev) when it is not yet, and fsGroup applied (the staging group, to
+ * every file when the root is not the group's yet, as kubelet would).
+ * -EUCLEAN with a message: refused (another signature, no
  * filesystem on a tenant's bytes or where one was made (fs_made), a check
  * that fails): FAILED_PRECONDITION.
  * Idempotent. */

@@ -20,6 +20,11 @@ the gap pressure with every figure and refuses to write its tables when
 more than a quarter of the runs are marked (--allow-busy writes them,
 headed as not usable).
 
+The fuse-* configurations are pod volumes (docs/pod-volumes.md): the
+shipped command line plus the plugin's FUSE export, fio on the buffered loop
+device over the FUSE file (or on the file), with QSD's CPU, the machine's
+and the bytes QSD moved per I/O.
+
 --compare-qsd BINARY runs every configuration a second time, in the same
 rounds, with that QSD (named NAME@VERSION): the side-by-side of two QEMU
 versions on the same files in the same minutes.
@@ -122,8 +127,54 @@ CONFIGS = [
     ("raw-pin-same", "raw", {}, 1, pinned("0"), "0"),
     ("raw-pin-other", "raw", {}, 1, pinned("0"), "1"),
     ("raw-pin-qsd", "raw", {}, 1, pinned("0"), None),
+    # Pod volumes (docs/pod-volumes.md): the shipped command line plus the
+    # FUSE export the plugin adds for a pod, measured with fio (io_uring,
+    # O_DIRECT) on the buffered loop device over the FUSE file (what a
+    # Block-mode pod, and below its filesystem an ext4, gets), and on the
+    # FUSE file itself (the loop device's share).
+    ("fuse-loop-raw", "raw", {}, 1, None, None),
+    ("fuse-loop-qcow2", "qcow2", {}, 1, None, None),
+    ("fuse-file-raw", "raw", {}, 1, None, None),
 ]
 MULTI_CONFIGS = ["shipped-raw", "shipped-qcow2"]
+FUSE_CONFIGS = {"fuse-loop-raw": "loop", "fuse-loop-qcow2": "loop", "fuse-file-raw": "file"}
+
+
+def with_fuse(argv, mountpoint):
+    """The FUSE export the plugin adds for a pod volume (qsdopts.c), on the
+    node its vhost-user exports serve; here QSD (root, not confined) mounts
+    it itself, where the plugin mounts /dev/fuse and hands the descriptor."""
+    node = next(json.loads(a)["node-name"] for i, a in enumerate(argv)
+                if i > 0 and argv[i - 1] == "--export")
+    return argv + ["--export", json.dumps({"type": "fuse", "id": "fuse0", "node-name": node,
+                                           "mountpoint": mountpoint, "writable": True,
+                                           "allow-other": "off"})]
+
+
+def task_cpu_ns(pid):
+    """CPU time of every thread of pid so far (schedstat), ns."""
+    total = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            total += int(open("/proc/%d/task/%s/schedstat" % (pid, t)).read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def machine_cpu_ns():
+    """Busy CPU time of the whole machine so far (/proc/stat, all tenants), ns."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = f[3] + (f[4] if len(f) > 4 else 0)
+    return (sum(f[:8]) - idle) * 1e9 / os.sysconf("SC_CLK_TCK")
+
+
+def proc_io(pid):
+    v = {}
+    for line in open("/proc/%d/io" % pid):
+        k, x = line.split(":")
+        v[k] = int(x)
+    return v
 
 
 class Bench:
@@ -344,9 +395,74 @@ class Bench:
                             "none", r, q], check=True)
         os.sync()
 
+    def fuse_target(self, name, image, qsd):
+        """A QSD with the FUSE export (started like start_qsd), and the
+        target fio runs on: a buffered loop device on the FUSE file, or
+        the file."""
+        fuse = os.path.join(self.run, "fuse-" + name)
+        open(fuse, "w").close()
+        base = name.split("@")[0]
+        sock, pid, argv = self.start_qsd(name, image, {}, lambda a: with_fuse(a, fuse), qsd)
+        for _ in range(100):
+            if os.stat(fuse).st_size > 0:
+                break
+            time.sleep(0.05)
+        if FUSE_CONFIGS[base] == "file":
+            return fuse, pid, argv, None
+        dev = subprocess.run(["losetup", "--find", "--show", "--direct-io=off", fuse], check=True,
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+        return dev, pid, argv, dev
+
+    def fuse_stop(self, name, loop):
+        if loop:
+            subprocess.run(["losetup", "-d", loop], check=False, timeout=60)
+        self.stop_qsd(name)
+        fuse = os.path.join(self.run, "fuse-" + name)
+        for _ in range(50):  # QSD unmounts it at exit
+            if subprocess.run(["mountpoint", "-q", fuse]).returncode != 0:
+                break
+            time.sleep(0.1)
+        else:
+            subprocess.run(["umount", "-l", fuse], check=False)
+
+    def fuse_run(self, target, pid, test):
+        """fio on target; QSD's CPU (all threads), the machine's (all
+        tenants, the loop device's kernel workers among them) and the bytes
+        QSD read or wrote, per I/O."""
+        c0, m0, io0 = task_cpu_ns(pid), machine_cpu_ns(), proc_io(pid)
+        self.psi_sample()
+        o = subprocess.run(self.fio_cmd(target, test), check=True, capture_output=True,
+                           text=True, timeout=600).stdout
+        c1, m1, io1 = task_cpu_ns(pid), machine_cpu_ns(), proc_io(pid)
+        r = self.fio_parse(o)
+        job = json.loads(o)["jobs"][0]
+        d = job["read"] if job["read"]["total_ios"] else job["write"]
+        # ramp included in the CPU windows: scale by all I/Os, ramp's too
+        ios = max(d["total_ios"], 1) * (1 + self.a.ramp_ms / max(self.a.runtime_ms, 1))
+        r["qsd_cpu_us_per_io"] = (c1 - c0) / 1e3 / ios
+        r["machine_cpu_us_per_io"] = (m1 - m0) / 1e3 / ios
+        key = "read_bytes" if "read" in test else "write_bytes"
+        r["qsd_bytes_per_io"] = (io1[key] - io0[key]) / ios
+        r["qsd_syscalls_per_io"] = ((io1["syscr"] - io0["syscr"]) + (io1["syscw"] - io0["syscw"])) / ios
+        return r
+
+    def single_fuse(self, rnd, name, image, qsd):
+        target, pid, argv, loop = self.fuse_target(name, image, qsd)
+        self.argvs[name] = argv
+        print("bench: round %d: %s (%s)" % (rnd, name, target), file=sys.stderr)
+        try:
+            for t in TESTS:
+                self.record_limit("single", name, rnd, t, 1, self.raw[:1])
+                self.record("single", name, rnd, t, 1, [self.fuse_run(target, pid, t)])
+        finally:
+            self.fuse_stop(name, loop)
+
     def single(self, rnd):
         for name, fmt, params, queues, patch, cpus, qsd in self.configs:
             image = self.raw[0] if fmt == "raw" else self.qcow2[0]
+            if name.split("@")[0] in FUSE_CONFIGS:
+                self.single_fuse(rnd, name, image, qsd)
+                continue
             sock, pid, argv = self.start_qsd(name, image, params, patch, qsd)
             self.argvs[name] = argv
             print("bench: round %d: %s" % (rnd, name), file=sys.stderr)
@@ -380,7 +496,11 @@ class Bench:
         start = machine_now()
         for rnd in range(1, self.a.rounds + 1):
             self.single(rnd)
-            self.multi(rnd)
+            if not self.a.single_only:
+                self.multi(rnd)
+            # every run so far, before any report can fail on it
+            json.dump({"runs": self.rows, "psi": self.psi},
+                      open(os.path.join(self.a.out, "runs-partial.json"), "w"))
         self.machine = machine(self.a, start)
         report(self)
 
@@ -441,7 +561,7 @@ def report(b):
 
     def ratio(section, label, test, n=1):
         mine, lim = runs(section, label, test, n), runs(section, "limit@" + label, test, n)
-        v = [agg(mine[k]) / agg(lim[k]) for k in mine if k in lim]
+        v = [agg(mine[k]) / agg(lim[k]) for k in mine if k in lim and agg(lim[k]) > 0]
         return (med(v), min(v), max(v)) if v else None
 
     def delta(label, test):
@@ -462,7 +582,7 @@ def report(b):
                       "qsd_cpu_us_per_io": {t: m("single", c, t, "qsd_cpu_us_per_io") for t in TESTS},
                       "client_cpu_us_per_io": {t: m("single", c, t, "client_cpu_us_per_io") for t in TESTS},
                       "submits_per_io": {t: m("single", c, t, "submits_per_io") for t in TESTS}}
-    multi_configs = [c[0] for c in b.multi_configs]
+    multi_configs = [] if b.a.single_only else [c[0] for c in b.multi_configs]
     multi = {c: {t: {n: ratio("multi", c, t, n) for n in (1, 2, 4)} for t in MULTI_TESTS}
              for c in multi_configs}
     psi_cpu = [p["cpu"] for p in b.psi if p.get("cpu") is not None]
@@ -488,7 +608,7 @@ def report(b):
             if r["label"].startswith("limit-fio@") and r["test"] == t and r["section"] == "single":
                 o = [x for x in rows if x["label"] == "limit-qsdctl@" + r["label"].split("@", 1)[1]
                      and x["test"] == t and x["round"] == r["round"] and x["section"] == "single"]
-                if o:
+                if o and agg(o[0]) > 0:
                     q.append(agg(r) / agg(o[0]))
         tools[t] = {"won": won, "fio_over_qsdctl": med(q) if q else None}
     json.dump({"machine": b.machine, "argv": b.argvs, "summary": summary, "multi": {
@@ -559,6 +679,26 @@ def report(b):
             L.append("| %s | %s |" % (l, " | ".join(
                 "%s / %s" % (f(m("single", l, t, "iops"), "%.0f"), f(m("single", l, t, "mean_us"), "%.0f"))
                 for t in TESTS)))
+    fuse = [c for c in labels if c.split("@")[0] in FUSE_CONFIGS]
+    if fuse:
+        L += ["", "## Pod volumes: the FUSE export", "",
+              "fio (io_uring, O_DIRECT) on the loop device over the FUSE file (`fuse-loop-*`, "
+              "buffered as the plugin sets it up) or on the FUSE file (`fuse-file-raw`); the "
+              "vhost-user path is `shipped-raw` / `shipped-qcow2` above. Per I/O at depth 32 "
+              "(rr / rw), medians: QSD's CPU (all its threads), fio's, the whole machine's "
+              "(every tenant's too: the loop device's kernel workers are counted only here), "
+              "the bytes QSD read or wrote, QSD's read/write syscalls.", "",
+              "| configuration | IOPS rr/rw qd32 | mean us rr/rw qd1 | QSD CPU us | fio CPU us | "
+              "machine CPU us | QSD bytes | QSD syscalls |", "|---|---|---|---|---|---|---|---|"]
+        for c in fuse:
+            def two(key, test_a, test_b, fmt):
+                return "%s / %s" % (f(m("single", c, test_a, key), fmt), f(m("single", c, test_b, key), fmt))
+            q = ("randread-4k-qd32", "randwrite-4k-qd32")
+            L.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                c, two("iops", *q, "%.0f"), two("mean_us", "randread-4k-qd1", "randwrite-4k-qd1", "%.0f"),
+                two("qsd_cpu_us_per_io", *q, "%.1f"), two("client_cpu_us_per_io", *q, "%.1f"),
+                two("machine_cpu_us_per_io", *q, "%.1f"), two("qsd_bytes_per_io", *q, "%.0f"),
+                two("qsd_syscalls_per_io", *q, "%.2f")))
     L += ["", "## Several volumes at once", "",
           "N QSDs (one per volume, each on its own file) and N clients at once; aggregate IOPS "
           "divided by N limit runs at once on the same N files, run just before. "
@@ -582,6 +722,8 @@ def report(b):
         sys.exit("bench: %d of %d runs had no quiet gap (cpu pressure > %g%%): results not "
                  "written (--allow-busy to write them, marked)" % (busy, len(b.psi), b.a.max_pressure))
     open(os.path.join(out, "results.md"), "w").write("\n".join(L) + "\n")
+    if os.path.exists(os.path.join(out, "runs-partial.json")):
+        os.unlink(os.path.join(out, "runs-partial.json"))
 
     with open(os.path.join(b.run, "ratio.dat"), "w") as fh:
         fh.write("config " + " ".join('"%s"' % SHORT[t] for t in TESTS) + "\n")
@@ -607,12 +749,13 @@ set title "One volume: IOPS / limit"
 set yrange [0:1.6]
 set arrow 1 from graph 0, first 0.9 to graph 1, first 0.9 nohead dt 2 lc rgb "red"
 plot for [i=2:5] "{run}/ratio.dat" using i:xtic(1) title columnheader(i)
+{multi}unset multiplot
+""".format(out=out, run=b.run, r=b.a.rounds, multi="" if not multi_configs else """\
 set title "N volumes at once: aggregate IOPS / N limit runs at once"
 set arrow 1 from graph 0, first 0.9 to graph 1, first 0.9 nohead dt 2 lc rgb "red"
 set xtics norotate
 plot for [i=2:{mc}] "{run}/multi.dat" using i:xtic(1) title columnheader(i)
-unset multiplot
-""".format(out=out, run=b.run, r=b.a.rounds, mc=1 + 2 * len(multi_configs))
+""".format(run=b.run, mc=1 + 2 * len(multi_configs)))
         subprocess.run(["gnuplot"], input=gp, text=True, check=True)
         print("bench: wrote %s/results.md, results.json, bench.png" % out, file=sys.stderr)
     else:
@@ -636,6 +779,8 @@ def main():
                    help="other tenants' CPU pressure (%%) above which a run waits for a quiet gap")
     p.add_argument("--quiet-wait-s", type=float, default=20.0,
                    help="how long a run waits for a quiet gap before it runs marked busy")
+    p.add_argument("--single-only", action="store_true",
+                   help="one volume only (no several-volumes-at-once phase)")
     p.add_argument("--allow-busy", action="store_true",
                    help="write the results even when more than a quarter of the runs were busy")
     a = p.parse_args()

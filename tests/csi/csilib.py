@@ -383,6 +383,17 @@ def block_cap(pb):
             mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))
 
 
+def share_kubelet_root(env):
+    """Make env's kubelet root a shared mount, as kubelet's is on a node: a
+    process that copies the host's mounts into a namespace of its own (a
+    QSD started by another test on this machine) then holds slave copies,
+    which our unmounts reach; on a private root (these machines') its
+    copies would keep a pod volume's filesystem and loop device busy.
+    cleanup() unmounts it with everything beneath the root."""
+    subprocess.run(["mount", "--bind", env.kubelet, env.kubelet], check=True, timeout=30)
+    subprocess.run(["mount", "--make-shared", env.kubelet], check=True, timeout=30)
+
+
 def is_mount_point(path):
     try:
         with open("/proc/self/mountinfo") as f:

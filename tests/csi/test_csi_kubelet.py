@@ -7,6 +7,8 @@ kubelet NodeExpandVolume; NodeUnpublishVolume, NodeUnstageVolume; provisioner
 DeleteVolume), with real mounts under a temporary kubelet root, and checks
 that a vhost-user-blk client connects through the published target path
 (`qsdctl vhost-info <target>/vhost.sock --json`) and sees the expansion.
+Then the same order for an ext4 filesystem and a block device of ordinary
+pods (run_pods): data written through the target, grown, staged again.
 
 usage: test_csi_kubelet.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
@@ -53,6 +55,10 @@ def main():
     env = csilib.Env(sys.argv[1], sys.argv[2])
     try:
         run(env, qsdctl)
+        csilib.share_kubelet_root(env)
+        env.start(["--log-format", "json"])
+        run_pods(env)
+        env.stop()
     finally:
         if sys.exc_info()[0] is not None:
             print("---- plugin log (tail)\n" + env.log_tail())
@@ -175,6 +181,132 @@ def run(env, qsdctl):
     assert not os.listdir(os.path.join(env.pool, "volumes"))
     assert env.stop() == 0
     print("ok NodeUnpublish, NodeUnstage, DeleteVolume")
+
+
+def cap_sys_resource():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> 24 & 1)
+    return False
+
+
+def run_pods(env):
+    """The same order for the capabilities of ordinary pods
+    (docs/pod-volumes.md): an ext4 filesystem (fsGroup 107) and a block
+    device, each created, staged, published, written through the target,
+    measured, grown, unpublished, unstaged, staged and published again with
+    the data there, and deleted; nothing is left."""
+    import stat
+    c, pb, T, k = env.client, env.pb, csilib.CALL_TIMEOUT, env.kubelet
+    info = c.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=T)
+    topo = pb.Topology(segments=dict(info.accessible_topology.segments))
+    for kind in ("ext4", "block"):
+        vid = "pvc-7d0c3f2e-0000-4000-8000-00000000%04d" % (1 if kind == "ext4" else 2)
+        if kind == "ext4":
+            cap = mount_cap(pb, group="107", fs_type="ext4")
+            stg = os.path.join(k, "plugins/kubernetes.io/csi/test.qsd-csi.dev", vid[-6:],
+                               "globalmount")
+            tgt = os.path.join(k, "pods/0a0b0c0d-%s/volumes/kubernetes.io~csi" % kind, vid, "mount")
+            os.makedirs(os.path.dirname(tgt))
+        else:
+            cap = pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(),
+                                      access_mode=pb.VolumeCapability.AccessMode(
+                                          mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))
+            stg = os.path.join(k, "plugins/kubernetes.io/csi/volumeDevices/staging", vid)
+            tgt = os.path.join(k, "plugins/kubernetes.io/csi/volumeDevices/publish", vid,
+                               "0a0b0c0d-%s" % kind)
+            os.makedirs(os.path.dirname(tgt))
+        os.makedirs(stg)
+        vol = c.CreateVolume(pb.CreateVolumeRequest(
+            name=vid, capacity_range=pb.CapacityRange(required_bytes=64 * MiB),
+            volume_capabilities=[cap],
+            accessibility_requirements=pb.TopologyRequirement(requisite=[topo], preferred=[topo])),
+            timeout=T).volume
+        ctx = dict(vol.volume_context)
+
+        def stage_publish():
+            c.NodeStageVolume(pb.NodeStageVolumeRequest(
+                volume_id=vid, staging_target_path=stg, volume_capability=cap,
+                volume_context=ctx), timeout=120)
+            c.NodePublishVolume(pb.NodePublishVolumeRequest(
+                volume_id=vid, staging_target_path=stg, target_path=tgt, volume_capability=cap,
+                volume_context=ctx), timeout=T)
+
+        def unpublish_unstage():
+            c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tgt),
+                                  timeout=T)
+            assert not os.path.exists(tgt), tgt
+            c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid,
+                                                            staging_target_path=stg), timeout=120)
+
+        stage_publish()
+        pattern = os.urandom(4096)
+        if kind == "ext4":
+            st = os.stat(tgt)
+            assert st.st_gid == 107 and st.st_mode & 0o2000, oct(st.st_mode)
+            with open(os.path.join(tgt, "data"), "wb") as f:
+                f.write(pattern)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            assert stat.S_ISBLK(os.stat(tgt).st_mode), oct(os.stat(tgt).st_mode)
+            fd = os.open(tgt, os.O_RDWR)
+            os.pwrite(fd, pattern, 8 * MiB)
+            os.fsync(fd)
+            os.close(fd)
+        s = c.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=tgt),
+                                 timeout=T)
+        assert s.usage and not s.volume_condition.abnormal, s
+        if kind == "block":
+            assert s.usage[0].total == 64 * MiB, s
+        else:
+            sv = os.statvfs(tgt)
+            assert s.usage[0].total == sv.f_blocks * sv.f_frsize, s
+        print("ok %s: staged, published, written through %s, stats %d bytes" % (
+            kind, tgt, s.usage[0].total))
+
+        e = c.ControllerExpandVolume(pb.ControllerExpandVolumeRequest(
+            volume_id=vid, capacity_range=pb.CapacityRange(required_bytes=128 * MiB),
+            volume_capability=cap), timeout=T)
+        assert e.node_expansion_required and e.capacity_bytes == 128 * MiB, e
+        req = pb.NodeExpandVolumeRequest(
+            volume_id=vid, volume_path=tgt, staging_target_path=stg, volume_capability=cap,
+            capacity_range=pb.CapacityRange(required_bytes=128 * MiB))
+        if kind == "block" or cap_sys_resource():
+            ne = c.NodeExpandVolume(req, timeout=120)
+            assert ne.capacity_bytes == 128 * MiB, ne
+            grown = "online"
+        else:
+            # Online ext4 growth needs CAP_SYS_RESOURCE; kubelet retries,
+            # the next stage grows it offline (checked below).
+            d = csilib.expect_code(c.NodeExpandVolume, req, csilib.grpc.StatusCode.INTERNAL,
+                                   "NodeExpandVolume of ext4 without CAP_SYS_RESOURCE")
+            assert "CAP_SYS_RESOURCE" in d, d
+            grown = "at the next stage"
+        unpublish_unstage()
+        stage_publish()
+        if kind == "ext4":
+            assert open(os.path.join(tgt, "data"), "rb").read() == pattern
+            sv = os.statvfs(tgt)
+            assert sv.f_blocks * sv.f_frsize > 100 * MiB, sv
+            if grown != "online":
+                ne = c.NodeExpandVolume(req, timeout=120)  # kubelet's retry: nothing left to do
+                assert ne.capacity_bytes == 128 * MiB, ne
+        else:
+            fd = os.open(tgt, os.O_RDONLY)
+            assert os.lseek(fd, 0, os.SEEK_END) == 128 * MiB
+            assert os.pread(fd, 4096, 8 * MiB) == pattern
+            os.close(fd)
+        unpublish_unstage()
+        c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=T)
+        fuse = os.path.join(env.run, "fuse", vid)
+        assert not os.path.exists(fuse) and not is_mount_point(stg), (fuse, stg)
+        loops = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", fuse], capture_output=True,
+                               text=True, timeout=30).stdout.split()
+        assert not loops, loops
+        print("ok %s: grown to 128 MiB (%s), staged again with its data, unstaged, deleted: "
+              "nothing left" % (kind, grown))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ driven in kubelet's order through a gRPC client:
   mkfs on first use, mounted at the staging path), published to two pods, a
   file written through one and read through the other, unpublished and
   published again, stats (bytes and inodes), idempotent repeats, grown
-  online (NodeExpandVolume: image, loop device, resize2fs);
+  online (NodeExpandVolume: image, loop device, resize2fs; without
+  CAP_SYS_RESOURCE offline at the next stage, df checked);
+- fsGroup: a new group given to every file (not through symlinks), nothing
+  walked when the root is the group's already;
 - one kind of consumer at a time: the vhost-user (VM) capability is refused
   while it is staged for pods, and the other way round (FAILED_PRECONDITION);
 - unstaged, nothing is left (no loop device on its FUSE file, no FUSE mount,
@@ -17,6 +20,10 @@ driven in kubelet's order through a gRPC client:
   read-only fsck;
 - a block volume: the loop device bound as a device node at two targets,
   bytes written through one and read through the other, grown online;
+- the QSD killed (-9) or stopped (SIGSTOP, then killed by the plugin's
+  probes) under a mounted, busy ext4: the pod's I/O fails (EIO, EROFS)
+  within a bound, never hangs; a stage while the pod holds the old mount is
+  refused; once it is gone, staged again with its data; nothing left;
 - kill -9 of the plugin at several instants of NodeStageVolume (and of
   NodeUnstageVolume), a restart, kubelet's retry, then NodeUnstageVolume:
   nothing left.
@@ -251,9 +258,11 @@ def filesystem(env):
         dev = loops_on(fuse_file(env, vid))[0]
         with open("/sys/block/%s/size" % os.path.basename(dev)) as f:
             assert int(f.read()) * 512 == 128 * MiB
+        assert os.statvfs(a).f_blocks * os.statvfs(a).f_frsize == before
         print("ok NodeExpandVolume without CAP_SYS_RESOURCE: the loop device grew to 128 MiB, "
               "ext4 not (named in the error); online ext4 growth NOT VERIFIED here")
     assert open(os.path.join(b, "hello.txt")).read() == "written by pod a\n"
+    grown = 128 * MiB
 
     d = expect_code(env.client.NodeUnstageVolume, pb.NodeUnstageVolumeRequest(
         volume_id=vid, staging_target_path=p.stg), C.FAILED_PRECONDITION, "unstage while published")
@@ -266,6 +275,18 @@ def filesystem(env):
 
     stage(env, vid, p.stg, cap)
     assert open(os.path.join(p.stg, "hello.txt")).read() == "written by pod a\n"
+    # Grown at this stage if not online (offline resize2fs before the
+    # mount): df shows the new size either way, and a repeat does nothing.
+    after = os.statvfs(p.stg).f_blocks * os.statvfs(p.stg).f_frsize
+    assert after > before + 48 * MiB and after <= grown, (before, after)
+    log = env.log_tail(400)
+    stage(env, vid, p.stg, cap)
+    print("ok ext4 %s: df %d -> %d bytes, its file kept" % (
+        "grown online" if has_cap(24) else "grown offline at the next stage", before, after))
+    unstage(env, vid, p.stg)
+    stage(env, vid, p.stg, cap)
+    assert env.log_tail(400).count("growing a filesystem offline") == log.count(
+        "growing a filesystem offline"), "grown again at a stage where nothing was to grow"
     unstage(env, vid, p.stg)
     # Now a VM's: its bytes are a tenant's, then a pod's filesystem again
     # after the read-only check.
@@ -321,6 +342,183 @@ def block(env):
     unstage(env, vid, p.stg)
     assert_nothing_left(env, vid, p.stg)
     print("ok block unstaged: nothing left")
+    env.client.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=csilib.CALL_TIMEOUT)
+
+
+def fsgroup(env):
+    """fsGroup as kubelet applies it (the driver does, CSIDriver fsGroupPolicy
+    File): staged for a new group, every file becomes that group's with
+    group read/write (directories search and setgid); never through a
+    symlink (a host file a symlink names is untouched); a stage for the
+    group the root already has walks nothing (OnRootMismatch)."""
+    pb = env.pb
+    vid = create(env, "pvc-fsgroup-1")
+    p = Pod(env, vid)
+    stage(env, vid, p.stg, mount_cap(pb, fs_type="ext4", group="107"))
+    host = os.path.join(env.root, "host-secret")
+    with open(host, "w") as f:
+        f.write("host")
+    os.chown(host, 0, 0)
+    os.chmod(host, 0o600)
+    d, fl = os.path.join(p.stg, "d"), os.path.join(p.stg, "d", "f")
+    os.mkdir(d)
+    with open(fl, "w") as f:
+        f.write("pod data")
+    for path, mode in ((d, 0o700), (fl, 0o600)):
+        os.chown(path, 0, 0)
+        os.chmod(path, mode)
+    os.symlink(host, os.path.join(p.stg, "link"))
+    os.symlink(host, os.path.join(d, "link2"))
+    unstage(env, vid, p.stg)
+    cap = mount_cap(pb, fs_type="ext4", group="108")
+    stage(env, vid, p.stg, cap)
+    st = {n: os.lstat(os.path.join(p.stg, n)) for n in ("", "d", "d/f", "link", "d/link2")}
+    assert all(x.st_gid == 108 for x in st.values()), {n: x.st_gid for n, x in st.items()}
+    assert st["d"].st_mode & 0o2070 == 0o2070 and st[""].st_mode & 0o2070 == 0o2070, \
+        oct(st["d"].st_mode)
+    assert st["d/f"].st_mode & 0o7777 == 0o660, oct(st["d/f"].st_mode)
+    h = os.stat(host)
+    assert h.st_gid == 0 and h.st_mode & 0o7777 == 0o600, (h.st_gid, oct(h.st_mode))
+    os.chown(fl, 0, 0)  # the root is 108's: the next stage walks nothing
+    unstage(env, vid, p.stg)
+    stage(env, vid, p.stg, cap)
+    assert os.stat(fl).st_gid == 0, os.stat(fl).st_gid
+    unstage(env, vid, p.stg)
+    assert_nothing_left(env, vid, p.stg)
+    print("ok fsGroup: a new group given to every file (g+rw, directories g+xs), not through "
+          "symlinks, nothing walked when the root is the group's already")
+    env.client.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=csilib.CALL_TIMEOUT)
+
+
+class Writer:
+    """A pod's writer: 4 KiB O_DIRECT writes, each fsync'd, every 20 ms, into
+    a file of its mount; records (start, errno or 0, seconds) per write."""
+
+    def __init__(self, path):
+        import mmap
+        import threading
+        self.path, self.buf, self.log = path, mmap.mmap(-1, 4096), []
+        self.stop_at = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        i = 0
+        while self.stop_at is None or time.monotonic() < self.stop_at:
+            t = time.monotonic()
+            try:
+                fd = os.open(os.path.join(self.path, "w%d" % (i % 4)),
+                             os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+                try:
+                    os.pwrite(fd, self.buf, 0)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self.log.append((t, 0, time.monotonic() - t))
+            except OSError as e:
+                self.log.append((t, e.errno, time.monotonic() - t))
+            i += 1
+            time.sleep(0.02)
+
+    def finish(self, after):
+        self.stop_at = time.monotonic() + after
+        self.thread.join(after + 60)
+        assert not self.thread.is_alive(), "a write of the pod still hangs %ds later" % (after + 60)
+
+
+def qsd_death(env, how, bound):
+    """The QSD of a mounted, busy ext4 pod volume dies (kill -9, or SIGSTOP
+    and killed by the plugin's probes): the pod's I/O fails within bound
+    seconds (EIO, then EROFS: errors=remount-ro), never hangs; the volume is
+    reported abnormal; a stage while the pod still holds its mount is
+    FAILED_PRECONDITION and takes nothing down; once the pod is gone the
+    stage builds a new data path (the file written before is there) and
+    unstage leaves nothing."""
+    import errno
+    pb, C = env.pb, csilib.grpc.StatusCode
+    vid = create(env, "pvc-die-" + how)
+    p = Pod(env, vid)
+    cap = mount_cap(pb, fs_type="ext4")
+    stage(env, vid, p.stg, cap)
+    a = p.target("pod-a")
+    publish(env, vid, p.stg, a, cap)
+    with open(os.path.join(a, "before"), "w") as f:
+        f.write("synced before\n")
+        f.flush()
+        os.fsync(f.fileno())
+    loop = loops_on(fuse_file(env, vid))
+    pid = env.qsd_pids()[csilib.local_id(vid)]
+    qsd = csilib.qsd_process(pid)
+    w = Writer(a)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    os.kill(qsd, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    deadline = t0 + bound
+    while time.monotonic() < deadline and not any(e for _, e, _ in w.log):
+        time.sleep(0.05)
+    w.finish(1.0)
+    if how == "stop":
+        try:
+            os.kill(qsd, signal.SIGCONT)  # killed by the probes by now: a no-op
+        except ProcessLookupError:
+            pass  # and reaped
+    ok = [x for x in w.log if x[0] < t0 and x[1] == 0]
+    failed = [x for x in w.log if x[1]]
+    assert ok, "no write succeeded before the %s" % how
+    assert failed, "no write failed within %ds of the %s: %s" % (bound, how, w.log[-3:])
+    first = failed[0]
+    waited = first[0] + first[2] - t0
+    assert waited < bound, (how, waited)
+    assert max(x[2] for x in w.log) < bound, max(x[2] for x in w.log)
+    codes = sorted({errno.errorcode[x[1]] for x in failed})
+    assert set(codes) <= {"EIO", "EROFS"}, codes
+    assert all(x[1] for x in w.log if x[0] > first[0]), "a write succeeded after a failure"
+    print("ok QSD %s under a busy ext4: the pod's first failed write %.2fs after it (%s), the "
+          "longest write %.2fs, then %s; %d writes before" % (
+              "kill -9" if how == "kill" else "SIGSTOP (killed by the probes)", waited,
+              errno.errorcode[first[1]], max(x[2] for x in w.log), "/".join(codes), len(ok)))
+
+    s = env.client.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=a),
+                                      timeout=csilib.CALL_TIMEOUT)
+    assert s.volume_condition.abnormal and "FUSE export" in s.volume_condition.message, s
+    # The restarted QSD's namespace was made while the filesystem was
+    # mounted: it keeps no copy of anything beneath the kubelet root (one
+    # would hold the loop device: the unstage below could not detach it).
+    for _ in range(100):
+        new = env.qsd_pids().get(csilib.local_id(vid))
+        if new and new != pid:
+            break
+        time.sleep(0.1)
+    assert new and new != pid, "the QSD was not restarted"
+    for q in {new, csilib.qsd_process(new)}:
+        with open("/proc/%d/mountinfo" % q) as f:
+            held = [ln.split()[4] for ln in f if ln.split()[4].startswith(env.kubelet + "/")]
+        assert not held, "QSD %d keeps mounts beneath the kubelet root: %s" % (q, held)
+    # A second pod on the node: kubelet stages again.  The first pod still
+    # holds the old mount: refused, nothing taken down.
+    d = expect_code(env.client.NodeStageVolume, pb.NodeStageVolumeRequest(
+        volume_id=vid, staging_target_path=p.stg, volume_capability=cap),
+        C.FAILED_PRECONDITION, "stage while a pod holds the dead data path")
+    assert "delete the pods" in d and a in d, d
+    assert is_mount_point(p.stg) and is_mount_point(a) and loops_on(fuse_file(env, vid)) == loop
+    unpublish(env, vid, a)
+    stage(env, vid, p.stg, cap)
+    assert fs_type_at(p.stg) == "ext4" and len(loops_on(fuse_file(env, vid))) == 1
+    assert open(os.path.join(p.stg, "before")).read() == "synced before\n"
+    b = p.target("pod-b")
+    publish(env, vid, p.stg, b, cap)
+    with open(os.path.join(b, "after"), "w") as f:
+        f.write("y")
+        f.flush()
+        os.fsync(f.fileno())
+    s = env.client.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=b),
+                                      timeout=csilib.CALL_TIMEOUT)
+    assert not s.volume_condition.abnormal, s
+    unpublish(env, vid, b)
+    unstage(env, vid, p.stg)
+    assert_nothing_left(env, vid, p.stg)
+    print("ok after the QSD's death: abnormal, a stage under the old pod refused (%s); "
+          "the pod gone, staged again with its file, unstaged: nothing left" % d[:60])
     env.client.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=csilib.CALL_TIMEOUT)
 
 
@@ -405,10 +603,16 @@ def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
 def main():
     env = csilib.Env(sys.argv[1], sys.argv[2])
     try:
-        env.start()
+        csilib.share_kubelet_root(env)
+        env.start(("--metrics-interval", "1"))
         filesystem(env)
+        fsgroup(env)
         xfs(env)
         block(env)
+        qsd_death(env, "kill", 5)
+        # 3 probes of 3 s unanswered, one per second: killed within 12 s
+        # (test_csi_hung.py), then the same as a kill -9.
+        qsd_death(env, "stop", 25)
         crash(env)
     finally:
         if sys.exc_info()[0] is not None:

@@ -568,8 +568,8 @@ static void test_publish_fields(void **state)
 }
 
 /* A publication's capability must ask for what the volume is staged as;
- * pods share a filesystem or block device read-write; a read-only block
- * publication is refused. */
+ * pods share a filesystem or block device read-write, but for
+ * SINGLE_NODE_SINGLE_WRITER; a read-only block publication is refused. */
 static void test_publish_kinds(void **state)
 {
     struct fixture *f = *state;
@@ -587,6 +587,14 @@ static void test_publish_kinds(void **state)
     r.k.mount.fs_type = "ext4";
     vol_add_pub(v, ROOT "/pods/p2/volumes/kubernetes.io~csi/pvc/mount", false);
     pub_is(f, &r, 0, &LIVE, PLAN_ACT, GRPC_OK, NULL, NULL); /* a second writer pod */
+    /* ReadWriteOncePod: published read-write once (CSI), readers still. */
+    r.k.mode.mode = CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_SINGLE_WRITER;
+    pub_is(f, &r, 0, &LIVE, PLAN_REFUSE, GRPC_FAILED_PRECONDITION,
+           "volume v1 is already published read-write at " ROOT "/pods/p2/", NULL);
+    r.in.readonly = true;
+    pub_is(f, &r, 0, &LIVE, PLAN_ACT, GRPC_OK, NULL, NULL);
+    r.in.readonly = false;
+    r.k.mode.mode = CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_WRITER;
     vol_del_pub(v, 0);
     v->stage_kind = STAGE_KIND_BLOCK;
     free(v->stage_fs);

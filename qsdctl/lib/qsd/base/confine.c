@@ -263,6 +263,81 @@ static int hide(const char *path)
     return 0;
 }
 
+/* Whether mount point mp (mountinfo's field, octal escapes decoded in
+ * place) is path or beneath it. */
+static bool at_or_beneath(char *mp, const char *path)
+{
+    size_t o = 0;
+    for (size_t i = 0; mp[i]; i++) {
+        if (mp[i] == '\\' && mp[i + 1] >= '0' && mp[i + 1] <= '3' && mp[i + 2] && mp[i + 3]) {
+            mp[o++] = (char)((mp[i + 1] - '0') << 6 | (mp[i + 2] - '0') << 3 | (mp[i + 3] - '0'));
+            i += 3;
+        } else {
+            mp[o++] = mp[i];
+        }
+    }
+    mp[o] = '\0';
+    size_t n = slen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    for (size_t i = 0; i < n; i++)
+        if (mp[i] != path[i])
+            return false;
+    return mp[n] == '\0' || mp[n] == '/';
+}
+
+/* Every mount at or beneath path in this (new) namespace detached before
+ * path is hidden: the copies unshare() made of what the host had mounted
+ * there (another volume's filesystem at a kubelet staging path) would
+ * otherwise stay here, out of reach of the host's unmount (measured,
+ * kernel 6.18: a pod volume's unstage then found its loop device held by
+ * a QSD started while its filesystem was mounted; docs/pod-volumes.md).
+ * Mountinfo is read in pieces, no allocation (async-signal-safe); a pass
+ * that detached something is followed by another (stacked mounts),
+ * bounded. */
+static void detach_beneath(const char *path)
+{
+    for (int pass = 0; pass < 16; pass++) {
+        int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return;
+        char buf[4096], line[4096];
+        size_t ll = 0;
+        bool detached = false, skip = false;
+        for (ssize_t got; (got = read(fd, buf, sizeof(buf))) > 0;)
+            for (ssize_t i = 0; i < got; i++) {
+                if (buf[i] != '\n') {
+                    if (ll < sizeof(line) - 1)
+                        line[ll++] = buf[i];
+                    else
+                        skip = true; /* too long for a path of ours */
+                    continue;
+                }
+                line[ll] = '\0';
+                /* id parent major:minor root mountpoint ... */
+                char *f = line;
+                for (int k = 0; k < 4 && f; k++) {
+                    while (*f && *f != ' ')
+                        f++;
+                    f = *f ? f + 1 : NULL;
+                }
+                if (!skip && f) {
+                    char *end = f;
+                    while (*end && *end != ' ')
+                        end++;
+                    *end = '\0';
+                    if (at_or_beneath(f, path) && umount2(f, MNT_DETACH) == 0)
+                        detached = true;
+                }
+                ll = 0;
+                skip = false;
+            }
+        close(fd);
+        if (!detached)
+            return;
+    }
+}
+
 /* An empty file at path (0644), for a bind of a device node onto it. */
 static int touch(const char *path, unsigned mode)
 {
@@ -386,6 +461,7 @@ static int mount_ns(const struct confine *c)
         }
     for (size_t i = 0; i < n_ops; i++) {
         if (ops[i].fd < 0) {
+            detach_beneath(ops[i].path);
             if ((r = hide(ops[i].path)) < 0)
                 goto out;
             continue;

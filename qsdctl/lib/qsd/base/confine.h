@@ -31,7 +31,8 @@ struct confine {
     gid_t gid;                  /* (gid_t)-1: keep the caller's */
     bool mount_ns;              /* a private mount namespace, host read-only */
     const char *const *writable; /* NULL-terminated: stay writable there */
-    const char *const *hidden;   /* NULL-terminated: an empty tmpfs there */
+    const char *const *hidden;   /* NULL-terminated: an empty tmpfs there (what was
+                                  * mounted at or beneath it detached first) */
     uint64_t rlimit_as;         /* bytes, 0: unchanged */
     uint64_t rlimit_cpu;        /* seconds, 0: unchanged */
     uint64_t rlimit_nofile;     /* 0: unchanged */
