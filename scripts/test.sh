@@ -20,9 +20,15 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 # about 9, 2 and 3 minutes, and those tests wait for them (a lock, in
 # tests/gotool.sh) rather than building them in the middle of the suite;
 # before them the SnapshotMetadata test's Go client (tests/cbt/build.sh,
-# about 25 s; ctest integration/csi_snapmeta waits for it the same way).
+# about 25 s; ctest integration/csi_snapmeta waits for it the same way) and
+# csi-sanity for the host's sanity runs (about 50 s; ctests
+# integration/csi_sanity_group and csi_sanity_pods, csilib.csi_sanity()).
 k8s_log=$(mktemp /tmp/qsd-k8s-build.XXXXXX)
-setsid nice -n 19 sh -c 'tests/cbt/build.sh >/dev/null && tests/monitoring/run.sh --build &&
+setsid nice -n 19 sh -c 'tests/cbt/build.sh >/dev/null &&
+                         bash tests/gotool.sh /var/cache/qsd-csi/csi-sanity \
+                             $(awk '"'"'$1 == "sanity" {print $4, $3 "/cmd/csi-sanity"}'"'"' tests/k8s/sidecars.txt) \
+                             >/dev/null &&
+                         tests/monitoring/run.sh --build &&
                          tests/helm/run.sh --build &&
                          exec tests/k8s/build.sh --jobs "$1"' \
     sh "$jobs" >"$k8s_log" 2>&1 &

@@ -84,6 +84,33 @@ def skip(why):
     sys.exit(77)
 
 
+def csi_sanity():
+    """The csi-sanity binary: $QSD_CSI_SANITY, else the release that
+    tests/k8s/sidecars.txt pins, built once from the Go module proxy into
+    /var/cache/qsd-csi/csi-sanity by tests/gotool.sh (its lock: tests started
+    together build once; scripts/test.sh builds it first, in the
+    background).  Skips (77) only when there is no Go to build it."""
+    b = os.environ.get("QSD_CSI_SANITY")
+    if b:
+        return b
+    here = os.path.dirname(os.path.abspath(__file__))
+    pin = None
+    with open(os.path.join(here, "..", "k8s", "sidecars.txt")) as f:
+        for line in f:
+            w = line.split()
+            if len(w) >= 4 and w[0] == "sanity":
+                pin = (w[2], w[3])  # module, version
+    assert pin, "tests/k8s/sidecars.txt pins no csi-sanity"
+    cache = "/var/cache/qsd-csi/csi-sanity"
+    r = subprocess.run(["bash", os.path.join(here, "..", "gotool.sh"), cache, pin[1],
+                        pin[0] + "/cmd/csi-sanity"], capture_output=True, text=True, timeout=1900)
+    if r.returncode == 77:
+        skip("no csi-sanity and no Go to build it: " + r.stdout.strip())
+    assert r.returncode == 0, "building csi-sanity failed: %s%s" % (r.stdout[-2000:],
+                                                                    r.stderr[-2000:])
+    return os.path.join(cache, "csi-sanity")
+
+
 def compile_proto(proto_dir, out_dir):
     protoc = shutil.which("protoc")
     if not protoc:

@@ -7,13 +7,12 @@ kubelet's pod directories: tests/k8s/sanity.sh runs them in the cluster).
 Every spec run must pass and the group specs must run (none skipped), so
 a plugin that stops advertising GROUP_CONTROLLER_SERVICE fails here.
 
-csi-sanity is the binary tests/k8s/build.sh builds (sidecars.txt):
-$QSD_CSI_SANITY, else the newest in /var/cache/qsd-csi/k8s/pieces; the
-test is skipped (77) when there is none.
+csi-sanity: csilib.csi_sanity() ($QSD_CSI_SANITY, else the release
+tests/k8s/sidecars.txt pins, built once from the Go module proxy); skipped
+(77) only when there is no Go to build it.
 
 usage: test_csi_sanity_group.py PLUGIN_BINARY PROTO_DIR
 """
-import glob
 import os
 import re
 import subprocess
@@ -23,15 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csilib  # noqa: E402
 
 GROUP_SPECS = 6
-
-
-def sanity_binary():
-    b = os.environ.get("QSD_CSI_SANITY")
-    if b:
-        return b
-    found = sorted(glob.glob("/var/cache/qsd-csi/k8s/pieces/csi-sanity-*/csi-sanity"),
-                   key=os.path.getmtime)
-    return found[-1] if found else None
 
 
 def sanity(binary, env, *args):
@@ -49,9 +39,7 @@ def sanity(binary, env, *args):
 
 
 def main():
-    binary = sanity_binary()
-    if not binary or not os.access(binary, os.X_OK):
-        csilib.skip("no csi-sanity binary (tests/k8s/build.sh builds it; or set QSD_CSI_SANITY)")
+    binary = csilib.csi_sanity()
     env = csilib.Env(sys.argv[1], sys.argv[2], prefix="qsd-sanity-")
     try:
         env.start()

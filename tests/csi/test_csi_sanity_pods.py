@@ -19,14 +19,13 @@ Every run asserts csi-sanity's exit status and its summary (passed > 0,
 0 failed), then that nothing is left: no loop device on the run directory's
 FUSE files, no mount beneath the kubelet root.
 
-csi-sanity: $QSD_CSI_SANITY, else the one tests/k8s/build.sh built
-(/var/cache/qsd-csi/k8s/pieces/csi-sanity-*/csi-sanity); skipped (77)
-without one.
+csi-sanity: csilib.csi_sanity() ($QSD_CSI_SANITY, else the release
+tests/k8s/sidecars.txt pins, built once from the Go module proxy); skipped
+(77) only when there is no Go to build it.
 
 usage: test_csi_sanity_pods.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
 import concurrent.futures
-import glob
 import os
 import re
 import subprocess
@@ -36,14 +35,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csilib  # noqa: E402
 
 REWRITE = ("NodeStageVolume", "NodePublishVolume", "NodeExpandVolume")
-
-
-def find_sanity():
-    s = os.environ.get("QSD_CSI_SANITY")
-    if s:
-        return s
-    found = sorted(glob.glob("/var/cache/qsd-csi/k8s/pieces/csi-sanity-*/csi-sanity"))
-    return found[-1] if found else None
 
 
 def with_fs(req, fs):
@@ -127,9 +118,7 @@ def has_cap(n):
 
 
 def main():
-    binary = find_sanity()
-    if not binary or not os.access(binary, os.X_OK):
-        csilib.skip("no csi-sanity ($QSD_CSI_SANITY, or tests/k8s/build.sh csi-sanity)")
+    binary = csilib.csi_sanity()
     # A short root: csi-sanity's volume names are long, and a volume's
     # socket path beneath the run directory must fit a unix address.
     env = csilib.Env(sys.argv[1], sys.argv[2], prefix="qs-")
