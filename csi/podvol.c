@@ -54,6 +54,94 @@ static bool mounted_at(const char *path)
     return mount_dev_at(path, &d) == 0;
 }
 
+/* Whether loop device dev's backing file lives on the filesystem of
+ * device fs (LOOP_GET_STATUS64: the backing file's st_dev, which no
+ * rebinding by a holder of the device can forge): 1 yes, 0 no, negative
+ * errno when the kernel cannot tell (it asks the backing file: a dead
+ * FUSE export answers ENOTCONN). */
+static int loop_backed_by(const char *dev, dev_t fs)
+{
+    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct loop_info64 li = {0};
+    if (fd < 0 || ioctl(fd, LOOP_GET_STATUS64, &li) < 0)
+        return -errno;
+    return (dev_t)li.lo_device == fs;
+}
+
+/* Whether loop device NAME (loopN) names path as its backing file in
+ * /sys (a path a pod can imitate: never enough alone). */
+static bool loop_names(const char *name, const char *path)
+{
+    _cleanup_free_ char *bf = xasprintf("/sys/block/%s/loop/backing_file", name);
+    _cleanup_fclose_ FILE *f = fopen(bf, "re");
+    char line[4096];
+    if (!f || !fgets(line, sizeof(line), f))
+        return false;
+    line[strcspn(line, "\n")] = '\0';
+    return streq(line, path);
+}
+
+/* A loop device of the FUSE mount at path (its device fs): backed by it
+ * (what may be used), or, when dead_too, also one that names path and whose
+ * backing file no longer answers (the mount's QSD is dead: what may only be
+ * let go of; a pod's rebound device answers, from its own file). */
+static bool loop_of_mount(const char *name, const char *path, dev_t fs, bool dead_too)
+{
+    _cleanup_free_ char *dev = xasprintf("/dev/%s", name);
+    int r = loop_backed_by(dev, fs);
+    if (r == 1)
+        return true;
+    if (!loop_names(name, path))
+        return false;
+    if (r < 0 && dead_too)
+        return true;
+    if (r == 0)
+        log_warn("node", "a loop device names a volume's FUSE file but is not backed by it "
+                 "(rebound by a pod?): ignored", "device=%s path=%s", dev, path);
+    return false;
+}
+
+/* Every loop device backed by the FUSE mount at path let go of
+ * (LOOP_CLR_FD; a device still open, e.g. under a dead pod's filesystem,
+ * goes at its last close: the kernel's autoclear), before that mount is
+ * detached.  Once detached, a device on it would show "/" as its backing
+ * file and be found by nothing: every QSD death under a mounted filesystem
+ * left one loop device bound for good. */
+static void release_loops(const char *path)
+{
+    dev_t fs;
+    if (mount_dev_at(path, &fs) < 0)
+        return;
+    DIR *d = opendir("/sys/block");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, "loop", 4) != 0)
+            continue;
+        if (!loop_of_mount(e->d_name, path, fs, true))
+            continue;
+        _cleanup_free_ char *dev = xasprintf("/dev/%s", e->d_name);
+        _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0 || (ioctl(fd, LOOP_CLR_FD, 0) < 0 && errno != ENXIO))
+            log_warn("node", "cannot let go of a loop device on a FUSE export", "device=%s "
+                     "path=%s error=\"%s\"", dev, path, strerror(errno));
+        else
+            log_info("node", "loop device on a detached FUSE export let go", "device=%s path=%s",
+                     dev, path);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* path's FUSE mounts detached, the loop devices on them let go first. */
+static int fuse_detach(const char *path)
+{
+    while (mounted_at(path)) {
+        release_loops(path);
+        if (umount2(path, MNT_DETACH) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
 int podvol_fuse_mount(struct csi *c, const char *id, int *ret_fd, char **ret_msg)
 {
     _cleanup_free_ char *dir = xasprintf("%s/fuse", c->cfg->run_dir);
@@ -62,9 +150,7 @@ int podvol_fuse_mount(struct csi *c, const char *id, int *ret_fd, char **ret_msg
         *ret_msg = xasprintf("cannot create %s: %s", dir, strerror(errno));
         return -errno;
     }
-    while (mounted_at(path)) /* a dead QSD's: its connection is gone */
-        if (umount2(path, MNT_DETACH) < 0)
-            break;
+    fuse_detach(path); /* a dead QSD's: its connection is gone */
     _cleanup_close_ int f = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (f < 0) {
         *ret_msg = xasprintf("cannot create %s: %s", path, strerror(errno));
@@ -90,8 +176,7 @@ int podvol_fuse_mount(struct csi *c, const char *id, int *ret_fd, char **ret_msg
 void podvol_fuse_unmount(struct csi *c, const char *id)
 {
     _cleanup_free_ char *path = podvol_fuse_path(c, id);
-    while (mounted_at(path) && umount2(path, MNT_DETACH) == 0)
-        ;
+    fuse_detach(path);
     unlink(path);
 }
 
@@ -123,17 +208,8 @@ bool podvol_served(struct csi *c, const struct vol *v)
     return pid > 0 && mounted_at(path) && holds_fuse(pid);
 }
 
-/* Whether loop device dev's backing file lives on the filesystem of
- * device fs (LOOP_GET_STATUS64: the backing file's st_dev, which no
- * rebinding by a holder of the device can forge). */
-static bool loop_backed_by(const char *dev, dev_t fs)
-{
-    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct loop_info64 li = {0};
-    return fd >= 0 && ioctl(fd, LOOP_GET_STATUS64, &li) == 0 && (dev_t)li.lo_device == fs;
-}
-
-int podvol_loop_of(const char *path, char **ret_dev)
+/* The first loop device of the FUSE mount at path (loop_of_mount). */
+static int loop_find(const char *path, bool dead_too, char **ret_dev)
 {
     /* The backing file's path in sysfs is not enough: a pod holding its
      * Block volume's loop device may detach it and bind it to a file of its
@@ -146,27 +222,19 @@ int podvol_loop_of(const char *path, char **ret_dev)
         return -ENOENT;
     DIR *d = opendir("/sys/block");
     int r = -ENOENT;
-    for (struct dirent *e; d && r == -ENOENT && (e = readdir(d));) {
-        if (strncmp(e->d_name, "loop", 4) != 0)
-            continue;
-        _cleanup_free_ char *bf = xasprintf("/sys/block/%s/loop/backing_file", e->d_name);
-        _cleanup_fclose_ FILE *f = fopen(bf, "re");
-        char line[4096];
-        if (f && fgets(line, sizeof(line), f)) {
-            line[strcspn(line, "\n")] = '\0';
-            _cleanup_free_ char *dev = xasprintf("/dev/%s", e->d_name);
-            if (streq(line, path) && loop_backed_by(dev, fs)) {
-                *ret_dev = TAKE_PTR(dev);
-                r = 0;
-            } else if (streq(line, path)) {
-                log_warn("node", "a loop device names a volume's FUSE file but is not backed by "
-                         "it (rebound by a pod?): ignored", "device=%s path=%s", dev, path);
-            }
+    for (struct dirent *e; d && r == -ENOENT && (e = readdir(d));)
+        if (!strncmp(e->d_name, "loop", 4) && loop_of_mount(e->d_name, path, fs, dead_too)) {
+            *ret_dev = xasprintf("/dev/%s", e->d_name);
+            r = 0;
         }
-    }
     if (d)
         closedir(d);
     return r;
+}
+
+int podvol_loop_of(const char *path, char **ret_dev)
+{
+    return loop_find(path, false, ret_dev);
 }
 
 /* Run argv (bounded): 0, or -EIO with its last stderr line in *ret_msg;
@@ -588,7 +656,7 @@ int podvol_detach(struct csi *c, const struct vol *v, char **ret_msg)
      * (bounded): the FUSE file must not go from under a live device. */
     for (int i = 0; i < 50; i++) {
         _cleanup_free_ char *dev = NULL;
-        if (podvol_loop_of(path, &dev) < 0)
+        if (loop_find(path, true, &dev) < 0)
             break;
         _cleanup_close_ int fd = open(dev, O_RDWR | O_CLOEXEC);
         if (fd >= 0 && i == 0 && fsync(fd) < 0)
@@ -606,17 +674,15 @@ int podvol_detach(struct csi *c, const struct vol *v, char **ret_msg)
             usleep(100 * 1000);
     }
     _cleanup_free_ char *still = NULL;
-    if (podvol_loop_of(path, &still) == 0) {
+    if (loop_find(path, true, &still) == 0) {
         *ret_msg = xasprintf("loop device %s of volume %s is still in use (open elsewhere)", still,
                              v->id);
         return -EBUSY;
     }
-    while (mounted_at(path))
-        if (umount2(path, MNT_DETACH) < 0) {
-            r = -errno;
-            *ret_msg = xasprintf("cannot unmount %s: %s", path, strerror(errno));
-            return r;
-        }
+    if ((r = fuse_detach(path)) < 0) {
+        *ret_msg = xasprintf("cannot unmount %s: %s", path, strerror(-r));
+        return r;
+    }
     if (unlink(path) < 0 && errno != ENOENT) {
         r = -errno;
         *ret_msg = xasprintf("cannot remove %s: %s", path, strerror(errno));

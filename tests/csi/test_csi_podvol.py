@@ -517,8 +517,16 @@ def qsd_death(env, how, bound):
     unpublish(env, vid, b)
     unstage(env, vid, p.stg)
     assert_nothing_left(env, vid, p.stg)
+    # The dead data path's loop device is gone too: once its FUSE mount was
+    # detached it showed "/" as its backing file, which no path search finds
+    # (each QSD death leaked one).  Unbound now, or bound by another test.
+    for dev in loop:
+        bf = "/sys/block/%s/loop/backing_file" % os.path.basename(dev)
+        shown = open(bf).read().strip() if os.path.exists(bf) else None
+        assert shown != "/", "the dead data path's loop device %s is still bound" % dev
     print("ok after the QSD's death: abnormal, a stage under the old pod refused (%s); "
-          "the pod gone, staged again with its file, unstaged: nothing left" % d[:60])
+          "the pod gone, staged again with its file, unstaged: nothing left, the old loop "
+          "device %s let go" % (d[:60], loop))
     env.client.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=csilib.CALL_TIMEOUT)
 
 
