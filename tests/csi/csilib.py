@@ -84,6 +84,17 @@ def skip(why):
     sys.exit(77)
 
 
+def detach_loops_under(root):
+    """A failed test's leftovers: every loop device whose backing file is
+    beneath root, its mounts lazily unmounted, then detached."""
+    for line in subprocess.run(["losetup", "-n", "-O", "NAME,BACK-FILE"], capture_output=True,
+                               text=True, timeout=30).stdout.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[1].startswith(root + "/"):
+            subprocess.run(["umount", "-l", parts[0]], check=False, timeout=30)
+            subprocess.run(["losetup", "-d", parts[0]], check=False, timeout=30)
+
+
 def csi_sanity():
     """The csi-sanity binary: $QSD_CSI_SANITY, else the release that
     tests/k8s/sidecars.txt pins, built once from the Go module proxy into

@@ -631,12 +631,7 @@ def main():
             env.stop(signal.SIGKILL)
         except Exception:  # noqa: BLE001
             pass
-        for line in subprocess.run(["losetup", "-n", "-O", "NAME,BACK-FILE"], capture_output=True,
-                                   text=True).stdout.splitlines():
-            parts = line.split(None, 1)
-            if len(parts) == 2 and parts[1].startswith(env.root + "/"):
-                subprocess.run(["umount", "-l", parts[0]], check=False)
-                subprocess.run(["losetup", "-d", parts[0]], check=False)
+        csilib.detach_loops_under(env.root)
         env.cleanup()
 
 
