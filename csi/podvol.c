@@ -81,18 +81,21 @@ static bool loop_names(const char *name, const char *path)
     return streq(line, path);
 }
 
-/* A loop device of the FUSE mount at path (its device fs): backed by it
- * (what may be used), or, when dead_too, also one that names path and whose
- * backing file no longer answers (the mount's QSD is dead: what may only be
- * let go of; a pod's rebound device answers, from its own file). */
+/* A loop device of the FUSE mount at path (its device fs): one that names
+ * path and is backed by it (what may be used), or, when dead_too, one that
+ * names path and whose backing file no longer answers (the mount's QSD is
+ * dead: what may only be let go of; a pod's rebound device answers, from
+ * its own file).  The name first: the status call asks the backing file,
+ * and only path's own (or an imitation of it) is asked, never another
+ * volume's, whose QSD may hang. */
 static bool loop_of_mount(const char *name, const char *path, dev_t fs, bool dead_too)
 {
+    if (!loop_names(name, path))
+        return false;
     _cleanup_free_ char *dev = xasprintf("/dev/%s", name);
     int r = loop_backed_by(dev, fs);
     if (r == 1)
         return true;
-    if (!loop_names(name, path))
-        return false;
     if (r < 0 && dead_too)
         return true;
     if (r == 0)
