@@ -490,33 +490,32 @@ int grpc_call_reply_pb(struct grpc_call *c, const ProtobufCMessage *msg)
     return call_complete(c, GRPC_OK, NULL, b, GRPC_PREFIX + len);
 }
 
-/* Complete c with code and the message fmt formats (none when NULL). */
-static int call_complete_v(struct grpc_call *c, enum grpc_code code, const char *fmt, va_list ap)
-{
-    _cleanup_free_ char *m = NULL;
-    if (fmt && vasprintf(&m, fmt, ap) < 0)
-        abort();
-    return call_complete(c, code, m, NULL, 0);
-}
-
 int grpc_call_fail(struct grpc_call *c, enum grpc_code code, const char *fmt, ...)
 {
+    _cleanup_free_ char *m = NULL;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&m, fmt, ap) < 0)
+            abort();
+        va_end(ap);
+    }
     if (code == GRPC_OK)
         code = GRPC_UNKNOWN; /* failing with OK is a bug in the handler */
-    va_list ap;
-    va_start(ap, fmt);
-    int r = call_complete_v(c, code, fmt, ap);
-    va_end(ap);
-    return r;
+    return call_complete(c, code, m, NULL, 0);
 }
 
 int grpc_call_end(struct grpc_call *c, enum grpc_code code, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    int r = call_complete_v(c, code, fmt, ap);
-    va_end(ap);
-    return r;
+    _cleanup_free_ char *m = NULL;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&m, fmt, ap) < 0)
+            abort();
+        va_end(ap);
+    }
+    return call_complete(c, code, m, NULL, 0);
 }
 
 int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg)
