@@ -5,6 +5,7 @@
 #include "qsd/base/log.h"
 #include "qsd/base/proc.h"
 #include "qsd/base/util.h"
+#include "qsd/state/records.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -303,6 +304,7 @@ static void recover_one(const char *path)
 
 int barrier_recover(const char *dir)
 {
+    records_sweep(dir); /* a journal never written: nobody stopped yet */
     DIR *d = opendir(dir);
     if (!d)
         return 0;

@@ -140,6 +140,7 @@ static void groups_load(struct csi *c)
     gs->barrier_dir = xasprintf("%s/barriers", c->store->dir);
     mkdir_p(gs->dir, 0700);
     c->groups = gs;
+    records_sweep(gs->dir);
     DIR *d = opendir(gs->dir);
     struct dirent *de;
     while (d && (de = readdir(d))) {

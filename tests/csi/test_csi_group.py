@@ -335,10 +335,18 @@ def run(env, qsdctl):
     os.makedirs(bdir, exist_ok=True)
     with open(os.path.join(bdir, "grp-x.json"), "w") as f:
         json.dump({"version": 1, "stopped": [{"pid": w.pid, "starttime": starttime(w.pid)}]}, f)
+    # what a kill -9 inside a record write leaves: its temporary file
+    planted = [os.path.join(env.state, sub, ".tmp-%016x" % (0xdead0 + i))
+               for i, sub in enumerate(("volumes", "snapshots", "groups", "barriers"))]
+    for p in planted:
+        with open(p, "w") as f:
+            f.write('{"version": 1')
     c = env.start()
     wait(lambda: proc_state(w.pid) not in ("T", "t"), "the journalled writer continued", 5)
     assert not os.listdir(bdir), os.listdir(bdir)
-    print("ok a journalled stopped consumer is continued at start")
+    assert not [p for p in planted if os.path.exists(p)], "temporary files kept at start"
+    print("ok a journalled stopped consumer is continued at start; a killed write's temporary "
+          "files are removed")
 
     # ---- kill -9 at many instants of create and delete
     def consistent(what):
@@ -346,6 +354,10 @@ def run(env, qsdctl):
                       c.ListSnapshots(pb.ListSnapshotsRequest(), timeout=T).entries)
         files = sorted(f[:-6] for f in os.listdir(snapdir) if f.endswith(".qcow2"))
         assert recs == files, "%s: records %s, files %s" % (what, recs, files)
+        for sub in ("volumes", "snapshots", "groups", "barriers"):
+            d = os.path.join(env.state, sub)
+            left = [f for f in os.listdir(d) if f.startswith(".tmp-")] if os.path.isdir(d) else []
+            assert not left, "%s: a killed write's temporary files in %s: %s" % (what, d, left)
         gfiles = sorted(f[:-5] for f in os.listdir(groupdir))
         members = [r for r in recs if re.match(r"grp-", r)]
         for gname in gfiles:
@@ -355,8 +367,9 @@ def run(env, qsdctl):
         assert sorted(m.rsplit("-", 1)[0] for m in members) == sorted(gfiles * 2), (
             what, members, gfiles)
 
-    # kill -9 the moment the journal appears: inside the pause (the worker
-    # dies with the plugin, the writer stays stopped until the restart)
+    # kill -9 inside the pause, seen from outside: the journal appears, then
+    # the writer stops (the worker dies with the plugin, the writer stays
+    # stopped until the restart)
     libc = ctypes.CDLL(None, use_errno=True)
     ino = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
     assert ino >= 0 and libc.inotify_add_watch(ino, bdir.encode(), 0x100 | 0x80) >= 0  # CREATE, MOVED_TO
@@ -377,6 +390,15 @@ def run(env, qsdctl):
                     continue
                 hit = (name + ".json").encode() in buf
             assert hit, "no journal for %s" % name
+            # The journal is written before the writer is stopped: on a fast
+            # machine a kill at once lands before the SIGSTOP. Wait (bounded)
+            # until the writer is seen stopped or the journal is gone again
+            # (the pause is over), then kill: microseconds into a pause of ms.
+            jpath = os.path.join(bdir, name + ".json")
+            spin_until = time.monotonic() + 5
+            while (proc_state(w.pid) != "T" and os.path.exists(jpath)
+                   and time.monotonic() < spin_until):
+                pass
             os.kill(env.proc.pid, signal.SIGKILL)
             time.sleep(0.05)
             caught += proc_state(w.pid) == "T"
@@ -393,7 +415,7 @@ def run(env, qsdctl):
     finally:
         os.close(ino)
     assert caught >= 1, "no kill landed while the writer was stopped"
-    print("ok kill -9 as the barrier's journal appeared, %d times (the writer was left stopped "
+    print("ok kill -9 once the writer was seen stopped in the pause, %d times (left stopped "
           "by %d of them): continued at restart, records and files agree, retries whole and "
           "a prefix" % (rounds, caught))
 

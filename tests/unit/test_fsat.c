@@ -113,6 +113,35 @@ static void test_write_atomic_replaces_hostile_names(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* What a kill -9 inside fsat_write_* leaves (".tmp-" and 16 hex digits) is
+ * removed; nothing else is, whatever it looks like. */
+static void test_remove_tmp_only_leftovers(void **state)
+{
+    _cleanup_close_ int dfd = -1;
+    assert_int_equal(fsat_mkdirs(rfd, "t", 0700, &dfd), 0);
+    _cleanup_free_ char *decoy = at("decoy3");
+    assert_int_equal(write_file_atomic(decoy, "x", 1, 0600), 0);
+    const char *left[] = {".tmp-0123456789abcdef", ".tmp-fedcba9876543210"};
+    const char *kept[] = {"a.json", ".tmp-0123", ".tmp-0123456789abcdef0", ".tmp-0123456789ABCDEF",
+                          "x.tmp-0123456789abcdef"};
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(fsat_write_replace(dfd, left[i], "x", 1, 0600, -1), 0);
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(fsat_write_replace(dfd, kept[i], "x", 1, 0600, -1), 0);
+    assert_int_equal(mkdirat(dfd, ".tmp-00000000000000aa", 0700), 0);          /* not a file */
+    assert_int_equal(symlinkat(decoy, dfd, ".tmp-00000000000000bb"), 0);         /* nor this */
+    assert_int_equal(fsat_remove_tmp(dfd), 2);
+    struct stat st;
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(fstatat(dfd, left[i], &st, AT_SYMLINK_NOFOLLOW), -1);
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(fstatat(dfd, kept[i], &st, AT_SYMLINK_NOFOLLOW), 0);
+    assert_int_equal(fstatat(dfd, ".tmp-00000000000000aa", &st, AT_SYMLINK_NOFOLLOW), 0);
+    assert_int_equal(fstatat(dfd, ".tmp-00000000000000bb", &st, AT_SYMLINK_NOFOLLOW), 0);
+    assert_int_equal(stat(decoy, &st), 0);
+    assert_int_equal(fsat_remove_tmp(dfd), 0);
+}
+
 static void test_chown_mode_refuses_symlink(void **state)
 {
     _cleanup_close_ int dfd = -1;
@@ -254,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_rel),
         cmocka_unit_test_setup_teardown(test_mkdirs_refuses_symlink_component, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_atomic_replaces_hostile_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_tmp_only_leftovers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chown_mode_refuses_symlink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_dir_known_names_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_ro_and_unmount, setup, teardown),

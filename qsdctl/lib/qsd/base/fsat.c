@@ -3,6 +3,7 @@
 #include "qsd/base/fsat.h"
 #include "qsd/base/util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
@@ -157,6 +158,31 @@ int fsat_write_replace(int dfd, const char *name, const void *data, size_t len, 
                        int gid)
 {
     return write_atomic(dfd, name, data, len, mode, gid, false);
+}
+
+int fsat_remove_tmp(int dfd)
+{
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *hex = de->d_name + 5;
+        struct stat st;
+        if (strncmp(de->d_name, ".tmp-", 5) != 0 || strlen(hex) != 16 ||
+            strspn(hex, "0123456789abcdef") != 16 ||
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
 }
 
 int fsat_chown_mode(int dfd, const char *name, int gid, unsigned mode)

@@ -50,6 +50,11 @@ int fsat_write_atomic(int dfd, const char *name, const void *data, size_t len, u
  * made durable afterwards, off the event loop (the CSI plugin's records). */
 int fsat_write_replace(int dfd, const char *name, const void *data, size_t len, unsigned mode,
                        int gid);
+/* Remove the temporary files of the two above that a killed process left in
+ * dfd (".tmp-" and 16 hex digits, regular files only).  Only while nothing
+ * else writes in dfd: at the start of the directory's one owner.  Returns how
+ * many were removed. */
+int fsat_remove_tmp(int dfd);
 
 /* Set owner (0, gid) and mode of name in dfd without following a symlink;
  * -ELOOP when name is a symlink.  Missing is -ENOENT. */

@@ -321,8 +321,18 @@ int records_read(const char *dir, const char *id, const char *id_key, json_t **r
     return 0;
 }
 
+void records_sweep(const char *dir)
+{
+    _cleanup_close_ int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int n = dfd < 0 ? 0 : fsat_remove_tmp(dfd);
+    if (n > 0)
+        log_info("state", "removed temporary files of writes a kill cut short", "dir=%s files=%d",
+                 dir, n);
+}
+
 void records_load(const char *dir, const char *id_key, records_load_fn fn, void *opaque)
 {
+    records_sweep(dir);
     DIR *d = opendir(dir);
     if (!d)
         return;

@@ -48,6 +48,10 @@ void records_on_durable(struct records *r, records_durable_fn cb, void *opaque);
  * confirmed yet (blocking).  Returns 0 or the first error. */
 int records_flush_pending(const struct records *r);
 
+/* Remove from dir the temporary files of record writes (fsat_write_*) that a
+ * kill -9 cut short, and log how many.  Start-up only, before anything
+ * writes in dir; records_load does it first. */
+void records_sweep(const char *dir);
 /* Call fn for every DIR/<id>.json whose id is a valid name (names.h), whose
  * content is a JSON object (j borrowed) and, when id_key is not NULL, whose
  * member id_key is the string id.  A record fn refuses (returns < 0, may set
