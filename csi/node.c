@@ -195,7 +195,12 @@ static void stage_failed(struct op *op, int status, const char *msg)
 static int attach_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    return podvol_attach(op->csi, op->vol, ret_msg);
+    struct podvol_loop loop;
+    int r = podvol_attach(op->csi, op->vol, &loop, ret_msg);
+    if (r == 0 && loop.name[0])
+        *ret_result = json_pack("{s:s, s:I}", "loop", loop.name, "diskseq",
+                                (json_int_t)loop.diskseq);
+    return r;
 }
 
 static void attach_done(int status, const char *msg, json_t *result, void *opaque)
@@ -211,10 +216,18 @@ static void attach_done(int status, const char *msg, json_t *result, void *opaqu
                                                      : GRPC_INTERNAL,
                        "%s", msg ? msg : strerror(-status));
     } else {
-        if (v->stage_kind == STAGE_KIND_FS && !v->fs_made) {
-            v->fs_made = true; /* never formatted again (podvol.h) */
-            store_save_vol(op->csi->store, v);
+        const char *loop = json_string_value(json_object_get(result, "loop"));
+        json_int_t seq = json_integer_value(json_object_get(result, "diskseq"));
+        bool save = !streq_ptr(loop, v->stage_loop) || (uint64_t)seq != v->stage_loop_diskseq;
+        if (save) { /* for the publications (podvol_loop_open) */
+            free(v->stage_loop);
+            v->stage_loop = loop ? xstrdup(loop) : NULL;
+            v->stage_loop_diskseq = loop ? (uint64_t)seq : 0;
         }
+        if (v->stage_kind == STAGE_KIND_FS && !v->fs_made)
+            save = v->fs_made = true; /* never formatted again (podvol.h) */
+        if (save)
+            store_save_vol(op->csi->store, v);
         log_info("node", "pod volume staged", "volume=%s kind=%s fs=%s pid=%d", v->id,
                  stage_kind_name(v->stage_kind), v->stage_fs ? v->stage_fs : "-",
                  (int)qsd_get_pid(v->qsd));
@@ -645,10 +658,7 @@ static int pod_source(struct csi *c, const struct vol *v, int *ret_fd, char **re
         *ret_fd = TAKE_FD(fd);
         return 0;
     }
-    _cleanup_free_ char *path = podvol_fuse_path(c, v->id), *dev = NULL;
-    int r = podvol_loop_of(path, &dev);
-    if (r == 0 && (*ret_fd = open(dev, O_PATH | O_CLOEXEC)) < 0)
-        r = -errno;
+    int r = podvol_loop_open(c, v, ret_fd);
     if (r < 0)
         *ret_msg = xasprintf("volume %s has no loop device: stage it again", v->id);
     return r == -ENOENT ? -ENOTCONN : r;

@@ -571,20 +571,70 @@ static int mount_fs(struct csi *c, const struct vol *v, const char *dev, char **
     return 0;
 }
 
-int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg)
+/* /sys/block/NAME/diskseq: -ENOENT without it (kernels before 5.15). */
+static int loop_diskseq(const char *name, uint64_t *ret)
+{
+    _cleanup_free_ char *p = xasprintf("/sys/block/%s/diskseq", name), *text = NULL;
+    size_t len;
+    int r = read_file(p, 64, &text, &len);
+    if (r < 0)
+        return r;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(text, &end, 10);
+    if (errno || end == text || (*end && *end != '\n') || n == 0)
+        return -EBADMSG;
+    *ret = n;
+    return 0;
+}
+
+int podvol_attach(struct csi *c, const struct vol *v, struct podvol_loop *ret_loop,
+                  char **ret_msg)
 {
     _cleanup_free_ char *path = podvol_fuse_path(c, v->id), *dev = NULL;
     int r = loop_attach(path, &dev, ret_msg);
-    if (r < 0 || v->stage_kind != STAGE_KIND_FS)
+    if (r == 0 && v->stage_kind == STAGE_KIND_FS) {
+        _cleanup_close_ int dfd = -1;
+        bool mounted = mounts_open_target(c, v->staging_path, &dfd) == 0 &&
+                       fsat_is_mount_root(dfd) == 1;
+        if (!mounted)
+            r = make_or_check(v, dev, ret_msg);
+        if (r == 0 && !mounted && streq(v->stage_fs, "ext4"))
+            r = ext4_grow_offline(v, dev, ret_msg);
+        if (r == 0)
+            r = mount_fs(c, v, dev, ret_msg);
+    }
+    /* The sequence number read after the check that the device is backed
+     * by the export: only a holder of the device (this volume's own pods)
+     * could rebind it in between. */
+    const char *name = dev ? dev + strlen("/dev/") : "";
+    *ret_loop = (struct podvol_loop){0};
+    if (r == 0 && strlen(name) < sizeof(ret_loop->name) &&
+        loop_diskseq(name, &ret_loop->diskseq) == 0)
+        snprintf(ret_loop->name, sizeof(ret_loop->name), "%s", name);
+    return r;
+}
+
+int podvol_loop_open(struct csi *c, const struct vol *v, int *ret_fd)
+{
+    _cleanup_free_ char *path = podvol_fuse_path(c, v->id), *dev = NULL;
+    if (!v->stage_loop) {
+        int r = podvol_loop_of(path, &dev);
+        if (r == 0 && (*ret_fd = open(dev, O_PATH | O_CLOEXEC)) < 0)
+            r = -errno;
         return r;
-    _cleanup_close_ int dfd = -1;
-    bool mounted = mounts_open_target(c, v->staging_path, &dfd) == 0 &&
-                   fsat_is_mount_root(dfd) == 1;
-    if (!mounted && (r = make_or_check(v, dev, ret_msg)) < 0)
-        return r;
-    if (!mounted && streq(v->stage_fs, "ext4") && (r = ext4_grow_offline(v, dev, ret_msg)) < 0)
-        return r;
-    return mount_fs(c, v, dev, ret_msg);
+    }
+    dev = xasprintf("/dev/%s", v->stage_loop);
+    _cleanup_close_ int fd = open(dev, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    uint64_t seq;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return errno == ENOENT ? -ENOENT : -errno;
+    if (!S_ISBLK(st.st_mode) || loop_diskseq(v->stage_loop, &seq) < 0 ||
+        seq != v->stage_loop_diskseq || !loop_names(v->stage_loop, path))
+        return -ENOENT; /* let go of, rebound, or taken by another volume since */
+    *ret_fd = TAKE_FD(fd);
+    return 0;
 }
 
 /* The loop device of v told its backing file grew to size: once the FUSE

@@ -9,8 +9,8 @@
  * the handed descriptor) is qsd.h's qsd_set_fuse_fd; the publications are
  * mounts.h's mounts_bind_pod.
  *
- * podvol_fuse_mount and podvol_served run on the loop (no call waits for
- * the QSD); podvol_attach and podvol_detach wait for programs and the
+ * podvol_fuse_mount, podvol_served and podvol_loop_open run on the loop (no
+ * call waits for the QSD); podvol_attach and podvol_detach wait for programs and the
  * kernel and run in a worker (op.h). */
 #pragma once
 
@@ -48,8 +48,15 @@ bool podvol_served(struct csi *c, const struct vol *v);
  * -EUCLEAN with a message: refused (another signature, no
  * filesystem on a tenant's bytes or where one was made (fs_made), a check
  * that fails): FAILED_PRECONDITION.
+ * *ret_loop (on success): the loop device found backed by the FUSE export,
+ * which the caller records (v->stage_loop) for podvol_loop_open.
  * Idempotent. */
-int podvol_attach(struct csi *c, const struct vol *v, char **ret_msg);
+struct podvol_loop {
+    char name[32];     /* loopN */
+    uint64_t diskseq;  /* /sys/block/loopN/diskseq: new at every attach */
+};
+int podvol_attach(struct csi *c, const struct vol *v, struct podvol_loop *ret_loop,
+                  char **ret_msg);
 
 /* In a worker, after v's QSD grew the volume to size (NodeExpandVolume):
  * its loop device takes the new size, and a filesystem grows online
@@ -65,3 +72,12 @@ int podvol_detach(struct csi *c, const struct vol *v, char **ret_msg);
  * so in /sys and backed by the FUSE mount at path (LOOP_GET_STATUS64; never
  * touching path itself).  -ENOENT when none, or nothing is mounted there. */
 int podvol_loop_of(const char *path, char **ret_dev);
+
+/* On the loop: an O_PATH descriptor of staged v's loop device as its stage
+ * recorded it (v->stage_loop, v->stage_loop_diskseq), checked without
+ * asking the FUSE export (whose QSD may hang): the same disk sequence
+ * number (any detach or rebinding since, by a pod too, gives a new one)
+ * and /sys still naming v's FUSE file.  A record without the device
+ * (staged by an older plugin), or a kernel without diskseq:
+ * podvol_loop_of.  -ENOENT when there is none. */
+int podvol_loop_open(struct csi *c, const struct vol *v, int *ret_fd);

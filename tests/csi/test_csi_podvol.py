@@ -31,6 +31,7 @@ driven in kubelet's order through a gRPC client:
 usage: test_csi_podvol.py PLUGIN_BINARY PROTO_DIR QSDCTL
 """
 import concurrent.futures
+import json
 import os
 import signal
 import subprocess
@@ -336,7 +337,31 @@ def block(env):
     assert os.pread(fd, 4096, 1 * MiB) == pattern
     os.close(fd)
     print("ok block device grown online to 96 MiB")
-    for t in (a, b):
+    # The stage recorded its loop device; a publication checks that one
+    # without asking the FUSE export (a hung QSD must not stop the plugin):
+    # with the QSD frozen past the kernel's attribute timeout (1 s), a
+    # publication and a Probe are answered at once.
+    with open(os.path.join(env.state, "volumes", csilib.local_id(vid) + ".json")) as f:
+        rec = json.load(f)["staged"]["loop"]
+    rdev = os.stat(a).st_rdev
+    sysdev = os.path.realpath("/sys/dev/block/%d:%d" % (os.major(rdev), os.minor(rdev)))
+    with open(os.path.join(sysdev, "diskseq")) as f:
+        assert sysdev.endswith("/" + rec["name"]) and rec["diskseq"] == int(f.read()), rec
+    qsd = csilib.qsd_process(env.qsd_pids()[csilib.local_id(vid)])
+    c = p.target("pod-c")
+    os.kill(qsd, signal.SIGSTOP)
+    try:
+        time.sleep(1.2)
+        t0 = time.monotonic()
+        publish(env, vid, p.stg, c, cap)
+        env.client.Probe(pb.ProbeRequest(), timeout=csilib.CALL_TIMEOUT)
+        took = time.monotonic() - t0
+    finally:
+        os.kill(qsd, signal.SIGCONT)
+    assert os.stat(c).st_rdev == rdev
+    print("ok block: the recorded loop device (%s) published while the QSD was frozen, in "
+          "%.2f s" % (rec["name"], took))
+    for t in (a, b, c):
         unpublish(env, vid, t)
         assert not os.path.exists(t)
     unstage(env, vid, p.stg)

@@ -207,7 +207,7 @@ if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null &&
     unshare -m true 2>/dev/null; then
     spec '[{"volume":"good","boot_order":1},{"volume":"data"}]'
     rc=0
-    timeout 60 unshare -m bash -c '
+    timeout 60 unshare -m --propagation slave bash -c '
         for d in "$1" "$2"; do
             mount --bind "$d" "$d" && mount -o remount,bind,ro,nosuid,nodev,noexec "$d" || exit 90
             ! touch "$d/written" 2>/dev/null || exit 91

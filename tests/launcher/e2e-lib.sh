@@ -159,8 +159,12 @@ JSON
 # read-only, nosuid, nodev, noexec bind mounts (a write there is checked to
 # fail first).  Files placed in them from outside (this script, QSD) are seen
 # through the binds.  LAUNCHER_PID is the launcher itself (unshare and bash exec).
+# A slave namespace, not a private one: a private copy of the host's mounts
+# would keep every filesystem mounted at that moment busy while the VM runs
+# (a pod volume's of a test running beside this one: its unstage then found
+# its loop device still open).
 start_launcher() {
-    unshare -m --propagation private bash -c '
+    unshare -m --propagation slave bash -c '
         for d in "$1" "$2"; do
             mount --bind "$d" "$d" && mount -o remount,bind,ro,nosuid,nodev,noexec "$d" || exit 90
             ! touch "$d/.written" 2>/dev/null || exit 91

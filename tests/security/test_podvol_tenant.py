@@ -137,7 +137,7 @@ def rebound_loop(env):
               'truncate -s %d "$m$1"; mkfs.ext4 -q -F -E nodiscard -d "$2" "$m$1"; '
               'exec setpriv --inh-caps=-all --bounding-set=-all /usr/bin/python3 -c "$3" "$4" "$m$1"'
               % (64 * MiB))
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+    r = subprocess.run(["unshare", "-m", "--propagation", "slave", "sh", "-c", script, "sh",
                         fake, seed, REBIND, tgt], capture_output=True, text=True, timeout=60)
     check(r.returncode == 0 and "rebound" in r.stdout,
           "the tenant (root, no capability) rebound its loop device %s to its own file: %s%s"
@@ -145,6 +145,17 @@ def rebound_loop(env):
     with open("/sys/block/%s/loop/backing_file" % rogue[5:]) as f:
         shown = f.read().strip()
     check(shown == fake, "the rebound device reads in /sys as the victim's FUSE file: %s" % shown)
+    # The tenant's own next publication does not get the rebound device
+    # either: the stage recorded the device's disk sequence number, which
+    # the rebinding changed.
+    C = csilib.grpc.StatusCode
+    t2 = pv.Pod(env, tenant, block=True).target("tenant-2")
+    d = expect_code(env.client.NodePublishVolume, pb.NodePublishVolumeRequest(
+        volume_id=tenant, staging_target_path=tp.stg, target_path=t2,
+        volume_capability=block_cap(pb)), C.FAILED_PRECONDITION,
+        "a publication of the tenant's volume after the rebinding")
+    check("stage it again" in d and not os.path.exists(t2),
+          "the rebound device is not published again: %s" % d)
 
     cap = mount_cap(pb, fs_type="ext4")
     pv.stage(env, victim, vp.stg, cap)

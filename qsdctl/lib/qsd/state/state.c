@@ -44,6 +44,9 @@ void vol_clear_staging(struct vol *v)
     v->staging_path = NULL;
     free(v->stage_fs);
     v->stage_fs = NULL;
+    free(v->stage_loop);
+    v->stage_loop = NULL;
+    v->stage_loop_diskseq = 0;
     v->stage_kind = STAGE_KIND_VHOST;
     v->stage_gid = -1;
     v->stage_ro = false;
@@ -63,6 +66,7 @@ void vol_free(struct vol *v)
     free(v->src_id);
     free(v->staging_path);
     free(v->stage_fs);
+    free(v->stage_loop);
     for (size_t i = 0; i < v->n_pubs; i++) {
         free(v->pubs[i].target);
         free(v->pubs[i].pod_uid);
@@ -143,6 +147,10 @@ json_t *vol_to_json(const struct vol *v)
         json_object_set_new(staged, "kind", json_string(stage_kind_name(v->stage_kind)));
         if (v->stage_fs)
             json_object_set_new(staged, "fs_type", json_string(v->stage_fs));
+        if (v->stage_loop)
+            json_object_set_new(staged, "loop", json_pack("{s:s, s:I}", "name", v->stage_loop,
+                                                          "diskseq",
+                                                          (json_int_t)v->stage_loop_diskseq));
     }
     json_t *src = v->src_type ? json_pack("{s:s, s:s}", "type", v->src_type, "id", v->src_id)
                               : json_null();
@@ -235,6 +243,19 @@ int vol_from_json(json_t *j, struct vol **ret, char **ret_msg)
                 v->stage_kind = STAGE_KIND_BLOCK;
             else if (kind)
                 r = -EBADMSG;
+            json_t *loop = json_object_get(staged, "loop");
+            const char *ln;
+            json_int_t seq;
+            if (r == 0 && loop && v->stage_kind != STAGE_KIND_VHOST) {
+                if (json_unpack(loop, "{s:s, s:I}", "name", &ln, "diskseq", &seq) < 0 ||
+                    !startswith(ln, "loop") || !ln[4] || strspn(ln + 4, "0123456789") != strlen(ln + 4) ||
+                    seq <= 0)
+                    r = -EBADMSG;
+                else {
+                    v->stage_loop = xstrdup(ln);
+                    v->stage_loop_diskseq = (uint64_t)seq;
+                }
+            }
         }
     }
     size_t i;

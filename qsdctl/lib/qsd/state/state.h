@@ -52,6 +52,11 @@ struct vol {
     bool stage_ro;         /* staged with a read-only access mode */
     enum stage_kind stage_kind;
     char *stage_fs;        /* STAGE_KIND_FS: ext4 | xfs */
+    char *stage_loop;      /* a pod volume's loop device (loopN) as the stage's
+                              worker found it backed by the FUSE export; NULL:
+                              none recorded (not attached yet) */
+    uint64_t stage_loop_diskseq; /* its disk sequence number then (the kernel
+                              gives each attach of a backing file a new one) */
     bool raw_exposed;      /* its bytes were ever a tenant's block device (a VM's
                               disk or a Block-mode pod's): a filesystem on it is
                               checked before the kernel mounts it */
