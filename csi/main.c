@@ -5,7 +5,9 @@
  * Controller, Node on the node's state; --role controller: Identity and the
  * RBD Controller, ctlrole.h), serves gRPC on a unix socket from one event loop
  * (and the same methods on a second one under the RBD volumes' driver name
- * with --rbd-endpoint: struct endpoint), and on SIGTERM/SIGINT (read through
+ * with --rbd-endpoint: struct endpoint; the node operations the controller
+ * forwards, only those, on a third one with --node-ops-endpoint:
+ * NODE_OPS_METHODS), and on SIGTERM/SIGINT (read through
  * a signalfd in the loop) shuts down gracefully: GOAWAY, calls in flight
  * finish within a bounded grace period, exit 0. */
 #include "capacity.h"
@@ -41,11 +43,25 @@
 #define SHUTDOWN_GRACE_MS 5000
 #define SOCKET_MODE 0660
 
+/* What the node-operations endpoint serves besides Identity: the calls that
+ * arrive at the central controller but must run on the volume's node
+ * (docs/node-operations.md), nothing that creates, deletes, stages or
+ * publishes.  Every one refuses a volume of another node. */
+static const char *const NODE_OPS_METHODS[] = {
+    "/csi.v1.Controller/ControllerGetCapabilities",
+    "/csi.v1.Controller/ControllerModifyVolume",
+    "/csi.v1.GroupController/",
+    "/csi.v1.SnapshotMetadata/",
+    NULL,
+};
+
 /* One gRPC endpoint: its server, listener and Identity (the driver name
  * GetPluginInfo answers).  The plugin serves the same Controller and Node
- * methods on each. */
+ * methods on each, but the node-operations endpoint (node_ops) only
+ * NODE_OPS_METHODS. */
 struct endpoint {
     struct plugin_config cfg; /* the plugin's, with this endpoint's name and socket */
+    bool node_ops;
     struct grpc_server *srv;
     struct grpc_listener *ln;
     struct identity *identity;
@@ -54,7 +70,8 @@ struct endpoint {
 struct plugin {
     struct plugin_config cfg;
     struct loop *loop;
-    struct endpoint ep[2]; /* [0] --endpoint/--driver-name, [1] --rbd-endpoint/--rbd-driver-name */
+    struct endpoint ep[3]; /* --endpoint/--driver-name, then --rbd-endpoint/--rbd-driver-name,
+                              then --node-ops-endpoint, those given */
     size_t n_ep;
     size_t draining;       /* endpoints not yet drained at shutdown */
     struct csi *csi;
@@ -86,6 +103,10 @@ static void usage(FILE *f)
             "                        StorageClasses (rbd.qsd-csi.dev in deploy/): the\n"
             "                        central provisioner and snapshotter then see RBD\n"
             "                        claims only (docs/rbd.md)\n"
+            "  --node-ops-endpoint URL  (node role) a socket serving only what the\n"
+            "                        controller forwards to a volume's node: ModifyVolume,\n"
+            "                        group snapshots, snapshot metadata (for the node\n"
+            "                        endpoint's TLS front end; docs/node-operations.md)\n"
             "  --state-dir DIR       plugin state (default /var/lib/qsd-csi/state)\n"
             "  --pool DIR            image pool (default /var/lib/qsd-csi/pool)\n"
             "  --run-dir DIR         runtime root (default /run/qsd-csi)\n"
@@ -307,7 +328,7 @@ enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, 
        O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
        O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
        O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW, O_UIDBASE, O_UIDCOUNT, O_VMEM,
-       O_VPIDS, O_VCPUW, O_RBDEP, O_RBDDRIVER };
+       O_VPIDS, O_VCPUW, O_RBDEP, O_RBDDRIVER, O_NODEOPS };
 
 /* The integer options: the flag, its bounds, the factor into the field's
  * unit (seconds into milliseconds), and the field of struct plugin_config
@@ -384,6 +405,7 @@ static int parse_option(int c, char *arg, int argc, char **argv, struct plugin_c
     case O_DRIVER: cfg->driver_name = arg; break;
     case O_RBDEP: cfg->rbd_endpoint = arg; break;
     case O_RBDDRIVER: cfg->rbd_driver_name = arg; break;
+    case O_NODEOPS: cfg->node_ops_endpoint = arg; break;
     case O_STATE: cfg->state_dir = arg; break;
     case O_RBDCLUSTERS:
         if (arg[0] != '/') {
@@ -514,6 +536,21 @@ static int check_config(struct plugin_config *cfg, char **hostname)
             return 2;
         }
     }
+    if (cfg->node_ops_endpoint) {
+        if (endpoint_path(cfg->node_ops_endpoint, &cfg->node_ops_socket_path) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: --node-ops-endpoint must be unix:///absolute/path\n");
+            return 2;
+        }
+        if (streq(cfg->node_ops_socket_path, cfg->socket_path) ||
+            (cfg->rbd_socket_path && streq(cfg->node_ops_socket_path, cfg->rbd_socket_path))) {
+            fprintf(stderr, "qsd-csi-plugin: --node-ops-endpoint is another endpoint's socket\n");
+            return 2;
+        }
+        if (cfg->role == PLUGIN_ROLE_CONTROLLER) {
+            fprintf(stderr, "qsd-csi-plugin: --node-ops-endpoint is for the node role\n");
+            return 2;
+        }
+    }
     if (!cfg->node_id) {
         char buf[256] = "";
         if (gethostname(buf, sizeof(buf) - 1) < 0 || !buf[0]) {
@@ -579,6 +616,7 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"image-download-allow-cidr", required_argument, NULL, O_IMGALLOW},
         {"rbd-clusters", required_argument, NULL, O_RBDCLUSTERS},
         {"rbd-endpoint", required_argument, NULL, O_RBDEP},
+        {"node-ops-endpoint", required_argument, NULL, O_NODEOPS},
         {"rbd-driver-name", required_argument, NULL, O_RBDDRIVER},
         {"role", required_argument, NULL, O_ROLE},
         {"log-level", required_argument, NULL, O_LEVEL},
@@ -656,8 +694,25 @@ static void on_http(const char *path, int *ret_status, const char **ret_type, ch
     }
 }
 
+/* Of m, the methods NODE_OPS_METHODS names (a path, or a prefix ending in
+ * '/' for a whole service) added to srv. */
+static int add_node_ops(struct grpc_server *srv, const struct grpc_method *m, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        for (const char *const *a = NODE_OPS_METHODS; *a; a++) {
+            size_t l = strlen(*a);
+            if ((*a)[l - 1] == '/' ? strncmp(m[i].path, *a, l) == 0 : streq(m[i].path, *a)) {
+                int r = grpc_server_add_methods(srv, &m[i], 1);
+                if (r < 0)
+                    return r;
+                break;
+            }
+        }
+    return 0;
+}
+
 /* EP's server (Identity under EP's driver name, then the role's Controller
- * and Node methods) and its listener. */
+ * and Node methods, or the node operations only) and its listener. */
 static int endpoint_serve(struct plugin *pl, struct endpoint *ep)
 {
     size_t n;
@@ -669,7 +724,15 @@ static int endpoint_serve(struct plugin *pl, struct endpoint *ep)
     }
     m = identity_methods(ep->identity, &n);
     r = grpc_server_add_methods(ep->srv, m, n);
-    if (r == 0 && pl->cfg.role == PLUGIN_ROLE_CONTROLLER) {
+    if (r == 0 && ep->node_ops) {
+        csi_hold_answers(pl->csi, ep->srv);
+        const struct grpc_method *(*const tables[])(struct csi *, size_t *) = {
+            controller_methods, group_methods, snapmeta_methods};
+        for (size_t t = 0; r == 0 && t < sizeof(tables) / sizeof(*tables); t++) {
+            m = tables[t](pl->csi, &n);
+            r = add_node_ops(ep->srv, m, n);
+        }
+    } else if (r == 0 && pl->cfg.role == PLUGIN_ROLE_CONTROLLER) {
         m = ctlrole_methods(pl->csi, &n);
         r = grpc_server_add_methods(ep->srv, m, n);
     } else if (r == 0) {
@@ -798,6 +861,13 @@ int main(int argc, char **argv)
         pl.ep[1].cfg.socket_path = pl.cfg.rbd_socket_path;
         pl.n_ep = 2;
     }
+    if (pl.cfg.node_ops_endpoint) {
+        struct endpoint *ep = &pl.ep[pl.n_ep++];
+        ep->cfg = pl.cfg;
+        ep->cfg.endpoint = pl.cfg.node_ops_endpoint;
+        ep->cfg.socket_path = pl.cfg.node_ops_socket_path;
+        ep->node_ops = true;
+    }
     for (size_t i = 0; i < pl.n_ep; i++)
         if ((r = endpoint_serve(&pl, &pl.ep[i])) < 0)
             goto out;
@@ -812,12 +882,12 @@ int main(int argc, char **argv)
     pl.sigwatch = loop_watch_fd(pl.loop, pl.sigfd, POLLIN, on_signal, &pl);
 
     log_info("plugin", "serving",
-             "role=%s endpoint=%s http=%s driver=%s rbd_endpoint=%s rbd_driver=%s node=%s version=%s "
-             "revision=%s",
+             "role=%s endpoint=%s http=%s driver=%s rbd_endpoint=%s rbd_driver=%s "
+             "node_ops_endpoint=%s node=%s version=%s revision=%s",
              pl.cfg.role == PLUGIN_ROLE_CONTROLLER ? "controller" : "node", pl.cfg.endpoint,
              pl.cfg.http_endpoint ? pl.cfg.http_endpoint : "none", pl.cfg.driver_name,
              pl.cfg.rbd_endpoint ?: "none", pl.cfg.rbd_endpoint ? pl.cfg.rbd_driver_name : "none",
-             pl.cfg.node_id, QSD_CSI_VERSION, QSD_CSI_REVISION);
+             pl.cfg.node_ops_endpoint ?: "none", pl.cfg.node_id, QSD_CSI_VERSION, QSD_CSI_REVISION);
     r = loop_run(pl.loop);
     if (r < 0) {
         log_error("plugin", "event loop failed", "error=\"%s\"", strerror(-r));

@@ -39,6 +39,8 @@ struct plugin_config {
     const char *rbd_endpoint;    /* a second endpoint (--rbd-endpoint), NULL: none */
     const char *rbd_socket_path; /* rbd_endpoint without the scheme */
     const char *rbd_driver_name; /* the name GetPluginInfo answers there */
+    const char *node_ops_endpoint;    /* --node-ops-endpoint (node role), NULL: none */
+    const char *node_ops_socket_path; /* node_ops_endpoint without the scheme */
     const char *state_dir;
     const char *pool_dir;
     const char *run_dir;

@@ -46,7 +46,7 @@ struct csi {
     struct loop_timer *log_timer; /* bounds the QSDs' logs (qsd_log_trim) */
     struct volstats *vstats; /* health and I/O figures, cached (volstats.h; set by main) */
     struct imagememo *image_refusals; /* checksum refusals remembered (imagememo.h) */
-    struct grpc_server *held[2]; /* servers whose answers wait for durable records
+    struct grpc_server *held[3]; /* servers whose answers wait for durable records
                                   * (csi_hold_answers: one per endpoint) */
     size_t n_held;
 };

@@ -14,6 +14,11 @@ only (docs/rbd.md, "Two driver names").
     handed to the RBD code (missing secrets: INVALID_ARGUMENT naming
     userID), as on the first;
   - the controller role takes the flags too (its own name on each);
+  - --node-ops-endpoint (node role only, its own socket): the node
+    operations the controller forwards (ControllerModifyVolume, the
+    GroupController, SnapshotMetadata) and Identity, nothing else
+    (CreateVolume, DeleteVolume, NodeStageVolume, NodePublishVolume,
+    CreateSnapshot: UNIMPLEMENTED); a modify through it reaches the record;
   - SIGTERM: exit 0, both sockets removed;
   - a second socket that cannot be made: exit non-zero at once, the path
     and the reason in the log, the first socket removed.
@@ -70,6 +75,11 @@ def main():
             "--rbd-driver-name")
     refused(plugin, ["--rbd-endpoint", "relative.sock", "--rbd-driver-name", RBD_NAME],
             "--rbd-endpoint")
+    refused(plugin, ["--node-ops-endpoint", "relative.sock"], "--node-ops-endpoint")
+    refused(plugin, ["--endpoint", "unix:///tmp/a.sock", "--node-ops-endpoint",
+                     "unix:///tmp/a.sock"], "another endpoint's socket")
+    refused(plugin, ["--role", "controller", "--rbd-clusters", "/dev/null",
+                     "--node-ops-endpoint", "unix:///tmp/c.sock"], "node role")
     print("ok bad flag combinations: exit 2 naming the flag")
 
     env = csilib.Env(plugin, proto)
@@ -118,15 +128,57 @@ def main():
                 C.INVALID_ARGUMENT, "RBD CreateVolume without secrets")
             assert "userID" in d, d
         print("ok RBD requests handed to the RBD code on both endpoints")
+        c2.close()
+        c2 = None
+        assert env.stop(signal.SIGTERM) == 0
+
+        ops = os.path.join(env.root, "ops", "node-ops.sock")
+        c1 = env.start(extra=["--node-ops-endpoint", "unix://" + ops])
+        wait_accepting(ops, env.proc)
+        c2 = csilib.Client(pb, ops)
+        assert c2.GetPluginInfo(pb.GetPluginInfoRequest(), timeout=10).name == env.driver
+        v = c1.CreateVolume(pb.CreateVolumeRequest(
+            name="pvc-ops", capacity_range=pb.CapacityRange(required_bytes=16 * MiB),
+            volume_capabilities=[cap]), timeout=30).volume
+        c2.ControllerModifyVolume(pb.ControllerModifyVolumeRequest(
+            volume_id=v.volume_id, mutable_parameters={"readIops": "700"}), timeout=30)
+        with open(os.path.join(env.state, "volumes", csilib.local_id(v.volume_id) + ".json")) as f:
+            rec = json.load(f)
+        assert rec.get("mutable_parameters", {}).get("readIops") == "700", rec
+        gcaps = c2.GroupControllerGetCapabilities(pb.GroupControllerGetCapabilitiesRequest(),
+                                                  timeout=10)
+        assert gcaps.capabilities, gcaps
+        staging = os.path.join(env.kubelet, "plugins", "kubernetes.io", "csi", "ops", "globalmount")
+        os.makedirs(staging)
+        refused_there = [
+            (c2.CreateVolume, pb.CreateVolumeRequest(name="pvc-x", volume_capabilities=[cap])),
+            (c2.DeleteVolume, pb.DeleteVolumeRequest(volume_id=v.volume_id)),
+            (c2.CreateSnapshot, pb.CreateSnapshotRequest(name="s", source_volume_id=v.volume_id)),
+            (c2.NodeStageVolume, pb.NodeStageVolumeRequest(
+                volume_id=v.volume_id, staging_target_path=staging, volume_capability=cap)),
+            (c2.NodePublishVolume, pb.NodePublishVolumeRequest(
+                volume_id=v.volume_id, staging_target_path=staging, target_path=staging + "x",
+                volume_capability=cap)),
+            (c2.NodeGetInfo, pb.NodeGetInfoRequest()),
+        ]
+        for fn, req in refused_there:
+            expect_code(fn, req, C.UNIMPLEMENTED, "%s on the node-operations socket"
+                        % type(req).__name__)
+        listed = [e.volume.volume_id for e in c1.ListVolumes(pb.ListVolumesRequest(), timeout=10).entries]
+        assert listed == [v.volume_id] and not env.qsd_pids(), (listed, env.qsd_pids())
+        c1.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v.volume_id), timeout=30)
+        print("ok node-operations socket: Identity, ModifyVolume (in the record), the group "
+              "service; create, delete, snapshot, stage, publish, node info UNIMPLEMENTED, "
+              "nothing changed")
 
         c2.close()
         c2 = None
         t0 = time.monotonic()
         rc = env.stop(signal.SIGTERM)
         assert rc == 0, "exit %s" % rc
-        for s in (env.sock, sock2):
+        for s in (env.sock, sock2, ops):
             assert not os.path.exists(s), "%s left behind" % s
-        print("ok SIGTERM: exit 0 in %.1f s, both sockets removed" % (time.monotonic() - t0))
+        print("ok SIGTERM: exit 0 in %.1f s, every socket removed" % (time.monotonic() - t0))
 
         clusters = os.path.join(env.root, "clusters.json")
         with open(clusters, "w") as f:
