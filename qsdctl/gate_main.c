@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -128,6 +129,9 @@ static int start(const struct gate_conf *c, SSL_CTX **ctx, struct gate_server **
         fprintf(stderr, "qsd-node-gate: signalfd: %s\n", strerror(errno));
         return 1;
     }
+    /* The log's strftime sets the time zone once, reading /etc/localtime:
+     * now, while there is one and open is allowed. */
+    tzset();
     if ((r = confine(c)) < 0) {
         fprintf(stderr, "qsd-node-gate: cannot confine itself: %s\n", strerror(-r));
         return 1;

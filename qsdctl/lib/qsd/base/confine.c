@@ -120,14 +120,16 @@ static const int ALLOW_FILTER[] = {COMMON_CALLS, COMMON_X86, SOCKET_CALLS, SYS_p
 /* The node endpoint's TLS gate (qsd-node-gate): it has read its keys and
  * bound its socket before confining itself, so it opens no file and
  * execs nothing: accept and connect (by name, from its working directory),
- * stream I/O, epoll, its signalfd, memory, and what glibc's abort needs.
+ * stream I/O, epoll, its signalfd, memory, and what glibc's abort needs
+ * (sigaltstack: AddressSanitizer asks for it in a process under this
+ * profile, unit/test_confine in a sanitizer build).
  * (clone without namespace flags passes in every profile, above.) */
 static const int ALLOW_GATE[] = {
     SYS_read, SYS_write, SYS_readv, SYS_writev, SYS_close, SYS_fcntl, SYS_fstat,
     SYS_newfstatat, SYS_mmap, SYS_munmap, SYS_mremap, SYS_mprotect, SYS_madvise, SYS_brk,
-    SYS_futex, SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_tgkill, SYS_getpid,
-    SYS_gettid, SYS_clock_gettime, SYS_getrandom, SYS_restart_syscall, SYS_exit,
-    SYS_exit_group, SYS_epoll_ctl, SYS_epoll_pwait, SYS_socket, SYS_connect, SYS_accept4,
+    SYS_futex, SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_sigaltstack,
+    SYS_tgkill, SYS_getpid, SYS_gettid, SYS_clock_gettime, SYS_getrandom, SYS_restart_syscall,
+    SYS_exit, SYS_exit_group, SYS_epoll_ctl, SYS_epoll_pwait, SYS_socket, SYS_connect, SYS_accept4,
     SYS_shutdown, SYS_setsockopt, SYS_getsockopt, SYS_getsockname, SYS_getpeername,
     SYS_sendto, SYS_recvfrom, SYS_sendmsg, SYS_recvmsg,
 #ifdef __x86_64__
