@@ -17,8 +17,11 @@ connections and hashes what it receives.
            plaintext, random bytes; each refusal logged with its reason
   bounds   a stalled handshake is closed at its deadline while another
            client is served; beyond --max-conns a connection is closed at
-           once and the others keep working; the forward socket gone: the
-           client is closed, the gate serves again once it is back
+           once and the others keep working; a unix server that does not
+           read: the client is held back (the gate's buffers and memory
+           stay bounded), everything arrives once it reads; the forward
+           socket gone: the client is closed, the gate serves again once
+           it is back
   confine  /proc/PID/status: CapEff 0, NoNewPrivs 1, Seccomp 2 (0 in the
            sanitizer build, QSD_SANITIZED=1), the uid and gid asked; its
            own mount namespace with /etc and /usr empty; the fd limit; a
@@ -141,8 +144,10 @@ def pki(name):
 class Echo:
     """A unix echo server: counts connections, hashes what it receives."""
 
-    def __init__(self, path, close_after=None):
-        self.path, self.close_after = path, close_after
+    def __init__(self, path, close_after=None, echo=True):
+        self.path, self.close_after, self.echo = path, close_after, echo
+        self.go = threading.Event()  # cleared: connections are not read
+        self.go.set()
         self.conns = 0
         self.received = hashlib.sha256()
         self.nreceived = 0
@@ -178,6 +183,7 @@ class Echo:
 
     def _echo(self, c):
         while True:
+            self.go.wait(60)
             try:
                 d = c.recv(65536)
             except OSError:
@@ -190,7 +196,8 @@ class Echo:
                 self.received.update(d)
                 self.nreceived += len(d)
             try:
-                c.sendall(d)
+                if self.echo:
+                    c.sendall(d)
             except OSError:
                 return
             if self.close_after and d.endswith(self.close_after):
@@ -566,6 +573,8 @@ def scenario_bounds():
     for s in held:
         s.close()
 
+    backpressure()
+
     # The forward socket gone: the client is closed, the gate keeps serving.
     echo.stop()
     mark = gate.mark()
@@ -584,6 +593,61 @@ def scenario_bounds():
     check(closed_by_peer(s, 5), "a client whose forward connection ended was not closed")
     s.close()
     check(gate.alive() and gate.stop() == 0, "the gate exits 0 on SIGTERM")
+
+
+def vmrss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def backpressure():
+    """A unix server that does not read: the gate stops reading the client
+    (its buffers are bounded), then everything arrives once it reads."""
+    sink = Echo(os.path.join(T, "run", "sink.sock"), echo=False)
+    sink.go.clear()
+    gate = Gate(sink.path)
+    s = connect(gate)
+    s.sendall(b"w")  # the relay is up (the sink's connection is open)
+    s.setblocking(False)
+    rss0 = vmrss_kib(gate.pid)
+    chunk = os.urandom(65536)
+    h = hashlib.sha256(b"w")
+    sent, last = 1, time.monotonic()
+    while time.monotonic() - last < 1.5 and sent < (256 << 20):
+        try:
+            k = s.send(chunk)
+            h.update(chunk[:k])
+            sent += k
+            last = time.monotonic()
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            select.select([], [s], [], 0.2)
+    rss1 = vmrss_kib(gate.pid)
+    print(f"backpressure: the client could send {sent >> 10} KiB to a server not reading; "
+          f"gate RSS {rss0} -> {rss1} KiB")
+    check(sent < (64 << 20), f"the gate took {sent} bytes the unix server did not read")
+    check(rss1 - rss0 < 16 << 10, f"the gate grew by {rss1 - rss0} KiB")
+    sink.go.set()
+    # The send that blocked may have passed some of its records already:
+    # OpenSSL wants it repeated with the same bytes, and counts it whole.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            k = s.send(chunk)
+            h.update(chunk[:k])
+            sent += k
+            break
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            select.select([], [s], [], 0.2)
+    while sink.nreceived < sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(sink.nreceived == sent and sink.received.digest() == h.digest(),
+          f"{sink.nreceived} of {sent} bytes arrived intact once the server read")
+    s.close()
+    check(gate.stop() == 0, "the backpressure gate exits 0 on SIGTERM")
+    sink.stop()
 
 
 def status(pid):
