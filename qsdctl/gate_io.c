@@ -283,6 +283,8 @@ static int pump_down(struct gate_conn *c, bool *fatal)
             progress = 1;
         } else {
             int r = ssl_result(c, n, fatal);
+            if (r == 1)
+                *fatal = true; /* the client's side is closed for writing */
             if (r != 0)
                 return r < 0 ? r : -EPIPE;
         }
@@ -322,7 +324,9 @@ static void relay(struct gate_server *s, struct gate_conn *c)
             break;
     }
     if (r < 0) {
-        conn_close(s, c, fatal ? "client: TLS error or reset" : strerror(-r));
+        char why[96];
+        snprintf(why, sizeof(why), "%s: %s", fatal ? "client" : "forward", strerror(-r));
+        conn_close(s, c, why);
         return;
     }
     uint64_t tag = (uint64_t)c->slot << 1;
@@ -384,7 +388,8 @@ static int sweep(struct gate_server *s)
         struct gate_conn *c = s->conns[i];
         if (!c)
             continue;
-        uint64_t due = c->relaying ? c->last_ms + s->c->idle_ms : c->started_ms + s->c->handshake_ms;
+        uint64_t due = c->relaying ? c->last_ms + s->c->idle_ms
+                                   : c->started_ms + s->c->handshake_ms;
         if (now >= due) {
             if (c->relaying)
                 conn_close(s, c, "idle timeout");
@@ -448,7 +453,8 @@ int gate_server_run(struct gate_server *s, int extra_fd, int (*on_extra)(void *o
 
 int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, struct gate_server **ret)
 {
-    _cleanup_close_ int lfd = socket(c->listen.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    _cleanup_close_ int lfd =
+        socket(c->listen.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (lfd < 0)
         return -errno;
     int one = 1;
