@@ -46,6 +46,10 @@ BASE_PKGS=(
     # Volumes for ordinary pods (docs/pod-volumes.md): /dev/fuse's tools,
     # mkfs, fsck and online growth of ext4 and xfs.
     fuse3 e2fsprogs xfsprogs
+    # qsd-node-gate, the node endpoint's mutual-TLS front end
+    # (docs/node-operations.md): OpenSSL 3 (TLS 1.3, client certificates);
+    # its tests make certificates with the openssl CLI.
+    libssl-dev openssl
 )
 # A throwaway single-node Ceph for the RBD tests (tests/ceph/cephlib.py);
 # without recommends (no mgr dashboards, no systemd units pulled in).

@@ -3,7 +3,8 @@
  * (confine.h), in forked children: each seccomp profile refuses or kills
  * what it must (ptrace and mount killed with SIGSYS, userfaultfd EPERM, an
  * unlisted call ENOSYS, clone with a namespace flag killed) and lets through
- * what the program needs; confine_self drops to another uid with every
+ * what the program needs (the gate's profile: no open, no exec);
+ * confine_self drops to another uid with every
  * capability set empty, no_new_privs and seccomp mode 2, and in its mount
  * namespace the host is read-only, a hidden directory is empty and a
  * writable one beneath it is writable.  Root only (skipped otherwise). */
@@ -55,14 +56,15 @@ static int status_field(const char *name, char *buf, size_t len)
 }
 
 static const enum confine_profile PROFILES[] = {CONFINE_PROFILE_QSD, CONFINE_PROFILE_FILTER,
-                                                CONFINE_PROFILE_IMAGE};
+                                                CONFINE_PROFILE_IMAGE, CONFINE_PROFILE_GATE};
 
 struct call {
     enum confine_profile profile;
     int what;
 };
 
-enum { DO_GETPID, DO_PTRACE, DO_MOUNT, DO_UFFD, DO_UNLISTED, DO_CLONE_NS, DO_KEYCTL, DO_BPF };
+enum { DO_GETPID, DO_PTRACE, DO_MOUNT, DO_UFFD, DO_UNLISTED, DO_CLONE_NS, DO_KEYCTL, DO_BPF,
+       DO_OPEN_EXEC };
 
 static int apply_and_call(void *arg)
 {
@@ -91,6 +93,11 @@ static int apply_and_call(void *arg)
     case DO_UNLISTED:
         r = syscall(SYS_chown, "/nonexistent", 0, 0); /* in no profile */
         return r < 0 && errno == ENOSYS ? 0 : 4;
+    case DO_OPEN_EXEC: /* the gate's profile: no file opened, nothing executed */
+        if (syscall(SYS_openat, AT_FDCWD, "/", O_RDONLY | O_CLOEXEC) >= 0 || errno != ENOSYS)
+            return 6;
+        r = syscall(SYS_execve, "/bin/true", (char *[]){"true", NULL}, (char *[]){NULL});
+        return r < 0 && errno == ENOSYS ? 0 : 7;
     case DO_CLONE_NS:
         r = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
         if (r == 0)
@@ -127,6 +134,10 @@ static void test_profiles(void **state)
             assert_int_equal(WTERMSIG(st), SIGSYS);
         }
     }
+    struct call g = {CONFINE_PROFILE_GATE, DO_OPEN_EXEC};
+    int st = in_child(apply_and_call, &g);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
     assert_int_equal(confine_seccomp((enum confine_profile)42), -EINVAL);
 }
 

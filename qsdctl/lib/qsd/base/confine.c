@@ -117,6 +117,26 @@ static const int ALLOW_FILTER[] = {COMMON_CALLS, COMMON_X86, SOCKET_CALLS, SYS_p
                                    SYS_timerfd_create, SYS_timerfd_settime, SYS_memfd_create,
                                    SYS_unlinkat};
 
+/* The node endpoint's TLS gate (qsd-node-gate): it has read its keys and
+ * bound its socket before confining itself, so it opens no file and
+ * execs nothing: accept and connect (by name, from its working directory),
+ * stream I/O, epoll, its signalfd, memory, and what glibc's abort needs
+ * (sigaltstack: AddressSanitizer asks for it in a process under this
+ * profile, unit/test_confine in a sanitizer build).
+ * (clone without namespace flags passes in every profile, above.) */
+static const int ALLOW_GATE[] = {
+    SYS_read, SYS_write, SYS_readv, SYS_writev, SYS_close, SYS_fcntl, SYS_fstat,
+    SYS_newfstatat, SYS_mmap, SYS_munmap, SYS_mremap, SYS_mprotect, SYS_madvise, SYS_brk,
+    SYS_futex, SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_sigaltstack,
+    SYS_tgkill, SYS_getpid, SYS_gettid, SYS_clock_gettime, SYS_getrandom, SYS_restart_syscall,
+    SYS_exit, SYS_exit_group, SYS_epoll_ctl, SYS_epoll_pwait, SYS_socket, SYS_connect, SYS_accept4,
+    SYS_shutdown, SYS_setsockopt, SYS_getsockopt, SYS_getsockname, SYS_getpeername,
+    SYS_sendto, SYS_recvfrom, SYS_sendmsg, SYS_recvmsg,
+#ifdef __x86_64__
+    SYS_epoll_wait,
+#endif
+};
+
 /* clone() flags that make a namespace: killed. */
 #define CLONE_NS_FLAGS                                                                           \
     (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |     \
@@ -159,6 +179,9 @@ static void build(struct prog *p, enum confine_profile profile)
     case CONFINE_PROFILE_FILTER:
         allow = ALLOW_FILTER, n_allow = sizeof(ALLOW_FILTER) / sizeof(int);
         break;
+    case CONFINE_PROFILE_GATE:
+        allow = ALLOW_GATE, n_allow = sizeof(ALLOW_GATE) / sizeof(int);
+        break;
     default:
         allow = ALLOW_IMAGE, n_allow = sizeof(ALLOW_IMAGE) / sizeof(int);
         break;
@@ -195,7 +218,7 @@ int confine_seccomp(enum confine_profile profile)
     if (profile == CONFINE_PROFILE_NONE)
         return 0;
     if (profile != CONFINE_PROFILE_QSD && profile != CONFINE_PROFILE_FILTER &&
-        profile != CONFINE_PROFILE_IMAGE)
+        profile != CONFINE_PROFILE_IMAGE && profile != CONFINE_PROFILE_GATE)
         return -EINVAL;
     /* On the stack: this runs between fork and exec (no malloc). */
     struct prog p;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* qsd/base/confine.h: confining a process that handles what tenants send
- * (QSDs, the vhost-user filter, qemu-img on downloaded images).
+ * (QSDs, the vhost-user filter, qemu-img on downloaded images, the node
+ * endpoint's TLS gate).
  *
  * Owns: dropping to an unprivileged uid/gid with no supplementary groups and
  * no capabilities (effective, permitted, inheritable, ambient and bounding),
@@ -24,6 +25,8 @@ enum confine_profile {
     CONFINE_PROFILE_QSD,      /* qemu-storage-daemon (file, qcow2, raw, rbd) */
     CONFINE_PROFILE_FILTER,   /* the vhost-user filter: sockets, poll, memory */
     CONFINE_PROFILE_IMAGE,    /* qemu-img and workers reading untrusted images */
+    CONFINE_PROFILE_GATE,     /* the node endpoint's TLS gate: sockets, epoll,
+                               * memory; no open, no exec */
 };
 
 struct confine {

@@ -1,0 +1,820 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""qsd-node-gate, the node endpoint's mutual-TLS front end, from outside.
+
+The client is Python's ssl module (OpenSSL underneath, but not our code);
+the certificates are made by the openssl CLI in the test's own directory;
+the forward target is a unix echo server in this process that counts its
+connections and hashes what it receives.
+
+  serve    a good client's bytes reach the unix server and come back (small,
+           and 8 MiB each way checked by SHA-256, IPv4 and IPv6; a CN-only
+           certificate); the log's byte counts; either side's end closes
+           the other; the idle deadline
+  refuse   nothing reaches the unix server for: no client certificate,
+           another CA, the right CA but another name, an expired
+           certificate, a server-only certificate, a TLS 1.2-only client,
+           plaintext, random bytes; each refusal logged with its reason
+  bounds   a stalled handshake is closed at its deadline while another
+           client is served; beyond --max-conns a connection is closed at
+           once and the others keep working; a unix server that does not
+           read: the client is held back (the gate's buffers and memory
+           stay bounded), everything arrives once it reads; the forward
+           socket gone: the client is closed, the gate serves again once
+           it is back
+  confine  /proc/PID/status: CapEff 0, NoNewPrivs 1, Seccomp 2 (0 in the
+           sanitizer build, QSD_SANITIZED=1), the uid and gid asked; its
+           own mount namespace with /etc and /usr empty; the fd limit; a
+           forward socket on a tmpfs beneath a hidden path still reached
+  cmdline  bad command lines and unusable files: non-zero exit, a message
+           naming the option, nothing listening
+
+usage: test_node_gate.py GATE SCENARIO
+"""
+import hashlib
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+GATE, SCENARIO = sys.argv[1], sys.argv[2]
+SANITIZED = os.environ.get("QSD_SANITIZED") == "1"
+UID = GID = 64123
+PEER = "qsd-csi-controller"
+FAILS = []
+
+if os.geteuid() != 0:
+    print("SKIP: needs root (the gate makes a mount namespace and drops to a uid)")
+    sys.exit(77)
+if not shutil.which("openssl"):
+    print("SKIP: no openssl CLI")
+    sys.exit(77)
+
+T = tempfile.mkdtemp(prefix="qsd-gate.")
+SHM = None  # a directory on /dev/shm (confine)
+_roots = os.environ.get("QSD_CSI_CTEST_ROOTS")
+if _roots:
+    with open(_roots, "a") as f:
+        f.write(f"{os.getpid()} {T}\n")
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print(f"FAIL {msg}", flush=True)
+    return cond
+
+
+# ---- certificates ----------------------------------------------------------
+
+PKI = os.path.join(T, "pki")
+
+
+def openssl(*args, cwd=None):
+    r = subprocess.run(["openssl", *args], cwd=cwd or PKI, capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode:
+        raise SystemExit(f"FAIL: openssl {' '.join(args)}: {r.stderr}")
+
+
+def make_ca(name):
+    openssl("req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "30",
+            "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+
+
+def make_leaf(name, ca, cn, san, eku, expired=False):
+    """A key and certificate NAME.{key,pem} signed by CA."""
+    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
+    ext = ["basicConstraints=CA:FALSE", f"extendedKeyUsage={eku}"]
+    if san:
+        ext.append(f"subjectAltName=DNS:{san}")
+    with open(os.path.join(PKI, f"{name}.ext"), "w") as f:
+        f.write("\n".join(ext) + "\n")
+    if not expired:
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+                "-CAcreateserial", "-days", "30", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
+        return
+    # A validity in the past: `openssl ca` takes explicit dates.
+    db = os.path.join(PKI, "ca-db")
+    os.makedirs(db, exist_ok=True)
+    open(os.path.join(db, "index.txt"), "a").close()
+    with open(os.path.join(db, "serial"), "w") as f:
+        f.write("1000\n")
+    with open(os.path.join(PKI, "ca.cnf"), "w") as f:
+        f.write(f"[ca]\ndefault_ca=d\n[d]\ndatabase={db}/index.txt\nnew_certs_dir={db}\n"
+                f"serial={db}/serial\ndefault_md=sha256\npolicy=p\nunique_subject=no\n"
+                "[p]\ncommonName=supplied\n")
+    openssl("ca", "-batch", "-config", "ca.cnf", "-cert", f"{ca}.pem", "-keyfile", f"{ca}.key",
+            "-in", f"{name}.csr", "-out", f"{name}.pem", "-notext", "-startdate",
+            "20200101000000Z", "-enddate", "20200201000000Z", "-extfile", f"{name}.ext")
+
+
+def make_pki():
+    os.makedirs(PKI)
+    make_ca("ca")
+    make_ca("other-ca")
+    make_leaf("node", "ca", "qsd-csi-node", "qsd-csi-node", "serverAuth")
+    make_leaf("good", "ca", PEER, PEER, "clientAuth")
+    make_leaf("cn-only", "ca", PEER, None, "clientAuth")
+    make_leaf("other-name", "ca", "intruder", "intruder", "clientAuth")
+    make_leaf("foreign", "other-ca", PEER, PEER, "clientAuth")
+    make_leaf("expired", "ca", PEER, PEER, "clientAuth", expired=True)
+    make_leaf("server-only", "ca", PEER, PEER, "serverAuth")
+    for f in os.listdir(PKI):  # keys: root's only; the gate reads them before it drops
+        os.chmod(os.path.join(PKI, f), 0o600 if f.endswith(".key") else 0o644)
+
+
+def pki(name):
+    return os.path.join(PKI, name)
+
+
+# ---- the forward target ------------------------------------------------------
+
+class Echo:
+    """A unix echo server: counts connections, hashes what it receives."""
+
+    def __init__(self, path, close_after=None, echo=True):
+        self.path, self.close_after, self.echo = path, close_after, echo
+        self.go = threading.Event()  # cleared: connections are not read
+        self.go.set()
+        self.conns = 0
+        self.received = hashlib.sha256()
+        self.nreceived = 0
+        self.eofs = 0
+        self.lock = threading.Lock()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        os.chmod(path, 0o666)
+        self.sock.listen(64)
+        self.stopped = False
+        self.open = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.conns += 1
+                self.open.add(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        try:
+            self._echo(c)
+        finally:
+            with self.lock:
+                self.open.discard(c)
+            c.close()
+
+    def _echo(self, c):
+        while True:
+            self.go.wait(60)
+            try:
+                d = c.recv(65536)
+            except OSError:
+                return
+            if not d:
+                with self.lock:
+                    self.eofs += 1
+                return
+            with self.lock:
+                self.received.update(d)
+                self.nreceived += len(d)
+            try:
+                if self.echo:
+                    c.sendall(d)
+            except OSError:
+                return
+            if self.close_after and d.endswith(self.close_after):
+                return
+
+    def stop(self):
+        """The listener and every open connection."""
+        self.stopped = True
+        self.sock.close()
+        with self.lock:
+            for c in self.open:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+# ---- the gate -------------------------------------------------------------------
+
+GATES = []
+
+
+class Gate:
+    def __init__(self, forward, listen="127.0.0.1:0", extra=(), identity=True):
+        args = [GATE, "--listen", listen, "--ca", pki("ca.pem"), "--cert", pki("node.pem"),
+                "--key", pki("node.key"), "--peer-name", PEER, "--forward", forward, *extra]
+        if identity:
+            args += ["--uid", str(UID), "--gid", str(GID)]
+        self.p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+        GATES.append(self)
+        self.lines = []
+        self.cv = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+        m = self.wait_line(r"msg=listening addr=(\S+)", 15)
+        if not m:
+            raise SystemExit(f"FAIL: the gate did not listen: {self.log()}")
+        self.port = int(m.group(1).rsplit(":", 1)[1])
+        self.pid = self.p.pid
+
+    def _read(self):
+        for line in self.p.stderr:
+            with self.cv:
+                self.lines.append(line.rstrip("\n"))
+                self.cv.notify_all()
+
+    def wait_line(self, pattern, timeout=5.0, start=0):
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            while True:
+                for line in self.lines[start:]:
+                    m = re.search(pattern, line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.p.poll() is not None and not self.cv.wait(0.2)):
+                    return None
+                self.cv.wait(min(left, 0.2))
+
+    def mark(self):
+        with self.cv:
+            return len(self.lines)
+
+    def log(self):
+        with self.cv:
+            return "\n".join(self.lines)
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(10)
+                check(False, "the gate did not stop on SIGTERM within 10 s")
+        return self.p.returncode
+
+
+# ---- clients ---------------------------------------------------------------------
+
+def client_ctx(name="good", tls12=False):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(pki("ca.pem"))
+    if name:
+        ctx.load_cert_chain(pki(f"{name}.pem"), pki(f"{name}.key"))
+    if tls12:
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+def connect(gate, name="good", host="127.0.0.1", tls12=False, family=socket.AF_INET):
+    raw = socket.socket(family, socket.SOCK_STREAM)
+    raw.settimeout(10)
+    raw.connect((host, gate.port))
+    return client_ctx(name, tls12).wrap_socket(raw, server_hostname="qsd-csi-node")
+
+
+def recv_exact(s, n):
+    out = bytearray()
+    while len(out) < n:
+        d = s.recv(n - len(out))
+        if not d:
+            break
+        out += d
+    return bytes(out)
+
+
+def echo_once(gate, msg=b"ping", **kw):
+    s = connect(gate, **kw)
+    s.sendall(msg)
+    got = recv_exact(s, len(msg))
+    s.close()
+    return got == msg
+
+
+def exchange(s, data, got, stall=10.0):
+    """Send data and receive as much at once, on one thread (an SSLSocket is
+    not for two threads at once): non-blocking, select.  Returns the count
+    received; stops at EOF or after stall seconds without progress."""
+    s.setblocking(False)
+    sent = n = 0
+    last = time.monotonic()
+    while n < len(data):
+        want_w = [s] if sent < len(data) else []
+        select.select([s], want_w, [], 0.5)
+        moved = False
+        if sent < len(data):
+            try:
+                k = s.send(data[sent:sent + 65536])
+                sent += k
+                moved = k > 0
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                pass
+        try:
+            while True:
+                d = s.recv(1 << 20)
+                if not d:
+                    return n
+                got.update(d)
+                n += len(d)
+                moved = True
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            pass
+        now = time.monotonic()
+        if moved:
+            last = now
+        elif now - last > stall:
+            print(f"stalled: sent {sent}, received {n}")
+            return n
+    return n
+
+
+def closed_by_peer(s, timeout=5.0):
+    """Whether the other side closed s (EOF, reset or a TLS alert) within timeout."""
+    s.settimeout(timeout)
+    try:
+        while True:
+            d = s.recv(4096)
+            if not d:
+                return True
+    except (ssl.SSLError, ConnectionError):
+        return True
+    except (socket.timeout, TimeoutError):
+        return False
+    except OSError:
+        return True
+
+
+# ---- scenarios ---------------------------------------------------------------------
+
+def scenario_serve():
+    fwd = os.path.join(T, "run", "fwd.sock")
+    echo = Echo(fwd)
+    gate = Gate(fwd, extra=["--idle-timeout-ms", "2000"])
+    check(echo_once(gate, b"hello through the gate"), "small echo")
+    check(echo.nreceived == len(b"hello through the gate"), "the unix server got the bytes")
+    check(echo_once(gate, b"cn only", name="cn-only"), "a certificate naming the peer by CN only")
+
+    # 8 MiB each way, sent and received at once, checked by hash.
+    size = 8 << 20
+    data = os.urandom(size)
+    before = echo.nreceived
+    mark = gate.mark()
+    s = connect(gate)
+    got = hashlib.sha256()
+    t0 = time.monotonic()
+    n = exchange(s, data, got)
+    secs = time.monotonic() - t0
+    s.close()
+    print(f"8 MiB each way in {secs:.2f} s")
+    check(n == size and got.digest() == hashlib.sha256(data).digest(),
+          f"8 MiB echoed intact (got {n} bytes)")
+    m = gate.wait_line(r"msg=closed .*to_forward=(\d+) from_forward=(\d+)", 5, mark)
+    check(m and int(m.group(1)) == size and int(m.group(2)) == size,
+          f"the close line counts 8 MiB each way: {m and m.group(0)}")
+    check(echo.nreceived - before == size, "the unix server received 8 MiB")
+
+    # The client's end reaches the unix server (EOF), the server's end the
+    # client (close_notify, then EOF).
+    eofs = echo.eofs
+    s = connect(gate)
+    s.sendall(b"x")
+    recv_exact(s, 1)
+    s.close()
+    deadline = time.monotonic() + 5
+    while echo.eofs == eofs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(echo.eofs > eofs, "the client's close reaches the unix server as EOF")
+    echo.stop()
+    echo = Echo(fwd, close_after=b"bye")
+    s = connect(gate)
+    s.sendall(b"bye")
+    check(recv_exact(s, 3) == b"bye", "the answer before the server's close")
+    check(closed_by_peer(s, 3), "the unix server's close reaches the client")
+    s.close()
+
+    # Idle: a connection that moves nothing for 2 s is closed.
+    mark = gate.mark()
+    s = connect(gate)
+    s.sendall(b"idle")
+    recv_exact(s, 4)
+    t0 = time.monotonic()
+    closed = closed_by_peer(s, 8)
+    idle = time.monotonic() - t0
+    s.close()
+    check(closed and 1.5 <= idle <= 5, f"idle connection closed after {idle:.1f} s (2 s asked)")
+    check(gate.wait_line(r"msg=closed .*reason=\"idle timeout\"", 3, mark), "idle close logged")
+
+    # IPv6.
+    if socket.has_ipv6:
+        try:
+            probe = socket.socket(socket.AF_INET6)
+            probe.bind(("::1", 0))
+            probe.close()
+            v6 = Gate(fwd, listen="[::1]:0")
+            check(echo_once(v6, b"over v6", host="::1", family=socket.AF_INET6), "IPv6 echo")
+            check(v6.wait_line(r"msg=connected peer=\[::1\]:\d+", 3), "IPv6 peer logged")
+            check(v6.stop() == 0, "the IPv6 gate exits 0 on SIGTERM")
+        except OSError as e:
+            print(f"no IPv6 loopback here ({e}): IPv6 not checked")
+    check(gate.stop() == 0, "the gate exits 0 on SIGTERM")
+    check(gate.wait_line(r"msg=exiting accepted=\d+ relayed=\d+", 3), "final counters logged")
+    echo.stop()
+
+
+REFUSALS = [
+    # (what, how, the reason the log must give)
+    ("no client certificate", dict(name=None), r"peer did not return a certificate"),
+    ("another CA", dict(name="foreign"), r"certificate: unable to get local issuer"),
+    ("the right CA, another name", dict(name="other-name"), r"certificate: hostname mismatch"),
+    ("expired", dict(name="expired"), r"certificate: certificate has expired"),
+    ("a server-only certificate", dict(name="server-only"),
+     r"certificate: unsuitable certificate purpose"),
+    ("a TLS 1.2-only client", dict(tls12=True), r"unsupported protocol"),
+]
+
+
+def refused_tls(gate, echo, what, kw, reason):
+    conns = echo.conns
+    mark = gate.mark()
+    try:
+        s = connect(gate, **kw)
+        try:
+            s.sendall(b"secret request")
+        except (ssl.SSLError, OSError):
+            pass
+        # the gate's refusal (an alert, then the close); a client that
+        # reads data here got through
+        s.settimeout(5)
+        try:
+            d = s.recv(100)
+            check(not d, f"{what}: got data {d!r}")
+        except (ssl.SSLError, ConnectionError, OSError):
+            pass
+        s.close()
+    except (ssl.SSLError, ConnectionError, OSError):
+        pass
+    m = gate.wait_line(r"msg=refused peer=\S+ reason=\"([^\"]*)\"", 5, mark)
+    print(f"refused: {what} -> {m and m.group(1)}")
+    check(m and re.search(reason, m.group(1)), f"{what}: logged reason {m and m.group(1)!r}, "
+          f"wanted /{reason}/")
+    time.sleep(0.1)
+    check(echo.conns == conns, f"{what}: reached the unix server")
+
+
+def refused_raw(gate, echo, what, payload):
+    conns = echo.conns
+    mark = gate.mark()
+    s = socket.create_connection(("127.0.0.1", gate.port), timeout=5)
+    try:
+        s.sendall(payload)
+    except OSError:
+        pass
+    check(closed_by_peer(s, 5), f"{what}: not closed within 5 s")
+    s.close()
+    m = gate.wait_line(r"msg=refused peer=\S+ reason=\"([^\"]*)\"", 5, mark)
+    print(f"refused: {what} -> {m and m.group(1)}")
+    check(m, f"{what}: no refusal logged")
+    check(echo.conns == conns, f"{what}: reached the unix server")
+
+
+def scenario_refuse():
+    fwd = os.path.join(T, "run", "fwd.sock")
+    echo = Echo(fwd)
+    gate = Gate(fwd)
+    for what, kw, reason in REFUSALS:
+        refused_tls(gate, echo, what, kw, reason)
+    refused_raw(gate, echo, "plaintext HTTP", b"GET / HTTP/1.1\r\nHost: node\r\n\r\n")
+    refused_raw(gate, echo, "plaintext garbage", b"hello? " * 100 + b"\n")
+    refused_raw(gate, echo, "random bytes", os.urandom(4096))
+    # a TLS record header announcing a huge ClientHello, then random bytes
+    refused_raw(gate, echo, "a forged record", b"\x16\x03\x01\xff\xff" + os.urandom(65535))
+    check(gate.alive(), "the gate survived the refusals")
+    conns = echo.conns
+    check(echo_once(gate, b"still here"), "a good client after the refusals")
+    check(echo.conns == conns + 1, "exactly the good client reached the unix server")
+    check(gate.stop() == 0, "the gate exits 0 on SIGTERM")
+    echo.stop()
+
+
+def scenario_bounds():
+    fwd = os.path.join(T, "run", "fwd.sock")
+    echo = Echo(fwd)
+    gate = Gate(fwd, extra=["--handshake-timeout-ms", "1500", "--max-conns", "3"])
+
+    # Stalled handshakes: one sends part of a record header, one nothing.
+    mark = gate.mark()
+    t0 = time.monotonic()
+    stalled = [socket.create_connection(("127.0.0.1", gate.port), timeout=5) for _ in range(2)]
+    stalled[0].sendall(b"\x16\x03\x01\x02")
+    check(echo_once(gate, b"served meanwhile"), "a client served while two handshakes stall")
+    served = time.monotonic() - t0
+    check(served < 1.4, f"served in {served:.2f} s, before the stalled deadline")
+    for i, s in enumerate(stalled):
+        check(closed_by_peer(s, 6), f"stalled handshake {i} not closed")
+        s.close()
+    took = time.monotonic() - t0
+    check(1.2 <= took <= 4.5, f"stalled handshakes closed after {took:.1f} s (1.5 s asked)")
+    m = gate.wait_line(r"reason=\"handshake timeout\"", 3, mark)
+    check(m, "handshake timeout logged")
+
+    # --max-conns 3: three relayed connections; a fourth is closed at once.
+    held = []
+    for i in range(3):
+        s = connect(gate)
+        s.sendall(b"hold%d" % i)
+        check(recv_exact(s, 5) == b"hold%d" % i, f"held connection {i}")
+        held.append(s)
+    mark = gate.mark()
+    conns = echo.conns
+    t0 = time.monotonic()
+    extra = socket.create_connection(("127.0.0.1", gate.port), timeout=5)
+    check(closed_by_peer(extra, 3), "the connection beyond --max-conns was not closed")
+    check(time.monotonic() - t0 < 1.0, "closed at once")
+    extra.close()
+    check(gate.wait_line(r"msg=refused .*reason=max-conns max_conns=3", 3, mark),
+          "max-conns refusal logged")
+    for i, s in enumerate(held):
+        s.sendall(b"again")
+        check(recv_exact(s, 5) == b"again", f"held connection {i} still works")
+    check(echo.conns == conns, "the refused connection reached nothing")
+    held.pop().close()
+    time.sleep(0.3)
+    check(echo_once(gate, b"a slot again"), "a new client once a slot is free")
+    for s in held:
+        s.close()
+
+    backpressure()
+
+    # The forward socket gone: the client is closed, the gate keeps serving.
+    echo.stop()
+    mark = gate.mark()
+    s = connect(gate)
+    check(closed_by_peer(s, 5), "a client with no forward socket was not closed")
+    s.close()
+    check(gate.wait_line(r"msg=\"forward unavailable\" .*error=\"No such file", 3, mark),
+          "forward unavailable logged")
+    echo = Echo(fwd)
+    check(echo_once(gate, b"back"), "served again once the forward socket is back")
+    # ... and gone while a connection is open: that client is closed.
+    s = connect(gate)
+    s.sendall(b"1")
+    recv_exact(s, 1)
+    echo.stop()
+    check(closed_by_peer(s, 5), "a client whose forward connection ended was not closed")
+    s.close()
+    check(gate.alive() and gate.stop() == 0, "the gate exits 0 on SIGTERM")
+
+
+def vmrss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def backpressure():
+    """A unix server that does not read: the gate stops reading the client
+    (its buffers are bounded), then everything arrives once it reads."""
+    sink = Echo(os.path.join(T, "run", "sink.sock"), echo=False)
+    sink.go.clear()
+    gate = Gate(sink.path)
+    s = connect(gate)
+    s.sendall(b"w")  # the relay is up (the sink's connection is open)
+    s.setblocking(False)
+    rss0 = vmrss_kib(gate.pid)
+    chunk = os.urandom(65536)
+    h = hashlib.sha256(b"w")
+    sent, last = 1, time.monotonic()
+    while time.monotonic() - last < 1.5 and sent < (256 << 20):
+        try:
+            k = s.send(chunk)
+            h.update(chunk[:k])
+            sent += k
+            last = time.monotonic()
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            select.select([], [s], [], 0.2)
+    rss1 = vmrss_kib(gate.pid)
+    print(f"backpressure: the client could send {sent >> 10} KiB to a server not reading; "
+          f"gate RSS {rss0} -> {rss1} KiB")
+    check(sent < (64 << 20), f"the gate took {sent} bytes the unix server did not read")
+    check(rss1 - rss0 < 16 << 10, f"the gate grew by {rss1 - rss0} KiB")
+    sink.go.set()
+    # The send that blocked may have passed some of its records already:
+    # OpenSSL wants it repeated with the same bytes, and counts it whole.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            k = s.send(chunk)
+            h.update(chunk[:k])
+            sent += k
+            break
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            select.select([], [s], [], 0.2)
+    while sink.nreceived < sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(sink.nreceived == sent and sink.received.digest() == h.digest(),
+          f"{sink.nreceived} of {sent} bytes arrived intact once the server read")
+    s.close()
+    check(gate.stop() == 0, "the backpressure gate exits 0 on SIGTERM")
+    sink.stop()
+
+
+def status(pid):
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            out[k] = v.strip()
+    return out
+
+
+def scenario_confine():
+    global SHM
+    fwd = os.path.join(T, "run", "fwd.sock")
+    echo = Echo(fwd)
+    gate = Gate(fwd, extra=["--max-conns", "10"])
+    check(echo_once(gate), "serves")
+    st = status(gate.pid)
+    for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"):
+        check(st.get(k) == "0000000000000000", f"{k} {st.get(k)}")
+    check(st.get("NoNewPrivs") == "1", f"NoNewPrivs {st.get('NoNewPrivs')}")
+    want = "0" if SANITIZED else "2"
+    check(st.get("Seccomp") == want, f"Seccomp {st.get('Seccomp')}, wanted {want}"
+          + (" (sanitizer build: no filter)" if SANITIZED else ""))
+    check(st.get("Uid", "").split() == [str(UID)] * 4, f"Uid {st.get('Uid')}")
+    check(st.get("Gid", "").split() == [str(GID)] * 4, f"Gid {st.get('Gid')}")
+    check(st.get("Groups", "x") == "", f"Groups {st.get('Groups')}")
+    check(os.readlink(f"/proc/{gate.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"),
+          "a mount namespace of its own")
+    for d in ("etc", "usr", "tmp", "var", "dev"):
+        seen = os.listdir(f"/proc/{gate.pid}/root/{d}")
+        check(seen == [], f"/{d} in the gate's namespace holds {seen[:5]}")
+    with open(f"/proc/{gate.pid}/limits") as f:
+        lim = [line for line in f if line.startswith("Max open files")]
+    check(lim and lim[0].split()[3] == "36", f"open files limit {lim}")
+    print(f"confined: {st.get('CapEff')} nnp={st.get('NoNewPrivs')} "
+          f"seccomp={st.get('Seccomp')} uid={st.get('Uid')}")
+    check(echo_once(gate, b"after the checks"), "still serves")
+    check(gate.stop() == 0, "the gate exits 0 on SIGTERM")
+    echo.stop()
+
+    # The forward socket on a tmpfs mounted beneath a hidden path (/dev/shm):
+    # detached in the gate's namespace, still its working directory.
+    SHM = tempfile.mkdtemp(prefix="qsd-gate.", dir="/dev/shm")
+    if _roots:
+        with open(_roots, "a") as f:
+            f.write(f"{os.getpid()} {SHM}\n")
+    fwd = os.path.join(SHM, "run", "fwd.sock")  # run/: 0755, SHM itself 0700
+    echo = Echo(fwd)
+    gate = Gate(fwd)
+    check(os.listdir(f"/proc/{gate.pid}/root/dev") == [], "/dev hidden")
+    check(echo_once(gate, b"via /dev/shm"), "a forward socket beneath a hidden mount")
+    check(gate.stop() == 0, "the gate exits 0 on SIGTERM")
+    echo.stop()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def scenario_cmdline():
+    fwd = os.path.join(T, "run", "fwd.sock")
+    os.makedirs(os.path.dirname(fwd))
+    with open(pki("empty.pem"), "w"):
+        pass
+    with open(pki("junk.key"), "w") as f:
+        f.write("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    busy_port = busy.getsockname()[1]
+    port = free_port()
+    base = {"--listen": f"127.0.0.1:{port}", "--ca": pki("ca.pem"), "--cert": pki("node.pem"),
+            "--key": pki("node.key"), "--peer-name": PEER, "--forward": fwd}
+    cases = [
+        # (what, changes: option -> value (None: left out), the option the message names)
+        ("no --ca", {"--ca": None}, "--ca"),
+        ("no --listen", {"--listen": None}, "--listen"),
+        ("no --forward", {"--forward": None}, "--forward"),
+        ("a host name", {"--listen": f"localhost:{port}"}, "--listen"),
+        ("no port", {"--listen": "127.0.0.1"}, "--listen"),
+        ("port 65536", {"--listen": "127.0.0.1:65536"}, "--listen"),
+        ("IPv6 without brackets", {"--listen": f"::1:{port}"}, "--listen"),
+        ("a port in use", {"--listen": f"127.0.0.1:{busy_port}"}, "--listen"),
+        ("an address not ours", {"--listen": f"192.0.2.1:{port}"}, "--listen"),
+        ("a missing CA", {"--ca": pki("missing.pem")}, "--ca"),
+        ("an empty CA", {"--ca": pki("empty.pem")}, "--ca"),
+        ("a missing cert", {"--cert": pki("missing.pem")}, "--cert"),
+        ("a key not a key", {"--key": pki("junk.key")}, "--key"),
+        ("a key of another cert", {"--key": pki("good.key")}, "--key"),
+        ("a missing directory", {"--forward": "/nonexistent/dir/fwd.sock"}, "--forward"),
+        ("a directory, no name", {"--forward": os.path.dirname(fwd) + "/"}, "--forward"),
+        ("a name too long", {"--forward": os.path.join(T, "x" * 120)}, "--forward"),
+        ("an empty peer name", {"--peer-name": ""}, "--peer-name"),
+    ]
+    flags = [
+        ("--max-conns 0", ["--max-conns", "0"], "--max-conns"),
+        ("--max-conns 1025", ["--max-conns", "1025"], "--max-conns"),
+        ("--uid alone", ["--uid", "1000"], "--uid"),
+        ("--gid not a number", ["--uid", "1", "--gid", "x"], "--gid"),
+        ("--handshake-timeout-ms 0", ["--handshake-timeout-ms", "0"], "--handshake-timeout-ms"),
+        ("--idle-timeout-ms 1s", ["--idle-timeout-ms", "1s"], "--idle-timeout-ms"),
+        ("an unknown option", ["--bogus"], "--bogus"),
+        ("a stray argument", ["stray"], "stray"),
+        ("--log-level loud", ["--log-level", "loud"], "--log-level"),
+        ("a value missing", ["--max-conns"], "--max-conns"),
+    ]
+    runs = [(w, {**base, **ch}, [], opt) for w, ch, opt in cases]
+    runs += [(w, base, fl, opt) for w, fl, opt in flags]
+    for what, opts, fl, opt in runs:
+        argv = [GATE]
+        for k, v in opts.items():
+            if v is not None:
+                argv += [k, v]
+        argv += fl
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+        print(f"{what}: rc={r.returncode} {first}")
+        check(r.returncode != 0, f"{what}: exit 0")
+        check(opt in first, f"{what}: the message does not name {opt}: {first!r}")
+        if what != "a port in use":
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                check(False, f"{what}: something listens on {port}")
+            except OSError:
+                pass
+    busy.close()
+    r = subprocess.run([GATE, "--version"], capture_output=True, text=True, timeout=20)
+    check(r.returncode == 0 and r.stdout.startswith("qsd-node-gate "), "--version")
+    r = subprocess.run([GATE, "--help"], capture_output=True, text=True, timeout=20)
+    check(r.returncode == 0 and "--peer-name" in r.stdout, "--help")
+
+
+def main():
+    make_pki()
+    {"serve": scenario_serve, "refuse": scenario_refuse, "bounds": scenario_bounds,
+     "confine": scenario_confine, "cmdline": scenario_cmdline}[SCENARIO]()
+
+
+try:
+    main()
+except SystemExit as e:
+    if e.code not in (None, 0):
+        FAILS.append(str(e.code))
+        print(e.code)
+except Exception as e:  # noqa: BLE001 - report, then clean up
+    FAILS.append(repr(e))
+    print(f"FAIL {e!r}")
+    import traceback
+    traceback.print_exc()
+finally:
+    for g in GATES:
+        if g.p.poll() is None:
+            g.p.kill()
+            g.p.wait(10)
+    if FAILS:
+        for g in GATES:
+            print(f"--- gate {g.p.pid} log:\n{g.log()}")
+    shutil.rmtree(T, ignore_errors=True)
+    if SHM:
+        shutil.rmtree(SHM, ignore_errors=True)
+
+if FAILS:
+    print(f"{len(FAILS)} failure(s)")
+    sys.exit(1)
+print("PASS")
