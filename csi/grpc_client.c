@@ -414,7 +414,11 @@ static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *frame, void *
 static ssize_t req_read(nghttp2_session *h2, int32_t stream_id, uint8_t *buf, size_t length,
                         uint32_t *data_flags, nghttp2_data_source *source, void *user_data)
 {
-    struct ccall *k = source->ptr;
+    /* Not source->ptr: the call may have returned (its stream reset but
+     * not gone yet); then the stream's user data is NULL. */
+    struct ccall *k = call_of(h2, stream_id);
+    if (!k)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     size_t n = MIN(length, k->req_len - k->req_off);
     memcpy(buf, k->req + k->req_off, n);
     k->req_off += n;
@@ -678,7 +682,7 @@ static int call_submit(struct ccall *k, const char *method, uint64_t deadline_us
         NV("grpc-timeout", timeout), NV("user-agent", "qsd-csi-grpc-client"),
     };
 #undef NV
-    nghttp2_data_provider prd = {.source.ptr = k, .read_callback = req_read};
+    nghttp2_data_provider prd = {.read_callback = req_read};
     int32_t id = nghttp2_submit_request(k->c->h2, NULL, hdrs, ARRAY_SIZE(hdrs), &prd, k);
     if (id < 0)
         return -EIO;
