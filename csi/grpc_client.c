@@ -44,7 +44,6 @@ struct ccall {
     const uint8_t *req;      /* framed request (prefix + message) */
     size_t req_len, req_off;
     /* response headers */
-    bool got_headers;
     int http_status;
     bool content_type_ok;
     size_t header_bytes;
@@ -322,6 +321,7 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *frame, const uint
         }
         k->have_status = true;
         k->status = ok && v <= GRPC_UNAUTHENTICATED ? (enum grpc_code)v : GRPC_UNKNOWN;
+        free(TAKE_PTR(k->bad_status));
         if (!(ok && v <= GRPC_UNAUTHENTICATED))
             k->bad_status = grpc_percent_decode(value, MIN(valuelen, 32));
     } else if (last && IS("grpc-message")) {
@@ -361,10 +361,8 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame, void *
         k->rst_code = frame->rst_stream.error_code;
         return 0;
     }
-    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_RESPONSE) {
-        k->got_headers = true;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_RESPONSE)
         call_headers_done(k);
-    }
     if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
         (frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         k->remote_end = true;
@@ -404,8 +402,9 @@ static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *frame, void *
 {
     struct grpc_client *c = user_data;
     if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR)
-        client_break(c, GRPC_INTERNAL, "the server broke HTTP/2 (%s: %.*s)",
+        client_break(c, GRPC_INTERNAL, "the server broke HTTP/2 (%s%s%.*s)",
                      nghttp2_http2_strerror(frame->goaway.error_code),
+                     frame->goaway.opaque_data_len ? ": " : "",
                      (int)MIN(frame->goaway.opaque_data_len, 200),
                      frame->goaway.opaque_data ? (const char *)frame->goaway.opaque_data : "");
     return 0;
@@ -673,7 +672,8 @@ bool grpc_client_usable(const struct grpc_client *c) { return c && !c->broken &&
 static int call_submit(struct ccall *k, const char *method, uint64_t deadline_us)
 {
     char timeout[16];
-    grpc_format_timeout(deadline_us - now_us(), timeout);
+    uint64_t now = now_us();
+    grpc_format_timeout(deadline_us > now ? deadline_us - now : 0, timeout);
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
     const nghttp2_nv hdrs[] = {
         NV(":method", "POST"),      NV(":scheme", "http"),

@@ -80,7 +80,7 @@ enum grpc_code grpc_client_unary_pb(struct grpc_client *c, const char *method,
                                     struct grpc_client_status *ret_st);
 
 /* Server streaming: fn is called once per received message (msg valid
- * during the call only).  It returns 0 to go on; anything else stops the
+ * during the call only; fn must not call into this client).  It returns 0 to go on; anything else stops the
  * call (RST_STREAM CANCEL is sent) and the call ends CANCELLED.  The
  * stream's final status is returned and put in *ret_st. */
 typedef int (*grpc_client_msg_fn)(const uint8_t *msg, size_t len, void *opaque);

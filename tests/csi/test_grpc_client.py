@@ -15,7 +15,8 @@ against servers that are not ours, on unix sockets.
 - raw HTTP/2 servers in Python (plain sockets) that send garbage, a
   truncated frame, a huge message length, trailers without grpc-status, a
   non-200 :status, a non-gRPC content type, a RST_STREAM, a GOAWAY, a
-  compressed message, a malformed grpc-status, or nothing at all.
+  compressed message, a malformed grpc-status, a SETTINGS frame of a bad
+  length, a frame over the maximum size, or nothing at all.
 
 Each call is one run of grpc_client_call (tests/csi/grpc_client_call.c),
 which prints the outcome; a run that crashes, leaks (ASan) or outlives its
@@ -361,6 +362,9 @@ def hostile(mode):
             "cut-message": headers_frame(sid, RESP, False) +
             frame(0, 0, sid, grpc_msg(b"four")[:6]) + headers_frame(sid, [("grpc-status", "0")],
                                                                    True),
+            "bad-settings": frame(4, 0, 0, b"\0\0\0"),
+            "oversized-frame": headers_frame(sid, RESP, False) +
+            struct.pack(">I", 1 << 24)[1:] + bytes([0, 0]) + struct.pack(">I", sid) + b"x" * 64,
             "silent": b"",
         }[mode]
         conn.sendall(out)
@@ -385,6 +389,8 @@ HOSTILE = [
     ("trailers-only-ok", "INTERNAL", "0 messages", 5000),
     ("two-messages", "INTERNAL", "more than one message", 5000),
     ("cut-message", "INTERNAL", "inside a message", 5000),
+    ("bad-settings", "INTERNAL", "FRAME_SIZE_ERROR", 5000),
+    ("oversized-frame", "INTERNAL", "FRAME_SIZE_ERROR", 5000),
     ("silent", "DEADLINE_EXCEEDED", None, 700),
 ]
 
