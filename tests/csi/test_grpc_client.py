@@ -16,7 +16,8 @@ against servers that are not ours, on unix sockets.
   truncated frame, a huge message length, trailers without grpc-status, a
   non-200 :status, a non-gRPC content type, a RST_STREAM, a GOAWAY, a
   compressed message, a malformed grpc-status, a SETTINGS frame of a bad
-  length, a frame over the maximum size, or nothing at all.
+  length, a frame over the maximum size, nothing at all, or a message a byte at a
+  time (the deadline still ends the call).
 
 Each call is one run of grpc_client_call (tests/csi/grpc_client_call.c),
 which prints the outcome; a run that crashes, leaks (ASan) or outlives its
@@ -366,8 +367,17 @@ def hostile(mode):
             "oversized-frame": headers_frame(sid, RESP, False) +
             struct.pack(">I", 1 << 24)[1:] + bytes([0, 0]) + struct.pack(">I", sid) + b"x" * 64,
             "silent": b"",
+            "trickle": b"",
         }[mode]
         conn.sendall(out)
+        if mode == "trickle":  # one byte of a message every 20 ms, until the client goes
+            conn.sendall(headers_frame(sid, RESP, False) + frame(0, 0, sid, b"\0\0\0\0\x80"))
+            try:
+                while True:
+                    time.sleep(0.02)
+                    conn.sendall(frame(0, 0, sid, b"t"))
+            except OSError:
+                return
         if mode != "truncated":
             drain(conn)
     return h
@@ -392,6 +402,7 @@ HOSTILE = [
     ("bad-settings", "INTERNAL", "FRAME_SIZE_ERROR", 5000),
     ("oversized-frame", "INTERNAL", "FRAME_SIZE_ERROR", 5000),
     ("silent", "DEADLINE_EXCEEDED", None, 700),
+    ("trickle", "DEADLINE_EXCEEDED", None, 700),
 ]
 
 
