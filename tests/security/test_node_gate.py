@@ -1112,10 +1112,56 @@ def scenario_dial_refuse():
     check(gate.wait_line(r"msg=refused peer=\S+ reason=\"host is not an IP address\"", 1),
           "refusals logged with their reason")
     check(gate.stop() == 0, "the dial gate exits 0 on SIGTERM")
-    for g in (good, other_host, foreign):
-        g.stop()
     silent.stop()
-    for e in (echo, echo3, echo4):
+
+    # A serve gate that refuses the dial gate's certificate (it wants
+    # another peer name): TLS 1.3 ends the client's handshake before the
+    # server has checked the client's certificate, so the client gets OK,
+    # then the close; nothing reaches the echo server.
+    echo6 = Echo(os.path.join(T, "run", "fwd6.sock"))
+    picky = Gate(echo6.path, listen=f"127.0.0.6:{port}", extra=["--peer-name", "someone-else"])
+    gate = dial_gate(path, port)
+    s, line = dial(path, "127.0.0.6")
+    print(f"a serve gate refusing the controller's certificate -> {line!r}")
+    check(line == b"OK\n" or line.startswith(b"ERR tls: "), f"refused by the serve gate: {line!r}")
+    try:
+        s.sendall(b"request")
+    except OSError:
+        pass
+    check(shut_closed(s, 5), "refused by the serve gate: not closed")
+    s.close()
+    check(picky.wait_line(r"msg=refused .*reason=\"certificate: hostname mismatch\"", 3),
+          "the serve gate logged the controller's certificate refused")
+    check(echo6.conns == 0 and echo6.nreceived == 0, "refused by the serve gate: reached its echo")
+    m = gate.wait_line(r"msg=(?:closed|refused) peer=127\.0\.0\.6:\d+ reason=\"([^\"]*)\"", 3)
+    print(f"the dial gate's reason: {m and m.group(1)}")
+    check(m and re.search(r"server: |tls: ", m.group(1)), "the dial gate logged the server's refusal")
+    check(gate.stop() == 0, "the second dial gate exits 0 on SIGTERM")
+
+    # --max-conns in dial mode: beyond it, ERR at once.
+    gate = dial_gate(path, port, extra=["--max-conns", "2"])
+    held = []
+    for _ in range(2):
+        h = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        h.connect(path)
+        held.append(h)
+    time.sleep(0.2)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(path)
+    t0 = time.monotonic()
+    line = read_line(s)
+    check(line == b"ERR max-conns\n" and time.monotonic() - t0 < 1.0,
+          f"beyond --max-conns 2: {line!r}")
+    s.close()
+    for h in held:
+        h.close()
+    time.sleep(0.2)
+    check(dial_echo(path, "127.0.0.1", b"a slot again"), "a dial once the slots are free")
+    check(gate.stop() == 0, "the third dial gate exits 0 on SIGTERM")
+    for g in (good, other_host, foreign, picky):
+        check(g.stop() == 0, "a serve gate exits 0 on SIGTERM")
+    for e in (echo, echo3, echo4, echo6):
         e.stop()
 
 
