@@ -576,9 +576,11 @@ static int clear_stale(const char *name)
         return errno == ENOENT ? 0 : -errno;
     if (!S_ISSOCK(st.st_mode))
         return -EEXIST;
+    /* Non-blocking: a live server with a full backlog answers EAGAIN
+     * instead of holding the start-up. */
     _cleanup_close_ int fd = -1;
-    int r = unix_connect(name, false, &fd);
-    if (r == 0)
+    int r = unix_connect(name, true, &fd);
+    if (r == 0 || r == -EAGAIN)
         return -EADDRINUSE;
     if (r != -ECONNREFUSED)
         return r;
