@@ -19,20 +19,32 @@ const char gate_usage[] =
     "                     [--uid N --gid N] [--max-conns N]\n"
     "                     [--handshake-timeout-ms MS] [--idle-timeout-ms MS]\n"
     "                     [--log-level L]\n"
+    "       qsd-node-gate --dial --listen-unix PATH --port PORT --ca FILE\n"
+    "                     --cert FILE --key FILE --peer-name NAME\n"
+    "                     [--uid N --gid N] [--max-conns N]\n"
+    "                     [--handshake-timeout-ms MS] [--idle-timeout-ms MS]\n"
+    "                     [--log-level L]\n"
     "       qsd-node-gate --version | --help\n"
     "\n"
     "Terminates mutual TLS 1.3 for the node endpoint (docs/node-operations.md)\n"
     "and hands each verified connection to the unix socket UNIX_SOCKET.\n"
+    "With --dial, the controller's side: each client of the unix socket PATH\n"
+    "sends \"CONNECT <IP>\\n\", the gate dials IP:PORT with mutual TLS 1.3,\n"
+    "answers \"OK\\n\" (or \"ERR <reason>\\n\" and closes) and relays.\n"
     "  --listen HOST:PORT   an IPv4 address, or [IPv6]:PORT; port 0 picks one\n"
-    "  --ca FILE            the CA (PEM) a client certificate must chain to\n"
-    "  --cert, --key FILE   this server's certificate (chain) and key (PEM)\n"
-    "  --peer-name NAME     the client certificate must name it (DNS SAN, or\n"
+    "  --listen-unix PATH   (--dial) the unix socket to create (mode 0660)\n"
+    "  --port PORT          (--dial) the port of every destination, 1..65535\n"
+    "  --ca FILE            the CA (PEM) the peer's certificate must chain to\n"
+    "  --cert, --key FILE   this side's certificate (chain) and key (PEM)\n"
+    "  --peer-name NAME     the peer's certificate must name it (DNS SAN, or\n"
     "                       CN without SAN)\n"
     "  --forward PATH       the unix socket that gets each verified connection\n"
     "  --uid, --gid N       the identity to confine to (both or neither)\n"
     "  --max-conns N        connections at once, 1..1024 (default 64); more are\n"
     "                       closed at once\n"
-    "  --handshake-timeout-ms MS  bound on the TLS handshake (default 5000)\n"
+    "  --handshake-timeout-ms MS  bound on the TLS handshake (default 5000);\n"
+    "                             with --dial, on the preamble, and on the\n"
+    "                             connect and the handshake\n"
     "  --idle-timeout-ms MS       a connection that moves no byte for MS is\n"
     "                             closed (default 300000)\n";
 
@@ -109,29 +121,30 @@ const char *gate_format_addr(const struct sockaddr *sa, char *buf, size_t len)
     return buf;
 }
 
-/* The socket's directory and name: the gate connects by name from inside
- * that directory (its working directory after confinement). */
-static int split_forward(struct gate_conf *c, char *err, size_t errlen)
+/* A unix socket's directory and name: the gate binds or connects by name
+ * from inside that directory (its working directory after confinement). */
+static int split_sock(struct gate_conf *c, const char *opt, const char *p, char *err,
+                      size_t errlen)
 {
-    const char *p = c->forward, *slash = strrchr(p, '/');
+    const char *slash = strrchr(p, '/');
     const char *name = slash ? slash + 1 : p;
     size_t dl = slash ? (size_t)(slash - p) : 0;
     if (!*name || streq(name, ".") || streq(name, ".."))
-        return fail(err, errlen, "--forward: %s does not name a socket", p);
-    if (strlen(name) >= sizeof(c->forward_name))
-        return fail(err, errlen, "--forward: the socket's name is longer than %zu bytes",
-                    sizeof(c->forward_name) - 1);
-    if (dl >= sizeof(c->forward_dir))
-        return fail(err, errlen, "--forward: the directory is too long");
+        return fail(err, errlen, "%s: %s does not name a socket", opt, p);
+    if (strlen(name) >= sizeof(c->sock_name))
+        return fail(err, errlen, "%s: the socket's name is longer than %zu bytes", opt,
+                    sizeof(c->sock_name) - 1);
+    if (dl >= sizeof(c->sock_dir))
+        return fail(err, errlen, "%s: the directory is too long", opt);
     if (!slash)
-        strcpy(c->forward_dir, ".");
+        strcpy(c->sock_dir, ".");
     else if (dl == 0)
-        strcpy(c->forward_dir, "/");
+        strcpy(c->sock_dir, "/");
     else {
-        memcpy(c->forward_dir, p, dl);
-        c->forward_dir[dl] = '\0';
+        memcpy(c->sock_dir, p, dl);
+        c->sock_dir[dl] = '\0';
     }
-    strcpy(c->forward_name, name);
+    strcpy(c->sock_name, name);
     return 0;
 }
 
@@ -144,27 +157,37 @@ static int parse_ms(const char *opt, const char *v, unsigned *ret, char *err, si
     return 0;
 }
 
-/* After getopt: what must be there, and what goes together. */
+/* After getopt: what the mode needs, what it refuses, what goes together. */
 static int check_required(struct gate_conf *c, char *err, size_t errlen)
 {
-    static const char *const names[] = {"--listen", "--ca", "--cert", "--key", "--peer-name",
-                                        "--forward"};
-    const void *vals[] = {c->listen_len ? c : NULL, c->ca, c->cert, c->key, c->peer_name,
-                          c->forward};
-    for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-        if (!vals[i])
-            return fail(err, errlen, "%s is required", names[i]);
+    static const char *const names[] = {"--listen", "--forward", "--listen-unix", "--port",
+                                        "--ca", "--cert", "--key", "--peer-name"};
+    const void *vals[] = {c->listen_len ? c : NULL, c->forward, c->listen_unix,
+                          c->port ? c : NULL, c->ca, c->cert, c->key, c->peer_name};
+    /* names[0..1] serve only, [2..3] dial only, the rest both */
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+        bool theirs = i < 4 && (i < 2) == c->dial;
+        if (theirs && vals[i])
+            return fail(err, errlen, "%s is not for %s", names[i],
+                        c->dial ? "--dial" : "serve mode (it needs --dial)");
+        if (!theirs && !vals[i])
+            return fail(err, errlen, "%s is required%s", names[i], c->dial ? " with --dial" : "");
+    }
     if ((c->uid == (uid_t)-1) != (c->gid == (gid_t)-1))
         return fail(err, errlen, "--uid and --gid go together");
     if (!*c->peer_name || strlen(c->peer_name) > 253)
         return fail(err, errlen, "--peer-name: a DNS name of 1..253 bytes");
-    return split_forward(c, err, errlen);
+    return c->dial ? split_sock(c, "--listen-unix", c->listen_unix, err, errlen)
+                   : split_sock(c, "--forward", c->forward, err, errlen);
 }
 
 int gate_conf_parse(int argc, char **argv, struct gate_conf *ret, char *err, size_t errlen)
 {
     static const struct option opts[] = {
+        {"dial", no_argument, NULL, 'D'},
         {"listen", required_argument, NULL, 'L'},
+        {"listen-unix", required_argument, NULL, 'U'},
+        {"port", required_argument, NULL, 'p'},
         {"ca", required_argument, NULL, 'A'},
         {"cert", required_argument, NULL, 'C'},
         {"key", required_argument, NULL, 'K'},
@@ -193,6 +216,13 @@ int gate_conf_parse(int argc, char **argv, struct gate_conf *ret, char *err, siz
         case 'L':
             if (gate_parse_listen(optarg, &c.listen, &c.listen_len) < 0)
                 return fail(err, errlen, "--listen: %s is not IPV4:PORT or [IPV6]:PORT", optarg);
+            break;
+        case 'D': c.dial = true; break;
+        case 'U': c.listen_unix = optarg; break;
+        case 'p':
+            if (parse_uint(optarg, 1, 65535, &v) < 0)
+                return fail(err, errlen, "--port: %s is not 1..65535", optarg);
+            c.port = (uint16_t)v;
             break;
         case 'A': c.ca = optarg; break;
         case 'C': c.cert = optarg; break;

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* gate_conf.h: qsd-node-gate's configuration, from its command line.
  *
- * Owns: parsing and checking the command line (listen address, file
- * options, the forward socket's path split into directory and name, the
- * identity, the bounds) into struct gate_conf, and formatting socket
- * addresses for logs.  No I/O: whether the files can be read is the TLS
- * setup's question (gate_tls.c).  An error is a message that names the
- * option. */
+ * Owns: parsing and checking the command line of both modes (serve: the
+ * listen address and the forward socket; dial: the unix socket it listens
+ * on and the port it dials; in both the file options, the identity, the
+ * bounds; each mode requires its options and refuses the other's; a unix
+ * socket's path split into directory and name) into struct gate_conf, and
+ * formatting socket addresses for logs.  No I/O: whether the files can be
+ * read is the TLS setup's question (gate_tls.c).  An error is a message
+ * that names the option. */
 #pragma once
 
 #include <stdbool.h>
@@ -22,13 +24,17 @@
 #define GATE_MAX_TIMEOUT_MS 3600000
 
 struct gate_conf {
-    struct sockaddr_storage listen; /* AF_INET or AF_INET6 */
+    bool dial;                      /* --dial: the controller's side */
+    struct sockaddr_storage listen; /* serve: AF_INET or AF_INET6 */
     socklen_t listen_len;
     const char *ca, *cert, *key;    /* file paths (argv's strings) */
-    const char *peer_name;          /* the client certificate must name it */
-    const char *forward;            /* the unix socket as given */
-    char forward_dir[4096];         /* its directory ("." for a bare name) */
-    char forward_name[108];         /* its last component (fits sun_path) */
+    const char *peer_name;          /* the peer's certificate must name it */
+    const char *forward;            /* serve: the unix socket as given */
+    const char *listen_unix;        /* dial: the unix socket it listens on */
+    char sock_dir[4096];            /* either socket's directory ("." for a
+                                     * bare name) */
+    char sock_name[108];            /* its last component (fits sun_path) */
+    uint16_t port;                  /* dial: the port every destination has */
     uid_t uid;                      /* (uid_t)-1: keep the caller's */
     gid_t gid;                      /* (gid_t)-1: keep the caller's */
     unsigned max_conns;
@@ -38,8 +44,9 @@ struct gate_conf {
 };
 
 /* Parse argv (getopt_long, from argv[1]).  0 on success; on a bad command
- * line -EINVAL with a message naming the option in err.  Every required
- * option is checked; the strings point into argv. */
+ * line -EINVAL with a message naming the option in err.  Every option the
+ * mode requires is checked, and every option of the other mode refused;
+ * the strings point into argv. */
 int gate_conf_parse(int argc, char **argv, struct gate_conf *ret, char *err, size_t errlen);
 
 /* "HOST:PORT" with HOST an IPv4 address, or "[IPv6]:PORT"; port 0..65535

@@ -9,44 +9,46 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <openssl/err.h>
 
+#include "gate_preamble.h"
+#include "gate_relay.h"
 #include "gate_tls.h"
 #include "qsd/base/log.h"
 #include "qsd/base/util.h"
 
 #define COMP "gate"
-#define BUF_SIZE (64 * 1024) /* per direction, per relayed connection */
-#define LOG_BURST 20         /* connection-path lines per second */
-#define ACCEPT_BATCH 64      /* accepts per wake-up */
-#define PUMP_ROUNDS 64       /* relay rounds per wake-up, then others go */
+#define LOG_BURST 20    /* connection-path lines per second */
+#define ACCEPT_BATCH 64 /* accepts per wake-up */
 #define MAX_EVENTS 64
 
-/* epoll tags: the listener, the extra fd, or slot << 1 | (1 for forward). */
+/* epoll tags: the listener, the extra fd, or slot << 1 | (1: the server
+ * side's socket, 0: the client side's). */
 #define TAG_LISTEN UINT64_MAX
 #define TAG_EXTRA (UINT64_MAX - 1)
 
-struct gbuf {
-    uint8_t *data;
-    size_t head, len;
+enum conn_state {
+    ST_HANDSHAKE, /* serve: SSL_accept */
+    ST_PREAMBLE,  /* dial: reading CONNECT <ip> */
+    ST_CONNECTING, /* dial: the TCP connect */
+    ST_DIALING,   /* dial: SSL_connect */
+    ST_RELAYING,
 };
-
-enum { WANT_IN = 1, WANT_OUT = 2 };
 
 struct gate_conn {
     unsigned slot;
-    int tcp, fwd;
-    SSL *ssl;
-    bool relaying;
-    bool tls_eof, fwd_eof, fwd_shut;
-    bool again;                  /* stopped at PUMP_ROUNDS with work left */
-    uint32_t tcp_ev, fwd_ev;     /* registered interest, 0: not in the set */
-    unsigned tls_want, fwd_want; /* what the last round blocked on */
-    struct gbuf up, down;        /* client -> forward, forward -> client */
-    uint64_t started_ms, last_ms;
-    uint64_t to_fwd, from_fwd;
-    char peer[64];
+    enum conn_state state;
+    struct gate_relay rl;     /* its sides own the sockets */
+    struct gate_side *tls;    /* the side with the TLS session */
+    uint32_t ev[2];           /* registered interest (client, server side) */
+    uint64_t started_ms, deadline_ms, last_ms;
+    size_t pre_len;
+    char pre[GATE_PREAMBLE_MAX];
+    char peer[64];            /* serve: the client's address; dial: the
+                               * client's pid, then the destination */
 };
 
 struct gate_server {
@@ -101,42 +103,116 @@ static int set_interest(struct gate_server *s, int fd, uint64_t tag, uint32_t *c
 
 static uint32_t events_of(unsigned want)
 {
-    return (want & WANT_IN ? EPOLLIN : 0) | (want & WANT_OUT ? EPOLLOUT : 0);
+    return (want & GATE_WANT_IN ? EPOLLIN : 0) | (want & GATE_WANT_OUT ? EPOLLOUT : 0);
+}
+
+/* The interest of one side of c (server: the side dialled or forwarded to). */
+static int watch(struct gate_server *s, struct gate_conn *c, bool server, uint32_t events)
+{
+    struct gate_side *side = server ? &c->rl.server : &c->rl.client;
+    return set_interest(s, side->fd, (uint64_t)c->slot << 1 | server, &c->ev[server], events);
 }
 
 /* ---- connections -------------------------------------------------------- */
 
 static void conn_free(struct gate_server *s, struct gate_conn *c)
 {
-    if (c->ssl)
-        SSL_free(c->ssl);
-    if (c->tcp >= 0)
-        close(c->tcp); /* leaves the epoll set with it */
-    if (c->fwd >= 0)
-        close(c->fwd);
-    free(c->up.data);
-    free(c->down.data);
+    if (c->tls && c->tls->ssl)
+        SSL_free(c->tls->ssl);
+    if (c->rl.client.fd >= 0)
+        close(c->rl.client.fd); /* leaves the epoll set with it */
+    if (c->rl.server.fd >= 0)
+        close(c->rl.server.fd);
+    gate_relay_release(&c->rl);
     s->conns[c->slot] = NULL;
     s->nconns--;
     free(c);
 }
 
+/* The names of the sides, in logs. */
+static const char *server_name(const struct gate_server *s)
+{
+    return s->c->dial ? "server" : "forward";
+}
+
 static void conn_close(struct gate_server *s, struct gate_conn *c, const char *why)
 {
-    if (c->relaying)
-        conn_log(s, LOG_INFO, "closed", "peer=%s reason=\"%s\" to_forward=%llu "
-                 "from_forward=%llu ms=%llu", c->peer, why, (unsigned long long)c->to_fwd,
-                 (unsigned long long)c->from_fwd,
+    if (c->state == ST_RELAYING)
+        conn_log(s, LOG_INFO, "closed", "peer=%s reason=\"%s\" to_%s=%llu from_%s=%llu "
+                 "ms=%llu", c->peer, why, server_name(s), (unsigned long long)c->rl.up_bytes,
+                 server_name(s), (unsigned long long)c->rl.down_bytes,
                  (unsigned long long)(now_ms() - c->started_ms));
     conn_free(s, c);
 }
 
-/* The handshake did not complete: logged with OpenSSL's reason. */
+/* The connection did not get to the relay: logged with the reason. */
 static void conn_refuse(struct gate_server *s, struct gate_conn *c, const char *why)
 {
     s->st.refused++;
     conn_log(s, LOG_WARN, "refused", "peer=%s reason=\"%s\"", c->peer, why);
     conn_free(s, c);
+}
+
+/* Dial mode: the unix client is told why (one line, best effort: it may
+ * be gone), then refused. */
+static void conn_err(struct gate_server *s, struct gate_conn *c, const char *why)
+{
+    char line[192];
+    int n = snprintf(line, sizeof(line), "ERR %s\n", why);
+    if (n > 0 && (size_t)n < sizeof(line))
+        send(c->rl.client.fd, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    conn_refuse(s, c, why);
+}
+
+static struct gate_conn *conn_new(struct gate_server *s, int fd, const char *peer)
+{
+    unsigned slot = 0;
+    while (s->conns[slot])
+        slot++;
+    struct gate_conn *c = xcalloc(1, sizeof(*c));
+    *c = (struct gate_conn){.slot = slot, .started_ms = now_ms()};
+    c->rl.client.fd = fd;
+    c->rl.server.fd = -1;
+    c->last_ms = c->started_ms;
+    c->deadline_ms = c->started_ms + s->c->handshake_ms;
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
+    s->conns[slot] = c;
+    s->nconns++;
+    s->st.accepted++;
+    return c;
+}
+
+/* serve: a TLS session on the accepted socket; dial: read the preamble. */
+static void conn_begin(struct gate_server *s, struct gate_conn *c)
+{
+    if (!s->c->dial) {
+        int one = 1;
+        setsockopt(c->rl.client.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c->tls = &c->rl.client;
+        c->tls->ssl = SSL_new(s->ctx);
+        if (!c->tls->ssl || SSL_set_fd(c->tls->ssl, c->tls->fd) != 1) {
+            ERR_clear_error();
+            conn_refuse(s, c, "out of memory for TLS");
+            return;
+        }
+    }
+    c->state = s->c->dial ? ST_PREAMBLE : ST_HANDSHAKE;
+    int r = watch(s, c, false, EPOLLIN);
+    if (r < 0)
+        conn_refuse(s, c, strerror(-r));
+}
+
+/* Who is at the other end: the address, or a unix client's pid. */
+static void peer_of(int fd, const struct sockaddr_storage *sa, char *buf, size_t len)
+{
+    struct ucred uc;
+    socklen_t ul = sizeof(uc);
+    if (sa->ss_family != AF_UNIX)
+        gate_format_addr((const struct sockaddr *)sa, buf, len);
+    else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) == 0)
+        snprintf(buf, len, "pid:%d", (int)uc.pid);
+    else
+        snprintf(buf, len, "unix");
 }
 
 static void on_accept(struct gate_server *s)
@@ -151,205 +227,57 @@ static void on_accept(struct gate_server *s)
             return;
         }
         char peer[64];
-        gate_format_addr((struct sockaddr *)&sa, peer, sizeof(peer));
+        peer_of(fd, &sa, peer, sizeof(peer));
         if (s->nconns >= s->c->max_conns) {
+            if (s->c->dial)
+                send(fd, "ERR max-conns\n", 14, MSG_DONTWAIT | MSG_NOSIGNAL);
             close(fd);
             s->st.busy++;
             conn_log(s, LOG_WARN, "refused", "peer=%s reason=max-conns max_conns=%u", peer,
                      s->c->max_conns);
             continue;
         }
-        unsigned slot = 0;
-        while (s->conns[slot])
-            slot++;
-        struct gate_conn *c = xcalloc(1, sizeof(*c));
-        *c = (struct gate_conn){.slot = slot, .tcp = fd, .fwd = -1, .started_ms = now_ms()};
-        c->last_ms = c->started_ms;
-        memcpy(c->peer, peer, sizeof(peer));
-        s->conns[slot] = c;
-        s->nconns++;
-        s->st.accepted++;
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        c->ssl = SSL_new(s->ctx);
-        if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) {
-            ERR_clear_error();
-            conn_refuse(s, c, "out of memory for TLS");
-            continue;
-        }
-        int r = set_interest(s, fd, (uint64_t)slot << 1, &c->tcp_ev, EPOLLIN);
-        if (r < 0) {
-            conn_refuse(s, c, strerror(-r));
-            continue;
-        }
+        conn_begin(s, conn_new(s, fd, peer));
         conn_log(s, LOG_DEBUG, "accepted", "peer=%s", peer);
     }
 }
 
 /* ---- the relay ---------------------------------------------------------------- */
 
-static size_t buf_room(struct gbuf *b)
-{
-    if (b->len == 0)
-        b->head = 0;
-    else if (b->head + b->len == BUF_SIZE && b->head > 0) {
-        memmove(b->data, b->data + b->head, b->len);
-        b->head = 0;
-    }
-    return BUF_SIZE - b->head - b->len;
-}
-
-/* What an SSL call that returned n <= 0 means: 0 blocked (want set),
- * 1 the peer ended (close_notify, or EOF without one), <0 an error. */
-static int ssl_result(struct gate_conn *c, int n, bool *fatal)
-{
-    int e = SSL_get_error(c->ssl, n);
-    switch (e) {
-    case SSL_ERROR_WANT_READ:
-        c->tls_want |= WANT_IN;
-        return 0;
-    case SSL_ERROR_WANT_WRITE:
-        c->tls_want |= WANT_OUT;
-        return 0;
-    case SSL_ERROR_ZERO_RETURN:
-        return 1;
-    default:
-        *fatal = true;
-        ERR_clear_error();
-        return e == SSL_ERROR_SYSCALL && errno ? -errno : -ECONNRESET;
-    }
-}
-
-/* TLS -> up buffer -> forward socket.  >0 progress, 0 none, <0 error. */
-static int pump_up(struct gate_conn *c, bool *fatal)
-{
-    int progress = 0;
-    size_t room = buf_room(&c->up);
-    if (!c->tls_eof && room) {
-        int n = SSL_read(c->ssl, c->up.data + c->up.head + c->up.len, (int)room);
-        if (n > 0) {
-            c->up.len += (size_t)n;
-            progress = 1;
-        } else {
-            int r = ssl_result(c, n, fatal);
-            if (r < 0)
-                return r;
-            if (r == 1)
-                c->tls_eof = true, progress = 1;
-        }
-    }
-    if (c->up.len) {
-        ssize_t n = send(c->fwd, c->up.data + c->up.head, c->up.len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n > 0) {
-            c->up.head += (size_t)n;
-            c->up.len -= (size_t)n;
-            c->to_fwd += (uint64_t)n;
-            progress = 1;
-        } else if (errno == EAGAIN || errno == EINTR)
-            c->fwd_want |= WANT_OUT;
-        else
-            return -errno;
-    }
-    if (c->tls_eof && !c->up.len && !c->fwd_shut) {
-        shutdown(c->fwd, SHUT_WR);
-        c->fwd_shut = true;
-    }
-    return progress;
-}
-
-/* Forward socket -> down buffer -> TLS. */
-static int pump_down(struct gate_conn *c, bool *fatal)
-{
-    int progress = 0;
-    size_t room = buf_room(&c->down);
-    if (!c->fwd_eof && room) {
-        ssize_t n = recv(c->fwd, c->down.data + c->down.head + c->down.len, room, MSG_DONTWAIT);
-        if (n > 0) {
-            c->down.len += (size_t)n;
-            progress = 1;
-        } else if (n == 0)
-            c->fwd_eof = true, progress = 1;
-        else if (errno == EAGAIN || errno == EINTR)
-            c->fwd_want |= WANT_IN;
-        else
-            return -errno;
-    }
-    if (c->down.len) {
-        int n = SSL_write(c->ssl, c->down.data + c->down.head, (int)c->down.len);
-        if (n > 0) {
-            c->down.head += (size_t)n;
-            c->down.len -= (size_t)n;
-            c->from_fwd += (uint64_t)n;
-            progress = 1;
-        } else {
-            int r = ssl_result(c, n, fatal);
-            if (r == 1)
-                *fatal = true; /* the client's side is closed for writing */
-            if (r != 0)
-                return r < 0 ? r : -EPIPE;
-        }
-    }
-    return progress;
-}
-
-/* Move bytes until nothing moves (or PUMP_ROUNDS), then wait for what
- * blocked.  Closes the connection when it is over. */
+/* Move bytes until nothing moves (or the relay's bound of rounds), then
+ * wait for what blocked.  Closes the connection when it is over. */
 static void relay(struct gate_server *s, struct gate_conn *c)
 {
-    bool fatal = false;
-    int r = 0;
-    c->again = false;
-    for (unsigned round = 0;; round++) {
-        if (round == PUMP_ROUNDS) {
-            c->again = true;
-            break;
-        }
-        c->tls_want = c->fwd_want = 0;
-        int a = pump_up(c, &fatal), b = a < 0 ? 0 : pump_down(c, &fatal);
-        if (a < 0 || b < 0) {
-            r = a < 0 ? a : b;
-            break;
-        }
-        if (a || b)
-            c->last_ms = now_ms();
-        if (c->fwd_eof && !c->down.len) {
-            /* The forward side is done and everything it said was passed
-             * on: close_notify (best effort: non-blocking), then close. */
-            SSL_shutdown(c->ssl);
-            ERR_clear_error();
-            conn_close(s, c, c->tls_eof ? "both ended" : "forward ended");
-            return;
-        }
-        if (!a && !b)
-            break;
-    }
-    if (r < 0) {
-        char why[96];
-        snprintf(why, sizeof(why), "%s: %s", fatal ? "client" : "forward", strerror(-r));
+    struct gate_side *failed = NULL;
+    bool moved;
+    int r = gate_relay_step(&c->rl, &failed, &moved);
+    if (moved)
+        c->last_ms = now_ms();
+    if (r == 1) {
+        /* The server side is done and everything it said was passed on:
+         * end the client's side (best effort: non-blocking), then close. */
+        gate_side_end(&c->rl.client);
+        char why[32];
+        snprintf(why, sizeof(why), "%s ended", c->rl.client.eof ? "both" : server_name(s));
         conn_close(s, c, why);
         return;
     }
-    uint64_t tag = (uint64_t)c->slot << 1;
-    if ((r = set_interest(s, c->tcp, tag, &c->tcp_ev, events_of(c->tls_want))) < 0 ||
-        (r = set_interest(s, c->fwd, tag | 1, &c->fwd_ev, events_of(c->fwd_want))) < 0)
+    if (r < 0) {
+        char why[96];
+        snprintf(why, sizeof(why), "%s: %s",
+                 failed == &c->rl.client ? "client" : server_name(s), strerror(-r));
+        conn_close(s, c, why);
+        return;
+    }
+    if ((r = watch(s, c, false, events_of(c->rl.client.want))) < 0 ||
+        (r = watch(s, c, true, events_of(c->rl.server.want))) < 0)
         conn_close(s, c, strerror(-r));
 }
 
-/* The handshake completed: the client is verified.  Connect the forward
- * socket (by name, from the working directory) and start relaying. */
 static void start_relay(struct gate_server *s, struct gate_conn *c)
 {
-    int r = unix_connect(s->c->forward_name, true, &c->fwd);
-    if (r < 0) {
-        s->st.refused++;
-        conn_log(s, LOG_WARN, "forward unavailable", "peer=%s forward=%s error=\"%s\"", c->peer,
-                 s->c->forward, strerror(-r));
-        conn_free(s, c); /* no close_notify: the client learns by the close */
-        return;
-    }
-    c->up.data = xmalloc(BUF_SIZE);
-    c->down.data = xmalloc(BUF_SIZE);
-    c->relaying = true;
+    gate_relay_start(&c->rl);
+    c->state = ST_RELAYING;
     c->last_ms = now_ms();
     s->st.relayed++;
     conn_log(s, LOG_INFO, "connected", "peer=%s handshake_ms=%llu", c->peer,
@@ -357,25 +285,187 @@ static void start_relay(struct gate_server *s, struct gate_conn *c)
     relay(s, c);
 }
 
-static void handshake(struct gate_server *s, struct gate_conn *c)
+/* ---- serve mode: accept TLS, then the forward socket ----------------------------- */
+
+/* The handshake completed: the client is verified.  Connect the forward
+ * socket (by name, from the working directory) and start relaying. */
+static void serve_verified(struct gate_server *s, struct gate_conn *c)
 {
+    int r = unix_connect(s->c->sock_name, true, &c->rl.server.fd);
+    if (r < 0) {
+        s->st.refused++;
+        conn_log(s, LOG_WARN, "forward unavailable", "peer=%s forward=%s error=\"%s\"", c->peer,
+                 s->c->forward, strerror(-r));
+        conn_free(s, c); /* no close_notify: the client learns by the close */
+        return;
+    }
+    start_relay(s, c);
+}
+
+/* SSL_accept or SSL_connect, n its result: 1 done, 0 waiting, -1 failed
+ * (why filled). */
+static int handshake_result(struct gate_server *s, struct gate_conn *c, int n, char *why,
+                            size_t len)
+{
+    if (n == 1)
+        return 1;
+    int e = SSL_get_error(c->tls->ssl, n);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        int r = watch(s, c, c->tls == &c->rl.server,
+                      e == SSL_ERROR_WANT_READ ? EPOLLIN : EPOLLOUT);
+        if (r == 0)
+            return 0;
+        snprintf(why, len, "%s", strerror(-r));
+        return -1;
+    }
+    gate_tls_failure(c->tls->ssl, e, why, len);
+    return -1;
+}
+
+static void serve_handshake(struct gate_server *s, struct gate_conn *c)
+{
+    char why[160];
     ERR_clear_error();
     errno = 0;
-    int n = SSL_accept(c->ssl);
-    if (n == 1) {
-        start_relay(s, c);
+    int r = handshake_result(s, c, SSL_accept(c->tls->ssl), why, sizeof(why));
+    if (r == 1)
+        serve_verified(s, c);
+    else if (r < 0)
+        conn_refuse(s, c, why);
+}
+
+/* ---- dial mode: the preamble, the connect, TLS, then OK ------------------------- */
+
+static void dial_handshake(struct gate_server *s, struct gate_conn *c);
+
+/* The server is verified.  A client that sent bytes before OK (or left)
+ * is refused; else OK, and the relay. */
+static void dial_verified(struct gate_server *s, struct gate_conn *c)
+{
+    char b;
+    ssize_t n = recv(c->rl.client.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) {
+        conn_err(s, c, "bytes before OK");
         return;
     }
-    int e = SSL_get_error(c->ssl, n);
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-        int r = set_interest(s, c->tcp, (uint64_t)c->slot << 1, &c->tcp_ev,
-                             e == SSL_ERROR_WANT_READ ? EPOLLIN : EPOLLOUT);
-        if (r < 0)
-            conn_refuse(s, c, strerror(-r));
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        conn_refuse(s, c, "client left before OK");
         return;
     }
+    /* Three bytes into an empty socket buffer: they fit, or the client is gone. */
+    if (send(c->rl.client.fd, "OK\n", 3, MSG_DONTWAIT | MSG_NOSIGNAL) != 3) {
+        conn_refuse(s, c, "client: cannot send OK");
+        return;
+    }
+    start_relay(s, c);
+}
+
+/* The TCP connection is up: start TLS as the client. */
+static void dial_tls(struct gate_server *s, struct gate_conn *c)
+{
+    int one = 1;
+    setsockopt(c->rl.server.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c->tls = &c->rl.server;
+    c->tls->ssl = SSL_new(s->ctx);
+    if (!c->tls->ssl || SSL_set_fd(c->tls->ssl, c->tls->fd) != 1 ||
+        SSL_set_tlsext_host_name(c->tls->ssl, s->c->peer_name) != 1) {
+        ERR_clear_error();
+        conn_err(s, c, "out of memory for TLS");
+        return;
+    }
+    SSL_set_connect_state(c->tls->ssl);
+    c->state = ST_DIALING;
+    dial_handshake(s, c);
+}
+
+static void dial_handshake(struct gate_server *s, struct gate_conn *c)
+{
     char why[160];
-    conn_refuse(s, c, gate_tls_failure(c->ssl, e, why, sizeof(why)));
+    ERR_clear_error();
+    errno = 0;
+    int r = handshake_result(s, c, SSL_connect(c->tls->ssl), why + 5, sizeof(why) - 5);
+    if (r == 1) {
+        dial_verified(s, c);
+    } else if (r < 0) {
+        memcpy(why, "tls: ", 5);
+        conn_err(s, c, why);
+    }
+}
+
+static void dial_connected(struct gate_server *s, struct gate_conn *c)
+{
+    int e = 0;
+    socklen_t el = sizeof(e);
+    if (getsockopt(c->rl.server.fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0)
+        e = errno;
+    if (e) {
+        char why[96];
+        snprintf(why, sizeof(why), "connect: %s", strerror(e));
+        conn_err(s, c, why);
+        return;
+    }
+    dial_tls(s, c);
+}
+
+/* A good preamble: connect (non-blocking) to the destination.  The client
+ * side is not watched until the relay. */
+static void dial_connect(struct gate_server *s, struct gate_conn *c,
+                         const struct sockaddr_storage *to, socklen_t tl)
+{
+    char why[96];
+    int r = watch(s, c, false, 0);
+    gate_format_addr((const struct sockaddr *)to, c->peer, sizeof(c->peer));
+    c->rl.server.fd = socket(to->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (r < 0 || c->rl.server.fd < 0) {
+        snprintf(why, sizeof(why), "connect: %s", strerror(r < 0 ? -r : errno));
+        conn_err(s, c, why);
+        return;
+    }
+    c->state = ST_CONNECTING;
+    c->deadline_ms = now_ms() + s->c->handshake_ms;
+    if (connect(c->rl.server.fd, (const struct sockaddr *)to, tl) == 0) {
+        dial_tls(s, c);
+        return;
+    }
+    if (errno != EINPROGRESS) {
+        snprintf(why, sizeof(why), "connect: %s", strerror(errno));
+        conn_err(s, c, why);
+        return;
+    }
+    if ((r = watch(s, c, true, EPOLLOUT)) < 0)
+        conn_err(s, c, strerror(-r));
+}
+
+static void dial_preamble(struct gate_server *s, struct gate_conn *c)
+{
+    size_t room = sizeof(c->pre) - c->pre_len;
+    ssize_t n = recv(c->rl.client.fd, c->pre + c->pre_len, room, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        conn_err(s, c, n == 0 ? "preamble not terminated" : strerror(errno));
+        return;
+    }
+    c->pre_len += (size_t)n;
+    struct sockaddr_storage to;
+    socklen_t tl;
+    const char *why;
+    int r = gate_preamble_parse(c->pre, c->pre_len, s->c->port, &to, &tl, &why);
+    if (r < 0)
+        conn_err(s, c, why);
+    else if (r == 1)
+        dial_connect(s, c, &to, tl);
+}
+
+/* ---- the loop ----------------------------------------------------------------- */
+
+static const char *timeout_reason(enum conn_state st)
+{
+    switch (st) {
+    case ST_PREAMBLE: return "preamble timeout";
+    case ST_CONNECTING: return "connect timeout";
+    default: return "handshake timeout";
+    }
 }
 
 /* Handshake and idle deadlines; returns the ms until the next one (-1:
@@ -388,17 +478,19 @@ static int sweep(struct gate_server *s)
         struct gate_conn *c = s->conns[i];
         if (!c)
             continue;
-        uint64_t due = c->relaying ? c->last_ms + s->c->idle_ms
-                                   : c->started_ms + s->c->handshake_ms;
+        bool relaying = c->state == ST_RELAYING;
+        uint64_t due = relaying ? c->last_ms + s->c->idle_ms : c->deadline_ms;
         if (now >= due) {
-            if (c->relaying)
+            if (relaying)
                 conn_close(s, c, "idle timeout");
+            else if (s->c->dial)
+                conn_err(s, c, timeout_reason(c->state));
             else
                 conn_refuse(s, c, "handshake timeout");
             continue;
         }
         next = MIN(next, due);
-        again |= c->again;
+        again |= relaying && c->rl.again;
     }
     if (again)
         return 0;
@@ -408,12 +500,18 @@ static int sweep(struct gate_server *s)
 static void on_conn(struct gate_server *s, uint64_t tag)
 {
     struct gate_conn *c = s->conns[tag >> 1];
+    bool server = tag & 1;
     if (!c)
         return; /* closed earlier in this batch */
-    if (c->relaying)
-        relay(s, c);
-    else
-        handshake(s, c);
+    /* Before the relay only the side a stage waits on counts (an event of
+     * the other, reported in the same batch, is stale). */
+    switch (c->state) {
+    case ST_HANDSHAKE: if (!server) serve_handshake(s, c); break;
+    case ST_PREAMBLE: if (!server) dial_preamble(s, c); break;
+    case ST_CONNECTING: if (server) dial_connected(s, c); break;
+    case ST_DIALING: if (server) dial_handshake(s, c); break;
+    case ST_RELAYING: relay(s, c); break;
+    }
 }
 
 int gate_server_run(struct gate_server *s, int extra_fd, int (*on_extra)(void *opaque),
@@ -444,14 +542,14 @@ int gate_server_run(struct gate_server *s, int extra_fd, int (*on_extra)(void *o
             }
         }
         for (unsigned i = 0; i < s->c->max_conns; i++)
-            if (s->conns[i] && s->conns[i]->again)
+            if (s->conns[i] && s->conns[i]->state == ST_RELAYING && s->conns[i]->rl.again)
                 relay(s, s->conns[i]);
     }
 }
 
 /* ---- the server ------------------------------------------------------------- */
 
-int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, struct gate_server **ret)
+static int listen_tcp(const struct gate_conf *c)
 {
     _cleanup_close_ int lfd =
         socket(c->listen.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -465,6 +563,61 @@ int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, struct gate_server 
         return -errno;
     if (bind(lfd, (const struct sockaddr *)&c->listen, c->listen_len) < 0 || listen(lfd, 128) < 0)
         return -errno;
+    return TAKE_FD(lfd);
+}
+
+/* What is at the unix socket's name (in the working directory): nothing,
+ * or a socket nobody listens on (a previous gate's: removed).  -EADDRINUSE
+ * when a server answers there, -EEXIST for something not a socket. */
+static int clear_stale(const char *name)
+{
+    struct stat st;
+    if (lstat(name, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode))
+        return -EEXIST;
+    /* Non-blocking: a live server with a full backlog answers EAGAIN
+     * instead of holding the start-up. */
+    _cleanup_close_ int fd = -1;
+    int r = unix_connect(name, true, &fd);
+    if (r == 0 || r == -EAGAIN)
+        return -EADDRINUSE;
+    if (r != -ECONNREFUSED)
+        return r;
+    return unlink(name) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+/* The dial mode's unix socket, created 0600 (never wider, whatever the
+ * umask), then opened to the group: 0660. */
+static int listen_unix(const struct gate_conf *c)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int r = clear_stale(c->sock_name);
+    if (r < 0)
+        return r;
+    strcpy(sa.sun_path, c->sock_name); /* fits: gate_conf checked */
+    _cleanup_close_ int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (lfd < 0)
+        return -errno;
+    mode_t old = umask(0177);
+    r = bind(lfd, (const struct sockaddr *)&sa, sizeof(sa));
+    int e = errno;
+    umask(old);
+    if (r < 0)
+        return -e;
+    if (chmod(c->sock_name, 0660) < 0 || listen(lfd, 128) < 0) {
+        e = errno;
+        unlink(c->sock_name);
+        return -e;
+    }
+    return TAKE_FD(lfd);
+}
+
+int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, struct gate_server **ret)
+{
+    _cleanup_close_ int lfd = c->dial ? listen_unix(c) : listen_tcp(c);
+    if (lfd < 0)
+        return lfd;
     _cleanup_close_ int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0)
         return -errno;
@@ -493,6 +646,10 @@ void gate_server_free(struct gate_server *s)
 
 const char *gate_server_addr(struct gate_server *s, char *buf, size_t len)
 {
+    if (s->c->dial) {
+        snprintf(buf, len, "unix:%s", s->c->listen_unix);
+        return buf;
+    }
     struct sockaddr_storage sa;
     socklen_t sl = sizeof(sa);
     if (getsockname(s->lfd, (struct sockaddr *)&sa, &sl) < 0)

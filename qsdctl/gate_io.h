@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* gate_io.h: qsd-node-gate's connections.
+/* gate_io.h: qsd-node-gate's connections, in both modes.
  *
- * Owns: the listening TCP socket, accepting (beyond --max-conns a
- * connection is closed at once), the TLS handshake on non-blocking sockets
- * under its deadline, the connection to the forward unix socket (by name,
- * from the working directory: the socket's directory, opened before
- * confinement), and the relay: two bounded buffers per connection, each
- * filled only while it has room (backpressure), an end on either side
- * passed on (TLS close_notify or EOF -> shutdown of the unix socket's
- * write side; the unix side's EOF -> close_notify, then close), the idle
- * deadline.  One thread, one epoll set, nothing blocks.  Logs one line per
- * connection event (refusals rate-limited), bytes each way at close. */
+ * Owns: the listening socket (serve: TCP; dial: the unix socket, created
+ * 0660 by name in the working directory, a stale one of a previous gate
+ * removed), accepting (beyond --max-conns a connection is closed at once),
+ * each connection's stages under their deadlines (serve: the TLS
+ * handshake on the accepted socket, then the forward unix socket, by name
+ * from the working directory; dial: the preamble, the non-blocking TCP
+ * connect, the TLS client handshake, then `OK\n`, or `ERR <reason>\n` and
+ * the close), handing the two sides to the relay (gate_relay.c) and the
+ * idle deadline.  One thread, one epoll set, nothing blocks.  Logs one
+ * line per connection event (refusals rate-limited), bytes each way at
+ * close. */
 #pragma once
 
 #include <stdint.h>
@@ -20,11 +21,14 @@
 
 struct gate_server;
 
-/* Bind and listen on c->listen (close-on-exec, non-blocking); nothing is
- * accepted before gate_server_run.  Takes no ownership of ctx. */
+/* Bind and listen on c->listen, or with c->dial on c->sock_name in the
+ * working directory (close-on-exec, non-blocking); nothing is accepted
+ * before gate_server_run.  Takes no ownership of ctx (a server context, or
+ * with c->dial a client one). */
 int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, struct gate_server **ret);
 void gate_server_free(struct gate_server *s);
-/* The bound address (the port the kernel picked for port 0). */
+/* The bound address (the port the kernel picked for port 0), or
+ * "unix:PATH". */
 const char *gate_server_addr(struct gate_server *s, char *buf, size_t len);
 
 /* Run until on_extra (called when extra_fd is readable) returns nonzero and

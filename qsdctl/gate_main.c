@@ -3,11 +3,12 @@
  * (docs/node-operations.md, "The endpoint"; docs/security.md, "The node
  * endpoint's TLS gate").
  *
- * Owns: the order of start-up (command line; key material read and the
- * listening socket bound while still privileged; the forward socket's
- * directory made the working directory; then confinement), signals, and
- * the first and last log lines.  The policy is gate_tls.c's, the sockets
- * gate_io.c's, the command line gate_conf.c's. */
+ * Owns: the order of start-up in both modes (command line; key material
+ * read; the unix socket's directory (serve: --forward's, dial:
+ * --listen-unix's) made the working directory; the listening socket bound
+ * while still privileged; then confinement), signals, and the first and
+ * last log lines.  The policy is gate_tls.c's, the sockets gate_io.c's, the
+ * relay gate_relay.c's, the command line gate_conf.c's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -47,9 +48,10 @@
 #endif
 
 /* The top of the tree is covered by empty tmpfs (what was mounted beneath
- * detached first): after confinement the gate needs no path (it connects
- * by name from its working directory, which keeps the forward socket's
- * directory reachable), and its seccomp profile has no open call anyway.
+ * detached first): after confinement the gate needs no path (serve mode
+ * connects by name from its working directory, which keeps the forward
+ * socket's directory reachable; dial mode accepts on a socket bound
+ * before), and its seccomp profile has no open call anyway.
  * /proc stays (read-only): hiding it first would keep confine.c from
  * reading the mount table for the paths after it. */
 static const char *const HIDDEN[] = {
@@ -90,11 +92,13 @@ static int confine(const struct gate_conf *c)
     return r;
 }
 
-/* The forward socket's directory becomes the working directory: the
- * gate reaches the socket by name from there whatever confinement hides. */
-static int enter_forward_dir(const struct gate_conf *c)
+/* The unix socket's directory becomes the working directory: serve mode
+ * reaches the forward socket by name from there whatever confinement
+ * hides; dial mode binds its socket there by name (a path longer than a
+ * socket address holds works). */
+static int enter_sock_dir(const struct gate_conf *c)
 {
-    _cleanup_close_ int fd = open(c->forward_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int fd = open(c->sock_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || fchdir(fd) < 0)
         return -errno;
     return 0;
@@ -109,13 +113,18 @@ static int start(const struct gate_conf *c, SSL_CTX **ctx, struct gate_server **
         fprintf(stderr, "qsd-node-gate: %s\n", err);
         return 1;
     }
-    if ((r = enter_forward_dir(c)) < 0) {
-        fprintf(stderr, "qsd-node-gate: --forward: directory %s: %s\n", c->forward_dir,
+    const char *opt = c->dial ? "--listen-unix" : "--forward";
+    if ((r = enter_sock_dir(c)) < 0) {
+        fprintf(stderr, "qsd-node-gate: %s: directory %s: %s\n", opt, c->sock_dir,
                 strerror(-r));
         return 1;
     }
     if ((r = gate_server_new(c, *ctx, s)) < 0) {
-        fprintf(stderr, "qsd-node-gate: --listen: cannot listen: %s\n", strerror(-r));
+        const char *why = r == -EADDRINUSE && c->dial ? "a server answers there"
+                          : r == -EEXIST             ? "something not a socket is there"
+                                                     : strerror(-r);
+        fprintf(stderr, "qsd-node-gate: %s: cannot listen: %s\n",
+                c->dial ? "--listen-unix" : "--listen", why);
         return 1;
     }
     sigset_t mask;
@@ -165,10 +174,16 @@ int main(int argc, char **argv)
     if (r == 0) {
         char addr[80];
         /* (no getuid here: not in the gate's seccomp profile) */
-        log_info(COMP, "listening", "addr=%s forward=%s peer_name=%s max_conns=%u uid=%lld "
-                 "seccomp=%s", gate_server_addr(s, addr, sizeof(addr)), c.forward, c.peer_name,
-                 c.max_conns, c.uid == (uid_t)-1 ? -1LL : (long long)c.uid,
-                 GATE_PROFILE == CONFINE_PROFILE_NONE ? "off" : "gate");
+        if (c.dial)
+            log_info(COMP, "listening", "mode=dial socket=%s port=%u peer_name=%s max_conns=%u "
+                     "uid=%lld seccomp=%s", c.listen_unix, c.port, c.peer_name, c.max_conns,
+                     c.uid == (uid_t)-1 ? -1LL : (long long)c.uid,
+                     GATE_PROFILE == CONFINE_PROFILE_NONE ? "off" : "gate");
+        else
+            log_info(COMP, "listening", "addr=%s forward=%s peer_name=%s max_conns=%u uid=%lld "
+                     "seccomp=%s", gate_server_addr(s, addr, sizeof(addr)), c.forward,
+                     c.peer_name, c.max_conns, c.uid == (uid_t)-1 ? -1LL : (long long)c.uid,
+                     GATE_PROFILE == CONFINE_PROFILE_NONE ? "off" : "gate");
         r = gate_server_run(s, sfd, on_signal, &sfd);
         struct gate_stats st;
         gate_server_stats(s, &st);

@@ -24,13 +24,15 @@ static int ssl_fail(char *err, size_t errlen, const char *opt, const char *path,
 
 /* The CA file must hold at least one certificate: OpenSSL accepts an empty
  * or unrelated PEM file without complaint. */
-static int load_ca(SSL_CTX *ctx, const char *ca, char *err, size_t errlen)
+static int load_ca(SSL_CTX *ctx, const char *ca, bool server, char *err, size_t errlen)
 {
     if (SSL_CTX_load_verify_file(ctx, ca) != 1)
         return ssl_fail(err, errlen, "--ca", ca, "cannot load");
     STACK_OF(X509_OBJECT) *objs = X509_STORE_get0_objects(SSL_CTX_get_cert_store(ctx));
     if (!objs || sk_X509_OBJECT_num(objs) == 0)
         return ssl_fail(err, errlen, "--ca", ca, "holds no certificate");
+    if (!server)
+        return 0;
     /* The CA names sent in the CertificateRequest (clients choose by them). */
     STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca);
     if (!names)
@@ -69,25 +71,26 @@ static int setup(SSL_CTX *ctx, const struct gate_conf *c, char *err, size_t errl
         return ssl_fail(err, errlen, "--key", c->key, "cannot load");
     if (SSL_CTX_check_private_key(ctx) != 1)
         return ssl_fail(err, errlen, "--key", c->key, "does not match --cert");
-    if ((r = load_ca(ctx, c->ca, err, errlen)) < 0)
+    if ((r = load_ca(ctx, c->ca, !c->dial, err, errlen)) < 0)
         return r;
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
     SSL_CTX_set_verify_depth(ctx, 4);
-    /* OpenSSL's host-name check on the client's certificate: DNS
+    /* OpenSSL's host-name check on the peer's certificate: DNS
      * subjectAltName, or the CN when there is none; no wildcards. */
     X509_VERIFY_PARAM *vp = SSL_CTX_get0_param(ctx);
     X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_WILDCARDS);
     if (X509_VERIFY_PARAM_set1_host(vp, c->peer_name, 0) != 1)
         return ssl_fail(err, errlen, "--peer-name", c->peer_name, "refused by OpenSSL");
-    /* A client certificate, not a server's (extended key usage, when the
-     * certificate has one). */
-    if (X509_VERIFY_PARAM_set_purpose(vp, X509_PURPOSE_SSL_CLIENT) != 1)
+    /* The peer's role: serve mode wants a client certificate, dial mode a
+     * server's (extended key usage, when the certificate has one). */
+    if (X509_VERIFY_PARAM_set_purpose(vp, c->dial ? X509_PURPOSE_SSL_SERVER
+                                                  : X509_PURPOSE_SSL_CLIENT) != 1)
         return ssl_fail(err, errlen, "TLS", "purpose", "cannot be set");
     /* Every connection verifies a certificate: no resumption. */
     SSL_CTX_set_num_tickets(ctx, 0);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-    /* A client that closes TCP without close_notify has ended, not failed:
-     * what it sent before still reaches the forward socket. */
+    /* A peer that closes TCP without close_notify has ended, not failed:
+     * what it sent before is still passed on. */
     SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION |
                                  SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF);
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
@@ -97,7 +100,7 @@ static int setup(SSL_CTX *ctx, const struct gate_conf *c, char *err, size_t errl
 
 int gate_tls_ctx_new(const struct gate_conf *c, SSL_CTX **ret, char *err, size_t errlen)
 {
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    SSL_CTX *ctx = SSL_CTX_new(c->dial ? TLS_client_method() : TLS_server_method());
     if (!ctx)
         return ssl_fail(err, errlen, "TLS", "context", "cannot be created");
     int r = setup(ctx, c, err, errlen);

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* gate_tls.h: qsd-node-gate's TLS policy on OpenSSL.
  *
- * Owns: the server context (TLS 1.3 only, this node's certificate and key,
- * a client certificate required, verified against --ca and checked by
- * OpenSSL's host-name check to name --peer-name; no session tickets, no
- * session cache, so every connection verifies a certificate), loading the
- * files with errors that name the option, and the reason a handshake
- * failed, as a short text for the log. */
+ * Owns: the context of either mode (TLS 1.3 only, this side's certificate
+ * and key; the peer's certificate required, verified against --ca, with
+ * the purpose of the peer's role (serve: a client's; dial: a server's),
+ * and checked by OpenSSL's host-name check to name --peer-name; no session
+ * tickets, no session cache, so every connection verifies a certificate),
+ * loading the files with errors that name the option, and the reason a
+ * handshake failed, as a short text for the log and the dial mode's ERR
+ * line. */
 #pragma once
 
 #include <stddef.h>
@@ -14,10 +16,12 @@
 
 #include "gate_conf.h"
 
-/* All-or-nothing; on failure a message naming the option in err. */
+/* A server context, or with c->dial a client context.  All-or-nothing; on
+ * failure a message naming the option in err. */
 int gate_tls_ctx_new(const struct gate_conf *c, SSL_CTX **ret, char *err, size_t errlen);
 
-/* Why the handshake of ssl failed (after SSL_accept returned <= 0 with
+/* Why the handshake of ssl failed (after SSL_accept or SSL_connect
+ * returned <= 0 with
  * error ssl_err): the certificate verification result when that failed,
  * else OpenSSL's first queued error, else the system error.  Clears
  * OpenSSL's error queue. */

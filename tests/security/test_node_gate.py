@@ -29,6 +29,30 @@ connections and hashes what it receives.
   cmdline  bad command lines and unusable files: non-zero exit, a message
            naming the option, nothing listening
 
+The dial mode (--dial, the controller's side: a unix client sends
+"CONNECT <ip>\n", the gate dials ip:--port with mutual TLS, answers OK or
+ERR, then relays), chained to a serve gate in front of the echo server:
+
+  dial          OK, then small echoes and 8 MiB each way checked by SHA-256
+                (IPv4 and IPv6), counted in both gates' close lines; the
+                client's half-close reaching the echo server as EOF and the
+                answer still coming back; the echo server's close reaching
+                the client
+  dial_refuse   ERR and nothing connected or relayed for: garbage, HTTP,
+                another verb, too long, unterminated, silent (the preamble
+                deadline), a DNS name, a host with a port, brackets, an
+                unspecified address, bytes before OK (in the preamble's
+                write and right after it); a serve gate whose certificate
+                names another host, one from another CA (ERR naming the
+                verification, nothing reaching its echo server); nothing
+                listening (ERR at once); a listener that never speaks TLS
+                (ERR at the handshake deadline); still serving afterwards
+  dial_confine  the dial gate's /proc status as the serve mode's, its unix
+                socket 0660, and it still dials after confinement
+  dial_cmdline  each mode's options refused in the other, what --dial
+                requires, a stale socket replaced, a live one or a file
+                refused; non-zero exit naming the option
+
 usage: test_node_gate.py GATE SCENARIO
 """
 import hashlib
@@ -39,6 +63,7 @@ import shutil
 import signal
 import socket
 import ssl
+import stat
 import subprocess
 import sys
 import tempfile
@@ -131,6 +156,9 @@ def make_pki():
     make_leaf("foreign", "other-ca", PEER, PEER, "clientAuth")
     make_leaf("expired", "ca", PEER, PEER, "clientAuth", expired=True)
     make_leaf("server-only", "ca", PEER, PEER, "serverAuth")
+    # serve gates that the dial gate must refuse
+    make_leaf("node-other-host", "ca", "other-node", "other-node", "serverAuth")
+    make_leaf("node-foreign", "other-ca", "qsd-csi-node", "qsd-csi-node", "serverAuth")
     for f in os.listdir(PKI):  # keys: root's only; the gate reads them before it drops
         os.chmod(os.path.join(PKI, f), 0o600 if f.endswith(".key") else 0o644)
 
@@ -225,9 +253,12 @@ GATES = []
 
 
 class Gate:
-    def __init__(self, forward, listen="127.0.0.1:0", extra=(), identity=True):
-        args = [GATE, "--listen", listen, "--ca", pki("ca.pem"), "--cert", pki("node.pem"),
-                "--key", pki("node.key"), "--peer-name", PEER, "--forward", forward, *extra]
+    def __init__(self, forward, listen="127.0.0.1:0", extra=(), identity=True, cert="node",
+                 argv=None):
+        args = argv or [GATE, "--listen", listen, "--ca", pki("ca.pem"), "--cert",
+                        pki(f"{cert}.pem"), "--key", pki(f"{cert}.key"), "--peer-name", PEER,
+                        "--forward", forward]
+        args = [*args, *extra]
         if identity:
             args += ["--uid", str(UID), "--gid", str(GID)]
         self.p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -236,10 +267,10 @@ class Gate:
         self.lines = []
         self.cv = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
-        m = self.wait_line(r"msg=listening addr=(\S+)", 15)
+        m = self.wait_line(r"msg=listening (?:addr=(\S+)|mode=dial)", 15)
         if not m:
             raise SystemExit(f"FAIL: the gate did not listen: {self.log()}")
-        self.port = int(m.group(1).rsplit(":", 1)[1])
+        self.port = int(m.group(1).rsplit(":", 1)[1]) if m.group(1) else None
         self.pid = self.p.pid
 
     def _read(self):
@@ -323,7 +354,7 @@ def echo_once(gate, msg=b"ping", **kw):
 
 def exchange(s, data, got, stall=10.0):
     """Send data and receive as much at once, on one thread (an SSLSocket is
-    not for two threads at once): non-blocking, select.  Returns the count
+    not for two threads at once; a plain socket works too): non-blocking, select.  Returns the count
     received; stops at EOF or after stall seconds without progress."""
     s.setblocking(False)
     sent = n = 0
@@ -337,7 +368,7 @@ def exchange(s, data, got, stall=10.0):
                 k = s.send(data[sent:sent + 65536])
                 sent += k
                 moved = k > 0
-            except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
                 pass
         try:
             while True:
@@ -347,7 +378,7 @@ def exchange(s, data, got, stall=10.0):
                 got.update(d)
                 n += len(d)
                 moved = True
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
             pass
         now = time.monotonic()
         if moved:
@@ -785,10 +816,475 @@ def scenario_cmdline():
     check(r.returncode == 0 and "--peer-name" in r.stdout, "--help")
 
 
+# ---- the dial mode -----------------------------------------------------------------
+
+NODE_NAME = "qsd-csi-node"
+
+
+def dial_gate(path, port, extra=(), identity=True):
+    """A dial gate with the controller's certificate, on unix socket path."""
+    argv = [GATE, "--dial", "--listen-unix", path, "--port", str(port), "--ca", pki("ca.pem"),
+            "--cert", pki("good.pem"), "--key", pki("good.key"), "--peer-name", NODE_NAME]
+    return Gate(None, argv=argv, extra=extra, identity=identity)
+
+
+def read_line(s, limit=256):
+    """One line, a byte at a time (nothing after it is consumed); b"" at EOF."""
+    out = b""
+    while len(out) < limit:
+        try:
+            d = s.recv(1)
+        except (OSError, socket.timeout):
+            break
+        if not d:
+            break
+        out += d
+        if d == b"\n":
+            break
+    return out
+
+
+def dial(path, host=None, payload=None, timeout=10.0):
+    """A unix client of the dial gate: the preamble (or payload), then the
+    gate's answer line.  Returns (socket, line)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(path)
+    s.sendall(payload if payload is not None else f"CONNECT {host}\n".encode())
+    return s, read_line(s)
+
+
+def dial_echo(path, host, msg=b"ping"):
+    s, line = dial(path, host)
+    if line != b"OK\n":
+        s.close()
+        print(f"dial {host}: {line!r}")
+        return False
+    s.sendall(msg)
+    got = recv_exact(s, len(msg))
+    s.close()
+    return got == msg
+
+
+def shut_closed(s, timeout=5.0):
+    """Whether the other side ended s (EOF or reset) within timeout."""
+    s.settimeout(timeout)
+    try:
+        while True:
+            if not s.recv(4096):
+                return True
+    except (socket.timeout, TimeoutError):
+        return False
+    except OSError:
+        return True
+
+
+def loopback_port():
+    """A port free on 127.0.0.1 (the other 127/8 addresses are ours too)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Silent:
+    """A TCP listener that accepts and never speaks; counts its connections."""
+
+    def __init__(self, host, port):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.sock.listen(16)
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(c)
+
+    def stop(self):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
+def scenario_dial():
+    fwd = os.path.join(T, "run", "fwd.sock")
+    echo = Echo(fwd)
+    serve = Gate(fwd)
+    path = os.path.join(T, "run", "dial.sock")
+    gate = dial_gate(path, serve.port)
+    check(dial_echo(path, "127.0.0.1", b"hello through both gates"), "small echo")
+    check(echo.nreceived == len(b"hello through both gates"), "the echo server got the bytes")
+    check(gate.wait_line(rf"msg=connected peer=127\.0\.0\.1:{serve.port} ", 3),
+          "the dial gate logs the destination")
+
+    # 8 MiB each way, at once, checked by hash; both gates count them.
+    size = 8 << 20
+    data = os.urandom(size)
+    before = echo.nreceived
+    gmark, smark = gate.mark(), serve.mark()
+    s, line = dial(path, "127.0.0.1")
+    check(line == b"OK\n", f"OK before the relay: {line!r}")
+    got = hashlib.sha256()
+    t0 = time.monotonic()
+    n = exchange(s, data, got)
+    secs = time.monotonic() - t0
+    s.close()
+    print(f"8 MiB each way through dial gate and serve gate in {secs:.2f} s")
+    check(n == size and got.digest() == hashlib.sha256(data).digest(),
+          f"8 MiB echoed intact (got {n} bytes)")
+    m = gate.wait_line(r"msg=closed .*to_server=(\d+) from_server=(\d+)", 5, gmark)
+    check(m and int(m.group(1)) == size and int(m.group(2)) == size,
+          f"the dial gate's close line counts 8 MiB each way: {m and m.group(0)}")
+    m = serve.wait_line(r"msg=closed .*to_forward=(\d+) from_forward=(\d+)", 5, smark)
+    check(m and int(m.group(1)) == size and int(m.group(2)) == size,
+          f"the serve gate's close line counts 8 MiB each way: {m and m.group(0)}")
+    check(echo.nreceived - before == size, "the echo server received 8 MiB")
+
+    # The client's half-close: the echo server sees EOF after the bytes, and
+    # the answer still comes back, then the end.
+    eofs = echo.eofs
+    s, line = dial(path, "127.0.0.1")
+    s.sendall(b"half")
+    s.shutdown(socket.SHUT_WR)
+    check(recv_exact(s, 4) == b"half", "the answer after the client's half-close")
+    check(shut_closed(s, 5), "the end after the client's half-close")
+    s.close()
+    deadline = time.monotonic() + 5
+    while echo.eofs == eofs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(echo.eofs > eofs, "the client's half-close reaches the echo server as EOF")
+
+    # The echo server's close reaches the unix client.
+    echo.stop()
+    echo = Echo(fwd, close_after=b"bye")
+    s, line = dial(path, "127.0.0.1")
+    s.sendall(b"bye")
+    check(recv_exact(s, 3) == b"bye", "the answer before the echo server's close")
+    check(shut_closed(s, 3), "the echo server's close reaches the unix client")
+    s.close()
+    echo.stop()
+    echo = Echo(fwd)
+
+    # IPv6: a serve gate on [::1] at the same port.
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.bind(("::1", serve.port))
+        probe.close()
+        v6 = Gate(fwd, listen=f"[::1]:{serve.port}")
+        mark = gate.mark()
+        check(dial_echo(path, "::1", b"over v6"), "IPv6 echo")
+        check(gate.wait_line(rf"msg=connected peer=\[::1\]:{serve.port} ", 3, mark),
+              "IPv6 destination logged")
+        s, line = dial(path, "::1")
+        got = hashlib.sha256()
+        n = exchange(s, data, got)
+        s.close()
+        check(n == size and got.digest() == hashlib.sha256(data).digest(),
+              f"8 MiB each way over IPv6 (got {n} bytes)")
+        check(v6.stop() == 0, "the IPv6 serve gate exits 0 on SIGTERM")
+    except OSError as e:
+        print(f"no IPv6 loopback here ({e}): IPv6 not checked")
+    check(gate.stop() == 0, "the dial gate exits 0 on SIGTERM")
+    check(gate.wait_line(r"msg=exiting accepted=\d+ relayed=\d+", 3), "final counters logged")
+    check(serve.stop() == 0, "the serve gate exits 0 on SIGTERM")
+    echo.stop()
+
+
+DIAL_REFUSALS = [
+    # (what, what the client sends, the ERR line's reason)
+    ("garbage", b"hello?\n", r"expected CONNECT <ip>"),
+    ("HTTP", b"GET / HTTP/1.1\r\nHost: node\r\n\r\n", r"expected CONNECT <ip>"),
+    ("another verb", b"BIND 127.0.0.2\n", r"expected CONNECT <ip>"),
+    ("lower case", b"connect 127.0.0.2\n", r"expected CONNECT <ip>"),
+    ("too long", b"CONNECT " + b"1" * 200, r"preamble too long"),
+    ("a DNS name", b"CONNECT localhost\n", r"host is not an IP address"),
+    ("a long DNS name", b"CONNECT node-1.cluster.example.com\n", r"host is not an IP address"),
+    ("a host with a port", b"CONNECT 127.0.0.2:22\n", r"host is not an IP address"),
+    ("IPv6 with a port", b"CONNECT [::1]:22\n", r"host is not an IP address"),
+    ("IPv6 in brackets", b"CONNECT [::1]\n", r"host is not an IP address"),
+    ("CRLF", b"CONNECT 127.0.0.2\r\n", r"host is not an IP address"),
+    ("an unspecified address", b"CONNECT 0.0.0.0\n", r"host is not a unicast address"),
+    ("bytes before OK, same write", b"CONNECT 127.0.0.2\nGET / HTTP/1.1\r\n\r\n",
+     r"bytes before OK"),
+]
+
+
+def dial_refused(path, what, payload, reason, watched, shut=False, timeout=5.0):
+    """ERR with the reason, then the close; no connection reached watched
+    (a list of (name, count function))."""
+    before = [(name, f()) for name, f in watched]
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(path)
+    t0 = time.monotonic()
+    if payload:
+        s.sendall(payload)
+    if shut:
+        s.shutdown(socket.SHUT_WR)
+    line = read_line(s)
+    took = time.monotonic() - t0
+    print(f"dial refused: {what} -> {line!r} in {took:.2f} s")
+    check(re.fullmatch(rb"ERR [^\n]+\n", line) and re.search(reason.encode(), line),
+          f"{what}: answer {line!r}, wanted ERR /{reason}/")
+    check(shut_closed(s, 3), f"{what}: not closed after ERR")
+    s.close()
+    time.sleep(0.05)
+    for (name, n0), (_, f) in zip(before, watched):
+        check(f() == n0, f"{what}: {name} changed ({n0} -> {f()})")
+    return took
+
+
+def scenario_dial_refuse():
+    port = loopback_port()
+    fwd = os.path.join(T, "run", "fwd.sock")
+    echo = Echo(fwd)
+    good = Gate(fwd, listen=f"127.0.0.1:{port}")
+    silent = Silent("127.0.0.2", port)
+    echo3 = Echo(os.path.join(T, "run", "fwd3.sock"))
+    other_host = Gate(echo3.path, listen=f"127.0.0.3:{port}", cert="node-other-host")
+    echo4 = Echo(os.path.join(T, "run", "fwd4.sock"))
+    foreign = Gate(echo4.path, listen=f"127.0.0.4:{port}", cert="node-foreign")
+    path = os.path.join(T, "run", "dial.sock")
+    gate = dial_gate(path, port, extra=["--handshake-timeout-ms", "1500"])
+    watched = [("the silent listener's connections", lambda: len(silent.held)),
+               ("the good echo server's connections", lambda: echo.conns),
+               ("the good echo server's bytes", lambda: echo.nreceived)]
+    check(dial_echo(path, "127.0.0.1", b"first"), "a good dial first")
+    for what, payload, reason in DIAL_REFUSALS:
+        dial_refused(path, what, payload, reason, watched)
+    dial_refused(path, "unterminated, then EOF", b"CONNECT 127.0.0.2", r"preamble not terminated",
+                 watched, shut=True)
+    took = dial_refused(path, "silent (no preamble)", b"", r"preamble timeout", watched)
+    check(1.2 <= took <= 4.5, f"the preamble deadline after {took:.2f} s (1.5 s asked)")
+
+    # Bytes right after the preamble, in a write of their own: caught in the
+    # preamble's read or before OK; nothing reaches the echo server.
+    for i in range(5):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(path)
+        n0 = echo.nreceived
+        s.sendall(b"CONNECT 127.0.0.1\n")
+        s.sendall(b"too early")
+        line = read_line(s)
+        check(line == b"ERR bytes before OK\n", f"bytes before OK, own write {i}: {line!r}")
+        check(shut_closed(s, 3), "closed after ERR")
+        s.close()
+        time.sleep(0.05)
+        check(echo.nreceived == n0, f"bytes before OK reached the echo server ({i})")
+
+    # Destinations the TLS client must refuse: ERR naming the verification,
+    # nothing reaching their echo servers.
+    for what, host, reason, srv, e in [
+            ("a serve gate naming another host", "127.0.0.3", r"tls: certificate: hostname mismatch",
+             other_host, echo3),
+            ("a serve gate of another CA", "127.0.0.4",
+             r"tls: certificate: unable to get local issuer certificate", foreign, echo4)]:
+        dial_refused(path, what, f"CONNECT {host}\n".encode(), reason,
+                     [("its echo server's connections", lambda e=e: e.conns),
+                      ("its echo server's bytes", lambda e=e: e.nreceived)])
+        check(srv.wait_line(r"msg=refused", 3), f"{what}: the serve gate saw the handshake end")
+    took = dial_refused(path, "nothing listening", b"CONNECT 127.0.0.5\n",
+                        r"connect: Connection refused", [])
+    check(took < 1.0, f"nothing listening answered in {took:.2f} s")
+    n0 = len(silent.held)
+    took = dial_refused(path, "a listener that never speaks TLS", b"CONNECT 127.0.0.2\n",
+                        r"handshake timeout", [])
+    check(len(silent.held) == n0 + 1, "the silent listener got the one connection")
+    check(1.2 <= took <= 4.5, f"the handshake deadline after {took:.2f} s (1.5 s asked)")
+    # An address nothing answers for (TEST-NET-1): the connect's deadline, or
+    # an error at once where there is no route.
+    took = dial_refused(path, "an address that does not answer", b"CONNECT 192.0.2.1\n",
+                        r"connect", [])
+    check(took <= 4.5, f"the unanswered connect ended after {took:.2f} s")
+
+    check(gate.alive(), "the dial gate survived the refusals")
+    conns = echo.conns
+    check(dial_echo(path, "127.0.0.1", b"still here"), "a good dial after the refusals")
+    check(echo.conns == conns + 1, "exactly the good dial reached the echo server")
+    check(gate.wait_line(r"msg=refused peer=\S+ reason=\"host is not an IP address\"", 1),
+          "refusals logged with their reason")
+    check(gate.stop() == 0, "the dial gate exits 0 on SIGTERM")
+    silent.stop()
+
+    # A serve gate that refuses the dial gate's certificate (it wants
+    # another peer name): TLS 1.3 ends the client's handshake before the
+    # server has checked the client's certificate, so the client gets OK,
+    # then the close; nothing reaches the echo server.
+    echo6 = Echo(os.path.join(T, "run", "fwd6.sock"))
+    picky = Gate(echo6.path, listen=f"127.0.0.6:{port}", extra=["--peer-name", "someone-else"])
+    gate = dial_gate(path, port)
+    s, line = dial(path, "127.0.0.6")
+    print(f"a serve gate refusing the controller's certificate -> {line!r}")
+    check(line == b"OK\n" or line.startswith(b"ERR tls: "), f"refused by the serve gate: {line!r}")
+    try:
+        s.sendall(b"request")
+    except OSError:
+        pass
+    check(shut_closed(s, 5), "refused by the serve gate: not closed")
+    s.close()
+    check(picky.wait_line(r"msg=refused .*reason=\"certificate: hostname mismatch\"", 3),
+          "the serve gate logged the controller's certificate refused")
+    check(echo6.conns == 0 and echo6.nreceived == 0, "refused by the serve gate: reached its echo")
+    m = gate.wait_line(r"msg=(?:closed|refused) peer=127\.0\.0\.6:\d+ reason=\"([^\"]*)\"", 3)
+    print(f"the dial gate's reason: {m and m.group(1)}")
+    check(m and re.search(r"server: |tls: ", m.group(1)), "the dial gate logged the server's refusal")
+    check(gate.stop() == 0, "the second dial gate exits 0 on SIGTERM")
+
+    # --max-conns in dial mode: beyond it, ERR at once.
+    gate = dial_gate(path, port, extra=["--max-conns", "2"])
+    held = []
+    for _ in range(2):
+        h = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        h.connect(path)
+        held.append(h)
+    time.sleep(0.2)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(path)
+    t0 = time.monotonic()
+    line = read_line(s)
+    check(line == b"ERR max-conns\n" and time.monotonic() - t0 < 1.0,
+          f"beyond --max-conns 2: {line!r}")
+    s.close()
+    for h in held:
+        h.close()
+    time.sleep(0.2)
+    check(dial_echo(path, "127.0.0.1", b"a slot again"), "a dial once the slots are free")
+    check(gate.stop() == 0, "the third dial gate exits 0 on SIGTERM")
+    for g in (good, other_host, foreign, picky):
+        check(g.stop() == 0, "a serve gate exits 0 on SIGTERM")
+    for e in (echo, echo3, echo4, echo6):
+        e.stop()
+
+
+def scenario_dial_confine():
+    fwd = os.path.join(T, "run", "fwd.sock")
+    echo = Echo(fwd)
+    serve = Gate(fwd)
+    path = os.path.join(T, "run", "dial.sock")
+    gate = dial_gate(path, serve.port, extra=["--max-conns", "10"])
+    st = os.lstat(path)
+    check(stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660,
+          f"the unix socket is a socket of mode 0660: {oct(st.st_mode)}")
+    check(dial_echo(path, "127.0.0.1"), "dials")
+    st = status(gate.pid)
+    for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"):
+        check(st.get(k) == "0000000000000000", f"{k} {st.get(k)}")
+    check(st.get("NoNewPrivs") == "1", f"NoNewPrivs {st.get('NoNewPrivs')}")
+    want = "0" if SANITIZED else "2"
+    check(st.get("Seccomp") == want, f"Seccomp {st.get('Seccomp')}, wanted {want}"
+          + (" (sanitizer build: no filter)" if SANITIZED else ""))
+    check(st.get("Uid", "").split() == [str(UID)] * 4, f"Uid {st.get('Uid')}")
+    check(st.get("Gid", "").split() == [str(GID)] * 4, f"Gid {st.get('Gid')}")
+    check(st.get("Groups", "x") == "", f"Groups {st.get('Groups')}")
+    check(os.readlink(f"/proc/{gate.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"),
+          "a mount namespace of its own")
+    for d in ("etc", "usr", "tmp", "var", "dev"):
+        seen = os.listdir(f"/proc/{gate.pid}/root/{d}")
+        check(seen == [], f"/{d} in the dial gate's namespace holds {seen[:5]}")
+    with open(f"/proc/{gate.pid}/limits") as f:
+        lim = [line for line in f if line.startswith("Max open files")]
+    check(lim and lim[0].split()[3] == "36", f"open files limit {lim}")
+    print(f"dial gate confined: {st.get('CapEff')} nnp={st.get('NoNewPrivs')} "
+          f"seccomp={st.get('Seccomp')} uid={st.get('Uid')}")
+    # after confinement: a new TCP socket, connect, TLS, relay
+    check(dial_echo(path, "127.0.0.1", b"after the checks"), "still dials")
+    s, line = dial(path, "127.0.0.5")
+    check(line.startswith(b"ERR connect: "), f"a refused connect after confinement: {line!r}")
+    s.close()
+    check(gate.alive() and gate.stop() == 0, "the dial gate exits 0 on SIGTERM")
+    check(serve.stop() == 0, "the serve gate exits 0 on SIGTERM")
+    echo.stop()
+
+
+def scenario_dial_cmdline():
+    run = os.path.join(T, "run")
+    os.makedirs(run)
+    path = os.path.join(run, "dial.sock")
+    base = {"--listen-unix": path, "--port": "9830", "--ca": pki("ca.pem"),
+            "--cert": pki("good.pem"), "--key": pki("good.key"), "--peer-name": NODE_NAME}
+    cases = [
+        ("--listen with --dial", {"--listen": "127.0.0.1:0"}, "--listen"),
+        ("--forward with --dial", {"--forward": os.path.join(run, "f.sock")}, "--forward"),
+        ("no --port", {"--port": None}, "--port"),
+        ("--port 0", {"--port": "0"}, "--port"),
+        ("--port 65536", {"--port": "65536"}, "--port"),
+        ("no --listen-unix", {"--listen-unix": None}, "--listen-unix"),
+        ("no --peer-name", {"--peer-name": None}, "--peer-name"),
+        ("a missing directory", {"--listen-unix": "/nonexistent/dir/d.sock"}, "--listen-unix"),
+        ("a directory, no name", {"--listen-unix": run + "/"}, "--listen-unix"),
+        ("a missing CA", {"--ca": pki("missing.pem")}, "--ca"),
+        ("a key of another cert", {"--key": pki("node.key")}, "--key"),
+    ]
+    for what, ch, opt in cases:
+        argv = [GATE, "--dial"]
+        for k, v in {**base, **ch}.items():
+            if v is not None:
+                argv += [k, v]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+        print(f"{what}: rc={r.returncode} {first}")
+        check(r.returncode != 0, f"{what}: exit 0")
+        check(opt in first, f"{what}: the message does not name {opt}: {first!r}")
+        check(not os.path.exists(path), f"{what}: left {path}")
+    # serve mode refuses the dial mode's options
+    for opt, val in (("--listen-unix", path), ("--port", "9830")):
+        argv = [GATE, "--listen", "127.0.0.1:0", "--ca", pki("ca.pem"), "--cert",
+                pki("node.pem"), "--key", pki("node.key"), "--peer-name", PEER, "--forward",
+                os.path.join(run, "f.sock"), opt, val]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+        print(f"serve mode with {opt}: rc={r.returncode} {first}")
+        check(r.returncode != 0 and opt in first, f"serve mode with {opt}: {first!r}")
+
+    # A stale socket (nobody listening) is replaced; a live one, or a file
+    # that is not a socket, is refused and left alone.
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)
+    stale.close()
+    fwd = os.path.join(run, "fwd.sock")
+    echo = Echo(fwd)
+    serve = Gate(fwd)
+    argv = [GATE, "--dial", *[x for kv in {**base, "--port": str(serve.port)}.items() for x in kv]]
+    gate = Gate(None, argv=argv)
+    check(dial_echo(path, "127.0.0.1"), "a stale socket was replaced and dials")
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+    print(f"a live socket: rc={r.returncode} {first}")
+    check(r.returncode != 0 and "--listen-unix" in first and "answers" in first,
+          f"a second dial gate on a live socket: {first!r}")
+    check(dial_echo(path, "127.0.0.1"), "the first dial gate still serves its socket")
+    check(gate.stop() == 0, "the dial gate exits 0 on SIGTERM")
+    other = os.path.join(run, "file")
+    with open(other, "w") as f:
+        f.write("keep me\n")
+    r = subprocess.run([*argv, "--listen-unix", other], capture_output=True, text=True,
+                       timeout=20)
+    first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+    print(f"a file not a socket: rc={r.returncode} {first}")
+    check(r.returncode != 0 and "--listen-unix" in first, f"a file not a socket: {first!r}")
+    with open(other) as f:
+        check(f.read() == "keep me\n", "the file was left alone")
+    check(serve.stop() == 0, "the serve gate exits 0 on SIGTERM")
+    echo.stop()
+    r = subprocess.run([GATE, "--help"], capture_output=True, text=True, timeout=20)
+    check(r.returncode == 0 and "--dial" in r.stdout and "CONNECT" in r.stdout, "--help")
+
+
 def main():
     make_pki()
     {"serve": scenario_serve, "refuse": scenario_refuse, "bounds": scenario_bounds,
-     "confine": scenario_confine, "cmdline": scenario_cmdline}[SCENARIO]()
+     "confine": scenario_confine, "cmdline": scenario_cmdline, "dial": scenario_dial,
+     "dial_refuse": scenario_dial_refuse, "dial_confine": scenario_dial_confine,
+     "dial_cmdline": scenario_dial_cmdline}[SCENARIO]()
 
 
 try:

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_gate_conf.c: qsd-node-gate's command line (qsdctl/gate_conf.c), no
  * I/O: listen addresses (IPv4, [IPv6], ports, what is refused), the
- * forward path's directory and name, defaults and bounds, and that every
- * refusal names its option. */
+ * forward path's directory and name, defaults and bounds, the dial mode's
+ * options (required there, refused in serve mode, and the serve mode's
+ * refused with --dial), and that every refusal names its option. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -62,8 +63,8 @@ static void test_good(void **state)
     struct gate_conf c;
     char err[256];
     assert_int_equal(PARSE(&c, err, BASE, "--forward", "/run/qsd-csi/node.sock"), 0);
-    assert_string_equal(c.forward_dir, "/run/qsd-csi");
-    assert_string_equal(c.forward_name, "node.sock");
+    assert_string_equal(c.sock_dir, "/run/qsd-csi");
+    assert_string_equal(c.sock_name, "node.sock");
     assert_int_equal(c.max_conns, GATE_DEFAULT_MAX_CONNS);
     assert_int_equal(c.handshake_ms, GATE_DEFAULT_HANDSHAKE_MS);
     assert_int_equal(c.idle_ms, GATE_DEFAULT_IDLE_MS);
@@ -72,15 +73,15 @@ static void test_good(void **state)
     assert_int_equal(PARSE(&c, err, BASE, "--forward", "node.sock", "--uid", "0", "--gid",
                            "4294967294", "--max-conns", "1024", "--handshake-timeout-ms", "1",
                            "--idle-timeout-ms", "3600000"), 0);
-    assert_string_equal(c.forward_dir, ".");
+    assert_string_equal(c.sock_dir, ".");
     assert_int_equal(c.uid, 0);
     assert_int_equal(c.gid, 4294967294u);
     assert_int_equal(c.max_conns, 1024);
     assert_int_equal(c.handshake_ms, 1);
     assert_int_equal(c.idle_ms, 3600000);
     assert_int_equal(PARSE(&c, err, BASE, "--forward", "/sock"), 0);
-    assert_string_equal(c.forward_dir, "/");
-    assert_string_equal(c.forward_name, "sock");
+    assert_string_equal(c.sock_dir, "/");
+    assert_string_equal(c.sock_name, "sock");
     /* a second parse starts afresh (getopt's state) */
     assert_int_equal(PARSE(&c, err, "--version"), 0);
     assert_true(c.version);
@@ -136,12 +137,67 @@ static void test_refused(void **state)
     REFUSED("stray", BASE, "--forward", "s", "stray");
 }
 
+#define DIAL "--dial", "--listen-unix", "/run/qsd-csi/dial.sock", "--port", "9830", "--ca", \
+             "ca.pem", "--cert", "c.pem", "--key", "c.key", "--peer-name", "qsd-csi-node"
+
+static void test_dial(void **state)
+{
+    (void)state;
+    struct gate_conf c;
+    char err[256];
+    assert_int_equal(PARSE(&c, err, DIAL), 0);
+    assert_true(c.dial);
+    assert_int_equal(c.port, 9830);
+    assert_string_equal(c.listen_unix, "/run/qsd-csi/dial.sock");
+    assert_string_equal(c.sock_dir, "/run/qsd-csi");
+    assert_string_equal(c.sock_name, "dial.sock");
+    assert_null(c.forward);
+    assert_int_equal(c.listen_len, 0);
+    assert_int_equal(PARSE(&c, err, DIAL, "--uid", "5", "--gid", "6", "--max-conns", "2",
+                           "--handshake-timeout-ms", "100", "--idle-timeout-ms", "200"), 0);
+    assert_int_equal(c.max_conns, 2);
+    assert_int_equal(c.handshake_ms, 100);
+    /* serve mode is the default: a second parse forgets --dial */
+    assert_int_equal(PARSE(&c, err, BASE, "--forward", "f"), 0);
+    assert_false(c.dial);
+}
+
+static void test_dial_refused(void **state)
+{
+    (void)state;
+    /* the other mode's options, each named */
+    REFUSED("--listen", DIAL, "--listen", "127.0.0.1:1");
+    REFUSED("--forward", DIAL, "--forward", "f");
+    REFUSED("--listen-unix", BASE, "--forward", "f", "--listen-unix", "/run/x.sock");
+    REFUSED("--port", BASE, "--forward", "f", "--port", "9830");
+    /* what dial mode requires */
+    REFUSED("--listen-unix", "--dial", "--port", "1", "--ca", "a", "--cert", "b", "--key", "c",
+            "--peer-name", "p");
+    REFUSED("--port", "--dial", "--listen-unix", "s", "--ca", "a", "--cert", "b", "--key", "c",
+            "--peer-name", "p");
+    REFUSED("--ca", "--dial", "--listen-unix", "s", "--port", "1", "--cert", "b", "--key", "c",
+            "--peer-name", "p");
+    REFUSED("--peer-name", "--dial", "--listen-unix", "s", "--port", "1", "--ca", "a", "--cert",
+            "b", "--key", "c");
+    REFUSED("--port", DIAL, "--port", "0");
+    REFUSED("--port", DIAL, "--port", "65536");
+    REFUSED("--port", DIAL, "--port", "98x");
+    REFUSED("--listen-unix", DIAL, "--listen-unix", "/run/");
+    REFUSED("--listen-unix", DIAL, "--listen-unix",
+            "/run/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    REFUSED("--uid", DIAL, "--uid", "5");
+    REFUSED("--dial", DIAL, "--dial=yes");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_listen),
         cmocka_unit_test(test_good),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_dial),
+        cmocka_unit_test(test_dial_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
