@@ -55,7 +55,18 @@ def limits(qsdctl, env, vol):
     return out.get("return", out)
 
 
-def near(got, want, what):
+def near(got, want, what, capacity=None):
+    """got is want within 20 %; or, when the machine cannot reach want (a
+    sanitizer build, a loaded machine: capacity() measures it in this run,
+    with the limit lifted), under want and within 20 % of what it can do."""
+    if abs(got - want) > 0.2 * want and capacity and got < want:
+        cap = capacity()
+        assert got >= 0.8 * min(want, cap), (
+            "%s: %.0f IOPS, expected %d within 20 %% (%.0f without a limit)" % (
+                what, got, want, cap))
+        print("%s: %.0f IOPS (limit %d; the machine does %.0f without one)" % (
+            what, got, want, cap))
+        return
     assert abs(got - want) <= 0.2 * want, "%s: %.0f IOPS, expected %d within 20 %%" % (
         what, got, want)
     print("%s: %.0f IOPS (limit %d)" % (what, got, want))
@@ -133,7 +144,14 @@ def scenario(env, qsdctl):
     mixed = json.loads(out)["results"][0]["iops"]
     assert 500 < mixed < 2000 * 1.2, "randwrite across the change: %.0f IOPS" % mixed
     print("randwrite across 500 -> 2000: %.0f IOPS, no I/O error" % mixed)
-    near(bench(qsdctl, sock, "randread-4k-qd32"), 2000, "modified to 2000, randread")
+    def unlimited(ms=3000):
+        modify({"readIops": "0", "writeIops": "0"})
+        try:
+            return bench(qsdctl, sock, "randread-4k-qd32", ms)
+        finally:
+            modify({"readIops": "2000", "writeIops": "2000"})
+
+    near(bench(qsdctl, sock, "randread-4k-qd32"), 2000, "modified to 2000, randread", unlimited)
     modify({"readIops": "2000", "writeIops": "2000"})  # idempotent
     lim = limits(qsdctl, env, "pvc-qos")
     assert lim["iops-read"] == 2000 and lim["iops-write"] == 2000, lim
@@ -152,7 +170,8 @@ def scenario(env, qsdctl):
     c = env.start()
     lim = limits(qsdctl, env, "pvc-qos")
     assert lim["iops-read"] == 2000 and lim["iops-write"] == 2000, lim
-    near(bench(qsdctl, sock, "randread-4k-qd32", 2000), 2000, "after the crash and restart")
+    near(bench(qsdctl, sock, "randread-4k-qd32", 2000), 2000, "after the crash and restart",
+         lambda: unlimited(2000))
 
     # Cleared: 0 is unlimited.
     modify({"readIops": "0", "writeIops": "0"})
