@@ -475,7 +475,12 @@ def qsd_death(env, how, bound):
     pid = env.qsd_pids()[csilib.local_id(vid)]
     qsd = csilib.qsd_process(pid)
     w = Writer(a)
-    time.sleep(0.5)
+    # Busy before the QSD dies: a few of the pod's writes done (bounded; on a
+    # loaded machine the first ones may take longer than a fixed pause).
+    start = time.monotonic()
+    while (len([x for x in w.log if x[1] == 0]) < 5 or time.monotonic() < start + 0.5) and \
+            time.monotonic() < start + 30:
+        time.sleep(0.05)
     t0 = time.monotonic()
     os.kill(qsd, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
     deadline = t0 + bound
@@ -503,18 +508,30 @@ def qsd_death(env, how, bound):
               "kill -9" if how == "kill" else "SIGSTOP (killed by the probes)", waited,
               errno.errorcode[first[1]], max(x[2] for x in w.log), "/".join(codes), len(ok)))
 
-    s = env.client.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=a),
-                                      timeout=csilib.CALL_TIMEOUT)
-    assert s.volume_condition.abnormal and "FUSE export" in s.volume_condition.message, s
+    # The plugin restarts the QSD (without a FUSE export: the old one died
+    # with its QSD).  Until the new one serves, the volume is "being
+    # restarted" and a stage answers UNAVAILABLE (retry); once it serves, the
+    # volume reports its FUSE export gone.  Abnormal all along.  Waited for
+    # (bounded): the restart takes longer than any fixed pause on a loaded
+    # machine.  The new pid is read before the condition, so that a message
+    # about the export is the served restart's, not the old QSD's death seen
+    # before the plugin noticed it.
+    deadline, seen = time.monotonic() + 30, []
+    while True:
+        new = env.qsd_pids().get(csilib.local_id(vid))
+        s = env.client.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
+            volume_id=vid, volume_path=a), timeout=csilib.CALL_TIMEOUT)
+        assert s.volume_condition.abnormal, (seen, s)
+        if s.volume_condition.message not in seen:
+            seen.append(s.volume_condition.message)
+        if new and new != pid and "FUSE export" in s.volume_condition.message:
+            break
+        assert time.monotonic() < deadline, \
+            "the QSD was not restarted and serving within 30 s (pid %s -> %s): %s" % (pid, new, seen)
+        time.sleep(0.1)
     # The restarted QSD's namespace was made while the filesystem was
     # mounted: it keeps no copy of anything beneath the kubelet root (one
     # would hold the loop device: the unstage below could not detach it).
-    for _ in range(100):
-        new = env.qsd_pids().get(csilib.local_id(vid))
-        if new and new != pid:
-            break
-        time.sleep(0.1)
-    assert new and new != pid, "the QSD was not restarted"
     for q in {new, csilib.qsd_process(new)}:
         with open("/proc/%d/mountinfo" % q) as f:
             held = [ln.split()[4] for ln in f if ln.split()[4].startswith(env.kubelet + "/")]
@@ -549,10 +566,28 @@ def qsd_death(env, how, bound):
         bf = "/sys/block/%s/loop/backing_file" % os.path.basename(dev)
         shown = open(bf).read().strip() if os.path.exists(bf) else None
         assert shown != "/", "the dead data path's loop device %s is still bound" % dev
-    print("ok after the QSD's death: abnormal, a stage under the old pod refused (%s); "
+    print("ok after the QSD's death: abnormal (%s), a stage under the old pod refused (%s); "
           "the pod gone, staged again with its file, unstaged: nothing left, the old loop "
-          "device %s let go" % (d[:60], loop))
+          "device %s let go" % (" / ".join(m[:75] for m in seen), d[:60], loop))
     env.client.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=csilib.CALL_TIMEOUT)
+
+
+def retry(call, what, bound=60):
+    """kubelet's retries of call until OK: UNAVAILABLE and ABORTED (a QSD
+    being started or adopted, an operation in flight) are retried for at
+    most bound seconds (a restart after a kill takes longer on a loaded
+    machine); any other answer, or none OK within the bound, fails."""
+    deadline, last = time.monotonic() + bound, None
+    while time.monotonic() < deadline:
+        try:
+            return call()
+        except csilib.grpc.RpcError as e:
+            if e.code() not in (csilib.grpc.StatusCode.UNAVAILABLE,
+                                csilib.grpc.StatusCode.ABORTED):
+                raise AssertionError("%s: %s %s" % (what, e.code(), e.details()))
+            last = "%s %s" % (e.code(), e.details())
+        time.sleep(0.25)
+    raise AssertionError("%s: not OK within %d s, last: %s" % (what, bound, last))
 
 
 def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
@@ -573,16 +608,7 @@ def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
             pass
         env.stop()
         env.start()
-        for attempt in range(40):  # kubelet retries until OK
-            try:
-                stage(env, vid, p.stg, cap)
-                break
-            except csilib.grpc.RpcError as e:
-                if e.code() not in (csilib.grpc.StatusCode.UNAVAILABLE,
-                                    csilib.grpc.StatusCode.ABORTED):
-                    raise AssertionError("retry after kill at %.2fs: %s %s" % (
-                        delay, e.code(), e.details()))
-                time.sleep(0.25)
+        retry(lambda: stage(env, vid, p.stg, cap), "retry after kill at %.2fs" % delay)
         assert fs_type_at(p.stg) == "ext4", (delay, mounts_under(env.root))
         assert len(loops_on(fuse_file(env, vid))) == 1, (delay, loops_on(fuse_file(env, vid)))
         with open(os.path.join(p.stg, "n%d" % i), "w") as f:
@@ -605,16 +631,7 @@ def crash(env, delays=(0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.6)):
             pass
         env.stop()
         env.start()
-        for attempt in range(40):
-            try:
-                unstage(env, vid, p.stg)
-                break
-            except csilib.grpc.RpcError as e:
-                if e.code() not in (csilib.grpc.StatusCode.UNAVAILABLE,
-                                    csilib.grpc.StatusCode.ABORTED):
-                    raise AssertionError("unstage retry after kill at %.2fs: %s %s" % (
-                        delay, e.code(), e.details()))
-                time.sleep(0.25)
+        retry(lambda: unstage(env, vid, p.stg), "unstage retry after kill at %.2fs" % delay)
         assert_nothing_left(env, vid, p.stg)
     pool.shutdown()
     # Killed after a complete stage: the new plugin adopts the QSD, the
