@@ -108,6 +108,19 @@ class Writer:
     def running(self):
         return self.p.poll() is None and proc_state(self.pid) not in ("T", "t")
 
+    def requests(self):
+        """The writes submitted so far: each is one write(2), to its kick
+        eventfd (vublk_request_sync), made once the one before was
+        acknowledged; so n + 2 seen means a write acknowledged after n."""
+        with open("/proc/%d/io" % self.pid) as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("syscw:"))
+
+    def wait_progress(self, what):
+        """Bounded: a write acknowledged from now on (a fixed pause is not
+        enough on a loaded machine, where the writer may not have run)."""
+        n = self.requests()
+        wait(lambda: self.requests() >= n + 2, "a write of the writer acknowledged " + what, 30)
+
     def stop(self):
         if self.p.poll() is None:
             os.kill(self.pid, signal.SIGCONT)
@@ -211,6 +224,7 @@ def run(env, qsdctl):
     assert w.running(), "the writer did not start"
     last = -1
     for i in range(6):
+        w.wait_progress("before grp-%d" % i)
         g = create("grp-%d" % i)
         assert w.running(), "the writer is left stopped"
         top = check_group("grp-%d" % i, g)
@@ -327,7 +341,7 @@ def run(env, qsdctl):
 
     # ---- a plugin killed while a consumer is stopped: continued at start
     w = Writer(qsdctl, socks, nxt)
-    time.sleep(0.3)
+    w.wait_progress("before it is stopped")  # connected: a consumer of both volumes
     os.kill(w.pid, signal.SIGSTOP)
     wait(lambda: proc_state(w.pid) == "T", "the writer stopped")
     env.stop(signal.SIGKILL)
