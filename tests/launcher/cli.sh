@@ -201,8 +201,9 @@ DIRS=(--volumes-dir "$T/vols/good/volume.json")
 expect 1 'msg="bad volumes directory" dir=[^ ]*/volume.json error="not a directory"' 2
 
 # Read-only volumes directories (read-only, nosuid, nodev, noexec bind
-# mounts in a private mount namespace, as a VM pod gets them): the launcher
+# mounts in a mount namespace of its own, as a VM pod gets them): the launcher
 # reads everything it needs.  The write check proves the mounts are read-only.
+# A slave of the host's (e2e-lib.sh start_launcher says why not private).
 if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null &&
     unshare -m true 2>/dev/null; then
     spec '[{"volume":"good","boot_order":1},{"volume":"data"}]'

@@ -40,9 +40,10 @@ printf '{"name":"pid1","memory_mib":64,"accel":"tcg","boot":{"kernel":"/vm/vmlin
 printf '{"name":"pid1","memory_mib":64,"accel":"tcg","boot":{"kernel":"/vm/vmlinuz"},"disks":%s}\n' \
     '[{"volume":"absent"}]' >"$T/absent.json"
 
-# --dry-run as PID 1: the XML, exit 0 through the init.
+# --dry-run as PID 1: the XML, exit 0 through the init.  (Each namespace here
+# is the host's mount slave, not a private copy: e2e-lib.sh start_launcher.)
 rc=0
-timeout 20 unshare --pid --fork --mount-proc "$L" --spec "$T/none.json" --volumes "$T/vols" \
+timeout 20 unshare --pid --fork --mount-proc --propagation slave "$L" --spec "$T/none.json" --volumes "$T/vols" \
     --root "$T/root" --dry-run >"$T/xml" 2>"$T/out" || rc=$?
 ((rc == 0)) || fail "--dry-run as PID 1: exit $rc"
 grep -q 'type="qemu">' "$T/xml" || fail "--dry-run as PID 1: no domain XML"
@@ -50,7 +51,7 @@ grep -q 'comp=init msg="pid 1: the launcher runs as a child' "$T/out" || fail "n
 grep -q 'comp=init msg="launcher exited" status=0' "$T/out" || fail "init did not report exit 0"
 
 # Waiting for a volume (30 s at most) as PID 1.
-unshare --pid --fork --mount-proc "$L" --spec "$T/absent.json" --volumes "$T/vols" \
+unshare --pid --fork --mount-proc --propagation slave "$L" --spec "$T/absent.json" --volumes "$T/vols" \
     --root "$T/root" --wait-volumes 30 >"$T/out" 2>&1 &
 U=$!
 for _ in $(seq 200); do grep -q 'msg="event loop"' "$T/out" 2>/dev/null && break; sleep 0.05; done
@@ -103,7 +104,7 @@ echo "ok SIGTERM forwarded, exit status 1 passed on"
 
 command -v qemu-system-x86_64 >/dev/null || { echo "SKIP: no QEMU for libvirt's probe"; exit 0; }
 t0=$SECONDS rc=0
-timeout 90 unshare --pid --fork --mount-proc "$L" --spec "$T/none.json" --volumes "$T/vols" \
+timeout 90 unshare --pid --fork --mount-proc --propagation slave "$L" --spec "$T/none.json" --volumes "$T/vols" \
     --root "$T/root" >"$T/out" 2>&1 || rc=$?
 ((rc == 1)) || fail "a domain without its kernel as PID 1: exit $rc, want 1"
 grep -q 'msg="cannot start domain".*/vm/vmlinuz' "$T/out" || fail "not refused for its kernel"
