@@ -53,12 +53,25 @@ def vhost_info(qsdctl, d):
 
 
 def hold_client(qsdctl, d):
-    """A vhost-user client that stays connected (waits for a config change)."""
+    """A vhost-user client that stays connected (waits for a config change),
+    returned once it says it is connected and past the handshake (bounded:
+    a fixed pause may end before it connects on a loaded machine, and the
+    unstage expected to wait for it would then succeed)."""
+    import tempfile
+    err = tempfile.TemporaryFile()
     p = subprocess.Popen([qsdctl, "vhost-info", "--json", "--timeout-ms", "5000",
                           "--wait-config-change-ms", "120000", "./vhost.sock"], cwd=d,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)  # connected and past the handshake
-    assert p.poll() is None, "held client exited early"
+                         stdout=subprocess.DEVNULL, stderr=err)
+    deadline = time.monotonic() + 30
+    while True:
+        err.seek(0)
+        said = err.read()
+        if b"waiting for a config change" in said:
+            break
+        assert p.poll() is None, "held client exited early: %s" % said[-300:]
+        assert time.monotonic() < deadline, "held client not connected within 30 s"
+        time.sleep(0.02)
+    err.close()
     return p
 
 
