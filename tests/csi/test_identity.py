@@ -60,6 +60,28 @@ def h2_preface_and_open_stream(path):
             + frame(1, 0x4, 1, block))
 
 
+def h2_ping_until_ack(s, timeout=10.0):
+    """Send a PING on s and read frames until its ACK: a server handles a
+    connection's frames in order, so everything sent before the PING has
+    been handled by then (e.g. a stream opened)."""
+    import struct
+    s.sendall(struct.pack(">BHBBI", 0, 8, 6, 0, 0) + b"qsdcsi01")
+    deadline, buf = time.monotonic() + timeout, b""
+    while True:
+        while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+            n, ftype, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+            if ftype == 6 and flags & 1 and buf[9:9 + n] == b"qsdcsi01":
+                s.settimeout(None)
+                return
+            buf = buf[9 + n:]
+        left = deadline - time.monotonic()
+        assert left > 0, "no PING ACK within %.0f s" % timeout
+        s.settimeout(left)
+        data = s.recv(65536)
+        assert data, "connection closed before the PING ACK"
+        buf += data
+
+
 def wait_for_socket(path, proc):
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -214,7 +236,10 @@ def main():
         stalled = pysock.socket(pysock.AF_UNIX, pysock.SOCK_STREAM)
         stalled.connect(sock)
         stalled.sendall(h2_preface_and_open_stream("/csi.v1.Identity/Probe"))
-        time.sleep(0.2)
+        # Its stream open in the plugin before the signal (bounded; a fixed
+        # pause may end first on a loaded machine, and an idle connection
+        # is closed at once: no grace to measure).
+        h2_ping_until_ack(stalled)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=EXIT_TIMEOUT)
