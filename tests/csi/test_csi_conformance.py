@@ -10,6 +10,7 @@ outside the kubelet root), and real bind mounts under a temporary kubelet root.
 usage: test_csi_conformance.py PLUGIN_BINARY PROTO_DIR
 """
 import os
+import signal
 import sys
 import time
 
@@ -21,6 +22,24 @@ import grpc  # noqa: E402
 C = grpc.StatusCode
 GiB = 1 << 30
 MiB = 1 << 20
+
+
+def process_with(needle, fut, timeout=30):
+    """The pid of a process whose command line holds needle (bytes), polled
+    until it appears (bounded), while fut (the call that starts it) is not
+    done."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for d in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    if d.isdigit() and needle in f.read():
+                        return int(d)
+            except OSError:
+                pass
+        assert not fut.done(), "the call ended before its %s was seen: %s" % (needle, fut)
+        assert time.monotonic() < deadline, "no process with %s within %d s" % (needle, timeout)
+        time.sleep(0.002)
 
 
 def main():
@@ -145,12 +164,21 @@ def run(env):
     slow = c.CreateVolume.future(cv("pvc-slow", size=768 * MiB,
                                     params={"format": "raw", "preallocation": "full"}),
                                  timeout=T)
-    time.sleep(0.15)
-    expect_code(c.CreateVolume, cv("pvc-slow", size=768 * MiB,
-                                   params={"format": "raw", "preallocation": "full"}),
-                C.ABORTED, "concurrent CreateVolume")
-    expect_code(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id="pvc-slow"), C.ABORTED,
-                "DeleteVolume during CreateVolume")
+    # In flight for sure, and kept so while the concurrent calls are made:
+    # its qemu-img (preallocating) is seen, then stopped until they are
+    # answered (a fixed pause missed on a loaded machine, where the first
+    # call may not have arrived yet, and on a fast one, where it is done).
+    img = process_with(b"/.pvc-slow.raw.tmp-", slow)
+    os.kill(img, signal.SIGSTOP)
+    try:
+        expect_code(c.CreateVolume, cv("pvc-slow", size=768 * MiB,
+                                       params={"format": "raw", "preallocation": "full"}),
+                    C.ABORTED, "concurrent CreateVolume")
+        expect_code(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id="pvc-slow"), C.ABORTED,
+                    "DeleteVolume during CreateVolume")
+        assert not slow.done(), "the first CreateVolume ended while its qemu-img was stopped"
+    finally:
+        os.kill(img, signal.SIGCONT)
     slow.result()
     c.DeleteVolume(pb.DeleteVolumeRequest(volume_id="pvc-slow"), timeout=T)
     print("ok ABORTED while in flight")
