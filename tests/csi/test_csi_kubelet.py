@@ -113,8 +113,17 @@ def run(env, qsdctl):
     waiter = subprocess.Popen([qsdctl, "vhost-info", "--json", "--timeout-ms", "5000",
                                "--wait-config-change-ms", "15000", "./vhost.sock"], cwd=tgt,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Connected and past the handshake before the expansion (bounded: a
+    # client that connects after it reads the new size and waits for a
+    # change that never comes; a fixed pause may end first when loaded).
+    import select
     import time
-    time.sleep(0.5)
+    said, deadline = "", time.monotonic() + 30
+    while "waiting for a config change" not in said:
+        left = deadline - time.monotonic()
+        assert left > 0 and waiter.poll() is None, "the waiting client did not connect: %s" % said
+        if select.select([waiter.stderr], [], [], left)[0]:
+            said += waiter.stderr.readline()
     e = c.ControllerExpandVolume(pb.ControllerExpandVolumeRequest(
         volume_id=vid, capacity_range=pb.CapacityRange(required_bytes=96 * MiB),
         volume_capability=cap), timeout=T)
