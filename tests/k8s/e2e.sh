@@ -687,6 +687,13 @@ helm_step() {
 # sandbox, rootfs and token mounts), every process of the cluster and its
 # shims is killed, and a new `up` in a new directory must take the leftover
 # down and start.  From here on the new cluster is the run's.
+pids_gone() { # PID...: none of them runs (missing, or a zombie)
+    local p
+    for p in "$@"; do
+        [ -z "$({ tr -d '\0' <"/proc/$p/cmdline"; } 2>/dev/null)" ] || return 1
+    done
+}
+
 reap_killed() {
     local new old p pids
     kubectl -n default run reap-probe --image=registry.k8s.io/pause:3.10.2 --restart=Never \
@@ -699,6 +706,12 @@ reap_killed() {
     done
     say "killing the cluster: $(echo $pids)"
     kill -KILL $pids
+    # Gone (or zombies: an empty command line) before the next `up` looks:
+    # SIGKILL is delivered at once but a process takes a moment to go (one in
+    # D state longer), and `up` takes one still there for a cluster that
+    # runs ("run 'down' first").  A later run finds them gone; so does this
+    # one, bounded.
+    wait_for 30 "the killed cluster's processes gone" pids_gone $pids || return 1
     grep -q " $dir/containerd/" /proc/self/mountinfo || { say "no pod mount to leave behind"; return 1; }
     new=$(mktemp -d /tmp/qsd-k8s.XXXXXX); echo "$ptag" >"$new/ptag"
     "$here/cluster.sh" up "$new" 8>&- 2>"$new/up.log" || { cat "$new/up.log" >&2; return 1; }
