@@ -88,6 +88,24 @@ pid_of() {
 }
 alive() { pid_of "$1" >/dev/null; }
 
+# How NAME ended, for the message that it did (once alive says it does not
+# run): its exit status or signal when this shell started it (up: a
+# process that "exits" with nothing in its log was killed, by whom the
+# status at least says), or that it still runs (its command line no longer
+# names it).  Never blocks: wait only for a process that is gone.
+how_it_ended() {
+    local pid rc=0
+    pid=$(cat "$dir/pids/$1" 2>/dev/null) && [ -n "$pid" ] || { echo "no PID file"; return; }
+    if kill -0 "$pid" 2>/dev/null && [ -n "$({ tr -d '\0' <"/proc/$pid/cmdline"; } 2>/dev/null)" ]; then
+        echo "pid $pid still runs: $({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | cut -c1-120)"
+        return
+    fi
+    wait "$pid" 2>/dev/null || rc=$?
+    if [ "$rc" = 127 ]; then echo "pid $pid, not this shell's child: status unknown"
+    elif [ "$rc" -gt 128 ]; then echo "pid $pid killed by SIG$(kill -l $((rc - 128)))"
+    else echo "pid $pid exited with status $rc"; fi
+}
+
 stop() { # NAME: SIGTERM, then SIGKILL after 15 s
     local name=$1 pid i
     [ -f "$dir/pids/$name" ] || return 0
@@ -105,7 +123,7 @@ wait_for() { # SECONDS WHAT CMD...: poll CMD until it succeeds; fail early
         if [ $((SECONDS - t0)) -ge "$bound" ]; then log "no $what after ${bound} s"; return 1; fi
         for p in "$dir"/pids/*; do
             [ -e "$p" ] || continue
-            alive "${p##*/}" || { log "${p##*/} exited while waiting for $what"; return 1; }
+            alive "${p##*/}" || { log "${p##*/} exited while waiting for $what ($(how_it_ended "${p##*/}"))"; return 1; }
         done
         sleep 0.5
     done
@@ -379,7 +397,7 @@ up() {
     wait_for 60 "service account default/default" "$bin/kubectl" \
         --kubeconfig "$dir/admin.kubeconfig" -n default get serviceaccount default
     for p in etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
-        alive "$p" || { log "$p exited"; exit 1; }
+        alive "$p" || { log "$p exited ($(how_it_ended "$p"))"; exit 1; }
     done
     trap - EXIT
     echo "READY $((SECONDS - t0))"
