@@ -192,7 +192,8 @@ class Client:
 
     def __init__(self, pb, sock):
         self.pb = pb
-        self.channel = grpc.insecure_channel("unix://" + sock)
+        self.channel_target = "unix://" + sock
+        self.channel = grpc.insecure_channel(self.channel_target)
         for svc, methods in SERVICES.items():
             for m in methods:
                 req = getattr(pb, m + "Request")

@@ -217,7 +217,14 @@ def run(env, qsdctl, client):
                     os.path.join(env.pool, "volumes", csilib.local_id(zv) + ".qcow2")],
                    check=True, stdout=subprocess.DEVNULL, timeout=120)
     z1 = snap("z1", zv)
-    stream = env.client.channel.unary_stream(
+    # its own channel without BDP probing: grpcio otherwise grows its
+    # receive window with the bandwidth it measures, and on a fast machine
+    # it took in two whole 16384-message streams (about 600 KB each) before
+    # the cancel; at the fixed 64 KiB window a stalled stream cannot end
+    # by itself
+    stall_channel = csilib.grpc.insecure_channel(env.client.channel_target,
+                                                 options=[("grpc.http2.bdp_probe", 0)])
+    stream = stall_channel.unary_stream(
         "/csi.v1.SnapshotMetadata/GetMetadataDelta",
         request_serializer=pb.GetMetadataDeltaRequest.SerializeToString,
         response_deserializer=pb.GetMetadataDeltaResponse.FromString)
@@ -239,9 +246,17 @@ def run(env, qsdctl, client):
     for it in its:
         it.cancel()
     deadline = time.monotonic() + 10
-    while env.log_tail(400).count("GetMetadataDelta code=CANCELLED") < 8:
+    while True:
+        tail = env.log_tail(400)
+        cancelled = tail.count("GetMetadataDelta code=CANCELLED")
+        whole = tail.count("GetMetadataDelta messages=16384")
+        if cancelled + whole >= 8:
+            break
         assert time.monotonic() < deadline, env.log_tail(40)
         time.sleep(0.1)
+    assert whole == 0, "%d stalled stream(s) ran to their end before the cancel: " \
+        "the client's window held them, so this did not test a cancel mid-stream" % whole
+    stall_channel.close()
     dz = cbt.call(z1, base=z0, capacity=zsize)
     assert dz["blocks"] == [[i * CLUSTER, CLUSTER] for i in range(0, zsize // CLUSTER, 4)] \
         and dz["messages"] == 16, short(dz)
