@@ -21,6 +21,8 @@ const char gate_usage[] =
     "                     [--log-level L]\n"
     "       qsd-node-gate --dial --listen-unix PATH --port PORT --ca FILE\n"
     "                     --cert FILE --key FILE --peer-name NAME\n"
+    "                     [--api-host IP --api-port PORT --api-ca FILE\n"
+    "                      [--api-name NAME]]\n"
     "                     [--uid N --gid N] [--max-conns N]\n"
     "                     [--handshake-timeout-ms MS] [--idle-timeout-ms MS]\n"
     "                     [--log-level L]\n"
@@ -30,7 +32,9 @@ const char gate_usage[] =
     "and hands each verified connection to the unix socket UNIX_SOCKET.\n"
     "With --dial, the controller's side: each client of the unix socket PATH\n"
     "sends \"CONNECT <IP>\\n\", the gate dials IP:PORT with mutual TLS 1.3,\n"
-    "answers \"OK\\n\" (or \"ERR <reason>\\n\" and closes) and relays.\n"
+    "answers \"OK\\n\" (or \"ERR <reason>\\n\" and closes) and relays; with\n"
+    "--api-host, \"API\\n\" does the same to the Kubernetes API server (TLS,\n"
+    "no client certificate: the caller authenticates in HTTP).\n"
     "  --listen HOST:PORT   an IPv4 address, or [IPv6]:PORT; port 0 picks one\n"
     "  --listen-unix PATH   (--dial) the unix socket to create (mode 0660)\n"
     "  --port PORT          (--dial) the port of every destination, 1..65535\n"
@@ -39,6 +43,12 @@ const char gate_usage[] =
     "  --peer-name NAME     the peer's certificate must name it (DNS SAN, or\n"
     "                       CN without SAN)\n"
     "  --forward PATH       the unix socket that gets each verified connection\n"
+    "  --api-host IP        (--dial) the API server's address (an IPv4 or IPv6\n"
+    "                       literal, as in KUBERNETES_SERVICE_HOST)\n"
+    "  --api-port PORT      (--dial) its port, 1..65535\n"
+    "  --api-ca FILE        (--dial) the CA its certificate must chain to\n"
+    "  --api-name NAME      (--dial) the name its certificate must have\n"
+    "                       (default " GATE_DEFAULT_API_NAME ")\n"
     "  --uid, --gid N       the identity to confine to (both or neither)\n"
     "  --max-conns N        connections at once, 1..1024 (default 64); more are\n"
     "                       closed at once\n"
@@ -157,9 +167,47 @@ static int parse_ms(const char *opt, const char *v, unsigned *ret, char *err, si
     return 0;
 }
 
+/* The API server route: dial mode only, host, port and CA together, the
+ * name only with them. */
+static int check_api(struct gate_conf *c, char *err, size_t errlen)
+{
+    bool any = c->api_host || c->api_port || c->api_ca || c->api_name;
+    if (!any) {
+        c->api_name = GATE_DEFAULT_API_NAME;
+        return 0;
+    }
+    if (!c->dial)
+        return fail(err, errlen, "--api-%s is not for serve mode (it needs --dial)",
+                    c->api_host ? "host" : c->api_port ? "port" : c->api_ca ? "ca" : "name");
+    if (!c->api_host || !c->api_port || !c->api_ca)
+        return fail(err, errlen, "--api-host, --api-port and --api-ca go together (missing %s)",
+                    !c->api_host ? "--api-host" : !c->api_port ? "--api-port" : "--api-ca");
+    if (!c->api_name)
+        c->api_name = GATE_DEFAULT_API_NAME;
+    if (!*c->api_name || strlen(c->api_name) > 253)
+        return fail(err, errlen, "--api-name: a DNS name of 1..253 bytes");
+    struct sockaddr_storage ss = {0};
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, c->api_host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(c->api_port);
+        c->api_len = sizeof(*a4);
+    } else if (inet_pton(AF_INET6, c->api_host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(c->api_port);
+        c->api_len = sizeof(*a6);
+    } else {
+        return fail(err, errlen, "--api-host: %s is not an IPv4 or IPv6 address", c->api_host);
+    }
+    c->api = ss;
+    return 0;
+}
+
 /* After getopt: what the mode needs, what it refuses, what goes together. */
 static int check_required(struct gate_conf *c, char *err, size_t errlen)
 {
+    int r;
     static const char *const names[] = {"--listen", "--forward", "--listen-unix", "--port",
                                         "--ca", "--cert", "--key", "--peer-name"};
     const void *vals[] = {c->listen_len ? c : NULL, c->forward, c->listen_unix,
@@ -173,6 +221,8 @@ static int check_required(struct gate_conf *c, char *err, size_t errlen)
         if (!theirs && !vals[i])
             return fail(err, errlen, "%s is required%s", names[i], c->dial ? " with --dial" : "");
     }
+    if ((r = check_api(c, err, errlen)) < 0)
+        return r;
     if ((c->uid == (uid_t)-1) != (c->gid == (gid_t)-1))
         return fail(err, errlen, "--uid and --gid go together");
     if (!*c->peer_name || strlen(c->peer_name) > 253)
@@ -193,6 +243,10 @@ int gate_conf_parse(int argc, char **argv, struct gate_conf *ret, char *err, siz
         {"key", required_argument, NULL, 'K'},
         {"peer-name", required_argument, NULL, 'P'},
         {"forward", required_argument, NULL, 'F'},
+        {"api-host", required_argument, NULL, 'a'},
+        {"api-port", required_argument, NULL, 'o'},
+        {"api-ca", required_argument, NULL, 'c'},
+        {"api-name", required_argument, NULL, 'n'},
         {"uid", required_argument, NULL, 'u'},
         {"gid", required_argument, NULL, 'g'},
         {"max-conns", required_argument, NULL, 'm'},
@@ -229,6 +283,14 @@ int gate_conf_parse(int argc, char **argv, struct gate_conf *ret, char *err, siz
         case 'K': c.key = optarg; break;
         case 'P': c.peer_name = optarg; break;
         case 'F': c.forward = optarg; break;
+        case 'a': c.api_host = optarg; break;
+        case 'o':
+            if (parse_uint(optarg, 1, 65535, &v) < 0)
+                return fail(err, errlen, "--api-port: %s is not 1..65535", optarg);
+            c.api_port = (uint16_t)v;
+            break;
+        case 'c': c.api_ca = optarg; break;
+        case 'n': c.api_name = optarg; break;
         case 'u':
         case 'g':
             /* 0..2^32-2: (uid_t)-1 means "keep" */

@@ -3,7 +3,8 @@
  *
  * Owns: parsing and checking the command line of both modes (serve: the
  * listen address and the forward socket; dial: the unix socket it listens
- * on and the port it dials; in both the file options, the identity, the
+ * on, the port it dials and the optional API server route; in both the
+ * file options, the identity, the
  * bounds; each mode requires its options and refuses the other's; a unix
  * socket's path split into directory and name) into struct gate_conf, and
  * formatting socket addresses for logs.  No I/O: whether the files can be
@@ -22,6 +23,7 @@
 #define GATE_DEFAULT_HANDSHAKE_MS 5000
 #define GATE_DEFAULT_IDLE_MS 300000
 #define GATE_MAX_TIMEOUT_MS 3600000
+#define GATE_DEFAULT_API_NAME "kubernetes.default.svc"
 
 struct gate_conf {
     bool dial;                      /* --dial: the controller's side */
@@ -35,6 +37,13 @@ struct gate_conf {
                                      * bare name) */
     char sock_name[108];            /* its last component (fits sun_path) */
     uint16_t port;                  /* dial: the port every destination has */
+    struct sockaddr_storage api;    /* dial: the API server (--api-host,
+                                     * --api-port), for the `API` preamble */
+    socklen_t api_len;              /* 0: no API route */
+    const char *api_host;           /* as given */
+    uint16_t api_port;
+    const char *api_ca;             /* the CA its certificate must chain to */
+    const char *api_name;           /* ... and the name it must have */
     uid_t uid;                      /* (uid_t)-1: keep the caller's */
     gid_t gid;                      /* (gid_t)-1: keep the caller's */
     unsigned max_conns;

@@ -45,6 +45,7 @@ struct gate_conn {
     struct gate_side *tls;    /* the side with the TLS session */
     uint32_t ev[2];           /* registered interest (client, server side) */
     uint64_t started_ms, deadline_ms, last_ms;
+    bool api;                 /* dial: to the API server (`API`) */
     size_t pre_len;
     char pre[GATE_PREAMBLE_MAX];
     char peer[64];            /* serve: the client's address; dial: the
@@ -54,6 +55,7 @@ struct gate_conn {
 struct gate_server {
     const struct gate_conf *c;
     SSL_CTX *ctx;
+    SSL_CTX *api_ctx;         /* dial with --api-host, else NULL */
     int lfd, ep;
     struct gate_conn **conns; /* c->max_conns slots */
     unsigned nconns;
@@ -366,9 +368,9 @@ static void dial_tls(struct gate_server *s, struct gate_conn *c)
     int one = 1;
     setsockopt(c->rl.server.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->tls = &c->rl.server;
-    c->tls->ssl = SSL_new(s->ctx);
+    c->tls->ssl = SSL_new(c->api ? s->api_ctx : s->ctx);
     if (!c->tls->ssl || SSL_set_fd(c->tls->ssl, c->tls->fd) != 1 ||
-        SSL_set_tlsext_host_name(c->tls->ssl, s->c->peer_name) != 1) {
+        SSL_set_tlsext_host_name(c->tls->ssl, (c->api ? s->c->api_name : s->c->peer_name)) != 1) {
         ERR_clear_error();
         conn_err(s, c, "out of memory for TLS");
         return;
@@ -451,10 +453,18 @@ static void dial_preamble(struct gate_server *s, struct gate_conn *c)
     socklen_t tl;
     const char *why;
     int r = gate_preamble_parse(c->pre, c->pre_len, s->c->port, &to, &tl, &why);
-    if (r < 0)
+    if (r < 0) {
         conn_err(s, c, why);
-    else if (r == 1)
+    } else if (r == GATE_PREAMBLE_CONNECT) {
         dial_connect(s, c, &to, tl);
+    } else if (r == GATE_PREAMBLE_API) {
+        if (!s->api_ctx) {
+            conn_err(s, c, "no API server route (--api-host)");
+            return;
+        }
+        c->api = true;
+        dial_connect(s, c, &s->c->api, s->c->api_len);
+    }
 }
 
 /* ---- the loop ----------------------------------------------------------------- */
@@ -613,7 +623,8 @@ static int listen_unix(const struct gate_conf *c)
     return TAKE_FD(lfd);
 }
 
-int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, struct gate_server **ret)
+int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, SSL_CTX *api_ctx,
+                    struct gate_server **ret)
 {
     _cleanup_close_ int lfd = c->dial ? listen_unix(c) : listen_tcp(c);
     if (lfd < 0)
@@ -624,6 +635,7 @@ int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, struct gate_server 
     struct gate_server *s = xcalloc(1, sizeof(*s));
     s->c = c;
     s->ctx = ctx;
+    s->api_ctx = api_ctx;
     s->conns = xcalloc(c->max_conns, sizeof(*s->conns));
     s->lfd = TAKE_FD(lfd);
     s->ep = TAKE_FD(ep);

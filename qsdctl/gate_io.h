@@ -7,7 +7,8 @@
  * each connection's stages under their deadlines (serve: the TLS
  * handshake on the accepted socket, then the forward unix socket, by name
  * from the working directory; dial: the preamble, the non-blocking TCP
- * connect, the TLS client handshake, then `OK\n`, or `ERR <reason>\n` and
+ * connect to the node, or with `API` to the API server, the TLS client
+ * handshake, then `OK\n`, or `ERR <reason>\n` and
  * the close), handing the two sides to the relay (gate_relay.c) and the
  * idle deadline.  One thread, one epoll set, nothing blocks.  Logs one
  * line per connection event (refusals rate-limited), bytes each way at
@@ -24,8 +25,10 @@ struct gate_server;
 /* Bind and listen on c->listen, or with c->dial on c->sock_name in the
  * working directory (close-on-exec, non-blocking); nothing is accepted
  * before gate_server_run.  Takes no ownership of ctx (a server context, or
- * with c->dial a client one). */
-int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, struct gate_server **ret);
+ * with c->dial a client one) nor of api_ctx (dial: the API server route's
+ * client context, NULL without one: `API` is then refused). */
+int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, SSL_CTX *api_ctx,
+                    struct gate_server **ret);
 void gate_server_free(struct gate_server *s);
 /* The bound address (the port the kernel picked for port 0), or
  * "unix:PATH". */

@@ -105,10 +105,13 @@ static int enter_sock_dir(const struct gate_conf *c)
 }
 
 /* Everything before confinement; 0 or the exit status. */
-static int start(const struct gate_conf *c, SSL_CTX **ctx, struct gate_server **s, int *sfd)
+static int start(const struct gate_conf *c, SSL_CTX **ctx, SSL_CTX **api_ctx,
+                 struct gate_server **s, int *sfd)
 {
     char err[512];
-    int r = gate_tls_ctx_new(c, ctx, err, sizeof(err));
+    int r = gate_tls_ctx_new(c, false, ctx, err, sizeof(err));
+    if (r == 0 && c->api_len)
+        r = gate_tls_ctx_new(c, true, api_ctx, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "qsd-node-gate: %s\n", err);
         return 1;
@@ -119,7 +122,7 @@ static int start(const struct gate_conf *c, SSL_CTX **ctx, struct gate_server **
                 strerror(-r));
         return 1;
     }
-    if ((r = gate_server_new(c, *ctx, s)) < 0) {
+    if ((r = gate_server_new(c, *ctx, *api_ctx, s)) < 0) {
         const char *why = r == -EADDRINUSE && c->dial ? "a server answers there"
                           : r == -EEXIST             ? "something not a socket is there"
                                                      : strerror(-r);
@@ -167,16 +170,20 @@ int main(int argc, char **argv)
     if (c.log_level >= 0)
         log_set_level((enum log_level)c.log_level);
 
-    SSL_CTX *ctx = NULL;
+    SSL_CTX *ctx = NULL, *api_ctx = NULL;
     struct gate_server *s = NULL;
     int sfd = -1;
-    int r = start(&c, &ctx, &s, &sfd);
+    int r = start(&c, &ctx, &api_ctx, &s, &sfd);
     if (r == 0) {
         char addr[80];
         /* (no getuid here: not in the gate's seccomp profile) */
         if (c.dial)
-            log_info(COMP, "listening", "mode=dial socket=%s port=%u peer_name=%s max_conns=%u "
-                     "uid=%lld seccomp=%s", c.listen_unix, c.port, c.peer_name, c.max_conns,
+            log_info(COMP, "listening", "mode=dial socket=%s port=%u peer_name=%s api=%s "
+                     "max_conns=%u uid=%lld seccomp=%s", c.listen_unix, c.port, c.peer_name,
+                     c.api_len ? gate_format_addr((const struct sockaddr *)&c.api, addr,
+                                                  sizeof(addr))
+                               : "none",
+                     c.max_conns,
                      c.uid == (uid_t)-1 ? -1LL : (long long)c.uid,
                      GATE_PROFILE == CONFINE_PROFILE_NONE ? "off" : "gate");
         else
@@ -199,6 +206,7 @@ int main(int argc, char **argv)
     }
     gate_server_free(s);
     SSL_CTX_free(ctx);
+    SSL_CTX_free(api_ctx);
     if (sfd >= 0)
         close(sfd);
     return r;

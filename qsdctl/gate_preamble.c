@@ -8,6 +8,7 @@
 #include <string.h>
 
 #define VERB "CONNECT "
+#define API_LINE "API\n"
 
 static int refuse(const char **why, const char *what)
 {
@@ -31,16 +32,21 @@ int gate_preamble_parse(const char *buf, size_t len, uint16_t port,
                         struct sockaddr_storage *ret, socklen_t *ret_len, const char **why)
 {
     const char *nl = memchr(buf, '\n', len);
-    size_t vl = strlen(VERB);
-    /* What is there must be the verb's start, whether or not all came. */
+    size_t vl = strlen(VERB), al = strlen(API_LINE);
+    /* What is there must be a verb's start, whether or not all came. */
+    if (memcmp(buf, API_LINE, len < al ? len : al) == 0) {
+        if (len < al)
+            return 0;
+        return len == al ? GATE_PREAMBLE_API : refuse(why, "bytes before OK");
+    }
     if (memcmp(buf, VERB, len < vl ? len : vl) != 0)
-        return refuse(why, "expected CONNECT <ip>");
+        return refuse(why, "expected CONNECT <ip> or API");
     if (!nl)
         return len >= GATE_PREAMBLE_MAX ? refuse(why, "preamble too long") : 0;
     if ((size_t)(nl - buf) + 1 != len)
         return refuse(why, "bytes before OK");
     if ((size_t)(nl - buf) < vl)
-        return refuse(why, "expected CONNECT <ip>");
+        return refuse(why, "expected CONNECT <ip> or API");
     char host[INET6_ADDRSTRLEN];
     size_t hl = (size_t)(nl - buf) - vl;
     if (hl == 0 || hl >= sizeof(host) || memchr(buf + vl, '\0', hl))
@@ -62,5 +68,5 @@ int gate_preamble_parse(const char *buf, size_t len, uint16_t port,
     if (!reachable(&ss))
         return refuse(why, "host is not a unicast address");
     *ret = ss;
-    return 1;
+    return GATE_PREAMBLE_CONNECT;
 }

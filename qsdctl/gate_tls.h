@@ -8,17 +8,22 @@
  * tickets, no session cache, so every connection verifies a certificate),
  * loading the files with errors that name the option, and the reason a
  * handshake failed, as a short text for the log and the dial mode's ERR
- * line. */
+ * line.  The dial mode's API server route has a context of its own: TLS
+ * 1.2 or 1.3, the server verified against --api-ca for --api-name, no
+ * certificate of ours. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <openssl/ssl.h>
 
 #include "gate_conf.h"
 
-/* A server context, or with c->dial a client context.  All-or-nothing; on
- * failure a message naming the option in err. */
-int gate_tls_ctx_new(const struct gate_conf *c, SSL_CTX **ret, char *err, size_t errlen);
+/* A server context, or with c->dial a client context; with api (dial mode
+ * with --api-host), the client context of the API server route instead.
+ * All-or-nothing; on failure a message naming the option in err. */
+int gate_tls_ctx_new(const struct gate_conf *c, bool api, SSL_CTX **ret, char *err,
+                     size_t errlen);
 
 /* Why the handshake of ssl failed (after SSL_accept or SSL_connect
  * returned <= 0 with

@@ -52,6 +52,11 @@ ERR, then relays), chained to a serve gate in front of the echo server:
   dial_cmdline  each mode's options refused in the other, what --dial
                 requires, a stale socket replaced, a live one or a file
                 refused; non-zero exit naming the option
+  dial_api      the API server route (--api-host): `API`, OK, the bytes
+                relayed both ways to a TLS server (Python's ssl, IPv4 and
+                IPv6) that sees no client certificate; refused (ERR, nothing
+                relayed) for a server certificate of another name or under
+                another CA, and without the route; its command line
 
 usage: test_node_gate.py GATE SCENARIO
 """
@@ -159,6 +164,11 @@ def make_pki():
     # serve gates that the dial gate must refuse
     make_leaf("node-other-host", "ca", "other-node", "other-node", "serverAuth")
     make_leaf("node-foreign", "other-ca", "qsd-csi-node", "qsd-csi-node", "serverAuth")
+    # API servers for the dial gate's API route (a CA of their own, as a
+    # cluster's is)
+    make_ca("api-ca")
+    make_leaf("apiserver", "api-ca", "kube-apiserver", API_NAME, "serverAuth")
+    make_leaf("apiserver-other-name", "api-ca", "kube-apiserver", "evil.example", "serverAuth")
     for f in os.listdir(PKI):  # keys: root's only; the gate reads them before it drops
         os.chmod(os.path.join(PKI, f), 0o600 if f.endswith(".key") else 0o644)
 
@@ -819,6 +829,7 @@ def scenario_cmdline():
 # ---- the dial mode -----------------------------------------------------------------
 
 NODE_NAME = "qsd-csi-node"
+API_NAME = "kubernetes.default.svc"
 
 
 def dial_gate(path, port, extra=(), identity=True):
@@ -1279,12 +1290,175 @@ def scenario_dial_cmdline():
     check(r.returncode == 0 and "--dial" in r.stdout and "CONNECT" in r.stdout, "--help")
 
 
+class ApiServer:
+    """A TLS server standing in for the API server's listener (Python's
+    ssl): it records each request's bytes and whether the client offered a
+    certificate, and answers one fixed HTTP/1.0 response, then closes."""
+
+    def __init__(self, host, cert, answer):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(pki(f"{cert}.pem"), pki(f"{cert}.key"))
+        self.ctx.load_verify_locations(pki("ca.pem"))  # would see the controller's cert
+        self.ctx.verify_mode = ssl.CERT_OPTIONAL
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.sock.bind((host, 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.answer = answer
+        self.requests, self.peer_certs, self.versions = [], [], []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        try:
+            c.settimeout(10)
+            t = self.ctx.wrap_socket(c, server_side=True)
+            self.peer_certs.append(t.getpeercert())
+            self.versions.append(t.version())
+            req = b""
+            while b"\r\n\r\n" not in req:
+                d = t.recv(4096)
+                if not d:
+                    break
+                req += d
+            self.requests.append(req)
+            t.sendall(self.answer)
+            t.close()
+        except (OSError, ssl.SSLError):
+            c.close()
+
+    def stop(self):
+        self.sock.close()
+
+
+def api_gate(path, api, extra=()):
+    host, port = api
+    return dial_gate(path, 9830, extra=("--api-host", host, "--api-port", str(port),
+                                        "--api-ca", pki("api-ca.pem"), *extra))
+
+
+def scenario_dial_api():
+    """The dial gate's API route: `API\n`, OK, and the bytes relayed to the
+    API server over TLS verified for --api-name, without a certificate of
+    ours; refused for a server of another name, and without the route."""
+    run = os.path.join(T, "run")
+    os.makedirs(run)
+    body = b'{"kind":"Node","status":{"addresses":[{"type":"InternalIP","address":"10.1.2.3"}]}}'
+    answer = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body
+    for host in ("127.0.0.1", "::1"):
+        api = ApiServer(host, "apiserver", answer)
+        path = os.path.join(run, f"dial-{len(host)}.sock")
+        gate = api_gate(path, (host, api.port))
+        check(gate.wait_line(r"msg=listening mode=dial .*api=\S*" + re.escape(str(api.port)), 5),
+              f"{host}: the listening line names the API server: {gate.log()}")
+        s, line = dial(path, payload=b"API\n")
+        check(line == b"OK\n", f"{host}: API answered {line!r}")
+        req = b"GET /api/v1/nodes/node-1 HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer t0k\r\n\r\n"
+        s.sendall(req)
+        got = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+        s.close()
+        check(got == answer, f"{host}: the API server's answer relayed whole: {got!r}")
+        check(api.requests == [req], f"{host}: the request reached the API server: {api.requests}")
+        check(api.peer_certs == [None], f"{host}: the gate offered a certificate to the API "
+              f"server: {api.peer_certs}")
+        print(f"ok {host}: API relayed ({api.versions[0] if api.versions else '?'}), "
+              f"no client certificate")
+        # CONNECT still means a node: nothing listens on the node port here
+        s, line = dial(path, "127.0.0.1")
+        s.close()
+        check(line.startswith(b"ERR connect:"), f"{host}: CONNECT after API: {line!r}")
+        check(gate.stop() == 0, "the dial gate exits 0 on SIGTERM")
+        api.stop()
+
+    # a server whose certificate names another host: ERR, nothing relayed
+    wrong = ApiServer("127.0.0.1", "apiserver-other-name", answer)
+    path = os.path.join(run, "dial-wrong.sock")
+    gate = api_gate(path, ("127.0.0.1", wrong.port))
+    s, line = dial(path, payload=b"API\n")
+    s.close()
+    check(line == b"ERR tls: certificate: hostname mismatch\n",
+          f"an API server of another name: {line!r}")
+    check(not wrong.requests, f"bytes reached the wrong API server: {wrong.requests}")
+    # ... unless --api-name says that name
+    gate.stop()
+    gate = api_gate(path, ("127.0.0.1", wrong.port), extra=("--api-name", "evil.example"))
+    s, line = dial(path, payload=b"API\n")
+    s.close()
+    check(line == b"OK\n", f"--api-name evil.example: {line!r}")
+    gate.stop()
+    # the node CA does not vouch for the API server
+    gate = dial_gate(path, 9830, extra=("--api-host", "127.0.0.1", "--api-port", str(wrong.port),
+                                        "--api-ca", pki("ca.pem")))
+    s, line = dial(path, payload=b"API\n")
+    s.close()
+    check(line.startswith(b"ERR tls: certificate:"), f"the API server under the node CA: {line!r}")
+    gate.stop()
+    wrong.stop()
+    print("ok refused: an API server of another name, or under another CA")
+
+    # no route: API refused, nothing dialled
+    gate = dial_gate(path, 9830)
+    s, line = dial(path, payload=b"API\n")
+    s.close()
+    check(line == b"ERR no API server route (--api-host)\n", f"API without the route: {line!r}")
+    for payload in (b"API\nGET", b"API \n", b"api\n"):
+        s, line = dial(path, payload=payload)
+        s.close()
+        check(line.startswith(b"ERR "), f"{payload!r}: {line!r}")
+    check(gate.stop() == 0, "the dial gate exits 0 on SIGTERM")
+    print("ok refused: API without --api-host, and malformed API lines")
+
+    # the command line: the route's options together, dial mode only
+    base = [GATE, "--dial", "--listen-unix", os.path.join(run, "c.sock"), "--port", "9830",
+            "--ca", pki("ca.pem"), "--cert", pki("good.pem"), "--key", pki("good.key"),
+            "--peer-name", NODE_NAME]
+    cases = [
+        ("--api-host alone", ["--api-host", "127.0.0.1"], "--api-port"),
+        ("no --api-ca", ["--api-host", "127.0.0.1", "--api-port", "443"], "--api-ca"),
+        ("--api-name alone", ["--api-name", "x"], "--api-host"),
+        ("a host name", ["--api-host", "kubernetes", "--api-port", "443", "--api-ca",
+                         pki("api-ca.pem")], "--api-host"),
+        ("[v6]", ["--api-host", "[::1]", "--api-port", "443", "--api-ca", pki("api-ca.pem")],
+         "--api-host"),
+        ("--api-port 0", ["--api-host", "127.0.0.1", "--api-port", "0", "--api-ca",
+                          pki("api-ca.pem")], "--api-port"),
+        ("a missing --api-ca", ["--api-host", "127.0.0.1", "--api-port", "443", "--api-ca",
+                                pki("missing.pem")], "--api-ca"),
+    ]
+    for what, extra, opt in cases:
+        r = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=20)
+        first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+        print(f"{what}: rc={r.returncode} {first}")
+        check(r.returncode != 0 and opt in first, f"{what}: {first!r}")
+    r = subprocess.run([GATE, "--listen", "127.0.0.1:0", "--ca", pki("ca.pem"), "--cert",
+                        pki("node.pem"), "--key", pki("node.key"), "--peer-name", PEER,
+                        "--forward", os.path.join(run, "f.sock"), "--api-host", "127.0.0.1",
+                        "--api-port", "443", "--api-ca", pki("api-ca.pem")],
+                       capture_output=True, text=True, timeout=20)
+    first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+    check(r.returncode != 0 and "--api-host" in first and "--dial" in first,
+          f"serve mode with --api-host: {first!r}")
+    print("ok the API route's command line")
+
+
 def main():
     make_pki()
     {"serve": scenario_serve, "refuse": scenario_refuse, "bounds": scenario_bounds,
      "confine": scenario_confine, "cmdline": scenario_cmdline, "dial": scenario_dial,
      "dial_refuse": scenario_dial_refuse, "dial_confine": scenario_dial_confine,
-     "dial_cmdline": scenario_dial_cmdline}[SCENARIO]()
+     "dial_cmdline": scenario_dial_cmdline, "dial_api": scenario_dial_api}[SCENARIO]()
 
 
 try:

@@ -30,7 +30,7 @@ static void test_good(void **state)
     struct sockaddr_storage ss;
     const char *why;
     char buf[80];
-    assert_int_equal(parse("CONNECT 10.1.2.3\n", 17, &ss, &why), 1);
+    assert_int_equal(parse("CONNECT 10.1.2.3\n", 17, &ss, &why), GATE_PREAMBLE_CONNECT);
     assert_string_equal(gate_format_addr((struct sockaddr *)&ss, buf, sizeof(buf)),
                         "10.1.2.3:9830");
     const char *v6 = "CONNECT fd00::1\n";
@@ -42,8 +42,13 @@ static void test_good(void **state)
     const char *longest = "CONNECT fdff:ffff:ffff:ffff:ffff:ffff:255.255.255.255\n";
     assert_true(strlen(longest) <= GATE_PREAMBLE_MAX);
     assert_int_equal(parse(longest, strlen(longest), &ss, &why), 1);
+    /* the API server's route: the port and address untouched */
+    memset(&ss, 0xa5, sizeof(ss));
+    assert_int_equal(parse("API\n", 4, &ss, &why), GATE_PREAMBLE_API);
+    assert_int_equal(ss.ss_family, (sa_family_t)0xa5a5);
     /* not complete yet: read on */
-    static const char *const partial[] = {"C", "CONN", "CONNECT ", "CONNECT 10.1", "CONNECT x"};
+    static const char *const partial[] = {"C", "CONN", "CONNECT ", "CONNECT 10.1", "CONNECT x",
+                                          "A", "AP", "API"};
     for (size_t i = 0; i < ARRAY_SIZE(partial); i++)
         if (parse(partial[i], strlen(partial[i]), &ss, &why) != 0)
             fail_msg("%s: not read on (%s)", partial[i], why ? why : "");
@@ -55,9 +60,9 @@ static void test_refused(void **state)
     static const struct {
         const char *line, *why;
     } bad[] = {
-        {"GET / HTTP/1.1\r\n", "expected CONNECT <ip>"},
-        {"connect 10.1.2.3\n", "expected CONNECT <ip>"},
-        {"CONNECT\n", "expected CONNECT <ip>"},
+        {"GET / HTTP/1.1\r\n", "expected CONNECT <ip> or API"},
+        {"connect 10.1.2.3\n", "expected CONNECT <ip> or API"},
+        {"CONNECT\n", "expected CONNECT <ip> or API"},
         {"CONNECT 10.1.2.3", NULL}, /* (read on: not a refusal) */
         {"CONNECT \n", "host is not an IP address"},
         {"CONNECT localhost\n", "host is not an IP address"},
@@ -75,6 +80,13 @@ static void test_refused(void **state)
         {"CONNECT 224.0.0.1\n", "host is not a unicast address"},
         {"CONNECT ::\n", "host is not a unicast address"},
         {"CONNECT ff02::1\n", "host is not a unicast address"},
+        {"API\nGET", "bytes before OK"},
+        {"API\n\n", "bytes before OK"},
+        {"API \n", "expected CONNECT <ip> or API"},
+        {"APIS\n", "expected CONNECT <ip> or API"},
+        {"api\n", "expected CONNECT <ip> or API"},
+        {"API\r\n", "expected CONNECT <ip> or API"},
+        {"ACONNECT 1.2.3.4\n", "expected CONNECT <ip> or API"},
         {"CONNECT 10.1.2.3\nGET", "bytes before OK"},
         {"CONNECT 10.1.2.3\n\n", "bytes before OK"},
         {"CONNECT 1111111111111111111111111111111111111111111111111111111111111", "preamble too long"},
