@@ -9,6 +9,7 @@
  * call is decided here, or the connection fails.  What the callbacks decide
  * goes in the ccall; call_outcome() turns it into one status. */
 #include "grpc_client.h"
+#include "preamble.h"
 #include "qsd/base/util.h"
 
 #include <inttypes.h>
@@ -493,14 +494,11 @@ static void client_feed(struct grpc_client *c, const uint8_t *data, size_t len)
 /* Wait (at most until deadline_us) for the socket; 0, or -ETIMEDOUT. */
 static int client_wait(struct grpc_client *c, short events, uint64_t deadline_us)
 {
-    uint64_t now = now_us();
-    if (now >= deadline_us)
-        return -ETIMEDOUT;
-    uint64_t ms = (deadline_us - now + 999) / 1000;
-    struct pollfd pfd = {.fd = c->fd, .events = events};
-    int r = poll(&pfd, 1, (int)MIN(ms, (uint64_t)INT32_MAX));
-    if (r < 0 && errno != EINTR)
-        client_break(c, GRPC_UNAVAILABLE, "poll failed: %s", strerror(errno));
+    int r = preamble_wait(c->fd, events, deadline_us);
+    if (r == -ETIMEDOUT)
+        return r;
+    if (r < 0)
+        client_break(c, GRPC_UNAVAILABLE, "poll failed: %s", strerror(-r));
     return 0;
 }
 
@@ -522,68 +520,20 @@ static void client_read(struct grpc_client *c)
 
 /* ------------------------------------------------------------ connect */
 
-/* Write the preamble and read its one-line answer; bytes after the line
- * are kept in *ret_rest for HTTP/2.  0, or fills st and returns -1. */
+/* Write the preamble and read its one-line answer (preamble.h); bytes
+ * after the line are kept in *ret_rest for HTTP/2.  0, or fills st and
+ * returns -1. */
 static int client_preamble(struct grpc_client *c, const struct grpc_client_opts *o,
                            uint64_t deadline_us, uint8_t **ret_rest, size_t *ret_rest_len,
                            struct grpc_client_status *st)
 {
-    size_t off = 0;
-    while (off < o->preamble_len) {
-        ssize_t w = send(c->fd, (const uint8_t *)o->preamble + off, o->preamble_len - off,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0 && errno != EAGAIN && errno != EINTR) {
-            status_setf(st, GRPC_UNAVAILABLE, "writing the preamble failed: %s", strerror(errno));
-            return -1;
-        }
-        if (w > 0)
-            off += (size_t)w;
-        else if (client_wait(c, POLLOUT, deadline_us) < 0) {
-            status_setf(st, GRPC_DEADLINE_EXCEEDED, "deadline exceeded writing the preamble");
-            return -1;
-        }
-    }
-    uint8_t buf[READ_CHUNK];
-    size_t got = 0;
-    uint8_t *nl = NULL;
-    while (!(nl = memchr(buf, '\n', got))) {
-        if (got >= GRPC_CLIENT_LINE_MAX) {
-            status_setf(st, GRPC_UNAVAILABLE, "the answer to the preamble is over %d bytes",
-                        GRPC_CLIENT_LINE_MAX);
-            return -1;
-        }
-        ssize_t n = recv(c->fd, buf + got, sizeof(buf) - got, MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-            status_setf(st, GRPC_UNAVAILABLE, "the connection closed before the preamble's answer%s%s",
-                        n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
-            return -1;
-        }
-        if (n > 0)
-            got += (size_t)n;
-        else if (client_wait(c, POLLIN, deadline_us) < 0) {
-            status_setf(st, GRPC_DEADLINE_EXCEEDED, "deadline exceeded waiting for the preamble's answer");
-            return -1;
-        }
-    }
-    size_t line = (size_t)(nl - buf);
-    const char *expect = o->expect ? o->expect : "OK";
-    if (line >= GRPC_CLIENT_LINE_MAX) {
-        status_setf(st, GRPC_UNAVAILABLE, "the answer to the preamble is over %d bytes",
-                    GRPC_CLIENT_LINE_MAX);
-        return -1;
-    }
-    if (line != strlen(expect) || memcmp(buf, expect, line) != 0) {
-        char shown[GRPC_CLIENT_LINE_MAX];
-        for (size_t i = 0; i < line; i++)
-            shown[i] = buf[i] >= 0x20 && buf[i] < 0x7f ? (char)buf[i] : '?';
-        status_setf(st, GRPC_UNAVAILABLE, "the preamble was refused: \"%.*s\"", (int)line, shown);
-        return -1;
-    }
-    *ret_rest_len = got - line - 1;
-    *ret_rest = *ret_rest_len ? xmalloc(*ret_rest_len) : NULL;
-    if (*ret_rest_len)
-        memcpy(*ret_rest, nl + 1, *ret_rest_len);
-    return 0;
+    char *msg = NULL;
+    int r = preamble_exchange(c->fd, o->preamble, o->preamble_len, o->expect ? o->expect : "OK",
+                              deadline_us, ret_rest, ret_rest_len, &msg);
+    if (r == 0)
+        return 0;
+    status_set(st, r == -ETIMEDOUT ? GRPC_DEADLINE_EXCEEDED : GRPC_UNAVAILABLE, msg);
+    return -1;
 }
 
 static int client_session(struct grpc_client *c)

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "grpc.h"
+#include "preamble.h"
 
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
@@ -40,7 +41,7 @@ struct grpc_client_opts {
     const char *expect;
     size_t max_message; /* response message bytes; 0: 4 MiB; at most 1 GiB */
 };
-#define GRPC_CLIENT_LINE_MAX 256
+#define GRPC_CLIENT_LINE_MAX PREAMBLE_LINE_MAX
 #define GRPC_CLIENT_HEADERS_MAX (64u << 10) /* response header bytes per call */
 
 /* The outcome of a call: code and a message (malloc'd, never NULL, "" for
