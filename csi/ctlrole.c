@@ -20,11 +20,13 @@
  *   resizer then leaves the growth to NodeExpandVolume on the volume's node,
  *   as it does when the node plugin advertises no EXPAND_VOLUME.  So one
  *   resizer, in the controller Deployment, serves both backends.
- *   ControllerModifyVolume: controller.c's (modify.c), which answers
- *   UNAVAILABLE naming the volume's node (the controller-to-node endpoint,
- *   docs/node-operations.md, is not built).  MODIFY_VOLUME is not
- *   advertised here until it is, so the central resizer does not retry
- *   that forever. */
+ *   ControllerModifyVolume of a local volume: with --node-dial, forwarded
+ *   as it came to the volume's node (nodecall.h: the API server gives the
+ *   node's address, the TLS gates carry the call to its node-operations
+ *   socket), and MODIFY_VOLUME is advertised; without, controller.c's
+ *   (modify.c), which answers UNAVAILABLE naming the volume's node, and
+ *   MODIFY_VOLUME is not advertised, so the central resizer does not retry
+ *   that forever.  An RBD volume's: controller.c's, as in the node role. */
 #include "ctlrole.h"
 #include "csi.pb-c.h"
 #include "qsd/base/log.h"
@@ -32,6 +34,7 @@
 #include "service.h"
 #include "qsd/base/util.h"
 #include "ids.h"
+#include "nodecall.h"
 
 #include <inttypes.h>
 
@@ -176,12 +179,33 @@ static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len
     protobuf_c_message_free_unpacked(&in->base, NULL);
 }
 
+/* A local volume's limits are its node's business (nodecall.h); an RBD
+ * volume's, controller.c's. */
+static void modify_volume(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    struct csi *c = opaque;
+    Csi__V1__ControllerModifyVolumeRequest *in =
+        DECODE(Csi__V1__ControllerModifyVolumeRequest, csi__v1__controller_modify_volume_request);
+    if (!in)
+        return;
+    const char *node = in->volume_id ? csi_id_node(c, in->volume_id) : NULL;
+    if (c->cfg->node_dial && node && !BACKEND_OF(.volume_id = in->volume_id)->central) {
+        _cleanup_free_ char *n = xstrdup(node);
+        protobuf_c_message_free_unpacked(&in->base, NULL);
+        nodecall_forward(c, call, n, CTL "ControllerModifyVolume", req, len);
+        return;
+    }
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    forward(call, CTL "ControllerModifyVolume", req, len);
+}
+
 /* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it;
  * CLONE_VOLUME: csi-provisioner refuses a claim cloned from a claim without
- * it (RBD clones, rbd_snap.c). */
+ * it (RBD clones, rbd_snap.c); MODIFY_VOLUME when local volumes' nodes can
+ * be reached (--node-dial). */
 static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
 {
-    (void)opaque;
+    struct csi *c = opaque;
     Csi__V1__ControllerGetCapabilitiesRequest *in = DECODE(
         Csi__V1__ControllerGetCapabilitiesRequest, csi__v1__controller_get_capabilities_request);
     if (!in)
@@ -192,8 +216,9 @@ static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t 
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__MODIFY_VOLUME,
     };
-    reply_controller_caps(call, types, ARRAY_SIZE(types));
+    reply_controller_caps(call, types, ARRAY_SIZE(types) - (c->cfg->node_dial ? 0 : 1));
 }
 
 const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
@@ -205,9 +230,7 @@ const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
 #define M(path, fn, o) r->methods[n++] = (struct grpc_method){CTL path, fn, o, LOG_INFO}
     M("ControllerExpandVolume", expand_volume, c);
     M("ControllerGetCapabilities", get_capabilities, c);
-    for (size_t i = 0; i < r->n_inner; i++)
-        if (streq(r->inner[i].path, CTL "ControllerModifyVolume"))
-            r->methods[n++] = r->inner[i];
+    M("ControllerModifyVolume", modify_volume, c);
     for (size_t i = 0; i < ARRAY_SIZE(routes); i++)
         r->methods[n++] = (struct grpc_method){routes[i].path, routed, (void *)&routes[i],
                                                LOG_INFO};

@@ -42,6 +42,7 @@
 
 #define SHUTDOWN_GRACE_MS 5000
 #define SOCKET_MODE 0660
+#define DEFAULT_API_TOKEN "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 /* What the node-operations endpoint serves besides Identity: the calls that
  * arrive at the central controller but must run on the volume's node
@@ -107,6 +108,13 @@ static void usage(FILE *f)
             "                        controller forwards to a volume's node: ModifyVolume,\n"
             "                        group snapshots, snapshot metadata (for the node\n"
             "                        endpoint's TLS front end; docs/node-operations.md)\n"
+            "  --node-ops-group GID  (node role) the node-operations socket's group (mode\n"
+            "                        0660), so that the TLS front end's gid reaches it\n"
+            "  --node-dial URL       (controller role) the socket of qsd-node-gate --dial:\n"
+            "                        ControllerModifyVolume of a local volume goes to the\n"
+            "                        volume's node through it, found by the API server\n"
+            "  --api-token-file PATH (controller role) the ServiceAccount token for the\n"
+            "                        API server (default " DEFAULT_API_TOKEN ")\n"
             "  --state-dir DIR       plugin state (default /var/lib/qsd-csi/state)\n"
             "  --pool DIR            image pool (default /var/lib/qsd-csi/pool)\n"
             "  --run-dir DIR         runtime root (default /run/qsd-csi)\n"
@@ -328,7 +336,8 @@ enum { O_ENDPOINT = 256, O_NODEID, O_DRIVER, O_STATE, O_POOL, O_RUN, O_KUBELET, 
        O_LEVEL, O_FORMAT, O_VERSION, O_HELP, O_MAXVOL, O_CEXP, O_UNPLUG, O_CGROUP,
        O_CPUW, O_MEMMAX, O_HTTP, O_MINTERVAL, O_RESERVE, O_OVERCOMMIT, O_IMGMAX, O_IMGTIME,
        O_PRINT, O_RBDCLUSTERS, O_ROLE, O_FILTER, O_IMGALLOW, O_UIDBASE, O_UIDCOUNT, O_VMEM,
-       O_VPIDS, O_VCPUW, O_RBDEP, O_RBDDRIVER, O_NODEOPS };
+       O_VPIDS, O_VCPUW, O_RBDEP, O_RBDDRIVER, O_NODEOPS, O_NODEOPSGID, O_NODEDIAL,
+       O_APITOKEN };
 
 /* The integer options: the flag, its bounds, the factor into the field's
  * unit (seconds into milliseconds), and the field of struct plugin_config
@@ -351,6 +360,7 @@ static const struct uint_option {
     {O_IMGTIME, "image-timeout", 1, 86400, 1000, CFG(image_timeout_ms), F_U64},
     {O_MINTERVAL, "metrics-interval", 1, 3600, 1000, CFG(metrics_interval_ms), F_U64},
     {O_MAXVOL, "max-volumes", 1, 100000, 1, CFG(max_volumes), F_I64},
+    {O_NODEOPSGID, "node-ops-group", 0, 0xfffffffeu, 1, CFG(node_ops_gid), F_I64},
 };
 
 /* The size options (uint64_t fields, bytes): the flag and its minimum. */
@@ -406,6 +416,14 @@ static int parse_option(int c, char *arg, int argc, char **argv, struct plugin_c
     case O_RBDEP: cfg->rbd_endpoint = arg; break;
     case O_RBDDRIVER: cfg->rbd_driver_name = arg; break;
     case O_NODEOPS: cfg->node_ops_endpoint = arg; break;
+    case O_NODEDIAL: cfg->node_dial = arg; break;
+    case O_APITOKEN:
+        if (arg[0] != '/') {
+            fprintf(stderr, "qsd-csi-plugin: --api-token-file must be an absolute path\n");
+            return 2;
+        }
+        cfg->api_token_file = arg;
+        break;
     case O_STATE: cfg->state_dir = arg; break;
     case O_RBDCLUSTERS:
         if (arg[0] != '/') {
@@ -550,6 +568,19 @@ static int check_config(struct plugin_config *cfg, char **hostname)
             fprintf(stderr, "qsd-csi-plugin: --node-ops-endpoint is for the node role\n");
             return 2;
         }
+    } else if (cfg->node_ops_gid >= 0) {
+        fprintf(stderr, "qsd-csi-plugin: --node-ops-group needs --node-ops-endpoint\n");
+        return 2;
+    }
+    if (cfg->node_dial) {
+        if (endpoint_path(cfg->node_dial, &cfg->node_dial_path) < 0) {
+            fprintf(stderr, "qsd-csi-plugin: --node-dial must be unix:///absolute/path\n");
+            return 2;
+        }
+        if (cfg->role != PLUGIN_ROLE_CONTROLLER) {
+            fprintf(stderr, "qsd-csi-plugin: --node-dial is for the controller role\n");
+            return 2;
+        }
     }
     if (!cfg->node_id) {
         char buf[256] = "";
@@ -617,6 +648,9 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
         {"rbd-clusters", required_argument, NULL, O_RBDCLUSTERS},
         {"rbd-endpoint", required_argument, NULL, O_RBDEP},
         {"node-ops-endpoint", required_argument, NULL, O_NODEOPS},
+        {"node-ops-group", required_argument, NULL, O_NODEOPSGID},
+        {"node-dial", required_argument, NULL, O_NODEDIAL},
+        {"api-token-file", required_argument, NULL, O_APITOKEN},
         {"rbd-driver-name", required_argument, NULL, O_RBDDRIVER},
         {"role", required_argument, NULL, O_ROLE},
         {"log-level", required_argument, NULL, O_LEVEL},
@@ -628,6 +662,8 @@ static int parse_args(int argc, char **argv, struct plugin_config *cfg, char **h
     };
     *cfg = (struct plugin_config){
         .endpoint = "unix:///run/qsd-csi/csi.sock",
+        .node_ops_gid = -1,
+        .api_token_file = DEFAULT_API_TOKEN,
         .driver_name = "qsd.csi.qsd-csi.dev",
         .state_dir = "/var/lib/qsd-csi/state",
         .pool_dir = "/var/lib/qsd-csi/pool",
@@ -766,6 +802,14 @@ static int endpoint_serve(struct plugin *pl, struct endpoint *ep)
     if (r < 0)
         log_error("plugin", "cannot listen", "path=%s error=\"%s\"", ep->cfg.socket_path,
                   strerror(-r));
+    /* the TLS front end's gid reaches the node-operations socket, no one else's */
+    if (r == 0 && ep->node_ops && pl->cfg.node_ops_gid >= 0 &&
+        chown(ep->cfg.socket_path, (uid_t)-1, (gid_t)pl->cfg.node_ops_gid) < 0) {
+        r = -errno;
+        log_error("plugin", "cannot give the node-operations socket its group",
+                  "path=%s gid=%lld error=\"%s\"", ep->cfg.socket_path,
+                  (long long)pl->cfg.node_ops_gid, strerror(-r));
+    }
     return r;
 }
 
@@ -883,11 +927,12 @@ int main(int argc, char **argv)
 
     log_info("plugin", "serving",
              "role=%s endpoint=%s http=%s driver=%s rbd_endpoint=%s rbd_driver=%s "
-             "node_ops_endpoint=%s node=%s version=%s revision=%s",
+             "node_ops_endpoint=%s node_dial=%s node=%s version=%s revision=%s",
              pl.cfg.role == PLUGIN_ROLE_CONTROLLER ? "controller" : "node", pl.cfg.endpoint,
              pl.cfg.http_endpoint ? pl.cfg.http_endpoint : "none", pl.cfg.driver_name,
              pl.cfg.rbd_endpoint ?: "none", pl.cfg.rbd_endpoint ? pl.cfg.rbd_driver_name : "none",
-             pl.cfg.node_ops_endpoint ?: "none", pl.cfg.node_id, QSD_CSI_VERSION, QSD_CSI_REVISION);
+             pl.cfg.node_ops_endpoint ?: "none", pl.cfg.node_dial ?: "none", pl.cfg.node_id,
+             QSD_CSI_VERSION, QSD_CSI_REVISION);
     r = loop_run(pl.loop);
     if (r < 0) {
         log_error("plugin", "event loop failed", "error=\"%s\"", strerror(-r));

@@ -41,6 +41,11 @@ struct plugin_config {
     const char *rbd_driver_name; /* the name GetPluginInfo answers there */
     const char *node_ops_endpoint;    /* --node-ops-endpoint (node role), NULL: none */
     const char *node_ops_socket_path; /* node_ops_endpoint without the scheme */
+    int64_t node_ops_gid;     /* --node-ops-group: that socket's group, -1: unchanged */
+    const char *node_dial;    /* --node-dial (controller role): the dial gate's socket,
+                                 NULL: volumes of nodes are not reached */
+    const char *node_dial_path; /* node_dial without the scheme */
+    const char *api_token_file; /* the ServiceAccount token for the API server */
     const char *state_dir;
     const char *pool_dir;
     const char *run_dir;

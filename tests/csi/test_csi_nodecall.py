@@ -1,0 +1,342 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""The controller reaching a volume's node (docs/node-operations.md), end
+to end on one machine: a ControllerModifyVolume sent to the controller
+plugin (--role controller --node-dial) travels
+
+    controller plugin -> qsd-node-gate --dial (API route: the node's
+    InternalIP from the API server) -> qsd-node-gate --dial (CONNECT, mutual
+    TLS) -> qsd-node-gate (serve) -> the node plugin's --node-ops-endpoint
+
+and changes the live QSD's throttle group.  Every part is the real
+program; the API server is a stand-in (Python's http.server over ssl, with
+its own CA, answering GET /api/v1/nodes/NAME as the real one does, and
+checking the bearer token), since this test runs without a cluster.
+
+Asserted:
+  - the controller advertises MODIFY_VOLUME with --node-dial;
+  - a modify through the controller lands on the node's live QSD (qom-get of
+    the throttle group) and its record; the API server saw the token, the
+    serve gate logged the relayed connection;
+  - the node's refusal comes back as it is (INVALID_ARGUMENT naming the key,
+    the node named), and changes nothing;
+  - a node the API server does not know: NOT_FOUND naming it; a token the
+    API server refuses: UNAVAILABLE with its 401 message; a node whose
+    InternalIP has no gate listening: UNAVAILABLE; a volume id whose node
+    part is not a node's name: NOT_FOUND; nothing changed by any of these;
+  - --node-ops-group gives the node-operations socket its group (0660), so
+    the serve gate, confined to that gid, reaches it;
+  - bad flag combinations exit 2 naming the flag.
+
+usage: test_csi_nodecall.py PLUGIN_BINARY PROTO_DIR QSDCTL GATE
+"""
+import http.server
+import json
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import csilib  # noqa: E402
+from csilib import expect_code, mount_cap  # noqa: E402
+
+import grpc  # noqa: E402
+
+MiB = 1 << 20
+T = 30
+GID = UID = 64125
+TOKEN = "eyJhbGciOiJSUzI1NiJ9.test-token.sig"
+
+
+def openssl(pki, *args):
+    r = subprocess.run(["openssl", *args], cwd=pki, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, "openssl %s: %s" % (" ".join(args), r.stderr)
+
+
+def make_pki(pki):
+    """The driver's CA with the node's and the controller's pairs, and the
+    cluster's CA with the API server's."""
+    os.makedirs(pki)
+    for ca in ("ca", "api-ca"):
+        openssl(pki, "req", "-x509", "-new", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:P-256", "-nodes", "-keyout", ca + ".key", "-out", ca + ".pem",
+                "-days", "2", "-subj", "/CN=" + ca, "-addext", "basicConstraints=critical,CA:TRUE",
+                "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    for name, ca, dns, eku in (("node", "ca", "qsd-csi-node", "serverAuth"),
+                               ("controller", "ca", "qsd-csi-controller", "clientAuth"),
+                               ("apiserver", "api-ca", "kubernetes.default.svc", "serverAuth")):
+        openssl(pki, "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                "-nodes", "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=" + dns)
+        with open(os.path.join(pki, name + ".ext"), "w") as f:
+            f.write("basicConstraints=CA:FALSE\nextendedKeyUsage=%s\nsubjectAltName=DNS:%s\n"
+                    % (eku, dns))
+        openssl(pki, "x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey",
+                ca + ".key", "-CAcreateserial", "-days", "2", "-extfile", name + ".ext",
+                "-out", name + ".pem")
+    for f in os.listdir(pki):
+        os.chmod(os.path.join(pki, f), 0o600 if f.endswith(".key") else 0o644)
+
+
+class ApiServer:
+    """GET /api/v1/nodes/NAME as the API server answers it: the Node, or a
+    Status with 404; 401 without the right bearer token."""
+
+    def __init__(self, pki, nodes):
+        self.seen = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.seen.append((self.path, self.headers.get("Authorization")))
+                m = re.fullmatch(r"/api/v1/nodes/([a-z0-9.-]+)", self.path)
+                if self.headers.get("Authorization") != "Bearer " + TOKEN:
+                    code, body = 401, {"kind": "Status", "message": "Unauthorized", "code": 401}
+                elif not m or m.group(1) not in nodes:
+                    name = m.group(1) if m else self.path
+                    code, body = 404, {"kind": "Status", "code": 404,
+                                       "message": 'nodes "%s" not found' % name}
+                else:
+                    code, body = 200, {"kind": "Node", "metadata": {"name": m.group(1)},
+                                       "status": {"addresses": nodes[m.group(1)]}}
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(pki, "apiserver.pem"), os.path.join(pki, "apiserver.key"))
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Proc:
+    """A program of ours in the background, its log in a file."""
+
+    def __init__(self, argv, log, ready):
+        self.logpath = log
+        self.f = open(log, "a")
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.f, stderr=self.f)
+        deadline = time.monotonic() + 15
+        while not ready():
+            assert self.p.poll() is None, "%s exited %s: %s" % (argv[0], self.p.returncode,
+                                                                self.log()[-2000:])
+            assert time.monotonic() < deadline, "%s not ready: %s" % (argv[0], self.log()[-2000:])
+            time.sleep(0.05)
+
+    def log(self):
+        with open(self.logpath) as f:
+            return f.read()
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(15)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(15)
+        self.f.close()
+        return self.p.returncode
+
+
+def accepting(path):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def limits(qsdctl, env, vol):
+    r = subprocess.run([qsdctl, "--run-dir", env.run, "qmp", vol, "qom-get",
+                        '{"path": "tg0", "property": "limits"}'],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, "qom-get: %s %s" % (r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    return out.get("return", out)
+
+
+def refused(plugin, args, want):
+    r = subprocess.run([plugin, "--nodeid", "n1", *args], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and want in r.stderr, (args, r.returncode, r.stderr)
+
+
+def main():
+    plugin, proto, qsdctl, gate = sys.argv[1:5]
+    refused(plugin, ["--node-dial", "unix:///tmp/d.sock"], "controller role")
+    refused(plugin, ["--role", "controller", "--rbd-clusters", "/dev/null", "--node-dial",
+                     "relative.sock"], "--node-dial")
+    refused(plugin, ["--node-ops-group", "5"], "--node-ops-endpoint")
+    refused(plugin, ["--role", "controller", "--rbd-clusters", "/dev/null", "--api-token-file",
+                     "token"], "--api-token-file")
+    print("ok bad flag combinations: exit 2 naming the flag")
+
+    env = csilib.Env(plugin, proto, prefix="qsd-nodecall-")
+    procs, api = [], None
+    try:
+        pki = os.path.join(env.root, "pki")
+        make_pki(pki)
+        P = lambda n: os.path.join(pki, n)  # noqa: E731
+        ops = os.path.join(env.root, "ops", "node-ops.sock")
+        c = env.start(extra=["--node-ops-endpoint", "unix://" + ops, "--node-ops-group", str(GID)])
+        pb = env.pb
+        st = os.stat(ops)
+        assert st.st_gid == GID and st.st_mode & 0o777 == 0o660, (st.st_gid, oct(st.st_mode))
+        print("ok the node-operations socket: group %d, mode 0660" % GID)
+
+        # the node's serve gate, confined to the socket's group
+        serve = Proc([gate, "--listen", "127.0.0.1:0", "--forward", ops, "--ca", P("ca.pem"),
+                      "--cert", P("node.pem"), "--key", P("node.key"), "--peer-name",
+                      "qsd-csi-controller", "--uid", str(UID), "--gid", str(GID)],
+                     os.path.join(env.root, "serve-gate.log"),
+                     lambda: "msg=listening" in open(os.path.join(env.root, "serve-gate.log")).read())
+        procs.append(serve)
+        port = int(re.search(r"msg=listening addr=127\.0\.0\.1:(\d+)", serve.log()).group(1))
+        nodes = {env.node: [{"type": "Hostname", "address": env.node},
+                            {"type": "ExternalIP", "address": "192.0.2.7"},
+                            {"type": "InternalIP", "address": "127.0.0.1"}],
+                 # a node whose address has no gate
+                 "node-dark": [{"type": "InternalIP", "address": "127.0.0.3"}],
+                 "node-noip": [{"type": "Hostname", "address": "node-noip"}]}
+        api = ApiServer(pki, nodes)
+        dial = os.path.join(env.root, "dial", "dial.sock")
+        os.makedirs(os.path.dirname(dial))
+        dialer = Proc([gate, "--dial", "--listen-unix", dial, "--port", str(port), "--ca",
+                       P("ca.pem"), "--cert", P("controller.pem"), "--key", P("controller.key"),
+                       "--peer-name", "qsd-csi-node", "--api-host", "127.0.0.1", "--api-port",
+                       str(api.port), "--api-ca", P("api-ca.pem"), "--uid", str(UID), "--gid",
+                       str(GID)], os.path.join(env.root, "dial-gate.log"),
+                      lambda: "msg=listening" in open(os.path.join(env.root, "dial-gate.log")).read())
+        procs.append(dialer)
+        token = os.path.join(env.root, "token")
+        with open(token, "w") as f:
+            f.write(TOKEN + "\n")
+        ctl_sock = os.path.join(env.root, "ctl", "csi.sock")
+        ctl = Proc([plugin, "--role", "controller", "--rbd-clusters", "/dev/null", "--endpoint",
+                    "unix://" + ctl_sock, "--driver-name", env.driver, "--node-dial",
+                    "unix://" + dial, "--api-token-file", token, "--log-level", "debug"],
+                   os.path.join(env.root, "controller.log"), lambda: accepting(ctl_sock))
+        procs.append(ctl)
+        cc = csilib.Client(pb, ctl_sock)
+
+        caps = [x.rpc.type for x in cc.ControllerGetCapabilities(
+            pb.ControllerGetCapabilitiesRequest(), timeout=T).capabilities]
+        assert pb.ControllerServiceCapability.RPC.MODIFY_VOLUME in caps, caps
+        print("ok the controller advertises MODIFY_VOLUME with --node-dial")
+
+        cap = mount_cap(pb)
+        vid = c.CreateVolume(pb.CreateVolumeRequest(
+            name="pvc-far", capacity_range=pb.CapacityRange(required_bytes=64 * MiB),
+            volume_capabilities=[cap], parameters={"format": "raw"},
+            mutable_parameters={"readIops": "500"}), timeout=T).volume.volume_id
+        stg = os.path.join(env.kubelet, "staging", "pvc-far")
+        tgt = os.path.join(env.kubelet, "pods", "p1", "mount")
+        os.makedirs(stg)
+        os.makedirs(os.path.dirname(tgt))
+        c.NodeStageVolume(pb.NodeStageVolumeRequest(volume_id=vid, staging_target_path=stg,
+                                                    volume_capability=cap), timeout=T)
+        c.NodePublishVolume(pb.NodePublishVolumeRequest(
+            volume_id=vid, staging_target_path=stg, target_path=tgt, volume_capability=cap),
+            timeout=T)
+        assert limits(qsdctl, env, "pvc-far")["iops-read"] == 500
+
+        def modify(mp, vol=vid):
+            return cc.ControllerModifyVolume(pb.ControllerModifyVolumeRequest(
+                volume_id=vol, mutable_parameters=mp), timeout=T)
+
+        t0 = time.monotonic()
+        modify({"readIops": "1500", "writeBps": str(8 * MiB)})
+        took = time.monotonic() - t0
+        lim = limits(qsdctl, env, "pvc-far")
+        assert lim["iops-read"] == 1500 and lim["bps-write"] == 8 * MiB, lim
+        rec = json.load(open(os.path.join(env.state, "volumes", "pvc-far.json")))
+        assert json.dumps(rec).count("1500"), rec
+        assert api.seen and api.seen[-1] == ("/api/v1/nodes/" + env.node, "Bearer " + TOKEN), \
+            api.seen
+        deadline = time.monotonic() + 10  # the gate logs the close once it sees it
+        while not re.search(r"msg=closed .*to_forward=[1-9]", serve.log()):
+            assert time.monotonic() < deadline, serve.log()[-1500:]
+            time.sleep(0.05)
+        print("ok a modify through the controller set the node's live QSD (iops-read 1500, "
+              "bps-write 8 MiB) in %.2f s: the API server asked with the token, the serve gate "
+              "relayed it" % took)
+
+        msg = expect_code(lambda r, timeout: modify({"readIops": "fast"}), None,
+                          grpc.StatusCode.INVALID_ARGUMENT, "a bad value")
+        assert "readIops" in msg and env.node in msg, msg
+        assert limits(qsdctl, env, "pvc-far") == lim
+        print("ok the node's refusal comes back: INVALID_ARGUMENT: %s" % msg)
+
+        for vol, code, words in (
+                ("pvc-far@node-gone", grpc.StatusCode.NOT_FOUND, ["node-gone", "not found"]),
+                ("pvc-far@node-dark", grpc.StatusCode.UNAVAILABLE, ["node-dark", "127.0.0.3"]),
+                ("pvc-far@node-noip", grpc.StatusCode.UNAVAILABLE, ["node-noip", "InternalIP"]),
+                ("pvc-far@Node_X", grpc.StatusCode.NOT_FOUND, ["Node_X"])):
+            msg = expect_code(lambda r, timeout: modify({"readIops": "7"}, vol), None, code, vol)
+            assert all(w in msg for w in words), (vol, msg)
+            print("ok %s: %s %s" % (vol, code.name, msg))
+        with open(token, "w") as f:
+            f.write("stolen\n")
+        msg = expect_code(lambda r, timeout: modify({"readIops": "7"}), None,
+                          grpc.StatusCode.UNAVAILABLE, "a refused token")
+        assert "401" in msg and "Unauthorized" in msg, msg
+        print("ok a refused token: UNAVAILABLE %s" % msg)
+        assert limits(qsdctl, env, "pvc-far") == lim, "a refusal changed the limits"
+
+        # the node's gate gone: UNAVAILABLE at once, nothing changed
+        with open(token, "w") as f:
+            f.write(TOKEN)
+        assert serve.stop() == 0
+        msg = expect_code(lambda r, timeout: modify({"readIops": "7"}), None,
+                          grpc.StatusCode.UNAVAILABLE, "the serve gate stopped")
+        assert env.node in msg, msg
+        assert limits(qsdctl, env, "pvc-far") == lim
+        print("ok the node's gate stopped: UNAVAILABLE %s" % msg)
+
+        for p in (ctl, dialer):
+            assert p.stop() == 0, "%s exited %s" % (p.p.args[0], p.p.returncode)
+        c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tgt),
+                              timeout=T)
+        c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=stg),
+                            timeout=T)
+        c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid), timeout=T)
+        assert env.stop() == 0, "the node plugin did not exit 0"
+        print("ok every process exits 0 on SIGTERM")
+    except Exception:
+        for name in ("plugin.log", "controller.log", "dial-gate.log", "serve-gate.log"):
+            p = os.path.join(env.root, name)
+            if os.path.exists(p):
+                print("---- %s (tail)" % name)
+                print("".join(open(p).readlines()[-25:]))
+        raise
+    finally:
+        for p in procs:
+            p.stop()
+        if api:
+            api.stop()
+        env.cleanup()
+
+
+if __name__ == "__main__":
+    main()
