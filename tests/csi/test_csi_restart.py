@@ -36,6 +36,36 @@ def wait(cond, what, timeout=15.0):
         time.sleep(0.02)
 
 
+def proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def helper_of(env, needle, fut, timeout=30.0):
+    """The pid of the plugin's qemu-img whose command line holds needle,
+    polled until it appears (bounded), while fut (the call that starts it)
+    is not done."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b"qemu-img" in cmd and needle in cmd and env.pool.encode() in cmd:
+                return int(pid)
+        assert not fut.done(), "the call ended before its qemu-img was seen: %s" % fut
+        assert time.monotonic() < deadline, "no qemu-img with %s within %.0f s" % (needle,
+                                                                                timeout)
+        time.sleep(0.002)
+
+
 def main():
     qsdctl = sys.argv[3]
     env = csilib.Env(sys.argv[1], sys.argv[2])
@@ -81,8 +111,16 @@ def run(env, qsdctl):
         name="pvc-slow", capacity_range=pb.CapacityRange(required_bytes=1 << 30),
         volume_capabilities=[cap], parameters={"format": "raw", "preallocation": "full"}),
         timeout=T)
-    wait(lambda: any(f.startswith(".pvc-slow") for f in
-                     os.listdir(os.path.join(env.pool, "volumes"))), "the copy to start")
+    # In the middle for sure: its qemu-img (preallocating) is seen and stopped
+    # before the plugin is killed.  A kill as soon as the temporary file
+    # appeared raced the copy: a fast machine preallocates 1 GiB in a
+    # fraction of a second (half a second here), and a call that ended first
+    # leaves pvc-slow behind.  The stopped qemu-img still dies with the
+    # plugin (SIGKILL on its parent's death).
+    img = helper_of(env, b"/.pvc-slow.raw.tmp-", slow)
+    os.kill(img, signal.SIGSTOP)
+    wait(lambda: proc_state(img) in ("T", "t"), "the copy's qemu-img stopped")
+    assert not slow.done(), "CreateVolume ended while its qemu-img was stopped"
     env.stop(signal.SIGKILL)
     try:
         slow.result()
