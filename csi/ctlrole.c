@@ -26,13 +26,18 @@
  *   socket), and MODIFY_VOLUME is advertised; without, controller.c's
  *   (modify.c), which answers UNAVAILABLE naming the volume's node, and
  *   MODIFY_VOLUME is not advertised, so the central resizer does not retry
- *   that forever.  An RBD volume's: controller.c's, as in the node role. */
+ *   that forever.  An RBD volume's: controller.c's, as in the node role.
+ *   The GroupController, with --node-dial only: a group's volumes are one
+ *   node's (INVALID_ARGUMENT otherwise), so CreateVolumeGroupSnapshot goes
+ *   to the node of its volumes, Delete and Get to the node of the group's
+ *   id, each call whole; an id naming no other node gets group.c's answer. */
 #include "ctlrole.h"
 #include "csi.pb-c.h"
 #include "qsd/base/log.h"
 #include "backend.h"
 #include "service.h"
 #include "qsd/base/util.h"
+#include "group.h"
 #include "ids.h"
 #include "nodecall.h"
 
@@ -47,7 +52,9 @@ struct ctlrole {
     struct csi *csi;
     const struct grpc_method *inner; /* controller.c's table */
     size_t n_inner;
-    struct grpc_method methods[7];
+    const struct grpc_method *group; /* group.c's table */
+    size_t n_group;
+    struct grpc_method methods[11];
 };
 
 static struct ctlrole g_role;
@@ -199,6 +206,92 @@ static void modify_volume(struct grpc_call *call, const uint8_t *req, size_t len
     forward(call, CTL "ControllerModifyVolume", req, len);
 }
 
+/* ---- group snapshots (with --node-dial): one node's volumes, so the
+ * whole call goes to that node, which does every check and the work.  An
+ * id that names no other node (an RBD one, or none) gets group.c's answer. */
+
+#define GRP "/csi.v1.GroupController/"
+
+static void group_inner(struct grpc_call *call, const char *path, const uint8_t *req,
+                        size_t len)
+{
+    for (size_t i = 0; i < g_role.n_group; i++)
+        if (streq(g_role.group[i].path, path)) {
+            g_role.group[i].handler(call, req, len, g_role.group[i].opaque);
+            return;
+        }
+    grpc_call_fail(call, GRPC_INTERNAL, "no handler for %s", path);
+}
+
+static void group_caps(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    group_inner(call, GRP "GroupControllerGetCapabilities", req, len);
+}
+
+static void group_create(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    struct csi *c = opaque;
+    Csi__V1__CreateVolumeGroupSnapshotRequest *in = DECODE(
+        Csi__V1__CreateVolumeGroupSnapshotRequest, csi__v1__create_volume_group_snapshot_request);
+    if (!in)
+        return;
+    const char *node = in->n_source_volume_ids && in->source_volume_ids[0]
+                           ? csi_id_node(c, in->source_volume_ids[0]) : NULL;
+    for (size_t i = 1; node && i < in->n_source_volume_ids; i++) {
+        const char *other = in->source_volume_ids[i] ? csi_id_node(c, in->source_volume_ids[i])
+                                                     : NULL;
+        if (!other || !streq(other, node)) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                           "source_volume_ids[%zu] (%s) is not on node %s with "
+                           "source_volume_ids[0]: a group's volumes are one node's",
+                           i, in->source_volume_ids[i] ? in->source_volume_ids[i] : "",
+                           node);
+            protobuf_c_message_free_unpacked(&in->base, NULL);
+            return;
+        }
+    }
+    _cleanup_free_ char *n = xstrdup_or_null(node);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    if (n)
+        nodecall_forward(c, call, n, GRP "CreateVolumeGroupSnapshot", req, len);
+    else
+        group_inner(call, GRP "CreateVolumeGroupSnapshot", req, len);
+}
+
+/* Delete and Get: the group snapshot id names the node. */
+static void group_by_id(struct grpc_call *call, const char *method, const char *id,
+                        const uint8_t *req, size_t len)
+{
+    const char *node = id && *id ? csi_id_node(g_role.csi, id) : NULL;
+    if (node)
+        nodecall_forward(g_role.csi, call, node, method, req, len);
+    else
+        group_inner(call, method, req, len);
+}
+
+static void group_delete(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__DeleteVolumeGroupSnapshotRequest *in = DECODE(
+        Csi__V1__DeleteVolumeGroupSnapshotRequest, csi__v1__delete_volume_group_snapshot_request);
+    if (!in)
+        return;
+    group_by_id(call, GRP "DeleteVolumeGroupSnapshot", in->group_snapshot_id, req, len);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+}
+
+static void group_get(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    (void)opaque;
+    Csi__V1__GetVolumeGroupSnapshotRequest *in = DECODE(
+        Csi__V1__GetVolumeGroupSnapshotRequest, csi__v1__get_volume_group_snapshot_request);
+    if (!in)
+        return;
+    group_by_id(call, GRP "GetVolumeGroupSnapshot", in->group_snapshot_id, req, len);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+}
+
 /* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it;
  * CLONE_VOLUME: csi-provisioner refuses a claim cloned from a claim without
  * it (RBD clones, rbd_snap.c); MODIFY_VOLUME when local volumes' nodes can
@@ -231,6 +324,17 @@ const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
     M("ControllerExpandVolume", expand_volume, c);
     M("ControllerGetCapabilities", get_capabilities, c);
     M("ControllerModifyVolume", modify_volume, c);
+    if (c->cfg->node_dial) {
+        r->group = group_methods(c, &r->n_group);
+        r->methods[n++] = (struct grpc_method){GRP "GroupControllerGetCapabilities", group_caps,
+                                               c, LOG_INFO};
+        r->methods[n++] = (struct grpc_method){GRP "CreateVolumeGroupSnapshot", group_create, c,
+                                               LOG_INFO};
+        r->methods[n++] = (struct grpc_method){GRP "DeleteVolumeGroupSnapshot", group_delete, c,
+                                               LOG_INFO};
+        r->methods[n++] = (struct grpc_method){GRP "GetVolumeGroupSnapshot", group_get, c,
+                                               LOG_INFO};
+    }
     for (size_t i = 0; i < ARRAY_SIZE(routes); i++)
         r->methods[n++] = (struct grpc_method){routes[i].path, routed, (void *)&routes[i],
                                                LOG_INFO};

@@ -3,8 +3,8 @@
  * of the volumes of this plugin's node.  What is the same for every
  * backend is checked here (a name, a non-empty list of source volumes
  * without duplicates, no volume or group of another node: UNAVAILABLE
- * naming it, the controller-to-node endpoint of docs/node-operations.md
- * not being built); then the backend of the first source volume (or of the
+ * naming it: the controller plugin with --node-dial is what forwards a
+ * call to its node, ctlrole.c); then the backend of the first source volume (or of the
  * group id) does the rest (backend.h: local_group.c, RBD: UNIMPLEMENTED). */
 #include "group.h"
 #include "backend.h"
@@ -21,8 +21,8 @@ static bool other_node(struct csi *c, struct grpc_call *call, const char *what, 
         return false;
     grpc_call_fail(call, GRPC_UNAVAILABLE,
                    "%s %s lives on node %s: group snapshots reach only the volumes of this "
-                   "plugin's node (%s); the controller-to-node endpoint "
-                   "(docs/node-operations.md) is not built yet", what, id, node, c->cfg->node_id);
+                   "plugin's node (%s); a controller plugin with --node-dial forwards them to "
+                   "their node (docs/node-operations.md)", what, id, node, c->cfg->node_id);
     return true;
 }
 

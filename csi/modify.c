@@ -121,9 +121,9 @@ void modify_volume_local(struct csi *c, struct grpc_call *call,
     if (node) {
         grpc_call_fail(call, GRPC_UNAVAILABLE,
                        "volume %s lives on node %s: ControllerModifyVolume reaches only the "
-                       "volumes of this plugin's node (%s); the controller-to-node endpoint "
-                       "(docs/node-operations.md) is not built yet", in->volume_id, node,
-                       c->cfg->node_id);
+                       "volumes of this plugin's node (%s); a controller plugin with "
+                       "--node-dial forwards it to the volume's node (docs/node-operations.md)",
+                       in->volume_id, node, c->cfg->node_id);
         return;
     }
     _cleanup_free_ char *id = xstrdup(in->volume_id);

@@ -124,7 +124,7 @@ def scenario(env, qsdctl):
                 grpc.StatusCode.NOT_FOUND, "unknown volume")
     msg = expect_code(lambda r, timeout: modify({"readIops": "1"}, "pvc-qos@node-7"), None,
                       grpc.StatusCode.UNAVAILABLE, "another node's volume")
-    assert "node-7" in msg and "not built" in msg, msg
+    assert "node-7" in msg and "--node-dial" in msg, msg
     assert limits(qsdctl, env, "pvc-qos") == lim, "a refusal changed the limits"
 
     # Raised under I/O: the run in flight ends without an error.

@@ -14,7 +14,8 @@ its own CA, answering GET /api/v1/nodes/NAME as the real one does, and
 checking the bearer token), since this test runs without a cluster.
 
 Asserted:
-  - the controller advertises MODIFY_VOLUME with --node-dial;
+  - the controller advertises MODIFY_VOLUME and the GroupController with
+    --node-dial;
   - a modify through the controller lands on the node's live QSD (qom-get of
     the throttle group) and its record; the API server saw the token, the
     serve gate logged the relayed connection;
@@ -24,6 +25,9 @@ Asserted:
     API server refuses: UNAVAILABLE with its 401 message; a node whose
     InternalIP has no gate listening: UNAVAILABLE; a volume id whose node
     part is not a node's name: NOT_FOUND; nothing changed by any of these;
+  - group snapshots through the controller: created on the node (a live
+    volume and another), got, deleted (the node's snapshots gone); volumes
+    of two nodes INVALID_ARGUMENT, an unknown node NOT_FOUND;
   - --node-ops-group gives the node-operations socket its group (0660), so
     the serve gate, confined to that gid, reaches it;
   - bad flag combinations exit 2 naming the flag.
@@ -243,13 +247,13 @@ def main():
         caps = [x.rpc.type for x in cc.ControllerGetCapabilities(
             pb.ControllerGetCapabilitiesRequest(), timeout=T).capabilities]
         assert pb.ControllerServiceCapability.RPC.MODIFY_VOLUME in caps, caps
-        print("ok the controller advertises MODIFY_VOLUME with --node-dial")
+        print("ok the controller advertises MODIFY_VOLUME with --node-dial")  # (GroupController: below)
 
         cap = mount_cap(pb)
         vid = c.CreateVolume(pb.CreateVolumeRequest(
             name="pvc-far", capacity_range=pb.CapacityRange(required_bytes=64 * MiB),
-            volume_capabilities=[cap], parameters={"format": "raw"},
-            mutable_parameters={"readIops": "500"}), timeout=T).volume.volume_id
+            volume_capabilities=[cap], mutable_parameters={"readIops": "500"}),
+            timeout=T).volume.volume_id
         stg = os.path.join(env.kubelet, "staging", "pvc-far")
         tgt = os.path.join(env.kubelet, "pods", "p1", "mount")
         os.makedirs(stg)
@@ -287,6 +291,44 @@ def main():
         assert "readIops" in msg and env.node in msg, msg
         assert limits(qsdctl, env, "pvc-far") == lim
         print("ok the node's refusal comes back: INVALID_ARGUMENT: %s" % msg)
+
+        # group snapshots through the controller: the whole call to the node
+        pcaps = [x.service.type for x in cc.GetPluginCapabilities(
+            pb.GetPluginCapabilitiesRequest(), timeout=T).capabilities]
+        assert pb.PluginCapability.Service.GROUP_CONTROLLER_SERVICE in pcaps, pcaps
+        vid2 = c.CreateVolume(pb.CreateVolumeRequest(
+            name="pvc-far2", capacity_range=pb.CapacityRange(required_bytes=16 * MiB),
+            volume_capabilities=[cap]), timeout=T).volume.volume_id
+        g = cc.CreateVolumeGroupSnapshot(pb.CreateVolumeGroupSnapshotRequest(
+            name="grp-far", source_volume_ids=[vid, vid2]), timeout=T).group_snapshot
+        assert g.ready_to_use and sorted(s.source_volume_id for s in g.snapshots) == \
+            sorted([vid, vid2]) and g.group_snapshot_id.endswith("@" + env.node), g
+        got = cc.GetVolumeGroupSnapshot(pb.GetVolumeGroupSnapshotRequest(
+            group_snapshot_id=g.group_snapshot_id), timeout=T).group_snapshot
+        assert got.group_snapshot_id == g.group_snapshot_id and len(got.snapshots) == 2, got
+        listed = [e.snapshot.snapshot_id for e in c.ListSnapshots(
+            pb.ListSnapshotsRequest(), timeout=T).entries]
+        assert all(s.snapshot_id in listed for s in g.snapshots), (listed, g)
+        msg = expect_code(cc.CreateVolumeGroupSnapshot, pb.CreateVolumeGroupSnapshotRequest(
+            name="grp-mixed", source_volume_ids=[vid, "pvc-x@node-dark"]),
+            grpc.StatusCode.INVALID_ARGUMENT, "volumes of two nodes")
+        assert "source_volume_ids[1]" in msg and env.node in msg, msg
+        msg = expect_code(cc.CreateVolumeGroupSnapshot, pb.CreateVolumeGroupSnapshotRequest(
+            name="grp-gone", source_volume_ids=["pvc-x@node-gone"]),
+            grpc.StatusCode.NOT_FOUND, "a group of an unknown node")
+        assert "node-gone" in msg, msg
+        cc.DeleteVolumeGroupSnapshot(pb.DeleteVolumeGroupSnapshotRequest(
+            group_snapshot_id=g.group_snapshot_id, snapshot_ids=[s.snapshot_id for s in g.snapshots]),
+            timeout=T)
+        listed = [e.snapshot.snapshot_id for e in c.ListSnapshots(
+            pb.ListSnapshotsRequest(), timeout=T).entries]
+        assert not listed, listed
+        expect_code(cc.GetVolumeGroupSnapshot, pb.GetVolumeGroupSnapshotRequest(
+            group_snapshot_id=g.group_snapshot_id), grpc.StatusCode.NOT_FOUND, "a deleted group")
+        c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid2), timeout=T)
+        print("ok group snapshots through the controller: created (%s, 2 members, live volume "
+              "included), got, deleted on the node; two nodes' volumes INVALID_ARGUMENT, an "
+              "unknown node NOT_FOUND" % g.group_snapshot_id)
 
         for vol, code, words in (
                 ("pvc-far@node-gone", grpc.StatusCode.NOT_FOUND, ["node-gone", "not found"]),
