@@ -60,32 +60,12 @@ struct gate_server {
     struct gate_conn **conns; /* c->max_conns slots */
     unsigned nconns;
     struct gate_stats st;
-    uint64_t log_window_ms;
-    unsigned log_in_window;
+    struct log_budget logb;   /* the connection path's lines */
 };
 
 /* ---- log ------------------------------------------------------------------ */
 
-static bool log_allowed(struct gate_server *s)
-{
-    uint64_t now = now_ms();
-    if (now - s->log_window_ms >= 1000) {
-        s->log_window_ms = now;
-        s->log_in_window = 0;
-    }
-    if (s->log_in_window >= LOG_BURST) {
-        s->st.log_suppressed++;
-        return false;
-    }
-    s->log_in_window++;
-    return true;
-}
-
-#define conn_log(s, level, msg, ...)                                           \
-    do {                                                                       \
-        if ((level) >= log_min_level && log_allowed(s))                        \
-            log_emit(level, COMP, msg, __VA_ARGS__);                           \
-    } while (0)
+#define conn_log(s, level, msg, ...) log_limited(&(s)->logb, level, COMP, msg, __VA_ARGS__)
 
 /* ---- epoll interest --------------------------------------------------------- */
 
@@ -633,6 +613,7 @@ int gate_server_new(const struct gate_conf *c, SSL_CTX *ctx, SSL_CTX *api_ctx,
     if (ep < 0)
         return -errno;
     struct gate_server *s = xcalloc(1, sizeof(*s));
+    s->logb.per_sec = LOG_BURST;
     s->c = c;
     s->ctx = ctx;
     s->api_ctx = api_ctx;
@@ -672,4 +653,5 @@ const char *gate_server_addr(struct gate_server *s, char *buf, size_t len)
 void gate_server_stats(const struct gate_server *s, struct gate_stats *ret)
 {
     *ret = s->st;
+    ret->log_suppressed = s->logb.suppressed;
 }

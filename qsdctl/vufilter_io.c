@@ -56,32 +56,12 @@ struct vf_server {
     struct vf_export *e;
     unsigned n;
     struct vf_stats st;
-    uint64_t log_window_ms;
-    unsigned log_in_window;
+    struct log_budget logb;   /* the connection path's lines */
 };
 
 /* ---- rate-limited log ---------------------------------------------------- */
 
-static bool log_allowed(struct vf_server *s)
-{
-    uint64_t now = now_ms();
-    if (now - s->log_window_ms >= 1000) {
-        s->log_window_ms = now;
-        s->log_in_window = 0;
-    }
-    if (s->log_in_window >= LOG_BURST) {
-        s->st.log_suppressed++;
-        return false;
-    }
-    s->log_in_window++;
-    return true;
-}
-
-#define conn_log(s, level, msg, ...)                                             \
-    do {                                                                       \
-        if ((level) >= log_min_level && log_allowed(s))                        \
-            log_emit(level, COMP, msg, __VA_ARGS__);                           \
-    } while (0)
+#define conn_log(s, level, msg, ...) log_limited(&(s)->logb, level, COMP, msg, __VA_ARGS__)
 
 /* ---- connections --------------------------------------------------------- */
 
@@ -375,6 +355,7 @@ int vf_server_new(const struct vf_export_spec *specs, unsigned n, const struct v
     if (n == 0 || o->queues < 1 || o->queues > VUF_MAX_QUEUES)
         return -EINVAL;
     struct vf_server *s = xcalloc(1, sizeof(*s));
+    s->logb.per_sec = LOG_BURST;
     s->o = *o;
     if (!s->o.connect_timeout_ms)
         s->o.connect_timeout_ms = 5000;
@@ -416,7 +397,11 @@ void vf_server_free(struct vf_server *s)
     free(s);
 }
 
-void vf_server_stats(const struct vf_server *s, struct vf_stats *ret) { *ret = s->st; }
+void vf_server_stats(const struct vf_server *s, struct vf_stats *ret)
+{
+    *ret = s->st;
+    ret->log_suppressed = s->logb.suppressed;
+}
 
 /* ---- the loop ------------------------------------------------------------- */
 

@@ -35,7 +35,7 @@ run_qsd
 "$FILTER" --export "$T/vm.sock=$T/private/d.sock" --queues 2 --log-level debug >"$T/filter.log" 2>&1 &
 FILTER_PID=$!
 QSD_PIDS+=("$FILTER_PID")
-for i in $(seq 100); do [ -S "$T/vm.sock" ] && [ -S "$T/private/d.sock" ] && break; sleep 0.05; done
+for i in $(seq 100); do listening "$T/vm.sock" && listening "$T/private/d.sock" && break; sleep 0.05; done
 
 VM_SOCK=$T/vm.sock
 [ "${VIA:-filter}" = direct ] && VM_SOCK=$T/private/d.sock

@@ -26,6 +26,10 @@ cleanup() {
 trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# PATH is a unix socket with a listener (/proc/net/unix, __SO_ACCEPTCON):
+# the file exists from bind(), and a client connecting before listen() is
+# refused, which a loaded or a fast machine hits.
+listening() { awk -v p="$1" '$8 == p && $4 == "00010000" { f = 1 } END { exit !f }' /proc/net/unix; }
 
 # stop_pid PID: SIGTERM, wait up to 5 s, then SIGKILL.
 stop_pid() {
@@ -53,7 +57,7 @@ start_qsd() {
     QSD_PID=$!
     QSD_PIDS+=("$QSD_PID")
     for i in $(seq 100); do
-        [ -S "$T/$name.sock" ] && [ -S "$T/$name.qmp" ] && return 0
+        listening "$T/$name.sock" && listening "$T/$name.qmp" && return 0
         kill -0 "$QSD_PID" 2>/dev/null || fail "QSD $name exited at start"
         sleep 0.05
     done

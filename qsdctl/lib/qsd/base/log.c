@@ -229,3 +229,18 @@ void log_emit(enum log_level level, const char *comp, const char *msg, const cha
     (void)!write(STDERR_FILENO, line, len);
     free(line);
 }
+
+bool log_budget_take(struct log_budget *b)
+{
+    uint64_t now = now_ms();
+    if (now - b->window_ms >= 1000) {
+        b->window_ms = now;
+        b->used = 0;
+    }
+    if (b->used >= b->per_sec) {
+        b->suppressed++;
+        return false;
+    }
+    b->used++;
+    return true;
+}

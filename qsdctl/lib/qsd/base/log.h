@@ -9,6 +9,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
@@ -32,6 +33,23 @@ void log_emit(enum log_level level, const char *comp, const char *msg, const cha
 #define log_info(comp, msg, ...) log_at(LOG_INFO, comp, msg, __VA_ARGS__)
 #define log_warn(comp, msg, ...) log_at(LOG_WARN, comp, msg, __VA_ARGS__)
 #define log_error(comp, msg, ...) log_at(LOG_ERROR, comp, msg, __VA_ARGS__)
+
+/* A budget of lines per second, for a path a peer can make noisy (a
+ * server's connections): beyond per_sec in one second, lines are counted
+ * in suppressed instead of printed.  Zero-initialised but for per_sec. */
+struct log_budget {
+    unsigned per_sec;
+    uint64_t window_ms;
+    unsigned used;
+    uint64_t suppressed;
+};
+/* True when one more line fits in this second's budget. */
+bool log_budget_take(struct log_budget *b);
+#define log_limited(b, level, comp, msg, ...)                                  \
+    do {                                                                       \
+        if ((level) >= log_min_level && log_budget_take(b))                    \
+            log_emit(level, comp, msg, __VA_ARGS__);                           \
+    } while (0)
 
 /* Quote a value for logfmt if needed; returns a malloc'd string. */
 char *log_quote(const char *v);
