@@ -35,7 +35,8 @@ const char gate_usage[] =
     "answers \"OK\\n\" (or \"ERR <reason>\\n\" and closes) and relays; with\n"
     "--api-host, \"API\\n\" does the same to the Kubernetes API server (TLS,\n"
     "no client certificate: the caller authenticates in HTTP).\n"
-    "  --listen HOST:PORT   an IPv4 address, or [IPv6]:PORT; port 0 picks one\n"
+    "  --listen HOST:PORT   an IPv4 address, or [IPv6]:PORT ([IPv4]:PORT too);\n"
+    "                       port 0 picks one\n"
     "  --listen-unix PATH   (--dial) the unix socket to create (mode 0660)\n"
     "  --port PORT          (--dial) the port of every destination, 1..65535\n"
     "  --ca FILE            the CA (PEM) the peer's certificate must chain to\n"
@@ -95,6 +96,11 @@ int gate_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *re
     if (parse_uint(port, 0, 65535, &p) < 0)
         return -EINVAL;
     struct sockaddr_storage ss = {0};
+    struct in_addr v4;
+    /* An IPv4 address in brackets too: a manifest writes
+     * --listen=[$(HOST_IP)]:PORT whichever family the node has. */
+    if (v6 && inet_pton(AF_INET, host, &v4) == 1)
+        v6 = false;
     if (v6) {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
         a->sin6_family = AF_INET6;

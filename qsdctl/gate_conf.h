@@ -58,7 +58,8 @@ struct gate_conf {
  * the strings point into argv. */
 int gate_conf_parse(int argc, char **argv, struct gate_conf *ret, char *err, size_t errlen);
 
-/* "HOST:PORT" with HOST an IPv4 address, or "[IPv6]:PORT"; port 0..65535
+/* "HOST:PORT" with HOST an IPv4 address, or "[IPv6]:PORT" (or "[IPv4]:PORT");
+ * port 0..65535
  * (0: the kernel picks one).  No name lookup. */
 int gate_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len);
 

@@ -31,11 +31,17 @@ static void test_listen(void **state)
     assert_int_equal(sl, sizeof(struct sockaddr_in6));
     assert_string_equal(gate_format_addr((struct sockaddr *)&ss, buf, sizeof(buf)),
                         "[fd00::1]:9830");
+    /* IPv4 in brackets (a manifest's [$(HOST_IP)]:PORT on an IPv4 node) */
+    assert_int_equal(gate_parse_listen("[10.1.2.3]:9830", &ss, &sl), 0);
+    assert_int_equal(ss.ss_family, AF_INET);
+    assert_int_equal(sl, sizeof(struct sockaddr_in));
+    assert_string_equal(gate_format_addr((struct sockaddr *)&ss, buf, sizeof(buf)),
+                        "10.1.2.3:9830");
     assert_int_equal(gate_parse_listen("0.0.0.0:0", &ss, &sl), 0);
     assert_int_equal(gate_parse_listen("[::]:65535", &ss, &sl), 0);
     static const char *const bad[] = {
         "", ":1", "1.2.3.4", "1.2.3.4:", "1.2.3.4:65536", "1.2.3.4:-1", "1.2.3.4:1x",
-        "1.2.3:1", "host:1", "::1:1", "[::1]1", "[::1]:", "[]:1", "[1.2.3.4]:1",
+        "1.2.3:1", "host:1", "::1:1", "[::1]1", "[::1]:", "[]:1", "[1.2.3]:1", "[[1.2.3.4]]:1",
         "[fd00::1:1", "1.2.3.4:99999999999999999999",
     };
     for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
