@@ -44,6 +44,17 @@ the API's schemas):
     read-only, no disk name twice), the VM description in the ConfigMap
     parses; with --launcher, the launcher itself builds a domain from it
     (--dry-run, fake volumes in the same directories);
+  * the node endpoint (docs/node-operations.md): qsd-node-gate in both
+    workloads starts as root with exactly GATE_CAPS (everything else
+    dropped, no escalation, read-only root, RuntimeDefault) and confines
+    itself to a non-root --uid/--gid; the serve gate listens on the
+    downward API's status.hostIP at a container port of its own and
+    forwards to the plugin's --node-ops-endpoint, whose --node-ops-group is
+    its --gid; the dial gate serves the plugin's --node-dial socket with
+    the plugin's group, reaches the API server by KUBERNETES_SERVICE_* and
+    the ServiceAccount's CA; each socket's emptyDir and each key Secret is
+    mounted by those containers alone, the Secrets read-only and 0400-ish;
+    the port dialled is the port listened on; the controller may get Nodes;
   * attachment pods (an inline volume with hotplugInto): the VM pod they
     name exists in their namespace with a bridge, same fsGroup, on its node
     (podAffinity or nodeName), nothing privileged, no token, their PVCs exist
