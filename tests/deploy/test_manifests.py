@@ -1309,14 +1309,16 @@ class Checker:
                                                                  g.get("gid")))
         # The node's address from the downward API, on the host network.
         raw = next((str(a) for a in gate.get("args") or [] if str(a).startswith("--listen=")), "")
-        m = re.fullmatch(r"--listen=\$\(([A-Za-z_][A-Za-z0-9_]*)\):(\d+)", raw)
+        # (brackets allowed: [$(HOST_IP)]:PORT, should the gate take them
+        # around IPv4 too, is the one spelling that fits IPv6 nodes)
+        m = re.fullmatch(r"--listen=(\[)?\$\(([A-Za-z_][A-Za-z0-9_]*)\)(?(1)\]):(\d+)", raw)
         env = {e.get("name"): ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
                for e in gate.get("env") or []}
-        if not m or env.get(m.group(1)) != "status.hostIP":
+        if not m or env.get(m.group(2)) != "status.hostIP":
             self.err(cw, "--listen %r: must be $(VAR):PORT with VAR from the downward API's "
                      "status.hostIP (the node's address only)" % raw[len("--listen="):])
         else:
-            port = int(m.group(2))
+            port = int(m.group(3))
             if not spec.get("hostNetwork"):
                 self.err(cw, "the node endpoint needs the host network (the node's address)")
             if not any(p.get("containerPort") == port and p.get("protocol", "TCP") == "TCP"
