@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Static checks of the Kubernetes manifests under deploy/.
 
-Usage: test_manifests.py --plugin BIN [--launcher BIN] [--qsdctl BIN] [--root SRC]
+Usage: test_manifests.py --plugin BIN [--launcher BIN] [--qsdctl BIN] [--gate BIN] [--root SRC]
 
 Checks what deploy/ installs: the output of `kubectl kustomize
 deploy/kubernetes` (what `kubectl apply -k deploy/kubernetes` sends), of
@@ -44,6 +44,17 @@ the API's schemas):
     read-only, no disk name twice), the VM description in the ConfigMap
     parses; with --launcher, the launcher itself builds a domain from it
     (--dry-run, fake volumes in the same directories);
+  * the node endpoint (docs/node-operations.md): qsd-node-gate in both
+    workloads starts as root with exactly GATE_CAPS (everything else
+    dropped, no escalation, read-only root, RuntimeDefault) and confines
+    itself to a non-root --uid/--gid; the serve gate listens on the
+    downward API's status.hostIP at a container port of its own and
+    forwards to the plugin's --node-ops-endpoint, whose --node-ops-group is
+    its --gid; the dial gate serves the plugin's --node-dial socket with
+    the plugin's group, reaches the API server by KUBERNETES_SERVICE_* and
+    the ServiceAccount's CA; each socket's emptyDir and each key Secret is
+    mounted by those containers alone, the Secrets read-only and 0400-ish;
+    the port dialled is the port listened on; the controller may get Nodes;
   * attachment pods (an inline volume with hotplugInto): the VM pod they
     name exists in their namespace with a bridge, same fsGroup, on its node
     (podAffinity or nodeName), nothing privileged, no token, their PVCs exist
@@ -283,7 +294,9 @@ for _r in _PROVISIONER_RBAC + [
         _rules(None, "storage.k8s.io", ["volumeattributesclasses"], ["get", "list", "watch"],
                "csi-resizer"),
         _rules("ns", "coordination.k8s.io", ["leases"], ["get", "create", "update"],
-               "csi-provisioner, csi-resizer, csi-snapshotter (leader election)")] + \
+               "csi-provisioner, csi-resizer, csi-snapshotter (leader election)"),
+        # the plugin: a volume's node to its InternalIP (the node endpoint)
+        _rules(None, "", ["nodes"], ["get"], "the controller plugin (node endpoint address)")] + \
         _SNAPSHOTTER_RBAC:
     CONTROLLER_RBAC.update({k: CONTROLLER_RBAC.get(k, v) for k, v in _r.items()})
 WORKLOAD_RBAC = {"DaemonSet": SIDECAR_RBAC, "Deployment": CONTROLLER_RBAC}
@@ -302,6 +315,34 @@ SYSTEM_PRIORITY = {"system-node-critical", "system-cluster-critical"}
 PAUSE_IMAGE = re.compile(r"^registry\.k8s\.io/pause:\d+\.\d+$")
 # Flags of our binaries that may be given more than once (values: a list).
 REPEATABLE_FLAGS = {"volumes-dir"}
+# Our binaries (a container runs one by its command) and our images.
+OUR_BINARIES = ("qsd-csi-plugin", "qsd-vm-launcher", "qsd-node-gate")
+OUR_IMAGES = ("qsd-csi-plugin", "qsd-vm-launcher")
+
+# The node endpoint (docs/node-operations.md, "The endpoint"): qsd-node-gate
+# in the node DaemonSet (serve mode) and in the controller Deployment
+# (--dial).  It starts as root and confines itself (qsdctl/gate_main.c
+# confine(), qsdctl/lib/qsd/base/confine.c): unshare(CLONE_NEWNS), mount,
+# umount2, mount_setattr need SYS_ADMIN, PR_CAPBSET_DROP SETPCAP, setgroups
+# and setresgid SETGID, setresuid SETUID; nothing else (its keys are read as
+# their owner, its port is unprivileged).
+GATE = "qsd-node-gate"
+GATE_CAPS = {"SETUID", "SETGID", "SETPCAP", "SYS_ADMIN"}
+NODE_TLS_SECRET = "qsd-csi-node-tls"
+CONTROLLER_TLS_SECRET = "qsd-csi-controller-tls"
+NODE_PEER = "qsd-csi-node"              # the nodes' certificate (scripts/node-certs.sh)
+CONTROLLER_PEER = "qsd-csi-controller"  # the controller's
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Flags the manifests pass that the C side, written alongside (issue 25),
+# has not landed yet: checked against --help once they are there (and then
+# an error here until removed from this list), left out of the binaries'
+# own parse until then.
+PENDING_FLAGS = {}
+# What kubelet fills in, as sample values, so that the binaries can parse
+# the arguments (the downward API's fieldRefs; the kubernetes Service's
+# variables, which kubelet sets in every container).
+SAMPLE_FIELDS = {"status.hostIP": "192.0.2.10"}
+SAMPLE_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 
 # StorageClass parameter -> (qsdctl subcommand, option).  The allowed values
 # come from docs/storageclass.md and must each appear in the option's line of
@@ -645,8 +686,19 @@ class Checker:
         return out
 
     @staticmethod
-    def expand(value, c):
-        env = {e.get("name"): e.get("value", "$(%s)" % e.get("name")) for e in c.get("env") or []}
+    def expand(value, c, sample=False):
+        """$(VAR) of the container's env; with sample, also what kubelet fills
+        in (SAMPLE_FIELDS, SAMPLE_ENV) as sample values."""
+        env = {}
+        for e in c.get("env") or []:
+            field = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            if "value" in e:
+                env[e.get("name")] = e["value"]
+            elif sample and field in SAMPLE_FIELDS:
+                env[e.get("name")] = SAMPLE_FIELDS[field]
+        if sample:
+            for k, v in SAMPLE_ENV.items():
+                env.setdefault(k, v)
         return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
                       lambda m: env.get(m.group(1), m.group(0)), value)
 
@@ -687,8 +739,10 @@ class Checker:
         """Let the binary parse the manifest's arguments: both binaries handle
         --version inside their option loop, so ARGS... --version exits 0 once
         every earlier option (and its value, e.g. --log-level) was accepted."""
-        args = [self.expand(str(a), c) for a in (c.get("command") or [])[1:]] + \
-            [self.expand(str(a), c) for a in c.get("args") or []]
+        pending = PENDING_FLAGS.get(b, set())
+        args = [self.expand(str(a), c, sample=True)
+                for a in [*(c.get("command") or [])[1:], *(c.get("args") or [])]
+                if not (str(a).startswith("--") and str(a)[2:].partition("=")[0] in pending)]
         try:
             p = subprocess.run([self.paths[b]] + args + ["--version"], capture_output=True,
                                text=True, timeout=30, stdin=subprocess.DEVNULL)
@@ -708,21 +762,32 @@ class Checker:
             image = str(c.get("image", ""))
             binary = self.binary_of(c)
             m = SIDECAR_IMAGE.match(image)
-            ours = [b for b in ("qsd-csi-plugin", "qsd-vm-launcher") if b in image or b == binary]
-            if ours:
-                b = ours[0]
-                if binary != b:
+            ours = [i for i in OUR_IMAGES if i in image]
+            if binary in OUR_BINARIES or ours:
+                if binary not in OUR_BINARIES:
                     if binary and " initcontainer " in where:
                         # A helper command from our image (e.g. mkdir).
                         continue
-                    self.err(where, "runs %s: give command: [/path/to/%s] explicitly" % (b, b))
+                    self.err(where, "runs %s: give command: [/path/to/%s] explicitly" %
+                             (ours[0], ours[0]))
                     continue
+                b = binary
+                if b == GATE and "qsd-csi-plugin" not in image:
+                    self.err(where, "qsd-node-gate is in the plugin image, not in %s" % image)
                 flags = self.parse_args(where, c)
                 if b not in self.helps:
                     self.note("%s: %s --help not available, its flags were not checked" %
                               (where, b))
                     continue
-                bad = [n for n in flags if "--" + n not in self.helps[b]]
+                pending = PENDING_FLAGS.get(b, set())
+                for name in sorted(pending & set(flags)):
+                    if "--" + name in self.helps[b]:
+                        self.err(where, "--%s is in %s --help now: remove it from "
+                                 "PENDING_FLAGS (tests/deploy/test_manifests.py)" % (name, b))
+                    else:
+                        self.note("%s: --%s is not in %s --help yet (PENDING_FLAGS: the C "
+                                  "side of issue 25)" % (where, name, b))
+                bad = [n for n in flags if "--" + n not in self.helps[b] and n not in pending]
                 for name in bad:
                     self.err(where, "--%s is not an option of %s (not in its --help)" %
                              (name, b))
@@ -969,6 +1034,7 @@ class Checker:
         self.check_rbd_clusters(where, spec, plugin, flags)
         self.check_sidecars(where, spec)
         self.check_ports(where, spec, plugin, flags)
+        self.check_serve_gate(where, spec, plugin, flags)
         for c in spec.get("initContainers") or []:
             if (c.get("securityContext") or {}).get("privileged"):
                 self.err(where, "privileged init container %s (hostPath type "
@@ -1064,6 +1130,8 @@ class Checker:
         for c in spec.get("containers") or []:
             sc = c.get("securityContext") or {}
             cw = "%s (container %s)" % (where.rsplit(" container ", 1)[0], c.get("name"))
+            if self.binary_of(c) == GATE:
+                continue  # root at start, some capabilities: check_gate
             if sc.get("privileged") or (sc.get("capabilities") or {}).get("add"):
                 self.err(cw, "privileged or added capabilities in the controller")
             if sc.get("allowPrivilegeEscalation") is not False:
@@ -1126,6 +1194,194 @@ class Checker:
         self.check_rbd_clusters(where, spec, plugin, flags)
         self.check_sidecars(where, spec, CONTROLLER_SIDECAR_FLAGS, privileged=False)
         self.check_ports(where, spec, plugin, flags)
+        self.check_dial_gate(where, spec, plugin, flags)
+
+    # ------------------------------------------------------ node endpoint
+    def gates(self, spec, dial):
+        return [c for c in spec.get("containers") or [] if self.binary_of(c) == GATE and
+                ("dial" in self.parse_args("gate", c)) == dial]
+
+    @staticmethod
+    def effective(spec, c, key):
+        """A securityContext field of container c, else its pod's."""
+        sc = c.get("securityContext") or {}
+        return sc[key] if key in sc else (spec.get("securityContext") or {}).get(key)
+
+    def check_gate(self, cw, spec, gate, gflags):
+        """qsd-node-gate's start: root with exactly GATE_CAPS, dropped by the
+        gate itself; everything else closed."""
+        sc = gate.get("securityContext") or {}
+        caps = sc.get("capabilities") or {}
+        if sc.get("privileged"):
+            self.err(cw, "privileged: the gate needs %s only" % ", ".join(sorted(GATE_CAPS)))
+        if "ALL" not in (caps.get("drop") or []):
+            self.err(cw, "drop ALL capabilities (it needs %s only)" % ", ".join(sorted(GATE_CAPS)))
+        added = {str(x).upper().replace("CAP_", "") for x in caps.get("add") or []}
+        if added != GATE_CAPS:
+            self.err(cw, "capabilities.add %s: the confinement needs exactly %s (more: %s; "
+                     "missing: %s)" % (sorted(added), sorted(GATE_CAPS),
+                                       sorted(added - GATE_CAPS) or "none",
+                                       sorted(GATE_CAPS - added) or "none"))
+        if sc.get("allowPrivilegeEscalation") is not False:
+            self.err(cw, "set allowPrivilegeEscalation: false (no_new_privs from the start)")
+        if not sc.get("readOnlyRootFilesystem"):
+            self.err(cw, "set readOnlyRootFilesystem: true (it writes nothing)")
+        if self.effective(spec, gate, "runAsUser") != 0:
+            self.err(cw, "runAsUser must be 0: the gate starts as root to confine itself "
+                     "(its capabilities are not effective for another user)")
+        prof = (self.effective(spec, gate, "seccompProfile") or {}).get("type")
+        if prof not in ("RuntimeDefault", "Localhost"):
+            self.err(cw, "seccompProfile %s: RuntimeDefault until the gate's own profile" % prof)
+        for k in ("uid", "gid"):
+            if not str(gflags.get(k) or "").isdigit() or int(gflags[k]) == 0:
+                self.err(cw, "--%s %r: the gate must confine itself to a non-root identity" %
+                         (k, gflags.get(k)))
+
+    def check_socket_share(self, where, spec, plugin, ppath, gate, gpath, what):
+        """The plugin's ppath and the gate's gpath are one socket in an
+        emptyDir that no other container mounts."""
+        pm, gm = self.mount_of(plugin, spec, ppath), self.mount_of(gate, spec, gpath)
+        if not pm or not pm[1] or "emptyDir" not in pm[1]:
+            self.err(where, "%s %s is not on an emptyDir" % (what, ppath))
+            return
+        rel = ppath[len(pm[0]["mountPath"].rstrip("/")):]
+        if not gm or gm[0].get("name") != pm[0].get("name") or \
+                gpath[len(gm[0]["mountPath"].rstrip("/")):] != rel:
+            self.err(where, "%s: the plugin's %s and gate %s's %s are not the same socket" %
+                     (what, ppath, gate.get("name"), gpath))
+            return
+        vol = pm[0]["name"]
+        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+            if c is not plugin and c is not gate and \
+                    any(m.get("name") == vol for m in c.get("volumeMounts") or []):
+                self.err(where, "%s: container %s mounts %s, the directory of the socket: only "
+                         "the plugin and the gate may" % (what, c.get("name"), vol))
+
+    def check_tls_secret(self, cw, spec, gate, gflags, secret):
+        """--ca, --cert and --key: files of the Secret, mounted read-only in
+        the gate alone, not readable by group or others."""
+        found = [self.mount_of(gate, spec, gflags.get(k) or "") for k in ("ca", "cert", "key")]
+        names = {mv[0].get("name") for mv in found if mv}
+        v = found[0][1] if found[0] and found[0][1] else {}
+        if None in found or len(names) != 1 or \
+                (v.get("secret") or {}).get("secretName") != secret:
+            self.err(cw, "--ca, --cert, --key are not files of one mount of the Secret %s" % secret)
+            return
+        vol = names.pop()
+        if found[0][0].get("readOnly") is not True:
+            self.err(cw, "the Secret %s must be mounted read-only (readOnly: true)" % secret)
+        mode = v["secret"].get("defaultMode", 0o644)
+        if mode & 0o077:
+            self.err(cw, "the Secret %s's defaultMode %o lets group or others read the key" %
+                     (secret, mode))
+        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+            if c is not gate and any(m.get("name") == vol for m in c.get("volumeMounts") or []):
+                self.err(cw, "container %s mounts the Secret %s too: the gate alone holds the "
+                         "key" % (c.get("name"), secret))
+        for x in spec.get("volumes") or []:
+            if x.get("name") != vol and (x.get("secret") or {}).get("secretName") == secret:
+                self.err(cw, "the Secret %s is a second volume too (%s)" % (secret, x.get("name")))
+
+    def check_serve_gate(self, where, spec, plugin, flags):
+        """The node DaemonSet's node-gate: mutual TLS on the node's address,
+        forwarding to the plugin's --node-ops-endpoint."""
+        gates = self.gates(spec, dial=False)
+        if len(gates) != 1 or self.gates(spec, dial=True):
+            self.err(where, "expected one qsd-node-gate (serve mode) in the node pod, found %d "
+                     "(and %d --dial)" % (len(gates), len(self.gates(spec, dial=True))))
+            return
+        gate = gates[0]
+        cw = "%s (container %s)" % (where.rsplit(" container ", 1)[0], gate.get("name"))
+        g = self.parse_args(cw, gate)
+        self.check_gate(cw, spec, gate, g)
+        ops = re.sub(r"^unix:(//)?", "", flags.get("node-ops-endpoint") or "")
+        if not ops:
+            self.err(where, "no --node-ops-endpoint: the node gate has nothing to forward to")
+        else:
+            self.check_socket_share(where, spec, plugin, ops, gate, g.get("forward") or "",
+                                    "the node-operations socket")
+        if str(flags.get("node-ops-group")) != str(g.get("gid")):
+            self.err(where, "--node-ops-group %s is not the gate's --gid %s: the confined gate "
+                     "could not connect to the socket (0660)" % (flags.get("node-ops-group"),
+                                                                 g.get("gid")))
+        # The node's address from the downward API, on the host network.
+        raw = next((str(a) for a in gate.get("args") or [] if str(a).startswith("--listen=")), "")
+        # (brackets allowed: [$(HOST_IP)]:PORT, should the gate take them
+        # around IPv4 too, is the one spelling that fits IPv6 nodes)
+        m = re.fullmatch(r"--listen=(\[)?\$\(([A-Za-z_][A-Za-z0-9_]*)\)(?(1)\]):(\d+)", raw)
+        env = {e.get("name"): ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+               for e in gate.get("env") or []}
+        if not m or env.get(m.group(2)) != "status.hostIP":
+            self.err(cw, "--listen %r: must be $(VAR):PORT with VAR from the downward API's "
+                     "status.hostIP (the node's address only)" % raw[len("--listen="):])
+        else:
+            port = int(m.group(3))
+            if not spec.get("hostNetwork"):
+                self.err(cw, "the node endpoint needs the host network (the node's address)")
+            if not any(p.get("containerPort") == port and p.get("protocol", "TCP") == "TCP"
+                       for p in gate.get("ports") or []):
+                self.err(cw, "--listen port %d is not a container port of the gate" % port)
+        if g.get("peer-name") != CONTROLLER_PEER:
+            self.err(cw, "--peer-name %r: the controller's certificate names %s" %
+                     (g.get("peer-name"), CONTROLLER_PEER))
+        self.check_tls_secret(cw, spec, gate, g, NODE_TLS_SECRET)
+
+    def check_dial_gate(self, where, spec, plugin, flags):
+        """The controller Deployment's node-dial-gate: the plugin's --node-dial
+        socket, the controller's key pair, the API server."""
+        gates = self.gates(spec, dial=True)
+        if len(gates) != 1 or self.gates(spec, dial=False):
+            self.err(where, "expected one qsd-node-gate --dial in the controller pod, found %d "
+                     "(and %d in serve mode)" % (len(gates), len(self.gates(spec, dial=False))))
+            return
+        gate = gates[0]
+        cw = "%s (container %s)" % (where.rsplit(" container ", 1)[0], gate.get("name"))
+        g = self.parse_args(cw, gate)
+        self.check_gate(cw, spec, gate, g)
+        dial = re.sub(r"^unix:(//)?", "", flags.get("node-dial") or "")
+        if not dial:
+            self.err(where, "no --node-dial: the controller plugin cannot reach a node")
+        else:
+            self.check_socket_share(where, spec, plugin, dial, gate, g.get("listen-unix") or "",
+                                    "the dial socket")
+        # The socket is 0660, owned by the gate's starting uid and gid.
+        puid, pgid = self.effective(spec, plugin, "runAsUser"), \
+            self.effective(spec, plugin, "runAsGroup")
+        ggid = self.effective(spec, gate, "runAsGroup")
+        if puid not in (None, 0) and pgid != (ggid if ggid is not None else 0):
+            self.err(cw, "runAsGroup %s: the dial socket (0660) is root:%s, the plugin runs as "
+                     "%s:%s and could not connect" % (ggid, ggid or 0, puid, pgid))
+        if g.get("peer-name") != NODE_PEER:
+            self.err(cw, "--peer-name %r: the nodes' certificate names %s" %
+                     (g.get("peer-name"), NODE_PEER))
+        want = {"api-host": "$(KUBERNETES_SERVICE_HOST)", "api-port": "$(KUBERNETES_SERVICE_PORT)",
+                "api-ca": SA_DIR + "/ca.crt"}
+        for k, v in want.items():
+            if g.get(k) != v:
+                self.err(cw, "--%s %r, expected %s" % (k, g.get(k), v))
+        if flags.get("api-token-file") not in (None, SA_DIR + "/token"):
+            self.err(where, "--api-token-file %s is not the ServiceAccount's token" %
+                     flags["api-token-file"])
+        if spec.get("automountServiceAccountToken") is False:
+            self.err(where, "automountServiceAccountToken: false: the API server's CA and the "
+                     "token are the ServiceAccount's")
+        self.check_tls_secret(cw, spec, gate, g, CONTROLLER_TLS_SECRET)
+
+    def check_node_endpoint(self):
+        """Across the workloads: the port the dial gates dial is the one the
+        node gates listen on."""
+        listen, dial = set(), set()
+        for where, spec, c, owner in self.all_containers():
+            if self.binary_of(c) != GATE:
+                continue
+            f = self.parse_args(where, c)
+            if "dial" in f:
+                dial.add(str(f.get("port")))
+            elif f.get("listen"):
+                listen.add(str(f["listen"]).rsplit(":", 1)[-1])
+        if (listen or dial) and (len(listen) != 1 or listen != dial):
+            self.err("deploy/", "the dial gates dial port %s, the node gates listen on %s" %
+                     (" ".join(sorted(dial)) or "none", " ".join(sorted(listen)) or "none"))
 
     def check_sidecars(self, where, spec, required=None, privileged=True):
         """Release, required flags and SELinux-compatible access of each sidecar."""
@@ -1615,6 +1871,7 @@ class Checker:
         self.check_consistency()
         self.check_priority()
         self.check_rbac()
+        self.check_node_endpoint()
         self.check_parameters()
         self.check_snapshot_classes()
         self.check_seccomp_profile()
@@ -1624,7 +1881,7 @@ class Checker:
 def help_flags(binary, *sub):
     p = subprocess.run([binary, *sub, "--help"], capture_output=True, text=True, timeout=30)
     text = p.stdout + p.stderr
-    if p.returncode != 0 or "Usage" not in text:
+    if p.returncode != 0 or "usage" not in text.lower():
         raise RuntimeError("%s %s --help failed (exit %d): %s" %
                            (binary, " ".join(sub), p.returncode, text[:300]))
     return text, set(re.findall(r"--[a-z0-9][a-z0-9-]*", text))
@@ -1643,10 +1900,13 @@ def _containers(doc):
 
 
 def _edit_args(image_or_cmd, fn):
-    """Mutation: apply fn(args) to the containers whose image or command matches."""
+    """Mutation: apply fn(args) to the containers that run image_or_cmd: our
+    binaries by their command (qsd-node-gate runs from the plugin's image),
+    sidecars by their image."""
     def mutate(doc):
         for c in _containers(doc):
-            if image_or_cmd in str(c.get("image")) + str(c.get("command")):
+            cmd = os.path.basename(str((c.get("command") or [""])[0]))
+            if (image_or_cmd == cmd) if cmd else (image_or_cmd in str(c.get("image"))):
                 c["args"] = fn(list(c.get("args") or []))
     return mutate
 
@@ -1845,6 +2105,77 @@ def self_check(root, make_checker, with_launcher):
          _edit_args("qsd-csi-plugin", lambda a: [
              "--http-endpoint=:9999" if x.startswith("--http-endpoint") else x for x in a])),
     ]
+    # The node endpoint's gates.
+    def _gate_sc(name, fn):
+        def mutate(d):
+            for c in _containers(d):
+                if c["name"] == name:
+                    fn(c["securityContext"])
+        return mutate
+
+    def _mount(container, volume, path, read_only=None):
+        def mutate(d):
+            for c in _containers(d):
+                if c["name"] == container:
+                    m = {"name": volume, "mountPath": path}
+                    if read_only is not None:
+                        m["readOnly"] = read_only
+                    c.setdefault("volumeMounts", []).append(m)
+        return mutate
+
+    def _secret_writable(d):
+        for c in _containers(d):
+            for m in c.get("volumeMounts") or []:
+                if m["name"] == "node-tls":
+                    del m["readOnly"]
+
+    def _nodes_rule(d):
+        if d.get("kind") == "ClusterRole" and d["metadata"]["name"] == "qsd-csi-controller-nodes":
+            d["rules"][0]["resources"] = ["namespaces"]
+
+    def _arg(name, old, new):
+        return _edit_named(name, lambda a: [new if x.startswith(old) else x for x in a])
+
+    cases += [
+        ("node gate keeping its other capabilities", "drop ALL capabilities", ds,
+         _gate_sc("node-gate", lambda sc: sc["capabilities"].update(drop=[]))),
+        ("node gate with a capability more", "more: ['NET_ADMIN']", ds,
+         _gate_sc("node-gate", lambda sc: sc["capabilities"]["add"].append("NET_ADMIN"))),
+        ("dial gate without SETPCAP", "missing: ['SETPCAP']", ctl,
+         _gate_sc("node-dial-gate", lambda sc: sc["capabilities"]["add"].remove("SETPCAP"))),
+        ("node gate allowed to escalate", "allowPrivilegeEscalation: false (no_new_privs", ds,
+         _gate_sc("node-gate", lambda sc: sc.pop("allowPrivilegeEscalation"))),
+        ("node gate started as a user", "runAsUser must be 0", ds,
+         _gate_sc("node-gate", lambda sc: sc.update(runAsUser=65532))),
+        ("node gate confined to root", "--uid '0'", ds, _arg("node-gate", "--uid=", "--uid=0")),
+        ("node-operations socket directory in a sidecar", "container liveness-probe mounts "
+         "node-ops-dir", ds, _mount("liveness-probe", "node-ops-dir", "/csi-ops")),
+        ("dial socket directory in a sidecar", "container csi-resizer mounts dial-dir", ctl,
+         _mount("csi-resizer", "dial-dir", "/dial")),
+        ("node key in the plugin container too", "container qsd-csi-plugin mounts the Secret",
+         ds, _mount("qsd-csi-plugin", "node-tls", "/etc/qsd-csi/node-tls", True)),
+        ("node key Secret mounted writable", "must be mounted read-only", ds, _secret_writable),
+        ("node gate on every address", "status.hostIP", ds,
+         _arg("node-gate", "--listen=", "--listen=0.0.0.0:9830")),
+        ("node gate forwarding elsewhere", "are not the same socket", ds,
+         _arg("node-gate", "--forward=", "--forward=/csi-ops/other.sock")),
+        ("node-operations socket group not the gate's", "is not the gate's --gid", ds,
+         _edit_args("qsd-csi-plugin", lambda a: [
+             "--node-ops-group=1000" if x.startswith("--node-ops-group") else x for x in a])),
+        ("dial socket group not the plugin's", "could not connect", ctl,
+         _gate_sc("node-dial-gate", lambda sc: sc.update(runAsGroup=0))),
+        ("dial gate to another port", "the dial gates dial port 9831", ctl,
+         _arg("node-dial-gate", "--port=", "--port=9831")),
+        ("dial gate trusting another name", "the nodes' certificate names", ctl,
+         _arg("node-dial-gate", "--peer-name=", "--peer-name=qsd-csi-controller")),
+        ("API server as HOST:PORT", "--api-host", ctl,
+         _arg("node-dial-gate", "--api-host=", "--api-host=10.96.0.1")),
+        ("controller may not get Nodes", "may not get nodes", rbac, _nodes_rule),
+        ("bogus gate flag", "not an option of qsd-node-gate", ds,
+         _edit_named("node-gate", lambda a: a + ["--bogus-flag=1"])),
+        ("value the gate refuses", "qsd-node-gate refuses the manifest's arguments", ds,
+         _arg("node-gate", "--log-level=", "--log-level=verbose")),
+    ]
     def _attach_group(d):
         if d.get("kind") == "Pod" and d["metadata"]["name"] == "demo-vm-attach-data":
             d["spec"]["securityContext"]["fsGroup"] = 108
@@ -1978,6 +2309,7 @@ def main():
     ap.add_argument("--plugin", required=True)
     ap.add_argument("--launcher")
     ap.add_argument("--qsdctl")
+    ap.add_argument("--gate")
     ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), "..", ".."))
     a = ap.parse_args()
     root = os.path.abspath(a.root)
@@ -1986,10 +2318,14 @@ def main():
     paths = {"qsd-csi-plugin": a.plugin}
     if a.launcher:
         paths["qsd-vm-launcher"] = a.launcher
+    if a.gate:
+        paths[GATE] = a.gate
     try:
         _, helps["qsd-csi-plugin"] = help_flags(a.plugin)
         if a.launcher:
             _, helps["qsd-vm-launcher"] = help_flags(a.launcher)
+        if a.gate:
+            _, helps[GATE] = help_flags(a.gate)
         qhelp = {}
         if a.qsdctl:
             for sub in ("create", "export"):

@@ -10,13 +10,25 @@ difference, a path and both values per line.
       exit 0 and "N objects equal" when the objects are the same; 1 otherwise.
   compare.py --absent HELM.yaml
       exit 1 when the render holds a piece rbd/snapshots off must not render.
+  compare.py --no-node-endpoint HELM.yaml
+      exit 1 when the render holds a piece of the node endpoint
+      (nodeEndpoint.enabled=false).
+
+The node endpoint's two Secrets are the chart's own (kustomize installs
+get them from scripts/node-certs.sh): taken out of the comparison, and
+checked instead: both there, the keys ca.crt, tls.crt and tls.key holding
+PEM, one CA.
 """
+import base64
+import binascii
 import sys
 
 import yaml
 
 # Cluster-scoped kinds kustomize's namespace transformer does not know.
 UNKNOWN_CLUSTER_SCOPED = {"VolumeSnapshotClass"}
+# The node endpoint's Secrets: made by the chart, not by kustomize.
+GENERATED_SECRETS = ("qsd-csi-node-tls", "qsd-csi-controller-tls")
 
 
 def load(path):
@@ -74,14 +86,74 @@ def absent(path):
     return 0
 
 
+def generated_secrets(h, out):
+    """Take the node endpoint's Secrets out of the helm render h; append to
+    out what is wrong with them."""
+    found = {key[2]: h.pop(key) for key in list(h)
+             if key[0] == "Secret" and key[2] in GENERATED_SECRETS}
+    if set(found) != set(GENERATED_SECRETS):
+        out.append("the node endpoint's Secrets: helm renders %s, expected %s" %
+                   (sorted(found), list(GENERATED_SECRETS)))
+        return 0
+    cas = set()
+    for name, d in sorted(found.items()):
+        data = d.get("data") or {}
+        if d.get("type") != "Opaque" or set(data) != {"ca.crt", "tls.crt", "tls.key"}:
+            out.append("Secret %s: type %r, keys %s; expected Opaque with ca.crt, tls.crt, "
+                       "tls.key" % (name, d.get("type"), sorted(data)))
+            continue
+        for k, want in (("ca.crt", b"-----BEGIN CERTIFICATE-----"),
+                        ("tls.crt", b"-----BEGIN CERTIFICATE-----"),
+                        ("tls.key", b"PRIVATE KEY-----")):
+            try:
+                pem = base64.b64decode(str(data[k]), validate=True)
+            except (binascii.Error, ValueError):
+                pem = b""
+            if want not in pem:
+                out.append("Secret %s: %s is not base64 of a PEM %s" %
+                           (name, k, want.decode().strip("-")))
+        cas.add(str(data["ca.crt"]))
+    if len(cas) != 1:
+        out.append("the node endpoint's Secrets hold different CAs")
+    return len(found)
+
+
+def no_node_endpoint(path):
+    bad = []
+    for (kind, ns, name), d in load(path).items():
+        if kind == "Secret" and name in GENERATED_SECRETS:
+            bad.append("the Secret %s" % name)
+        if kind in ("ClusterRole", "ClusterRoleBinding") and name == "qsd-csi-controller-nodes":
+            bad.append("the %s %s" % (kind, name))
+        if kind in ("DaemonSet", "Deployment"):
+            spec = d["spec"]["template"]["spec"]
+            for c in spec["containers"]:
+                if "qsd-node-gate" in str(c.get("command")):
+                    bad.append("the gate %s in the %s %s" % (c["name"], kind, name))
+                for a in c.get("args") or []:
+                    if str(a).startswith(("--node-ops-", "--node-dial", "--api-token-file")):
+                        bad.append("%s of %s in the %s %s" % (a, c["name"], kind, name))
+            for v in spec.get("volumes") or []:
+                if v["name"] in ("node-ops-dir", "dial-dir", "node-tls", "controller-tls"):
+                    bad.append("the volume %s of the %s %s" % (v["name"], kind, name))
+    if bad:
+        print("\n".join(bad))
+        return 1
+    print("no gate, no node-endpoint flag, volume or Secret, no Nodes role")
+    return 0
+
+
 def main(argv):
     if argv[1:2] == ["--absent"]:
         return absent(argv[2])
+    if argv[1:2] == ["--no-node-endpoint"]:
+        return no_node_endpoint(argv[2])
     k = {}
     for p in [argv[1]] + argv[3:]:
         k.update(load(p))
     h = load(argv[2])
     out = []
+    secrets = generated_secrets(h, out)
     for key in sorted(set(k) | set(h)):
         name = "%s %s/%s" % key
         if key not in h:
@@ -93,7 +165,8 @@ def main(argv):
     if out:
         print("\n".join(out))
         return 1
-    print("%d objects equal (%s)" % (len(k), ", ".join(sorted({x[0] for x in k}))))
+    print("%d objects equal (%s); the node endpoint's %d Secrets (the chart's own) well formed" %
+          (len(k), ", ".join(sorted({x[0] for x in k})), secrets))
     return 0
 
 

@@ -12,7 +12,10 @@
 #      (compare.py);
 #   4. with rbd.enabled=false and snapshots.enabled=false the chart renders
 #      no VolumeSnapshotClass, no central csi-provisioner or csi-snapshotter
-#      and no Secrets role;
+#      and no Secrets role; with nodeEndpoint.enabled=false no gate, no
+#      node-endpoint flag, volume or Secret, no Nodes role.  The node
+#      endpoint's Secrets (the chart makes them, scripts/node-certs.sh for
+#      kustomize) are checked for their shape instead of compared;
 #   5. self-check first: a planted difference (one value changed in a copy
 #      of the chart) must be reported.
 #
@@ -59,7 +62,7 @@ else
 fi
 
 # 2. Lint.
-for set in "" "--set rbd.enabled=true,monitoring.enabled=true"; do
+for set in "" "--set rbd.enabled=true,monitoring.enabled=true" "--set nodeEndpoint.enabled=false"; do
     # shellcheck disable=SC2086
     if out=$("$HELM" lint --strict "$CHART" $set 2>&1); then
         echo "ok   helm lint --strict $set"
@@ -137,5 +140,15 @@ if out=$(/usr/bin/python3 "$HERE/compare.py" --absent "$WORK/none.helm.yaml"); t
     echo "ok   rbd and snapshots off: $out"
 else
     echo "FAIL rbd and snapshots off:"; echo "$out"; fail=1
+fi
+"$HELM" template qsd-csi "$CHART" --set nodeEndpoint.enabled=false >"$WORK/noep.helm.yaml"
+if out=$(/usr/bin/python3 "$HERE/compare.py" --no-node-endpoint "$WORK/noep.helm.yaml"); then
+    echo "ok   nodeEndpoint.enabled=false: $out"
+else
+    echo "FAIL nodeEndpoint.enabled=false:"; echo "$out"; fail=1
+fi
+# ...and the check sees them when they are there.
+if /usr/bin/python3 "$HERE/compare.py" --no-node-endpoint "$WORK/default.helm.yaml" >/dev/null; then
+    echo "FAIL self-check: --no-node-endpoint finds nothing in the default render"; fail=1
 fi
 exit $fail

@@ -5,9 +5,11 @@
 # external-snapshotter's, at the release sidecars.txt builds, with
 # deploy/snapshot-controller/ as a kustomize component), then the driver
 # with both optional pieces (snapshots and rbd, which the scenarios use):
-#   QSD_INSTALL=kustomize (default)  `kubectl apply -k` of a copy of
-#       deploy/kubernetes (DIR/install/driver) whose components: list adds
-#       components/rbd, nothing else changed;
+#   QSD_INSTALL=kustomize (default)  the node endpoint's Secrets
+#       (scripts/node-certs.sh --apply qsd-csi: made once, kept on a rerun),
+#       then `kubectl apply -k` of a copy of deploy/kubernetes
+#       (DIR/install/driver) whose components: list adds components/rbd,
+#       nothing else changed;
 #   QSD_INSTALL=helm  `helm upgrade --install qsd-csi deploy/helm/qsd-csi
 #       --namespace kube-system --set rbd.enabled=true` (the same objects:
 #       ctest deploy/helm_chart); run again, it is an upgrade.  helm is
@@ -73,6 +75,8 @@ kustomize)
     grep -qx '  - components/snapshots' "$drv/kustomization.yaml" &&
     grep -qx '  - components/rbd' "$drv/kustomization.yaml" || {
         echo "install.sh: $drv/kustomization.yaml does not list both components" >&2; exit 1; }
+    # deploy/README.md "Install": the node endpoint's certificates first.
+    KUBECTL=$bin/kubectl "$repo_root/scripts/node-certs.sh" --apply qsd-csi
     k apply -k "$drv"
     ;;
 helm)
