@@ -371,6 +371,54 @@ expand() {
     echo "expand: console: $(console_line $vm 'new size: 4194304 ') after $((SECONDS - t0)) s"
 }
 
+# ---------------------------------------------------------------- ModifyVolume
+# The claim root's I/O limits changed through VolumeAttributesClasses while
+# the VM runs: csi-resizer (controller Deployment) -> the controller plugin
+# (--node-dial) -> the dial gate (the node's InternalIP from the API
+# server) -> mutual TLS -> the node's serve gate -> the node plugin's
+# node-operations socket -> qom-set of the live QSD's throttle group
+# (docs/node-operations.md).
+vac_apply() {
+    kubectl apply -f - <<'EOF'
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttributesClass
+metadata: {name: e2e-slow}
+driverName: qsd.csi.qsd-csi.dev
+parameters: {readIops: "300", writeIops: "300"}
+---
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttributesClass
+metadata: {name: e2e-fast}
+driverName: qsd.csi.qsd-csi.dev
+parameters: {readIops: "3000", writeIops: "3000"}
+EOF
+}
+limit_is() { # VOLUME KEY VALUE: the live QSD's throttle group has KEY = VALUE
+    kubectl -n qsd-csi exec "$(plugin_pod)" -c qsd-csi-plugin -- qsdctl --run-dir /run/qsd-csi \
+        qmp "$1" qom-get '{"path": "tg0", "property": "limits"}' 2>/dev/null |
+        /usr/bin/python3 -c 'import json, sys
+d = json.load(sys.stdin); d = d.get("return", d)
+sys.exit(0 if d.get(sys.argv[1]) == int(sys.argv[2]) else 1)' "$2" "$3"
+}
+vac_is() { [ "$(pvc_field "$1" '{.status.currentVolumeAttributesClassName}')" = "$2" ]; }
+modify() {
+    local v c want t0 pid
+    v=$(vol_name root) || return 1
+    pid=$(qsd_pid "$v")
+    vac_apply >/dev/null || return 1
+    for c in e2e-slow e2e-fast; do
+        want=$([ $c = e2e-slow ] && echo 300 || echo 3000)
+        t0=$SECONDS
+        kubectl -n $ns patch pvc root --type merge \
+            -p "{\"spec\":{\"volumeAttributesClassName\":\"$c\"}}" >/dev/null || return 1
+        wait_for 120 "PVC root's current class $c" vac_is root $c || return 1
+        wait_for 10 "iops-read $want on root's QSD" limit_is "$v" iops-read $want || return 1
+        echo "modify: $c: the PVC's current class after $((SECONDS - t0)) s, root's QSD iops-read $want"
+    done
+    [ "$(qsd_pid "$v")" = "$pid" ] || { say "root's QSD was restarted ($pid -> $(qsd_pid "$v"))"; return 1; }
+    echo "modify: root's QSD the same process ($pid)"
+}
+
 vm_data() {
     local s
     wait_vm $vm $((secs + 300)) "SUMMARY on the console" console_has $vm '^SUMMARY' || return 1
@@ -746,6 +794,7 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step plugin-restart restart_plugin delete
     step rollout restart_plugin rollout
     step expand expand
+    step modify modify
     step vm-data vm_data
     step restore-clone restore_clone
     step cli cli
