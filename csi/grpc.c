@@ -896,6 +896,19 @@ static nghttp2_session_callbacks *session_callbacks(void)
 
 /* ------------------------------------------------------------ sessions */
 
+nghttp2_option *grpc_h2_options(void)
+{
+    nghttp2_option *opt;
+    if (nghttp2_option_new(&opt) != 0)
+        abort();
+    /* What nghttp2 keeps for a peer is bounded: its SETTINGS frames, the
+     * acknowledgements queued for it, its HPACK table. */
+    nghttp2_option_set_max_settings(opt, 32);
+    nghttp2_option_set_max_outbound_ack(opt, 1000);
+    nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+    return opt;
+}
+
 int grpc_session_new(struct grpc_server *srv, grpc_wakeup_fn wakeup, void *opaque,
                      struct grpc_session **ret)
 {
@@ -910,14 +923,7 @@ int grpc_session_new(struct grpc_server *srv, grpc_wakeup_fn wakeup, void *opaqu
     s->wakeup_opaque = opaque;
 
     nghttp2_session_callbacks *cbs = session_callbacks();
-    nghttp2_option *opt;
-    if (nghttp2_option_new(&opt) != 0)
-        abort();
-    /* Let nghttp2 refuse streams beyond our SETTINGS_MAX_CONCURRENT_STREAMS
-     * even before the peer acknowledged them, and bound what it queues. */
-    nghttp2_option_set_max_settings(opt, 32);
-    nghttp2_option_set_max_outbound_ack(opt, 1000);
-    nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+    nghttp2_option *opt = grpc_h2_options();
     nghttp2_option_set_max_send_header_block_length(opt, 16384);
     int r = nghttp2_session_server_new2(&s->h2, cbs, s, opt);
     nghttp2_option_del(opt);

@@ -131,6 +131,12 @@ uint64_t grpc_server_next_deadline(const struct grpc_server *srv);
  * the session: just schedule a write. */
 typedef void (*grpc_wakeup_fn)(struct grpc_session *s, void *opaque);
 
+/* nghttp2's options that both ends of ours set (grpc.c's server sessions,
+ * grpc_client.c): bounds on what a peer makes it keep.  The caller frees it
+ * (nghttp2_option_del). */
+struct nghttp2_option;
+struct nghttp2_option *grpc_h2_options(void);
+
 /* -EUSERS when the server is at max_connections, -ESHUTDOWN when draining. */
 int grpc_session_new(struct grpc_server *srv, grpc_wakeup_fn wakeup, void *opaque,
                      struct grpc_session **ret);

@@ -539,12 +539,7 @@ static int client_preamble(struct grpc_client *c, const struct grpc_client_opts 
 static int client_session(struct grpc_client *c)
 {
     nghttp2_session_callbacks *cbs = client_callbacks();
-    nghttp2_option *opt;
-    if (nghttp2_option_new(&opt) != 0)
-        abort();
-    nghttp2_option_set_max_settings(opt, 32);
-    nghttp2_option_set_max_outbound_ack(opt, 1000);
-    nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+    nghttp2_option *opt = grpc_h2_options();
     int r = nghttp2_session_client_new2(&c->h2, cbs, c, opt);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
