@@ -238,13 +238,13 @@ quick_start() {
     # The examples step made and deleted the example's namespace.
     wait_for 120 "namespace vm-demo gone (examples step)" gone get namespace vm-demo || return 1
     node=$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')
-    # Section 3: "one qsd-csi-node pod per node (6/6) and two qsd-csi-controller
-    # pods (3/3; 6/6 with rbd)"; both driver names on the CSINode; capacities.
+    # Section 3: "one qsd-csi-node pod per node (7/7) and two qsd-csi-controller
+    # pods (4/4; 7/7 with rbd)"; both driver names on the CSINode; capacities.
     ready=$(kubectl -n qsd-csi get pods --no-headers | awk '{print $1, $2}')
-    echo "$ready" | grep -qE '^qsd-csi-node-[a-z0-9]+ 6/6$' ||
-        { say "section 3: the node pod is not 6/6: $ready"; return 1; }
-    [ "$(echo "$ready" | grep -cE '^qsd-csi-controller-[a-z0-9-]+ 6/6$')" = 2 ] ||
-        { say "section 3: not two controller pods 6/6 (components/rbd): $ready"; return 1; }
+    echo "$ready" | grep -qE '^qsd-csi-node-[a-z0-9]+ 7/7$' ||
+        { say "section 3: the node pod is not 7/7: $ready"; return 1; }
+    [ "$(echo "$ready" | grep -cE '^qsd-csi-controller-[a-z0-9-]+ 7/7$')" = 2 ] ||
+        { say "section 3: not two controller pods 7/7 (components/rbd): $ready"; return 1; }
     kubectl get csidriver qsd.csi.qsd-csi.dev rbd.qsd-csi.dev >/dev/null || return 1
     [ "$(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}' | tr ' ' '\n' | sort | tr '\n' ' ')" = \
       "qsd.csi.qsd-csi.dev rbd.qsd-csi.dev " ] || { say "section 3: CSINode drivers: $(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}')"; return 1; }
@@ -252,7 +252,7 @@ quick_start() {
         grep -q 'topology.qsd.csi.qsd-csi.dev/node' || { say "section 3: no topology key on the CSINode"; return 1; }
     [ "$(kubectl -n qsd-csi get csistoragecapacities --no-headers 2>/dev/null | wc -l)" -ge 1 ] ||
         { say "section 3: no CSIStorageCapacity"; return 1; }
-    echo "quick-start: section 3: node pod 6/6, two controller pods 6/6, CSINode with both drivers, $(kubectl -n qsd-csi get csistoragecapacities --no-headers | wc -l) capacities"
+    echo "quick-start: section 3: node pod 7/7, two controller pods 7/7, CSINode with both drivers, $(kubectl -n qsd-csi get csistoragecapacities --no-headers | wc -l) capacities"
     # Sections 4 and 5, as written.
     awk '/^## 4\./ {on = 1} /^## Upgrading/ {on = 0}
          on && /^```sh$/ {b = 1; next} on && b && /^```$/ {b = 0; next} on && b' "$doc" >"$dir/quick-start.sh"
