@@ -30,7 +30,9 @@
  *   The GroupController, with --node-dial only: a group's volumes are one
  *   node's (INVALID_ARGUMENT otherwise), so CreateVolumeGroupSnapshot goes
  *   to the node of its volumes, Delete and Get to the node of the group's
- *   id, each call whole; an id naming no other node gets group.c's answer. */
+ *   id, each call whole; an id naming no other node gets group.c's answer.
+ *   SnapshotMetadata, with --node-dial only: the stream of the snapshots'
+ *   node relayed as it comes (a delta's two snapshots must be one node's). */
 #include "ctlrole.h"
 #include "csi.pb-c.h"
 #include "qsd/base/log.h"
@@ -40,6 +42,7 @@
 #include "group.h"
 #include "ids.h"
 #include "nodecall.h"
+#include "snapmeta.h"
 
 #include <inttypes.h>
 
@@ -54,7 +57,9 @@ struct ctlrole {
     size_t n_inner;
     const struct grpc_method *group; /* group.c's table */
     size_t n_group;
-    struct grpc_method methods[11];
+    const struct grpc_method *smeta; /* snapmeta.c's table */
+    size_t n_smeta;
+    struct grpc_method methods[13];
 };
 
 static struct ctlrole g_role;
@@ -292,6 +297,67 @@ static void group_get(struct grpc_call *call, const uint8_t *req, size_t len, vo
     protobuf_c_message_free_unpacked(&in->base, NULL);
 }
 
+/* ---- SnapshotMetadata (with --node-dial): the snapshots' node streams the
+ * answer, relayed as it comes.  A delta's two snapshots are one node's. */
+
+#define SMD "/csi.v1.SnapshotMetadata/"
+
+static void smeta_inner(struct grpc_call *call, const char *path, const uint8_t *req,
+                        size_t len)
+{
+    for (size_t i = 0; i < g_role.n_smeta; i++)
+        if (streq(g_role.smeta[i].path, path)) {
+            g_role.smeta[i].handler(call, req, len, g_role.smeta[i].opaque);
+            return;
+        }
+    grpc_call_fail(call, GRPC_INTERNAL, "no handler for %s", path);
+}
+
+static void smeta_allocated(struct grpc_call *call, const uint8_t *req, size_t len,
+                            void *opaque)
+{
+    struct csi *c = opaque;
+    Csi__V1__GetMetadataAllocatedRequest *in =
+        DECODE(Csi__V1__GetMetadataAllocatedRequest, csi__v1__get_metadata_allocated_request);
+    if (!in)
+        return;
+    const char *node = in->snapshot_id && *in->snapshot_id ? csi_id_node(c, in->snapshot_id)
+                                                           : NULL;
+    _cleanup_free_ char *n = xstrdup_or_null(node);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    if (n)
+        nodecall_stream(c, call, n, SMD "GetMetadataAllocated", req, len);
+    else
+        smeta_inner(call, SMD "GetMetadataAllocated", req, len);
+}
+
+static void smeta_delta(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
+{
+    struct csi *c = opaque;
+    Csi__V1__GetMetadataDeltaRequest *in =
+        DECODE(Csi__V1__GetMetadataDeltaRequest, csi__v1__get_metadata_delta_request);
+    if (!in)
+        return;
+    const char *t = in->target_snapshot_id && *in->target_snapshot_id
+                        ? csi_id_node(c, in->target_snapshot_id) : NULL;
+    const char *b = in->base_snapshot_id && *in->base_snapshot_id
+                        ? csi_id_node(c, in->base_snapshot_id) : NULL;
+    if ((t || b) && !(t && b && streq(t, b))) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+                       "base_snapshot_id %s and target_snapshot_id %s are not snapshots of "
+                       "one node", in->base_snapshot_id ? in->base_snapshot_id : "",
+                       in->target_snapshot_id ? in->target_snapshot_id : "");
+        protobuf_c_message_free_unpacked(&in->base, NULL);
+        return;
+    }
+    _cleanup_free_ char *n = xstrdup_or_null(t);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    if (n)
+        nodecall_stream(c, call, n, SMD "GetMetadataDelta", req, len);
+    else
+        smeta_inner(call, SMD "GetMetadataDelta", req, len);
+}
+
 /* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it;
  * CLONE_VOLUME: csi-provisioner refuses a claim cloned from a claim without
  * it (RBD clones, rbd_snap.c); MODIFY_VOLUME when local volumes' nodes can
@@ -333,6 +399,11 @@ const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
         r->methods[n++] = (struct grpc_method){GRP "DeleteVolumeGroupSnapshot", group_delete, c,
                                                LOG_INFO};
         r->methods[n++] = (struct grpc_method){GRP "GetVolumeGroupSnapshot", group_get, c,
+                                               LOG_INFO};
+        r->smeta = snapmeta_methods(c, &r->n_smeta);
+        r->methods[n++] = (struct grpc_method){SMD "GetMetadataAllocated", smeta_allocated, c,
+                                               LOG_INFO};
+        r->methods[n++] = (struct grpc_method){SMD "GetMetadataDelta", smeta_delta, c,
                                                LOG_INFO};
     }
     for (size_t i = 0; i < ARRAY_SIZE(routes); i++)

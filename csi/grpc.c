@@ -518,12 +518,24 @@ int grpc_call_end(struct grpc_call *c, enum grpc_code code, const char *fmt, ...
     return call_complete(c, code, m, NULL, 0);
 }
 
-int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg)
+static void fill_pb(uint8_t *dst, const void *src, size_t len)
+{
+    (void)len;
+    protobuf_c_message_pack(src, dst);
+}
+
+static void fill_raw(uint8_t *dst, const void *src, size_t len)
+{
+    memcpy(dst, src, len);
+}
+
+/* Queue one message of len bytes, written by fill into the queue. */
+static int stream_queue(struct grpc_call *c, size_t len,
+                        void (*fill)(uint8_t *dst, const void *src, size_t len), const void *src)
 {
     struct grpc_stream *st = c->stream;
     if (!st || st->answered)
         return -ECANCELED;
-    size_t len = protobuf_c_message_get_packed_size(msg);
     size_t queued = st->resp_len - st->resp_off;
     if (len > GRPC_STREAM_MAX || queued + GRPC_PREFIX + len > GRPC_STREAM_MAX)
         return -ENOBUFS;
@@ -544,7 +556,7 @@ int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg)
     b[2] = (uint8_t)(len >> 16);
     b[3] = (uint8_t)(len >> 8);
     b[4] = (uint8_t)len;
-    protobuf_c_message_pack(msg, b + GRPC_PREFIX);
+    fill(b + GRPC_PREFIX, src, len);
     st->resp_len += need;
     struct grpc_session *s = st->sess;
     if (!st->streaming) {
@@ -562,6 +574,16 @@ int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg)
     }
     session_wake(s);
     return 0;
+}
+
+int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg)
+{
+    return stream_queue(c, protobuf_c_message_get_packed_size(msg), fill_pb, msg);
+}
+
+int grpc_call_send(struct grpc_call *c, const void *msg, size_t len)
+{
+    return stream_queue(c, len, fill_raw, msg);
 }
 
 bool grpc_call_writable(const struct grpc_call *c)

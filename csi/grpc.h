@@ -169,6 +169,8 @@ int grpc_call_fail(struct grpc_call *c, enum grpc_code code, const char *fmt, ..
 #define GRPC_STREAM_HIGH (256u << 10) /* grpc_call_writable() false from here */
 #define GRPC_STREAM_MAX (4u << 20)    /* queued bytes a call may never pass */
 int grpc_call_send_pb(struct grpc_call *c, const ProtobufCMessage *msg);
+/* The same with a message already packed (len bytes). */
+int grpc_call_send(struct grpc_call *c, const void *msg, size_t len);
 /* End a call, streaming or not, with code (OK allowed: a stream of the
  * messages sent, maybe none).  Frees the handle like grpc_call_fail. */
 int grpc_call_end(struct grpc_call *c, enum grpc_code code, const char *fmt, ...)

@@ -108,10 +108,9 @@ static void get_plugin_info(struct grpc_call *call, const uint8_t *req, size_t l
 
 /* The controller role reports no VOLUME_ACCESSIBILITY_CONSTRAINTS: RBD
  * volumes are reachable from every node, and without it csi-provisioner
- * sends no topology and never reschedules a claim on our errors.  Nor
- * SNAPSHOT_METADATA_SERVICE: the node plugin serves it, for its node's
- * snapshots.  GROUP_CONTROLLER_SERVICE only with --node-dial, which
- * forwards each group snapshot call to its volumes' node (ctlrole.c). */
+ * sends no topology and never reschedules a claim on our errors.
+ * GROUP_CONTROLLER_SERVICE and SNAPSHOT_METADATA_SERVICE only with
+ * --node-dial, which forwards those calls to their node (ctlrole.c). */
 static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, size_t len,
                                     void *opaque)
 {
@@ -153,14 +152,14 @@ static void get_plugin_capabilities(struct grpc_call *call, const uint8_t *req, 
     caps[4].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_SERVICE;
     caps[4].service = &svc[3];
     /* The node role serves SnapshotMetadata (snapmeta.h) and the
-     * GroupController (group.h); the controller role no topology, no
-     * SnapshotMetadata, and the GroupController with --node-dial. */
+     * GroupController (group.h); the controller role no topology, and
+     * those two with --node-dial. */
     Csi__V1__PluginCapability *node_list[5] = {&caps[0], &caps[2], &caps[1], &caps[3], &caps[4]};
-    Csi__V1__PluginCapability *ctl_list[3] = {&caps[0], &caps[2], &caps[4]};
+    Csi__V1__PluginCapability *ctl_list[4] = {&caps[0], &caps[2], &caps[4], &caps[3]};
     bool ctl = id->cfg->role == PLUGIN_ROLE_CONTROLLER;
 
     Csi__V1__GetPluginCapabilitiesResponse out = CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
-    out.n_capabilities = ctl ? ARRAY_SIZE(ctl_list) - (id->cfg->node_dial ? 0 : 1)
+    out.n_capabilities = ctl ? ARRAY_SIZE(ctl_list) - (id->cfg->node_dial ? 0 : 2)
                              : ARRAY_SIZE(node_list);
     out.capabilities = ctl ? ctl_list : node_list;
     grpc_call_reply_pb(call, &out.base);

@@ -2,9 +2,9 @@
 /* nodecall.h: the controller's calls to a volume's node
  * (docs/node-operations.md).
  *
- * Owns: forwarding one unary CSI call, as the packed request it arrived
- * with, to the node that holds the volume, and answering it with what the
- * node answered.  In a forked worker (never on the event loop): the node's
+ * Owns: forwarding one CSI call (unary, or server-streaming), as the
+ * packed request it arrived with, to the node that holds the volume, and
+ * answering it with what the node answered.  In a forked worker (never on the event loop): the node's
  * InternalIP from the API server (kube.h), then the dial gate's unix
  * socket (--node-dial) with `CONNECT <ip>`, which does the mutual TLS to
  * the node's gate and so to the node plugin's node-operations socket, then
@@ -25,3 +25,11 @@ struct grpc_call;
  * its request req/len to node.  Answers call exactly once. */
 void nodecall_forward(struct csi *c, struct grpc_call *call, const char *node,
                       const char *method, const uint8_t *req, size_t len);
+
+/* The same for a server-streaming call ("/csi.v1.SnapshotMetadata/..."):
+ * each message of the node's stream is passed on as it comes, at the pace
+ * the caller takes them (the worker writes them into a pipe the loop reads
+ * only while the call's queue is short), then the node's status.  A caller
+ * that goes away ends the worker, so the node sees its stream cancelled. */
+void nodecall_stream(struct csi *c, struct grpc_call *call, const char *node,
+                     const char *method, const uint8_t *req, size_t len);

@@ -25,6 +25,12 @@ Asserted:
     API server refuses: UNAVAILABLE with its 401 message; a node whose
     InternalIP has no gate listening: UNAVAILABLE; a volume id whose node
     part is not a node's name: NOT_FOUND; nothing changed by any of these;
+  - SnapshotMetadata through the controller (GetMetadataAllocated and
+    GetMetadataDelta, one extent per message): the same messages and
+    extents as asked of the node directly; a delta of 16384 messages read
+    slowly arrives whole and in order; a delta across nodes
+    INVALID_ARGUMENT, an unknown node NOT_FOUND; 20 streams cancelled after
+    their first message leave no worker process and the next stream whole;
   - group snapshots through the controller: created on the node (a live
     volume and another), got, deleted (the node's snapshots gone); volumes
     of two nodes INVALID_ARGUMENT, an unknown node NOT_FOUND;
@@ -329,6 +335,99 @@ def main():
         print("ok group snapshots through the controller: created (%s, 2 members, live volume "
               "included), got, deleted on the node; two nodes' volumes INVALID_ARGUMENT, an "
               "unknown node NOT_FOUND" % g.group_snapshot_id)
+
+        # SnapshotMetadata through the controller: the node's stream relayed
+        assert pb.PluginCapability.Service.SNAPSHOT_METADATA_SERVICE in pcaps, pcaps
+        s1 = c.CreateSnapshot(pb.CreateSnapshotRequest(name="snap-far1", source_volume_id=vid),
+                              timeout=T).snapshot.snapshot_id
+        r = subprocess.run([qsdctl, "verify", "--write", "--seed", "5", "--chunks", "40",
+                            "--chunk-size", "65536", "--timeout-ms", "20000", "./vhost.sock"],
+                           cwd=tgt, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        s2 = c.CreateSnapshot(pb.CreateSnapshotRequest(name="snap-far2", source_volume_id=vid),
+                              timeout=T).snapshot.snapshot_id
+
+        def stream(channel, method, req_type, resp_type, **kw):
+            call = channel.unary_stream("/csi.v1.SnapshotMetadata/" + method,
+                                        request_serializer=req_type.SerializeToString,
+                                        response_deserializer=resp_type.FromString)
+            return call(req_type(**kw), timeout=T)
+
+        def blocks(channel, method, **kw):
+            req, resp = ((pb.GetMetadataAllocatedRequest, pb.GetMetadataAllocatedResponse)
+                         if method == "GetMetadataAllocated" else
+                         (pb.GetMetadataDeltaRequest, pb.GetMetadataDeltaResponse))
+            msgs = list(stream(channel, method, req, resp, **kw))
+            return len(msgs), [(b.byte_offset, b.size_bytes) for m in msgs
+                               for b in m.block_metadata]
+
+        for method, kw in (("GetMetadataAllocated", {"snapshot_id": s2}),
+                           ("GetMetadataDelta", {"base_snapshot_id": s1,
+                                                 "target_snapshot_id": s2})):
+            direct = blocks(c.channel, method, max_results=1, **kw)
+            relayed = blocks(cc.channel, method, max_results=1, **kw)
+            assert direct == relayed and direct[0] > 1, (method, direct, relayed)
+            print("ok %s through the controller: the node's %d messages, the same extents "
+                  "as asked of the node" % (method, relayed[0]))
+        msg = expect_code(lambda r, timeout: blocks(
+            cc.channel, "GetMetadataDelta", base_snapshot_id=s1,
+            target_snapshot_id="snap-x@node-dark"), None, grpc.StatusCode.INVALID_ARGUMENT,
+            "a delta across nodes")
+        assert "one node" in msg, msg
+        msg = expect_code(lambda r, timeout: blocks(
+            cc.channel, "GetMetadataAllocated", snapshot_id="snap-x@node-gone"), None,
+            grpc.StatusCode.NOT_FOUND, "a snapshot of an unknown node")
+        assert "node-gone" in msg, msg
+        # a stream longer than every buffer on the way (16384 one-extent
+        # messages), read slowly: the relay waits for the caller, nothing lost
+        zsize, cl = 4 << 30, 65536
+        zv = c.CreateVolume(pb.CreateVolumeRequest(
+            name="pvc-many", capacity_range=pb.CapacityRange(required_bytes=zsize),
+            volume_capabilities=[cap]), timeout=T).volume.volume_id
+        z0 = c.CreateSnapshot(pb.CreateSnapshotRequest(name="snap-z0", source_volume_id=zv),
+                              timeout=T).snapshot.snapshot_id
+        cmds = []
+        for i in range(0, zsize // cl, 4):
+            cmds += ["-c", "write -z %d %d" % (i * cl, cl)]
+        subprocess.run(["qemu-io", "-t", "unsafe", "-f", "qcow2", *cmds,
+                        os.path.join(env.pool, "volumes", csilib.local_id(zv) + ".qcow2")],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+        z1 = c.CreateSnapshot(pb.CreateSnapshotRequest(name="snap-z1", source_volume_id=zv),
+                              timeout=T).snapshot.snapshot_id
+        slow = grpc.insecure_channel(cc.channel_target, options=[("grpc.http2.bdp_probe", 0)])
+        it = stream(slow, "GetMetadataDelta", pb.GetMetadataDeltaRequest,
+                    pb.GetMetadataDeltaResponse, base_snapshot_id=z0, target_snapshot_id=z1,
+                    max_results=1)
+        first = next(it)
+        time.sleep(1)  # the pipe and the queues fill; the relay must wait, not drop
+        got = [(b.byte_offset, b.size_bytes) for m in [first, *it] for b in m.block_metadata]
+        slow.close()
+        assert got == [(i * cl, cl) for i in range(0, zsize // cl, 4)], \
+            (len(got), got[:3], got[-3:])
+        print("ok a 16384-message delta through the controller, read slowly: every extent, "
+              "in order")
+        for sid in (z0, z1):
+            c.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=sid), timeout=T)
+        c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=zv), timeout=T)
+        # callers that go away: each relay and its worker end (a leaked worker
+        # would exhaust the plugin's 16 after 16 of them)
+        for _ in range(20):
+            it = stream(cc.channel, "GetMetadataDelta", pb.GetMetadataDeltaRequest,
+                        pb.GetMetadataDeltaResponse, base_snapshot_id=s1, target_snapshot_id=s2,
+                        max_results=1)
+            next(it)
+            it.cancel()
+        assert blocks(cc.channel, "GetMetadataDelta", max_results=1, base_snapshot_id=s1,
+                      target_snapshot_id=s2) == direct
+        deadline = time.monotonic() + 10
+        kids = "/proc/%d/task/%d/children" % (ctl.p.pid, ctl.p.pid)
+        while open(kids).read().split():
+            assert time.monotonic() < deadline, "controller workers left: %s" % open(kids).read()
+            time.sleep(0.05)
+        print("ok 20 relayed streams cancelled after their first message: no worker left, "
+              "the next stream whole")
+        for sid in (s1, s2):
+            c.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=sid), timeout=T)
 
         for vol, code, words in (
                 ("pvc-far@node-gone", grpc.StatusCode.NOT_FOUND, ["node-gone", "not found"]),
