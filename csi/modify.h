@@ -17,7 +17,8 @@ int modify_params_of(size_t n, Csi__V1__CreateVolumeRequest__MutableParametersEn
                      json_t **ret, char **ret_msg);
 /* ControllerModifyVolume of a local volume (backend_local's
  * modify_volume; volume_id given): the record first, then the live QSD's
- * throttle group (qom-set).  Another node's volume: UNAVAILABLE (the
- * controller-to-node endpoint, docs/node-operations.md, is not built). */
+ * throttle group (qom-set).  Another node's volume: UNAVAILABLE naming it
+ * (the controller plugin with --node-dial is what forwards to a node,
+ * nodecall.h). */
 void modify_volume_local(struct csi *c, struct grpc_call *call,
                          Csi__V1__ControllerModifyVolumeRequest *in);

@@ -366,8 +366,8 @@ static void dispatch(struct csi *c, struct grpc_call *call, const struct snapmet
         if (node) {
             grpc_call_fail(call, GRPC_UNAVAILABLE,
                            "%s %s lives on node %s: SnapshotMetadata reaches only the snapshots "
-                           "of this plugin's node (%s); the controller-to-node endpoint "
-                           "(docs/node-operations.md) is not built yet",
+                           "of this plugin's node (%s); a controller plugin with --node-dial "
+                           "relays it from the snapshot's node (docs/node-operations.md)",
                            ids[i][0], ids[i][1], node, c->cfg->node_id);
             return;
         }
