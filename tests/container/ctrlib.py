@@ -113,9 +113,9 @@ class Failure(AssertionError):
 
 DAEMONSET = os.path.join(HERE, "..", "..", "deploy", "kubernetes", "30-node-daemonset.yaml")
 # What the test gives the plugin container for each of the DaemonSet's mounts.
-PLUGIN_MOUNTS = {"/csi", "/var/lib/kubelet/pods", "/var/lib/kubelet/plugins", "/run/qsd-csi",
-                 "/var/lib/qsd-csi/state", "/var/lib/qsd-csi/pool", "/dev", "/sys/fs/cgroup",
-                 "/etc/qsd-csi/rbd"}
+PLUGIN_MOUNTS = {"/csi", "/csi-ops", "/var/lib/kubelet/pods", "/var/lib/kubelet/plugins",
+                 "/run/qsd-csi", "/var/lib/qsd-csi/state", "/var/lib/qsd-csi/pool", "/dev",
+                 "/sys/fs/cgroup", "/etc/qsd-csi/rbd"}
 
 
 def daemonset_plugin():
@@ -241,8 +241,9 @@ class Stack:
         self.vm = os.path.join(self.root, "vm")
         self.sockdir = os.path.join(self.kubelet, "plugins", DRIVER)
         self.sock = os.path.join(self.sockdir, "csi.sock")
+        self.opsdir = os.path.join(self.root, "csi-ops")
         for d in (self.kubelet, self.run, os.path.join(self.data, "state"),
-                  os.path.join(self.data, "pool"), self.sockdir,
+                  os.path.join(self.data, "pool"), self.sockdir, self.opsdir,
                   os.path.join(self.kubelet, "pods"),
                   os.path.join(self.kubelet, "plugins_registry")):
             os.makedirs(d, exist_ok=True)
@@ -281,6 +282,9 @@ class Stack:
         args = ["run", "-d", "--name", name, "--privileged", "--pid=host", "--network=host",
                 *sanitizer_env(),
                 "-v", "%s:/csi" % self.sockdir,
+                # the node-operations socket's emptyDir (the node gate's side
+                # is not run here)
+                "-v", "%s:/csi-ops" % self.opsdir,
                 *["-v=%s/%s:%s/%s:rshared" % (self.kubelet, d, self.kubelet, d)
                   for d in ("pods", "plugins")],
                 "-v", "%s:%s:rshared" % (self.run, self.run),

@@ -74,8 +74,8 @@ def deployment_plugin():
     mounts = {m["mountPath"] for m in ctr["volumeMounts"]}
     sc = ctr.get("securityContext") or {}
     problems = []
-    if mounts != {"/csi", "/etc/qsd-csi/rbd"}:
-        problems.append("mounts %s, the test reproduces /csi and /etc/qsd-csi/rbd" %
+    if mounts != {"/csi", "/dial", "/etc/qsd-csi/rbd"}:
+        problems.append("mounts %s, the test reproduces /csi, /dial and /etc/qsd-csi/rbd" %
                         sorted(mounts))
     if spec.get("securityContext", {}).get("runAsUser") != UID:
         problems.append("runAsUser is not %d" % UID)
@@ -173,8 +173,10 @@ def main():
         pb = csilib.compile_proto(a.proto, root)
         sockdir = os.path.join(root, "csi")
         rbddir = os.path.join(root, "rbd")
+        dialdir = os.path.join(root, "dial")  # the dial gate's (not run here)
         os.makedirs(sockdir)
         os.makedirs(rbddir)
+        os.makedirs(dialdir)
         os.chown(sockdir, UID, UID)
         check_libraries(image)
         ceph.start()
@@ -193,7 +195,7 @@ def main():
                # io_uring (the plugin's loop runs on epoll).
                *ctrlib.sanitizer_env(),
                "-v", "%s:/csi" % sockdir, "-v", "%s:/etc/qsd-csi/rbd:ro" % rbddir,
-               image, *args)
+               "-v", "%s:/dial" % dialdir, image, *args)
         sock = os.path.join(sockdir, "csi.sock")
         deadline = time.monotonic() + 60
         c = None
@@ -230,8 +232,11 @@ def main():
         cc = c.ControllerGetCapabilities(pb.ControllerGetCapabilitiesRequest(), timeout=10)
         R = pb.ControllerServiceCapability.RPC
         got = {x.rpc.type for x in cc.capabilities}
+        # MODIFY_VOLUME: the manifest's --node-dial (local volumes' limits go
+        # to their node), as the GroupController and SnapshotMetadata services
         assert got == {R.CREATE_DELETE_VOLUME, R.EXPAND_VOLUME, R.CREATE_DELETE_SNAPSHOT,
-                       R.CLONE_VOLUME}, got
+                       R.CLONE_VOLUME, R.MODIFY_VOLUME}, got
+        assert {PC.GROUP_CONTROLLER_SERVICE, PC.SNAPSHOT_METADATA_SERVICE} <= svc, caps
         expect_code(c.NodeGetInfo, pb.NodeGetInfoRequest(), C.UNIMPLEMENTED, "Node service")
 
         # --- an RBD volume: create, expand, delete
