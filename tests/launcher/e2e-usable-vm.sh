@@ -113,11 +113,14 @@ client_wait() {
     done
     e2e_fail "console client: no '$1' within $2 s"
 }
-# disks_at: the guest's last DISKS line has every NAME at ADDR[NAME] with its size
+# disks_at: the guest's last DISKS line has every NAME at ADDR[NAME] with its size.
+# The line need not start the console's line: the guest prints it when its
+# disks change, which can fall inside the echo of a command the test is
+# typing ("ping tok-12DISKS vda=... " was seen), and it is not printed again.
 disks_at() {
     local want=("$@") i line n
     for ((i = 0; i < 60 * 20; i++)); do
-        line=$(console '^DISKS ' | tail -1)
+        line=$(console 'DISKS ' | tail -1 | sed 's/.*DISKS /DISKS /')
         n=0
         for v in "${want[@]}"; do
             [[ $line == *"=${ADDR[$v]}:${SECTORS[$v]} "* ]] && n=$((n + 1))

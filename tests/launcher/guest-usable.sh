@@ -8,6 +8,8 @@
 for m in failover net_failover virtio_net fat vfat nls_cp437 nls_utf8 nls_ascii virtio_console; do
     insmod /modules2/$m.ko 2>/dev/null || echo "INSMOD-FAIL $m"
 done
+# No echo of what the host types: it would interleave with the lines below.
+stty -echo 2>/dev/null
 # Disks: name=PCI address (the device's parent in sysfs):size in sectors.
 (
     prev=
