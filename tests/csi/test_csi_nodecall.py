@@ -54,6 +54,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csilib  # noqa: E402
+import pkilib  # noqa: E402
 from csilib import expect_code, mount_cap  # noqa: E402
 
 import grpc  # noqa: E402
@@ -64,33 +65,17 @@ GID = UID = 64125
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.test-token.sig"
 
 
-def openssl(pki, *args):
-    r = subprocess.run(["openssl", *args], cwd=pki, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, "openssl %s: %s" % (" ".join(args), r.stderr)
-
-
 def make_pki(pki):
     """The driver's CA with the node's and the controller's pairs, and the
     cluster's CA with the API server's."""
-    os.makedirs(pki)
+    p = pkilib.Pki(pki)
     for ca in ("ca", "api-ca"):
-        openssl(pki, "req", "-x509", "-new", "-newkey", "ec", "-pkeyopt",
-                "ec_paramgen_curve:P-256", "-nodes", "-keyout", ca + ".key", "-out", ca + ".pem",
-                "-days", "2", "-subj", "/CN=" + ca, "-addext", "basicConstraints=critical,CA:TRUE",
-                "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        p.ca(ca, days=2)
     for name, ca, dns, eku in (("node", "ca", "qsd-csi-node", "serverAuth"),
                                ("controller", "ca", "qsd-csi-controller", "clientAuth"),
                                ("apiserver", "api-ca", "kubernetes.default.svc", "serverAuth")):
-        openssl(pki, "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                "-nodes", "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=" + dns)
-        with open(os.path.join(pki, name + ".ext"), "w") as f:
-            f.write("basicConstraints=CA:FALSE\nextendedKeyUsage=%s\nsubjectAltName=DNS:%s\n"
-                    % (eku, dns))
-        openssl(pki, "x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey",
-                ca + ".key", "-CAcreateserial", "-days", "2", "-extfile", name + ".ext",
-                "-out", name + ".pem")
-    for f in os.listdir(pki):
-        os.chmod(os.path.join(pki, f), 0o600 if f.endswith(".key") else 0o644)
+        p.leaf(name, ca, dns, dns, eku, days=2)
+    p.lock_keys()
 
 
 class ApiServer:

@@ -75,6 +75,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csi"))
+import pkilib  # noqa: E402
+
 GATE, SCENARIO = sys.argv[1], sys.argv[2]
 SANITIZED = os.environ.get("QSD_SANITIZED") == "1"
 UID = GID = 64123
@@ -108,69 +111,26 @@ def check(cond, msg):
 PKI = os.path.join(T, "pki")
 
 
-def openssl(*args, cwd=None):
-    r = subprocess.run(["openssl", *args], cwd=cwd or PKI, capture_output=True, text=True,
-                       timeout=60)
-    if r.returncode:
-        raise SystemExit(f"FAIL: openssl {' '.join(args)}: {r.stderr}")
-
-
-def make_ca(name):
-    openssl("req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "30",
-            "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-
-
-def make_leaf(name, ca, cn, san, eku, expired=False):
-    """A key and certificate NAME.{key,pem} signed by CA."""
-    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
-    ext = ["basicConstraints=CA:FALSE", f"extendedKeyUsage={eku}"]
-    if san:
-        ext.append(f"subjectAltName=DNS:{san}")
-    with open(os.path.join(PKI, f"{name}.ext"), "w") as f:
-        f.write("\n".join(ext) + "\n")
-    if not expired:
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-                "-CAcreateserial", "-days", "30", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
-        return
-    # A validity in the past: `openssl ca` takes explicit dates.
-    db = os.path.join(PKI, "ca-db")
-    os.makedirs(db, exist_ok=True)
-    open(os.path.join(db, "index.txt"), "a").close()
-    with open(os.path.join(db, "serial"), "w") as f:
-        f.write("1000\n")
-    with open(os.path.join(PKI, "ca.cnf"), "w") as f:
-        f.write(f"[ca]\ndefault_ca=d\n[d]\ndatabase={db}/index.txt\nnew_certs_dir={db}\n"
-                f"serial={db}/serial\ndefault_md=sha256\npolicy=p\nunique_subject=no\n"
-                "[p]\ncommonName=supplied\n")
-    openssl("ca", "-batch", "-config", "ca.cnf", "-cert", f"{ca}.pem", "-keyfile", f"{ca}.key",
-            "-in", f"{name}.csr", "-out", f"{name}.pem", "-notext", "-startdate",
-            "20200101000000Z", "-enddate", "20200201000000Z", "-extfile", f"{name}.ext")
-
-
 def make_pki():
-    os.makedirs(PKI)
-    make_ca("ca")
-    make_ca("other-ca")
-    make_leaf("node", "ca", "qsd-csi-node", "qsd-csi-node", "serverAuth")
-    make_leaf("good", "ca", PEER, PEER, "clientAuth")
-    make_leaf("cn-only", "ca", PEER, None, "clientAuth")
-    make_leaf("other-name", "ca", "intruder", "intruder", "clientAuth")
-    make_leaf("foreign", "other-ca", PEER, PEER, "clientAuth")
-    make_leaf("expired", "ca", PEER, PEER, "clientAuth", expired=True)
-    make_leaf("server-only", "ca", PEER, PEER, "serverAuth")
+    p = pkilib.Pki(PKI)
+    p.ca("ca")
+    p.ca("other-ca")
+    p.leaf("node", "ca", "qsd-csi-node", "qsd-csi-node", "serverAuth")
+    p.leaf("good", "ca", PEER, PEER, "clientAuth")
+    p.leaf("cn-only", "ca", PEER, None, "clientAuth")
+    p.leaf("other-name", "ca", "intruder", "intruder", "clientAuth")
+    p.leaf("foreign", "other-ca", PEER, PEER, "clientAuth")
+    p.leaf("expired", "ca", PEER, PEER, "clientAuth", expired=True)
+    p.leaf("server-only", "ca", PEER, PEER, "serverAuth")
     # serve gates that the dial gate must refuse
-    make_leaf("node-other-host", "ca", "other-node", "other-node", "serverAuth")
-    make_leaf("node-foreign", "other-ca", "qsd-csi-node", "qsd-csi-node", "serverAuth")
+    p.leaf("node-other-host", "ca", "other-node", "other-node", "serverAuth")
+    p.leaf("node-foreign", "other-ca", "qsd-csi-node", "qsd-csi-node", "serverAuth")
     # API servers for the dial gate's API route (a CA of their own, as a
     # cluster's is)
-    make_ca("api-ca")
-    make_leaf("apiserver", "api-ca", "kube-apiserver", API_NAME, "serverAuth")
-    make_leaf("apiserver-other-name", "api-ca", "kube-apiserver", "evil.example", "serverAuth")
-    for f in os.listdir(PKI):  # keys: root's only; the gate reads them before it drops
-        os.chmod(os.path.join(PKI, f), 0o600 if f.endswith(".key") else 0o644)
+    p.ca("api-ca")
+    p.leaf("apiserver", "api-ca", "kube-apiserver", API_NAME, "serverAuth")
+    p.leaf("apiserver-other-name", "api-ca", "kube-apiserver", "evil.example", "serverAuth")
+    p.lock_keys()
 
 
 def pki(name):
