@@ -139,7 +139,17 @@ def logs(name, pattern, timeout=15):
             return m, text
         st = run("podman", "inspect", "-f", "{{.State.Status}}", name).stdout.strip()
         if st in ("exited", "stopped"):
-            return re.search(pattern, text), text
+            # The log can trail the state: a gate that exits at once (as
+            # one without a capability does) was seen "exited" with its
+            # log still empty.  Read it again, bounded.
+            for _ in range(30):
+                p = run("podman", "logs", name)
+                text = p.stdout + p.stderr
+                m = re.search(pattern, text)
+                if m or time.monotonic() > deadline:
+                    return m, text
+                time.sleep(0.1)
+            return None, text
         time.sleep(0.2)
     return None, text
 
@@ -302,7 +312,9 @@ def main():
                            caps=fewer)
             m, text = logs(name, r"cannot confine itself|msg=listening")
             check(p.returncode == 0 and m is not None and "cannot confine itself" in m.group(0),
-                  "node-gate without %s: %s" % (cap, (text.strip().splitlines() or ["?"])[-1]))
+                  "node-gate without %s: %s" % (cap, (text.strip().splitlines() or [
+                      "no log (podman run exit %d: %s)" % (p.returncode, p.stderr.strip()[-200:])
+                  ])[-1]))
     finally:
         for n in NAMES:
             run("podman", "rm", "-f", "-t", "2", n, timeout=60)
