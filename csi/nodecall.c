@@ -23,6 +23,8 @@ struct nodecall {
     uint8_t *req;
     size_t len;
     uint64_t deadline_us;
+    uint64_t worker_ms; /* the worker's own bound: the call's, and a little to report */
+    bool stream;
     /* a stream (nodecall_stream): the worker writes each message into the
      * pipe as [u32 big-endian length][bytes]; the loop reads them out as
      * fast as the caller takes them */
@@ -124,7 +126,18 @@ static int outcome(enum grpc_code code, const char *node, const char *ip,
     return 0;
 }
 
-/* In the worker: look the node up, dial it, call ({code, message, response}). */
+/* In the worker, per message of the node's stream: into the pipe (a
+ * blocking write: the loop's reading paces the node). */
+static int to_pipe(const uint8_t *msg, size_t len, void *opaque)
+{
+    const struct nodecall *x = opaque;
+    uint8_t h[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
+                    (uint8_t)len};
+    return write_all(x->wfd, h, sizeof(h)) < 0 || write_all(x->wfd, msg, len) < 0 ? -1 : 0;
+}
+
+/* In the worker: look the node up, dial it, make the call ({code, message,
+ * response}; a stream's messages go into the pipe, its response is ""). */
 static int nodecall_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     (void)ret_msg;
@@ -137,49 +150,24 @@ static int nodecall_fn(void *arg, char **ret_msg, json_t **ret_result)
     uint8_t *resp = NULL;
     size_t rlen = 0;
     _cleanup_free_ char *resp_hex = NULL;
+    if (x->stream)
+        close(x->rfd); /* the loop's end */
     enum grpc_code code = dial_node(op->csi->cfg, x, ip, &gc, &msg);
     if (code == GRPC_OK) {
         grpc_client_status_done(&st);
-        code = grpc_client_unary(gc, x->method, x->req, x->len, x->deadline_us, &resp, &rlen,
-                                 &st);
-        if (code == GRPC_OK)
-            resp_hex = hex(resp, rlen);
+        if (x->stream) {
+            code = grpc_client_stream(gc, x->method, x->req, x->len, x->deadline_us, to_pipe,
+                                      x, &st);
+        } else {
+            code = grpc_client_unary(gc, x->method, x->req, x->len, x->deadline_us, &resp,
+                                     &rlen, &st);
+            if (code == GRPC_OK)
+                resp_hex = hex(resp, rlen);
+        }
     }
     free(resp);
     grpc_client_free(gc);
     int r = outcome(code, x->node, ip, &st, msg, resp_hex, ret_result);
-    grpc_client_status_done(&st);
-    return r;
-}
-
-/* In the worker, per message of the node's stream: into the pipe (a
- * blocking write: the loop's reading paces the node). */
-static int to_pipe(const uint8_t *msg, size_t len, void *opaque)
-{
-    const struct nodecall *x = opaque;
-    uint8_t h[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
-                    (uint8_t)len};
-    return write_all(x->wfd, h, sizeof(h)) < 0 || write_all(x->wfd, msg, len) < 0 ? -1 : 0;
-}
-
-static int stream_fn(void *arg, char **ret_msg, json_t **ret_result)
-{
-    (void)ret_msg;
-    struct op *op = arg;
-    struct nodecall *x = op_ctx(op, &nodecall_type);
-    char ip[INET6_ADDRSTRLEN] = "?";
-    char *msg = NULL;
-    struct grpc_client *gc = NULL;
-    struct grpc_client_status st = {.message = xstrdup("")};
-    close(x->rfd);
-    enum grpc_code code = dial_node(op->csi->cfg, x, ip, &gc, &msg);
-    if (code == GRPC_OK) {
-        grpc_client_status_done(&st);
-        code = grpc_client_stream(gc, x->method, x->req, x->len, x->deadline_us, to_pipe, x,
-                                  &st);
-    }
-    grpc_client_free(gc);
-    int r = outcome(code, x->node, ip, &st, msg, NULL, ret_result);
     grpc_client_status_done(&st);
     return r;
 }
@@ -212,25 +200,50 @@ static void nodecall_done(int status, const char *msg, json_t *result, void *opa
     op_end(op);
 }
 
-void nodecall_forward(struct csi *c, struct grpc_call *call, const char *node,
-                      const char *method, const uint8_t *req, size_t len)
+/* The common start: the deadline checked, the request copied, for a
+ * stream the pipe made.  The op, or NULL with the call failed. */
+static struct op *nodecall_begin(struct csi *c, struct grpc_call *call, const char *node,
+                                 const char *method, const uint8_t *req, size_t len,
+                                 bool stream)
 {
     uint64_t now = now_us(), deadline = grpc_call_deadline(call);
     if (deadline <= now + MARGIN_US) {
         grpc_call_fail(call, GRPC_DEADLINE_EXCEEDED, "no time left to reach node %s", node);
-        return;
+        return NULL;
+    }
+    int p[2] = {-1, -1};
+    if (stream && (pipe2(p, O_CLOEXEC) < 0 || fcntl(p[0], F_SETFL, O_NONBLOCK) < 0)) {
+        int e = errno;
+        if (p[0] >= 0) {
+            close(p[0]);
+            close(p[1]);
+        }
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot make a pipe: %s", strerror(e));
+        return NULL;
     }
     struct op *op = op_begin(c, call);
     struct nodecall *x = op_set_ctx(op, &nodecall_type, xcalloc(1, sizeof(*x)));
-    x->rfd = x->wfd = -1;
+    x->rfd = p[0];
+    x->wfd = p[1];
+    x->stream = stream;
     x->node = xstrdup(node);
     x->method = xstrdup(method);
     x->req = xmalloc(len ? len : 1);
     memcpy(x->req, req, len);
     x->len = len;
     x->deadline_us = deadline - MARGIN_US;
-    /* the worker's own bound: the call's, and a little for it to report */
-    op_worker(op, nodecall_fn, (deadline - now) / 1000 + 1000, nodecall_done);
+    x->worker_ms = (deadline - now) / 1000 + 1000;
+    return op;
+}
+
+void nodecall_forward(struct csi *c, struct grpc_call *call, const char *node,
+                      const char *method, const uint8_t *req, size_t len)
+{
+    struct op *op = nodecall_begin(c, call, node, method, req, len, false);
+    if (op) {
+        const struct nodecall *x = op_ctx(op, &nodecall_type);
+        op_worker(op, nodecall_fn, x->worker_ms, nodecall_done);
+    }
 }
 
 /* ---- streams ---------------------------------------------------------------- */
@@ -358,36 +371,13 @@ static void stream_done(int status, const char *msg, json_t *result, void *opaqu
 void nodecall_stream(struct csi *c, struct grpc_call *call, const char *node,
                      const char *method, const uint8_t *req, size_t len)
 {
-    uint64_t now = now_us(), deadline = grpc_call_deadline(call);
-    if (deadline <= now + MARGIN_US) {
-        grpc_call_fail(call, GRPC_DEADLINE_EXCEEDED, "no time left to reach node %s", node);
+    struct op *op = nodecall_begin(c, call, node, method, req, len, true);
+    if (!op)
         return;
-    }
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0) {
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot make a pipe: %s", strerror(errno));
-        return;
-    }
-    if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
-        int e = errno;
-        close(p[0]);
-        close(p[1]);
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot make a pipe: %s", strerror(e));
-        return;
-    }
-    struct op *op = op_begin(c, call);
-    struct nodecall *x = op_set_ctx(op, &nodecall_type, xcalloc(1, sizeof(*x)));
-    x->rfd = p[0];
-    x->wfd = p[1];
-    x->node = xstrdup(node);
-    x->method = xstrdup(method);
-    x->req = xmalloc(len ? len : 1);
-    memcpy(x->req, req, len);
-    x->len = len;
-    x->deadline_us = deadline - MARGIN_US;
+    struct nodecall *x = op_ctx(op, &nodecall_type);
     /* (on failure op_worker has failed the call and ended op: the pipe is
      * closed with its context) */
-    if (op_worker(op, stream_fn, (deadline - now) / 1000 + 1000, stream_done) < 0)
+    if (op_worker(op, nodecall_fn, x->worker_ms, stream_done) < 0)
         return;
     close(x->wfd); /* the worker's now */
     x->wfd = -1;
