@@ -6,6 +6,7 @@ temporary kubelet root that are always unmounted.
 
 Every test makes its own root with mktemp; the plugin and the QSDs it started
 are stopped by PID, never by name."""
+import json
 import os
 import shutil
 import signal
@@ -166,6 +167,17 @@ def remove_cgroup(name):
             os.rmdir(top)
         except OSError:
             pass
+
+
+def qsd_limits(qsdctl, env, vol):
+    """The live limits of vol's QSD (its throttle group tg0, through qsdctl's
+    QMP): QEMU's own view, not the plugin's record."""
+    r = subprocess.run([qsdctl, "--run-dir", env.run, "qmp", vol, "qom-get",
+                        '{"path": "tg0", "property": "limits"}'],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, "qom-get: %s %s" % (r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    return out.get("return", out)
 
 
 def qsd_process(pid):

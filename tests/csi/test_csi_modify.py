@@ -46,15 +46,6 @@ def bench(qsdctl, sock, test, ms=3000):
     return json.loads(r.stdout)["results"][0]["iops"]
 
 
-def limits(qsdctl, env, vol):
-    r = subprocess.run([qsdctl, "--run-dir", env.run, "qmp", vol, "qom-get",
-                        '{"path": "tg0", "property": "limits"}'],
-                       capture_output=True, text=True, timeout=20)
-    assert r.returncode == 0, "qom-get: %s %s" % (r.stdout, r.stderr)
-    out = json.loads(r.stdout)
-    return out.get("return", out)
-
-
 def near(got, want, what, capacity=None):
     """got is want within 20 %; or, when the machine cannot reach want (a
     sanitizer build, a loaded machine: capacity() measures it in this run,
@@ -106,7 +97,7 @@ def scenario(env, qsdctl):
                                                     target_path=tgt, volume_capability=cap),
                         timeout=T)
     sock = os.path.join(tgt, "vhost.sock")
-    lim = limits(qsdctl, env, "pvc-qos")
+    lim = csilib.qsd_limits(qsdctl, env, "pvc-qos")
     assert lim["iops-read"] == 500 and lim["iops-write"] == 500, lim
     near(bench(qsdctl, sock, "randread-4k-qd32"), 500, "created at 500, randread")
 
@@ -125,7 +116,7 @@ def scenario(env, qsdctl):
     msg = expect_code(lambda r, timeout: modify({"readIops": "1"}, "pvc-qos@node-7"), None,
                       grpc.StatusCode.UNAVAILABLE, "another node's volume")
     assert "node-7" in msg and "--node-dial" in msg, msg
-    assert limits(qsdctl, env, "pvc-qos") == lim, "a refusal changed the limits"
+    assert csilib.qsd_limits(qsdctl, env, "pvc-qos") == lim, "a refusal changed the limits"
 
     # Raised under I/O: the run in flight ends without an error.
     load = subprocess.Popen([qsdctl, "bench", "--json", "--runtime-ms", "6000", "--ramp-ms", "0",
@@ -153,29 +144,29 @@ def scenario(env, qsdctl):
 
     near(bench(qsdctl, sock, "randread-4k-qd32"), 2000, "modified to 2000, randread", unlimited)
     modify({"readIops": "2000", "writeIops": "2000"})  # idempotent
-    lim = limits(qsdctl, env, "pvc-qos")
+    lim = csilib.qsd_limits(qsdctl, env, "pvc-qos")
     assert lim["iops-read"] == 2000 and lim["iops-write"] == 2000, lim
 
     # A restart keeps them; a crash between the record and the qom-set is
     # healed at start (the adopted QSD gets the record's limits).
     env.stop()
     c = env.start()
-    assert limits(qsdctl, env, "pvc-qos")["iops-read"] == 2000
+    assert csilib.qsd_limits(qsdctl, env, "pvc-qos")["iops-read"] == 2000
     env.stop(signal.SIGKILL)
     r = subprocess.run([qsdctl, "--run-dir", env.run, "qmp", "pvc-qos", "qom-set",
                         '{"path": "tg0", "property": "limits", "value": {"iops-read": 77}}'],
                        capture_output=True, text=True, timeout=20)
     assert r.returncode == 0, r.stderr
-    assert limits(qsdctl, env, "pvc-qos")["iops-read"] == 77
+    assert csilib.qsd_limits(qsdctl, env, "pvc-qos")["iops-read"] == 77
     c = env.start()
-    lim = limits(qsdctl, env, "pvc-qos")
+    lim = csilib.qsd_limits(qsdctl, env, "pvc-qos")
     assert lim["iops-read"] == 2000 and lim["iops-write"] == 2000, lim
     near(bench(qsdctl, sock, "randread-4k-qd32", 2000), 2000, "after the crash and restart",
          lambda: unlimited(2000))
 
     # Cleared: 0 is unlimited.
     modify({"readIops": "0", "writeIops": "0"})
-    lim = limits(qsdctl, env, "pvc-qos")
+    lim = csilib.qsd_limits(qsdctl, env, "pvc-qos")
     assert lim["iops-read"] == 0 and lim["iops-write"] == 0, lim
     c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tgt), timeout=T)
     c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=stg),

@@ -162,15 +162,6 @@ def accepting(path):
         s.close()
 
 
-def limits(qsdctl, env, vol):
-    r = subprocess.run([qsdctl, "--run-dir", env.run, "qmp", vol, "qom-get",
-                        '{"path": "tg0", "property": "limits"}'],
-                       capture_output=True, text=True, timeout=20)
-    assert r.returncode == 0, "qom-get: %s %s" % (r.stdout, r.stderr)
-    out = json.loads(r.stdout)
-    return out.get("return", out)
-
-
 def refused(plugin, args, want):
     r = subprocess.run([plugin, "--nodeid", "n1", *args], capture_output=True, text=True,
                        timeout=30)
@@ -254,7 +245,7 @@ def main():
         c.NodePublishVolume(pb.NodePublishVolumeRequest(
             volume_id=vid, staging_target_path=stg, target_path=tgt, volume_capability=cap),
             timeout=T)
-        assert limits(qsdctl, env, "pvc-far")["iops-read"] == 500
+        assert csilib.qsd_limits(qsdctl, env, "pvc-far")["iops-read"] == 500
 
         def modify(mp, vol=vid):
             return cc.ControllerModifyVolume(pb.ControllerModifyVolumeRequest(
@@ -263,7 +254,7 @@ def main():
         t0 = time.monotonic()
         modify({"readIops": "1500", "writeBps": str(8 * MiB)})
         took = time.monotonic() - t0
-        lim = limits(qsdctl, env, "pvc-far")
+        lim = csilib.qsd_limits(qsdctl, env, "pvc-far")
         assert lim["iops-read"] == 1500 and lim["bps-write"] == 8 * MiB, lim
         rec = json.load(open(os.path.join(env.state, "volumes", "pvc-far.json")))
         assert json.dumps(rec).count("1500"), rec
@@ -280,7 +271,7 @@ def main():
         msg = expect_code(lambda r, timeout: modify({"readIops": "fast"}), None,
                           grpc.StatusCode.INVALID_ARGUMENT, "a bad value")
         assert "readIops" in msg and env.node in msg, msg
-        assert limits(qsdctl, env, "pvc-far") == lim
+        assert csilib.qsd_limits(qsdctl, env, "pvc-far") == lim
         print("ok the node's refusal comes back: INVALID_ARGUMENT: %s" % msg)
 
         # group snapshots through the controller: the whole call to the node
@@ -428,7 +419,7 @@ def main():
                           grpc.StatusCode.UNAVAILABLE, "a refused token")
         assert "401" in msg and "Unauthorized" in msg, msg
         print("ok a refused token: UNAVAILABLE %s" % msg)
-        assert limits(qsdctl, env, "pvc-far") == lim, "a refusal changed the limits"
+        assert csilib.qsd_limits(qsdctl, env, "pvc-far") == lim, "a refusal changed the limits"
 
         # the node's gate gone: UNAVAILABLE at once, nothing changed
         with open(token, "w") as f:
@@ -437,7 +428,7 @@ def main():
         msg = expect_code(lambda r, timeout: modify({"readIops": "7"}), None,
                           grpc.StatusCode.UNAVAILABLE, "the serve gate stopped")
         assert env.node in msg, msg
-        assert limits(qsdctl, env, "pvc-far") == lim
+        assert csilib.qsd_limits(qsdctl, env, "pvc-far") == lim
         print("ok the node's gate stopped: UNAVAILABLE %s" % msg)
 
         for p in (ctl, dialer):
