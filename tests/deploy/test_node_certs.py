@@ -47,14 +47,15 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csi"))
+import gatelib  # noqa: E402
+from gatelib import Echo  # noqa: E402
 
 try:
     import yaml
@@ -134,91 +135,10 @@ def manifests(root):
 
 # ---- gates and an echo server ------------------------------------------------------
 
-class Echo:
-    """A unix echo server (the plugin's node-operations socket)."""
-
-    def __init__(self, path, group):
-        self.conns = 0
-        self.lock = threading.Lock()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        os.chown(path, 0, group)
-        os.chmod(path, 0o660)
-        self.sock.listen(16)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            with self.lock:
-                self.conns += 1
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    @staticmethod
-    def _serve(c):
-        with c:
-            while True:
-                try:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    c.sendall(d)
-                except OSError:
-                    return
-
-    def close(self):
-        self.sock.close()
-
-
-class Gate:
+class Gate(gatelib.GateProcess):
     def __init__(self, argv, group=None):
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True,
-                                  **({"group": group} if group is not None else {}))
+        super().__init__(argv, group)
         PROCS.append(self)
-        self.lines = []
-        self.cv = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-        m = self.wait(r"msg=listening (?:addr=\S+:(\d+)|mode=dial)", 15)
-        if not m:
-            raise SystemExit("FAIL: the gate did not listen: %s" % self.log())
-        self.port = int(m.group(1)) if m.group(1) else None
-
-    def _read(self):
-        for line in self.p.stderr:
-            with self.cv:
-                self.lines.append(line.rstrip("\n"))
-                self.cv.notify_all()
-
-    def wait(self, pattern, timeout=5.0):
-        deadline = time.monotonic() + timeout
-        with self.cv:
-            while True:
-                for line in self.lines:
-                    m = re.search(pattern, line)
-                    if m:
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0 or self.p.poll() is not None and not self.cv.wait(0.2):
-                    return None
-                self.cv.wait(min(left, 0.2))
-
-    def log(self):
-        with self.cv:
-            return "\n".join(self.lines)
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(10)
 
 
 # A client of the dial socket in a process of its own (another user):
@@ -314,7 +234,7 @@ def relay(t, gate_bin, m, pki, label):
                                            (got or ["nothing"])[0][:16]))
         if p.returncode or "LINE" not in out:
             print(p.stdout, p.stderr)
-        check(sg.wait(r"msg=connected", 5) is not None, "%s: the serve gate logged the "
+        check(sg.wait_line(r"msg=connected", 5) is not None, "%s: the serve gate logged the "
               "verified connection" % label)
         other = pgid + 1
         out, _ = dial_client(sock, puid + 1, other, n=16)
@@ -330,10 +250,10 @@ def relay(t, gate_bin, m, pki, label):
         out, _ = dial_client(sock2, puid, pgid, n=4096)
         time.sleep(0.3)
         check(echo.conns == before and out.get("GOT", "x 0").split()[1] == "0" and
-              sg.wait(r"msg=refused.*certificate", 5) is not None,
+              sg.wait_line(r"msg=refused.*certificate", 5) is not None,
               "%s: the node's pair as the controller's: refused by the serve gate (%s), "
               "nothing relayed (%d connections reached the socket)" %
-              (label, (sg.wait(r"msg=refused.*", 1) or [""])[0][:90], echo.conns - before))
+              (label, (sg.wait_line(r"msg=refused.*", 1) or [""])[0][:90], echo.conns - before))
         # The controller's pair as a node's: the dial gate refuses the server.
         wrong = serve(pki["controller_crt"], pki["controller_key"])
         sock3 = os.path.join(d, "dial", "wrong-server.sock")
@@ -344,7 +264,7 @@ def relay(t, gate_bin, m, pki, label):
     finally:
         for g in gates:
             g.stop()
-        echo.close()
+        echo.stop()
 
 
 # ---- --out -------------------------------------------------------------------

@@ -76,7 +76,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csi"))
+import gatelib  # noqa: E402
 import pkilib  # noqa: E402
+from gatelib import Echo  # noqa: E402
 
 GATE, SCENARIO = sys.argv[1], sys.argv[2]
 SANITIZED = os.environ.get("QSD_SANITIZED") == "1"
@@ -139,90 +141,12 @@ def pki(name):
 
 # ---- the forward target ------------------------------------------------------
 
-class Echo:
-    """A unix echo server: counts connections, hashes what it receives."""
-
-    def __init__(self, path, close_after=None, echo=True):
-        self.path, self.close_after, self.echo = path, close_after, echo
-        self.go = threading.Event()  # cleared: connections are not read
-        self.go.set()
-        self.conns = 0
-        self.received = hashlib.sha256()
-        self.nreceived = 0
-        self.eofs = 0
-        self.lock = threading.Lock()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        os.chmod(path, 0o666)
-        self.sock.listen(64)
-        self.stopped = False
-        self.open = set()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stopped:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            with self.lock:
-                self.conns += 1
-                self.open.add(c)
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _serve(self, c):
-        try:
-            self._echo(c)
-        finally:
-            with self.lock:
-                self.open.discard(c)
-            c.close()
-
-    def _echo(self, c):
-        while True:
-            self.go.wait(60)
-            try:
-                d = c.recv(65536)
-            except OSError:
-                return
-            if not d:
-                with self.lock:
-                    self.eofs += 1
-                return
-            with self.lock:
-                self.received.update(d)
-                self.nreceived += len(d)
-            try:
-                if self.echo:
-                    c.sendall(d)
-            except OSError:
-                return
-            if self.close_after and d.endswith(self.close_after):
-                return
-
-    def stop(self):
-        """The listener and every open connection."""
-        self.stopped = True
-        self.sock.close()
-        with self.lock:
-            for c in self.open:
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
-
 # ---- the gate -------------------------------------------------------------------
 
 GATES = []
 
 
-class Gate:
+class Gate(gatelib.GateProcess):
     def __init__(self, forward, listen="127.0.0.1:0", extra=(), identity=True, cert="node",
                  argv=None):
         args = argv or [GATE, "--listen", listen, "--ca", pki("ca.pem"), "--cert",
@@ -231,58 +155,14 @@ class Gate:
         args = [*args, *extra]
         if identity:
             args += ["--uid", str(UID), "--gid", str(GID)]
-        self.p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True)
+        super().__init__(args)
         GATES.append(self)
-        self.lines = []
-        self.cv = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-        m = self.wait_line(r"msg=listening (?:addr=(\S+)|mode=dial)", 15)
-        if not m:
-            raise SystemExit(f"FAIL: the gate did not listen: {self.log()}")
-        self.port = int(m.group(1).rsplit(":", 1)[1]) if m.group(1) else None
-        self.pid = self.p.pid
-
-    def _read(self):
-        for line in self.p.stderr:
-            with self.cv:
-                self.lines.append(line.rstrip("\n"))
-                self.cv.notify_all()
-
-    def wait_line(self, pattern, timeout=5.0, start=0):
-        deadline = time.monotonic() + timeout
-        with self.cv:
-            while True:
-                for line in self.lines[start:]:
-                    m = re.search(pattern, line)
-                    if m:
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.p.poll() is not None and not self.cv.wait(0.2)):
-                    return None
-                self.cv.wait(min(left, 0.2))
-
-    def mark(self):
-        with self.cv:
-            return len(self.lines)
-
-    def log(self):
-        with self.cv:
-            return "\n".join(self.lines)
-
-    def alive(self):
-        return self.p.poll() is None
 
     def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(10)
-                check(False, "the gate did not stop on SIGTERM within 10 s")
-        return self.p.returncode
+        rc = super().stop()
+        if self.killed:
+            check(False, "the gate did not stop on SIGTERM within 10 s")
+        return rc
 
 
 # ---- clients ---------------------------------------------------------------------
