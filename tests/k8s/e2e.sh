@@ -11,7 +11,7 @@
 #   examples     every deploy/examples/ file accepted by the API server
 #   csi-sanity   through kubelet's socket of the node plugin
 #   quick-start  docs/quick-start.md's sections 3-5 as a user follows them
-#   vm-boot, snapshot, hotplug, plugin-restart, rollout, expand, vm-data,
+#   vm-boot, snapshot, modify, hotplug, plugin-restart, rollout, expand, vm-data,
 #   restore-clone   the VM scenarios (VM pods of vmpod.sh)
 #   podvol       volumes for ordinary pods: ext4 and block claims written by
 #                one pod and read by the next (podvol.sh)
@@ -391,6 +391,12 @@ kind: VolumeAttributesClass
 metadata: {name: e2e-fast}
 driverName: qsd.csi.qsd-csi.dev
 parameters: {readIops: "3000", writeIops: "3000"}
+---
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttributesClass
+metadata: {name: e2e-crawl}
+driverName: qsd.csi.qsd-csi.dev
+parameters: {readIops: "3000", writeIops: "4"}
 EOF
 }
 limit_is() { # VOLUME KEY VALUE: the live QSD's throttle group has KEY = VALUE
@@ -401,11 +407,71 @@ d = json.load(sys.stdin); d = d.get("return", d)
 sys.exit(0 if d.get(sys.argv[1]) == int(sys.argv[2]) else 1)' "$2" "$3"
 }
 vac_is() { [ "$(pvc_field "$1" '{.status.currentVolumeAttributesClassName}')" = "$2" ]; }
+# What the guest sees: its writer (one 64 KiB write and a flush per dd,
+# unthrottled about 30 a second) under e2e-crawl's 4 writes a second takes
+# about 250 ms a write and prints a STALL line (>= 200 ms) for each.  The
+# console's lines are stamped with the host's clock as they arrive; the
+# first of three consecutive STALLs after the PVC's patch is when the guest
+# saw the new limit (its arrival minus the patch bounds the delay from
+# above, the write's own time included).
+guest_sees_crawl() { # VM
+    local con stamped t0 follower out
+    con=$(console_of "$1")
+    console_has "$1" '^SUMMARY' && { say "the writer of $1 has finished: no guest to measure"; return 1; }
+    stamped=$dir/crawl.stamped
+    # A follower of the console from its end, each line with its arrival
+    # time; bounded (60 s), stopped by its pid when done.
+    /usr/bin/python3 -c 'import sys, time
+f = open(sys.argv[1], "rb"); f.seek(0, 2); out = open(sys.argv[2], "w", buffering=1)
+end = time.monotonic() + 60; buf = b""
+while time.monotonic() < end:
+    d = f.readline()
+    if not d:
+        time.sleep(0.02); continue
+    buf += d
+    if buf.endswith(b"\n"):
+        out.write("%.3f %s\n" % (time.time(), buf.decode(errors="replace").strip())); buf = b""
+' "$con" "$stamped" &
+    follower=$!
+    sleep 1
+    t0=$EPOCHREALTIME
+    kubectl -n $ns patch pvc root --type merge \
+        -p '{"spec":{"volumeAttributesClassName":"e2e-crawl"}}' >/dev/null || { kill $follower; return 1; }
+    out=
+    for _ in $(seq 30); do
+        out=$(/usr/bin/python3 - "$stamped" "$t0" <<'PY'
+import re, sys
+t0 = float(sys.argv[2])
+stalls = []
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"(\S+) STALL i=(\d+) ms=(\d+)", line)
+    if m and float(m.group(1)) > t0:
+        stalls.append((float(m.group(1)), int(m.group(2)), int(m.group(3))))
+for k in range(len(stalls) - 2):
+    if [s[1] for s in stalls[k:k + 3]] == [stalls[k][1] + j for j in range(3)]:
+        t, i, ms = stalls[k]
+        print("%.2f %.2f %d %d" % (t - t0, t - t0 - ms / 1000.0, ms, i))
+        break
+PY
+)
+        [ -n "$out" ] && break
+        sleep 1
+    done
+    kill $follower 2>/dev/null; wait $follower 2>/dev/null
+    [ -n "$out" ] || { say "the guest saw no throttled writes within 30 s of the patch"; tail -5 "$stamped" >&2; return 1; }
+    set -- $out
+    echo "modify: e2e-crawl (4 writes/s): the guest's first throttled write (i=$4, $3 ms) ended $1 s" \
+         "after the PVC's patch, began $2 s after it"
+}
+
 modify() {
     local v c want t0 pid
     v=$(vol_name root) || return 1
     pid=$(qsd_pid "$v")
     vac_apply >/dev/null || return 1
+    guest_sees_crawl $vm || return 1
+    wait_for 120 "PVC root's current class e2e-crawl" vac_is root e2e-crawl || return 1
+    wait_for 10 "writeIops 4 on root's QSD" limit_is "$v" iops-write 4 || return 1
     for c in e2e-slow e2e-fast; do
         want=$([ $c = e2e-slow ] && echo 300 || echo 3000)
         t0=$SECONDS
@@ -790,11 +856,11 @@ step quick-start quick_start
 # QSD_K8S_ONLY=rbd (or vm): only that part of the scenarios (debugging).
 if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step snapshot snapshot
+    step modify modify
     step hotplug hotplug
     step plugin-restart restart_plugin delete
     step rollout restart_plugin rollout
     step expand expand
-    step modify modify
     step vm-data vm_data
     step restore-clone restore_clone
     step cli cli
