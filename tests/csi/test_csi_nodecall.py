@@ -34,6 +34,11 @@ Asserted:
   - group snapshots through the controller: created on the node (a live
     volume and another), got, deleted (the node's snapshots gone); volumes
     of two nodes INVALID_ARGUMENT, an unknown node NOT_FOUND;
+  - the controller killed (-9) in the middle of a relayed stream: its
+    worker dies with it, the node's stream ends CANCELLED, the serve gate
+    closes, the caller gets UNAVAILABLE; killed while a modify waits in the
+    TLS handshake (the serve gate SIGSTOPped): the node unchanged; a new
+    controller relays the next stream whole and applies the retried modify;
   - --node-ops-group gives the node-operations socket its group (0660), so
     the serve gate, confined to that gid, reaches it;
   - bad flag combinations exit 2 naming the flag.
@@ -382,6 +387,101 @@ def main():
             (len(got), got[:3], got[-3:])
         print("ok a 16384-message delta through the controller, read slowly: every extent, "
               "in order")
+
+        # The controller killed (-9) in the middle of a relay: its worker
+        # dies with it (PDEATHSIG), the node's side of the stream ends as
+        # cancelled, the gates close; a controller started again relays the
+        # next stream whole.
+        def children(pid):
+            return [int(x) for x in open("/proc/%d/task/%d/children" % (pid, pid)).read().split()]
+
+        def gone(pid):
+            try:
+                return open("/proc/%d/stat" % pid).read().split(") ")[1][0] in "ZX"
+            except FileNotFoundError:
+                return True
+
+        def wait_until(cond, what, timeout=10):
+            deadline = time.monotonic() + timeout
+            while not cond():
+                assert time.monotonic() < deadline, what
+                time.sleep(0.05)
+
+        def start_ctl():
+            return Proc([plugin, "--role", "controller", "--rbd-clusters", "/dev/null",
+                         "--endpoint", "unix://" + ctl_sock, "--driver-name", env.driver,
+                         "--node-dial", "unix://" + dial, "--api-token-file", token,
+                         "--log-level", "debug"],
+                        os.path.join(env.root, "controller.log"), lambda: accepting(ctl_sock))
+
+        def plog():
+            with open(os.path.join(env.root, "plugin.log")) as f:
+                return f.read()
+
+        node_cancels = plog().count("GetMetadataDelta code=CANCELLED")
+        serve_closed = serve.log().count("msg=closed")
+        stall = grpc.insecure_channel(cc.channel_target, options=[("grpc.http2.bdp_probe", 0)])
+        it = stream(stall, "GetMetadataDelta", pb.GetMetadataDeltaRequest,
+                    pb.GetMetadataDeltaResponse, base_snapshot_id=z0, target_snapshot_id=z1,
+                    max_results=1)
+        next(it)
+        workers = children(ctl.p.pid)
+        assert workers, "no worker relays the stream"
+        ctl.p.kill()
+        ctl.p.wait(10)
+        procs.remove(ctl)
+        ctl.f.close()
+        wait_until(lambda: all(map(gone, workers)), "the dead controller's workers live on")
+        wait_until(lambda: plog().count("GetMetadataDelta code=CANCELLED") > node_cancels,
+                   "the node's stream did not end cancelled: %s" % plog()[-1500:])
+        wait_until(lambda: serve.log().count("msg=closed") > serve_closed,
+                   "the serve gate did not close: %s" % serve.log()[-1500:])
+        try:
+            list(it)
+            raise AssertionError("the stream of a killed controller ended well")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.UNAVAILABLE, e
+        stall.close()
+        cc.close()
+        ctl = start_ctl()
+        procs.append(ctl)
+        cc = csilib.Client(pb, ctl_sock)
+        assert blocks(cc.channel, "GetMetadataDelta", max_results=4096, base_snapshot_id=z0,
+                      target_snapshot_id=z1)[1] == [(i * cl, cl) for i in range(0, zsize // cl, 4)]
+        print("ok the controller killed (-9) mid-relay: its worker gone, the node's stream "
+              "CANCELLED, the serve gate closed; a new controller relays whole")
+
+        # ... and in the middle of a forwarded modify, the serve gate stopped
+        # (SIGSTOP) so the call hangs in the TLS handshake: nothing reaches
+        # the node; the CO's retry through a new controller applies it.
+        lim0 = csilib.qsd_limits(qsdctl, env, "pvc-far")
+        os.kill(serve.p.pid, signal.SIGSTOP)
+        try:
+            fut = cc.ControllerModifyVolume.future(pb.ControllerModifyVolumeRequest(
+                volume_id=vid, mutable_parameters={"readIops": "1234"}), timeout=T)
+            wait_until(lambda: children(ctl.p.pid), "no worker for the modify")
+            workers = children(ctl.p.pid)
+            time.sleep(0.3)  # the worker is in the gate's handshake, which cannot end
+            assert not fut.done(), "the modify ended with the node's gate stopped"
+            ctl.p.kill()
+            ctl.p.wait(10)
+            procs.remove(ctl)
+            ctl.f.close()
+            wait_until(lambda: all(map(gone, workers)), "the dead controller's workers live on")
+        finally:
+            os.kill(serve.p.pid, signal.SIGCONT)
+        assert fut.exception() is not None and fut.code() == grpc.StatusCode.UNAVAILABLE, fut
+        assert csilib.qsd_limits(qsdctl, env, "pvc-far") == lim0, "a killed modify changed limits"
+        cc.close()
+        ctl = start_ctl()
+        procs.append(ctl)
+        cc = csilib.Client(pb, ctl_sock)
+        modify({"readIops": "1234", "writeBps": str(8 * MiB)})
+        assert csilib.qsd_limits(qsdctl, env, "pvc-far")["iops-read"] == 1234
+        modify({"readIops": "1500", "writeBps": str(8 * MiB)})
+        assert csilib.qsd_limits(qsdctl, env, "pvc-far") == lim0
+        print("ok the controller killed (-9) in a modify's TLS handshake: the node unchanged, "
+              "the retry through a new controller applied")
         for sid in (z0, z1):
             c.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=sid), timeout=T)
         c.DeleteVolume(pb.DeleteVolumeRequest(volume_id=zv), timeout=T)
