@@ -18,13 +18,21 @@
 json_t *params_json_k(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p, bool k8s);
 json_t *params_json(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p);
 
-/* A Volume message for a record; everything points into v or into *m. */
-struct volmsg {
-    Csi__V1__Volume vol;
+/* The node's topology (one segment, topology.<driver>/node = the node id)
+ * as a one-entry list of Topology messages: what a local volume or
+ * snapshot is accessible from.  Points into *t and c. */
+struct topomsg {
     Csi__V1__Topology topo;
     Csi__V1__Topology__SegmentsEntry seg;
     Csi__V1__Topology__SegmentsEntry *segs[1];
     Csi__V1__Topology *topos[1];
+};
+void topomsg_fill(const struct csi *c, struct topomsg *t);
+
+/* A Volume message for a record; everything points into v or into *m. */
+struct volmsg {
+    Csi__V1__Volume vol;
+    struct topomsg topo;
     Csi__V1__VolumeContentSource src;
     Csi__V1__VolumeContentSource__SnapshotSource ssrc;
     Csi__V1__VolumeContentSource__VolumeSource vsrc;
