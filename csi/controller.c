@@ -9,7 +9,8 @@
  * whose volumes are in the node's pool), GetSnapshot's check and dispatch,
  * ControllerGetCapabilities, the
  * check of CreateSnapshot's parameters, and the Volume messages and list
- * tokens the backends answer with (controller.h). */
+ * tokens the backends answer with (controller.h).  The volume health RPCs
+ * are health.c's (health.h), registered in this service's table. */
 #include "backend.h"
 #include "controller.h"
 #include "qsd/base/log.h"
@@ -145,20 +146,6 @@ static void validate_caps(struct csi *c, struct grpc_call *call,
         out.confirmed = &conf;
     }
     grpc_call_reply_pb(call, &out.base);
-}
-
-/* ------------------------------------------------------- list tokens */
-
-int list_token_parse(const char *tok, const char *prefix, const char **ret)
-{
-    if (!tok || !*tok) {
-        *ret = NULL;
-        return 0;
-    }
-    if (!startswith(tok, prefix) || name_validate(tok + strlen(prefix), NULL) < 0)
-        return -EINVAL;
-    *ret = tok + strlen(prefix);
-    return 0;
 }
 
 /* --------------------------------------------------------- ListVolumes */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* controller.h: what the Controller service (controller.c) lends the
- * backends' controller code (local.c): a Volume message of a record, the
- * StorageClass parameters as JSON, and the tokens of paginated lists. */
+ * backends' controller code (local.c): a Volume message of a record and
+ * the node's Topology, the StorageClass parameters as JSON.  The tokens of
+ * paginated lists are ids.h's. */
 #pragma once
 
 #include "csi.pb-c.h"
@@ -42,6 +43,3 @@ struct volmsg {
 };
 void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m);
 
-/* A list's starting_token: "" -> NULL (from the start); "<prefix><name>" ->
- * name; else -EINVAL. */
-int list_token_parse(const char *tok, const char *prefix, const char **ret);

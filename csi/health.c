@@ -11,7 +11,7 @@
 #include "health.h"
 
 #include "backend.h"
-#include "controller.h" /* list_token_parse */
+#include "ids.h" /* list_token_parse */
 #include "podvol.h"
 #include "service.h"
 #include "volqsd.h"

@@ -12,7 +12,8 @@
  * a filesystem (podvol.h, in workers), and its publications bind those.
  * What each volume RPC does is decided first by its pure plan
  * (node_plan.h); the acts here touch the mounts, paths, processes and
- * records. */
+ * records.  A volume's condition (NodeGetVolumeStats) and the node's health
+ * RPCs are health.h's. */
 #include "backend.h"
 #include "capacity.h"
 #include "bridge.h"
