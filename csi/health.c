@@ -78,8 +78,7 @@ void health_of(struct csi *c, const struct vol *v, enum health_used known, uint6
     struct vol_health h = {0};
     char *m = NULL;
     if (BACKEND_OF(.record = v)->in_pool) {
-        _cleanup_free_ char *path = NULL, *fmt = NULL;
-        if (pool_find_volume(&c->pool, v->id, &path, &fmt) == -ENOENT)
+        if (pool_find_volume(&c->pool, v->id, NULL, NULL) == -ENOENT)
             m = adverse(&h, DATA_LOSS, "ImageMissing",
                         xasprintf("the image of volume %s is missing from the pool%s", v->id,
                                   vol_live(v) ? " (its running QSD still serves the removed "

@@ -6,9 +6,11 @@
  * volume health RPCs of CSI 1.13 answer with; those RPCs themselves:
  * ControllerGetVolumeHealth and ControllerListVolumeHealth (in controller.c's
  * method table), NodeGetVolumeHealth and NodeGetStorageHealth (in node.c's).
- * The verdict reads what the loop knows (the volume's QSD, its socket, the
- * image's presence in the pool: one fstatat) and the figures volstats.h
- * collected in the background; nothing here waits. */
+ * The verdict reads what the loop knows (the volume's QSD), asks the
+ * filesystem for its socket and its image in the pool (a stat, at most two
+ * lstat: what NodeStageVolume already does on the loop) and takes the
+ * figures volstats.h collected in the background; it waits for nothing
+ * else. */
 #pragma once
 
 #include "csi.pb-c.h"
