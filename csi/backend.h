@@ -73,6 +73,9 @@ struct backend {
     void (*delete_snapshot)(struct csi *c, struct grpc_call *call,
                             Csi__V1__DeleteSnapshotRequest *in);
     void (*list_snapshots)(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in);
+    /* GetSnapshot (snapshot_id present: controller.c checked); NULL: not
+     * served for this backend's snapshots (UNIMPLEMENTED). */
+    void (*get_snapshot)(struct csi *c, struct grpc_call *call, Csi__V1__GetSnapshotRequest *in);
     void (*modify_volume)(struct csi *c, struct grpc_call *call,
                           Csi__V1__ControllerModifyVolumeRequest *in);
     /* SnapshotMetadata (the backend of target_id decides): streams the

@@ -6,9 +6,11 @@
  * hand the request over: local.c for images in the node's pool, rbd.c and
  * rbd_snap.c for RBD images.  What is the same for every backend is here:
  * ValidateVolumeCapabilities, ListVolumes (the records of the backends
- * whose volumes are in the node's pool), ControllerGetCapabilities, the
+ * whose volumes are in the node's pool), GetSnapshot's check and dispatch,
+ * ControllerGetCapabilities, the
  * check of CreateSnapshot's parameters, and the Volume messages and list
- * tokens the backends answer with (controller.h). */
+ * tokens the backends answer with (controller.h).  The volume health RPCs
+ * are health.c's (health.h), registered in this service's table. */
 #include "backend.h"
 #include "controller.h"
 #include "qsd/base/log.h"
@@ -16,13 +18,14 @@
 #include "service.h"
 #include "qsd/base/util.h"
 #include "ids.h"
+#include "health.h"
 #include "modify.h" /* modify_params_of */
 
 #define LIST_TOKEN_VOL "v1:"
 
 struct controller {
     struct csi *csi;
-    struct grpc_method methods[14];
+    struct grpc_method methods[17];
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -41,26 +44,33 @@ json_t *params_json(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p)
     return params_json_k(n, p, false);
 }
 
+void topomsg_fill(const struct csi *c, struct topomsg *t)
+{
+    *t = (struct topomsg){
+        .topo = CSI__V1__TOPOLOGY__INIT,
+        .seg = CSI__V1__TOPOLOGY__SEGMENTS_ENTRY__INIT,
+    };
+    t->seg.key = c->topo_key;
+    t->seg.value = (char *)c->cfg->node_id;
+    t->segs[0] = &t->seg;
+    t->topo.n_segments = 1;
+    t->topo.segments = t->segs;
+    t->topos[0] = &t->topo;
+}
+
 void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m)
 {
     *m = (struct volmsg){
         .vol = CSI__V1__VOLUME__INIT,
-        .topo = CSI__V1__TOPOLOGY__INIT,
-        .seg = CSI__V1__TOPOLOGY__SEGMENTS_ENTRY__INIT,
         .src = CSI__V1__VOLUME_CONTENT_SOURCE__INIT,
         .ssrc = CSI__V1__VOLUME_CONTENT_SOURCE__SNAPSHOT_SOURCE__INIT,
         .vsrc = CSI__V1__VOLUME_CONTENT_SOURCE__VOLUME_SOURCE__INIT,
     };
-    m->seg.key = c->topo_key;
-    m->seg.value = (char *)c->cfg->node_id;
-    m->segs[0] = &m->seg;
-    m->topo.n_segments = 1;
-    m->topo.segments = m->segs;
-    m->topos[0] = &m->topo;
+    topomsg_fill(c, &m->topo);
     m->vol.capacity_bytes = (int64_t)v->size;
     m->vol.volume_id = (char *)csi_id_out(c, v->id, m->id);
     m->vol.n_accessible_topology = 1;
-    m->vol.accessible_topology = m->topos;
+    m->vol.accessible_topology = m->topo.topos;
     const char *k;
     json_t *val;
     size_t n = 0;
@@ -138,20 +148,6 @@ static void validate_caps(struct csi *c, struct grpc_call *call,
     grpc_call_reply_pb(call, &out.base);
 }
 
-/* ------------------------------------------------------- list tokens */
-
-int list_token_parse(const char *tok, const char *prefix, const char **ret)
-{
-    if (!tok || !*tok) {
-        *ret = NULL;
-        return 0;
-    }
-    if (!startswith(tok, prefix) || name_validate(tok + strlen(prefix), NULL) < 0)
-        return -EINVAL;
-    *ret = tok + strlen(prefix);
-    return 0;
-}
-
 /* --------------------------------------------------------- ListVolumes */
 
 static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVolumesRequest *in)
@@ -203,10 +199,12 @@ static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVol
 static void get_capabilities(struct csi *c, struct grpc_call *call,
                              Csi__V1__ControllerGetCapabilitiesRequest *in)
 {
-    /* EXPAND_VOLUME only with --controller-expansion: csi-resizer has no
-     * per-node mode, and a resizer on another node would get NOT_FOUND for
-     * this node's volumes (docs/csi-plugin.md "Deploying").  Without it the
-     * resizer leaves the expansion to NodeExpandVolume. */
+    /* EXPAND_VOLUME: ControllerExpandVolume grows an unstaged volume and
+     * records a staged one's size (node_expansion_required).  No resizer
+     * calls the node plugin in the deployment: the central one talks to the
+     * controller role, which answers node_expansion_required for local
+     * volumes (docs/csi-plugin.md "Deploying").  GET_VOLUME_HEALTH and
+     * LIST_VOLUME_HEALTH: health.h; GET_SNAPSHOT: local snapshots. */
     static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
@@ -216,9 +214,13 @@ static void get_capabilities(struct csi *c, struct grpc_call *call,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__MODIFY_VOLUME,
-        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME, /* keep last */
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_SNAPSHOT,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_HEALTH,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUME_HEALTH,
     };
-    reply_controller_caps(call, types, ARRAY_SIZE(types) - (c->cfg->controller_expansion ? 0 : 1));
+    (void)c;
+    reply_controller_caps(call, types, ARRAY_SIZE(types));
 }
 
 /* ---------------------------------------- the backends' RPCs (backend.h) */
@@ -292,6 +294,23 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
         ->list_snapshots(c, call, in);
 }
 
+/* The snapshot as ListSnapshots would list it (backend.h get_snapshot). */
+static void get_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__GetSnapshotRequest *in)
+{
+    if (!in->snapshot_id || !*in->snapshot_id) {
+        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "snapshot_id is missing");
+        return;
+    }
+    const struct backend *b = BACKEND_OF(.snapshot_id = in->snapshot_id);
+    if (!b->get_snapshot) {
+        grpc_call_fail(call, GRPC_UNIMPLEMENTED,
+                       "GetSnapshot of %s snapshots is not served: ListSnapshots with "
+                       "snapshot_id answers it", b->name);
+        return;
+    }
+    b->get_snapshot(c, call, in);
+}
+
 /* ------------------------------------------------------------ dispatch */
 
 CSI_HANDLER(h_create_volume, create_volume, Csi__V1__CreateVolumeRequest, csi__v1__create_volume_request)
@@ -310,6 +329,8 @@ CSI_HANDLER(h_list_snapshots, list_snapshots, Csi__V1__ListSnapshotsRequest,
         csi__v1__list_snapshots_request)
 CSI_HANDLER(h_modify, modify_volume, Csi__V1__ControllerModifyVolumeRequest,
         csi__v1__controller_modify_volume_request)
+CSI_HANDLER(h_get_snapshot, get_snapshot, Csi__V1__GetSnapshotRequest,
+        csi__v1__get_snapshot_request)
 CSI_HANDLER(h_expand, expand_volume, Csi__V1__ControllerExpandVolumeRequest,
         csi__v1__controller_expand_volume_request)
 
@@ -332,6 +353,9 @@ const struct grpc_method *controller_methods(struct csi *c, size_t *ret_n)
     M("ListSnapshots", h_list_snapshots);
     M("ControllerExpandVolume", h_expand);
     M("ControllerModifyVolume", h_modify);
+    M("GetSnapshot", h_get_snapshot);
+    M("ControllerGetVolumeHealth", health_controller_get);
+    M("ControllerListVolumeHealth", health_controller_list);
 #undef M
     *ret_n = n;
     return ctl->methods;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* controller.h: what the Controller service (controller.c) lends the
- * backends' controller code (local.c): a Volume message of a record, the
- * StorageClass parameters as JSON, and the tokens of paginated lists. */
+ * backends' controller code (local.c): a Volume message of a record and
+ * the node's Topology, the StorageClass parameters as JSON.  The tokens of
+ * paginated lists are ids.h's. */
 #pragma once
 
 #include "csi.pb-c.h"
@@ -18,13 +19,21 @@
 json_t *params_json_k(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p, bool k8s);
 json_t *params_json(size_t n, Csi__V1__CreateVolumeRequest__ParametersEntry **p);
 
-/* A Volume message for a record; everything points into v or into *m. */
-struct volmsg {
-    Csi__V1__Volume vol;
+/* The node's topology (one segment, topology.<driver>/node = the node id)
+ * as a one-entry list of Topology messages: what a local volume or
+ * snapshot is accessible from.  Points into *t and c. */
+struct topomsg {
     Csi__V1__Topology topo;
     Csi__V1__Topology__SegmentsEntry seg;
     Csi__V1__Topology__SegmentsEntry *segs[1];
     Csi__V1__Topology *topos[1];
+};
+void topomsg_fill(const struct csi *c, struct topomsg *t);
+
+/* A Volume message for a record; everything points into v or into *m. */
+struct volmsg {
+    Csi__V1__Volume vol;
+    struct topomsg topo;
     Csi__V1__VolumeContentSource src;
     Csi__V1__VolumeContentSource__SnapshotSource ssrc;
     Csi__V1__VolumeContentSource__VolumeSource vsrc;
@@ -34,6 +43,3 @@ struct volmsg {
 };
 void volmsg_fill(struct csi *c, const struct vol *v, struct volmsg *m);
 
-/* A list's starting_token: "" -> NULL (from the start); "<prefix><name>" ->
- * name; else -EINVAL. */
-int list_token_parse(const char *tok, const char *prefix, const char **ret);

@@ -361,7 +361,10 @@ static void smeta_delta(struct grpc_call *call, const uint8_t *req, size_t len, 
 /* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it;
  * CLONE_VOLUME: csi-provisioner refuses a claim cloned from a claim without
  * it (RBD clones, rbd_snap.c); MODIFY_VOLUME when local volumes' nodes can
- * be reached (--node-dial). */
+ * be reached (--node-dial).  Not GET_SNAPSHOT, GET_VOLUME_HEALTH or
+ * LIST_VOLUME_HEALTH: the role has no local volumes, and an RBD volume's
+ * or snapshot's are not served (their methods are not in the table:
+ * UNIMPLEMENTED). */
 static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
 {
     struct csi *c = opaque;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ids.c: request ids and volume capabilities (ids.h): pure checks that
- * fill a verdict, and their forms that fail a call. */
+/* ids.c: request ids, list tokens and volume capabilities (ids.h): pure
+ * checks that fill a verdict, and their forms that fail a call. */
 #include "ids.h"
 #include "service.h"
 #include "backend.h"
@@ -60,6 +60,20 @@ bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *i
 {
     struct verdict v = {0};
     return sent(csi_id_check(c, &v, field, id), &v, call);
+}
+
+/* ------------------------------------------------------- list tokens */
+
+int list_token_parse(const char *tok, const char *prefix, const char **ret)
+{
+    if (!tok || !*tok) {
+        *ret = NULL;
+        return 0;
+    }
+    if (!startswith(tok, prefix) || name_validate(tok + strlen(prefix), NULL) < 0)
+        return -EINVAL;
+    *ret = tok + strlen(prefix);
+    return 0;
 }
 
 /* ------------------------------------------------------ capabilities */

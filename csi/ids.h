@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ids.h: the ids a request names and the volume capabilities it asks
- * for.  Each check exists twice: *_check fills a verdict (verdict.h: pure,
+/* ids.h: the ids a request names (and the list tokens made of them) and
+ * the volume capabilities it asks for.  Each check exists twice: *_check fills a verdict (verdict.h: pure,
  * for plans and unit tests) and *_ok fails the call with it. */
 #pragma once
 
@@ -32,6 +32,12 @@ const char *csi_id_out(const struct csi *c, const char *name, char buf[CSI_ID_MA
 const char *csi_id_node(const struct csi *c, const char *id);
 bool csi_id_ok(struct csi *c, struct grpc_call *call, const char *field, char *id);
 bool csi_id_check(struct csi *c, struct verdict *v, const char *field, char *id);
+
+/* A paginated list's starting_token (ListVolumes, ListSnapshots,
+ * ControllerListVolumeHealth): "<prefix><last id>" over the id order, so
+ * deleting the last entry of a page does not invalidate it.  "" -> NULL
+ * (from the start); "<prefix><name>" -> name; else -EINVAL. */
+int list_token_parse(const char *tok, const char *prefix, const char **ret);
 
 /* NULL when the capability is supported, else why (INVALID_ARGUMENT). */
 const char *cap_problem(const Csi__V1__VolumeCapability *cap);

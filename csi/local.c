@@ -5,7 +5,7 @@
  *
  * Owns the Controller RPCs of such volumes: CreateVolume (empty, from a
  * snapshot, a clone, or an image class), DeleteVolume, CreateSnapshot,
- * DeleteSnapshot, ListSnapshots of the node's snapshots,
+ * DeleteSnapshot, ListSnapshots and GetSnapshot of the node's snapshots,
  * ControllerExpandVolume, GetCapacity for local parameters; and the node
  * side of a local record (its export options; its QSD supervised by
  * qsd.c).  Every handler validates first (INVALID_ARGUMENT), then looks
@@ -57,20 +57,20 @@ static void reply_volume(struct csi *c, struct grpc_call *call, const struct vol
     grpc_call_reply_pb(call, &out.base);
 }
 
-void local_snapmsg_fill(struct csi *c, const struct snap *sn, Csi__V1__Snapshot *s,
-                        Google__Protobuf__Timestamp *ts, char ids[3][CSI_ID_MAX + 1])
+void local_snapmsg_fill(struct csi *c, const struct snap *sn, struct snapmsg *m)
 {
-    *ts = (Google__Protobuf__Timestamp)GOOGLE__PROTOBUF__TIMESTAMP__INIT;
-    ts->seconds = sn->created_sec;
-    ts->nanos = sn->created_nsec;
+    Csi__V1__Snapshot *s = &m->snap;
+    m->ts = (Google__Protobuf__Timestamp)GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    m->ts.seconds = sn->created_sec;
+    m->ts.nanos = sn->created_nsec;
     *s = (Csi__V1__Snapshot)CSI__V1__SNAPSHOT__INIT;
     s->size_bytes = (int64_t)sn->size;
-    s->snapshot_id = (char *)csi_id_out(c, sn->id, ids[0]);
-    s->source_volume_id = (char *)csi_id_out(c, sn->source, ids[1]);
-    s->creation_time = ts;
+    s->snapshot_id = (char *)csi_id_out(c, sn->id, m->ids[0]);
+    s->source_volume_id = (char *)csi_id_out(c, sn->source, m->ids[1]);
+    s->creation_time = &m->ts;
     s->ready_to_use = true;
     if (sn->group)
-        s->group_snapshot_id = (char *)csi_id_out(c, sn->group, ids[2]);
+        s->group_snapshot_id = (char *)csi_id_out(c, sn->group, m->ids[2]);
 }
 
 /* ------------------------------------------------ thin layers (worker) */
@@ -505,12 +505,10 @@ static int snapshot_fn(void *arg, char **ret_msg, json_t **ret_result)
 
 static void reply_snapshot(struct csi *c, struct grpc_call *call, const struct snap *sn)
 {
-    Csi__V1__Snapshot s;
-    Google__Protobuf__Timestamp ts;
-    char ids[3][CSI_ID_MAX + 1];
-    local_snapmsg_fill(c, sn, &s, &ts, ids);
+    struct snapmsg m;
+    local_snapmsg_fill(c, sn, &m);
     Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
-    out.snapshot = &s;
+    out.snapshot = &m.snap;
     grpc_call_reply_pb(call, &out.base);
 }
 
@@ -678,9 +676,7 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
     const char *only = list_filter(c, in->snapshot_id), *from = list_filter(c, in->source_volume_id);
     store_sort(c->store);
     size_t cap = only == NOTHING || from == NOTHING ? 0 : c->store->n_snaps, n = 0;
-    Csi__V1__Snapshot *snaps = xcalloc(cap + 1, sizeof(*snaps));
-    char (*ids)[3][CSI_ID_MAX + 1] = xcalloc(cap + 1, sizeof(*ids));
-    Google__Protobuf__Timestamp *ts = xcalloc(cap + 1, sizeof(*ts));
+    struct snapmsg *snaps = xcalloc(cap + 1, sizeof(*snaps));
     Csi__V1__ListSnapshotsResponse__Entry *ents = xcalloc(cap + 1, sizeof(*ents));
     Csi__V1__ListSnapshotsResponse__Entry **list = xcalloc(cap + 1, sizeof(*list));
     _cleanup_free_ char *next = NULL;
@@ -694,10 +690,10 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
             next = xasprintf("%s%s", LIST_TOKEN_SNAP, last);
             break;
         }
-        local_snapmsg_fill(c, sn, &snaps[n], &ts[n], ids[n]);
+        local_snapmsg_fill(c, sn, &snaps[n]);
         last = sn->id;
         ents[n] = (Csi__V1__ListSnapshotsResponse__Entry)CSI__V1__LIST_SNAPSHOTS_RESPONSE__ENTRY__INIT;
-        ents[n].snapshot = &snaps[n];
+        ents[n].snapshot = &snaps[n].snap;
         list[n] = &ents[n];
         n++;
     }
@@ -708,9 +704,24 @@ static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListS
     grpc_call_reply_pb(call, &out.base);
     free(list);
     free(ents);
-    free(ts);
-    free(ids);
     free(snaps);
+}
+
+/* GetSnapshot: the snapshot as ListSnapshots lists it (ready ones only). */
+static void get_snapshot(struct csi *c, struct grpc_call *call, Csi__V1__GetSnapshotRequest *in)
+{
+    if (!csi_id_ok(c, call, "snapshot_id", in->snapshot_id))
+        return;
+    const struct snap *sn = store_find_snap(c->store, in->snapshot_id);
+    if (!sn || sn->phase != PHASE_READY) {
+        grpc_call_fail(call, GRPC_NOT_FOUND, "snapshot %s does not exist", in->snapshot_id);
+        return;
+    }
+    struct snapmsg m;
+    local_snapmsg_fill(c, sn, &m);
+    Csi__V1__GetSnapshotResponse out = CSI__V1__GET_SNAPSHOT_RESPONSE__INIT;
+    out.snapshot = &m.snap;
+    grpc_call_reply_pb(call, &out.base);
 }
 
 /* ---------------------------------------------- ControllerExpandVolume */
@@ -895,6 +906,7 @@ const struct backend backend_local = {
     .create_snapshot = create_snapshot,
     .delete_snapshot = delete_snapshot,
     .list_snapshots = list_snapshots,
+    .get_snapshot = get_snapshot,
     .modify_volume = modify_volume_local,
     .snapshot_metadata = snapmeta_local, /* snapmeta.c */
     .create_group_snapshot = local_create_group,

@@ -11,9 +11,15 @@
 struct csi;
 struct snap;
 
-/* The Snapshot message of record sn; strings point into sn or ids. */
-void local_snapmsg_fill(struct csi *c, const struct snap *sn, Csi__V1__Snapshot *s,
-                        Google__Protobuf__Timestamp *ts, char ids[3][CSI_ID_MAX + 1]);
+/* The Snapshot message of record sn; everything points into sn or *m.
+ * No accessible_topology: the plugin does not advertise
+ * SNAPSHOT_ACCESSIBILITY_CONSTRAINTS (docs/csi-plugin.md). */
+struct snapmsg {
+    Csi__V1__Snapshot snap;
+    Google__Protobuf__Timestamp ts;
+    char ids[3][CSI_ID_MAX + 1];
+};
+void local_snapmsg_fill(struct csi *c, const struct snap *sn, struct snapmsg *m);
 
 /* The GroupController RPCs of local volumes (backend.h). */
 void local_create_group(struct csi *c, struct grpc_call *call,

@@ -237,22 +237,21 @@ void local_group_recover(struct csi *c)
 static void reply_group(struct csi *c, struct grpc_call *call, const struct group *g, bool create)
 {
     size_t n = g->n;
-    Csi__V1__Snapshot *s = xcalloc(n + 1, sizeof(*s)), **sl = xcalloc(n + 1, sizeof(*sl));
-    Google__Protobuf__Timestamp *ts = xcalloc(n + 1, sizeof(*ts));
-    char (*ids)[3][CSI_ID_MAX + 1] = xcalloc(n + 1, sizeof(*ids));
+    struct snapmsg *s = xcalloc(n + 1, sizeof(*s));
+    Csi__V1__Snapshot **sl = xcalloc(n + 1, sizeof(*sl));
     bool ready = g->phase == PHASE_READY;
     for (size_t i = 0; i < n; i++) {
         struct snap *sn = store_find_snap(c->store, g->snaps[i]);
         if (sn) {
-            local_snapmsg_fill(c, sn, &s[i], &ts[i], ids[i]);
-            s[i].ready_to_use = sn->phase == PHASE_READY;
+            local_snapmsg_fill(c, sn, &s[i]);
+            s[i].snap.ready_to_use = sn->phase == PHASE_READY;
         } else {
-            s[i] = (Csi__V1__Snapshot)CSI__V1__SNAPSHOT__INIT;
-            s[i].snapshot_id = (char *)csi_id_out(c, g->snaps[i], ids[i][0]);
-            s[i].source_volume_id = (char *)csi_id_out(c, g->sources[i], ids[i][1]);
+            s[i].snap = (Csi__V1__Snapshot)CSI__V1__SNAPSHOT__INIT;
+            s[i].snap.snapshot_id = (char *)csi_id_out(c, g->snaps[i], s[i].ids[0]);
+            s[i].snap.source_volume_id = (char *)csi_id_out(c, g->sources[i], s[i].ids[1]);
         }
-        ready &= s[i].ready_to_use;
-        sl[i] = &s[i];
+        ready &= s[i].snap.ready_to_use;
+        sl[i] = &s[i].snap;
     }
     char gid[CSI_ID_MAX + 1];
     Google__Protobuf__Timestamp gts = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
@@ -276,8 +275,6 @@ static void reply_group(struct csi *c, struct grpc_call *call, const struct grou
     }
     free(s);
     free(sl);
-    free(ts);
-    free(ids);
 }
 
 /* ------------------------------------------------- the snapshot (worker) */

@@ -12,11 +12,13 @@
  * a filesystem (podvol.h, in workers), and its publications bind those.
  * What each volume RPC does is decided first by its pure plan
  * (node_plan.h); the acts here touch the mounts, paths, processes and
- * records. */
+ * records.  A volume's condition (NodeGetVolumeStats) and the node's health
+ * RPCs are health.h's. */
 #include "backend.h"
 #include "capacity.h"
 #include "bridge.h"
 #include "clients.h"
+#include "health.h"
 #include "qsd/base/log.h"
 #include "mounts.h"
 #include "qsd/qemu/qmpcmd.h"
@@ -44,7 +46,7 @@
 
 struct node {
     struct csi *csi;
-    struct grpc_method methods[8];
+    struct grpc_method methods[10];
 };
 
 /* Every empty response message (NodeStageVolumeResponse...) encodes to
@@ -124,6 +126,10 @@ static void get_caps(struct csi *c, struct grpc_call *call, Csi__V1__NodeGetCapa
          * (one pod: what a vhost-user socket allows) and ReadWriteOnce to
          * SINGLE_NODE_MULTI_WRITER, still one read-write publication here. */
         CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
+        /* CSI 1.13's health RPCs (health.h); VOLUME_CONDITION above is the
+         * volume_condition of NodeGetVolumeStats, for older COs. */
+        CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_HEALTH,
+        CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_STORAGE_HEALTH,
     };
     Csi__V1__NodeServiceCapability__RPC rpc[ARRAY_SIZE(types)];
     Csi__V1__NodeServiceCapability caps[ARRAY_SIZE(types)], *list[ARRAY_SIZE(types)];
@@ -792,7 +798,7 @@ static void unpublish(struct csi *c, struct grpc_call *call, Csi__V1__NodeUnpubl
 
 /* NodeGetVolumeStats reads the volume's chain of layers (file sizes, qcow2
  * headers) in a worker: a hung pool disk must not stall the loop. */
-#define STATS_TIMEOUT_MS 10000
+#define STATS_TIMEOUT_MS 10000 /* health.c's ALLOC_TIMEOUT_S */
 
 /* A NodeGetVolumeStats's context (op.h): the volume's id (malloc'd), looked
  * up again when done, the volume not held busy. */
@@ -823,56 +829,16 @@ static void stats_reply(struct csi *c, struct grpc_call *call, struct vol *v, bo
         in.used = n - nf;
     }
     Csi__V1__VolumeCondition cond = CSI__V1__VOLUME_CONDITION__INIT;
-    struct qsd_paths p;
-    struct stat st;
-    qsd_paths_init(c->cfg->run_dir, v->id, &p);
-    _cleanup_free_ char *m = NULL;
-    const char *hung = volstats_hung_reason(c->vstats, v);
-    if (!v->staging_path) {
-        m = xstrdup("not staged");
-    } else if (vol_live(v) && hung) {
-        cond.abnormal = true;
-        m = xasprintf("qemu-storage-daemon of volume %s (pid %d) is hung: %s", v->id,
-                      (int)qsd_get_pid(v->qsd), hung);
-    } else if (!vol_live(v) && BACKEND_OF(.record = v)->refused(v)) {
-        cond.abnormal = true;
-        m = xasprintf("volume %s is %s", v->id, BACKEND_OF(.record = v)->refused(v));
-    } else if (v->qsd && qsd_crash_looping(v->qsd)) {
-        cond.abnormal = true;
-        m = xasprintf("qemu-storage-daemon of volume %s keeps dying at start (crash loop, retried "
-                      "every 30 s); last exit: %s", v->id, qsd_last_death(v->qsd));
-    } else if (!vol_live(v)) {
-        cond.abnormal = true;
-        m = xasprintf("qemu-storage-daemon of volume %s is not running (being restarted)", v->id);
-    } else if (v->stage_kind != STAGE_KIND_VHOST && !podvol_served(c, v)) {
-        cond.abnormal = true;
-        m = xasprintf("the FUSE export of volume %s is gone (its QSD was restarted): the pods "
-                      "using it get I/O errors until it is staged again", v->id);
-    } else if (stat(p.socket, &st) < 0 || !S_ISSOCK(st.st_mode)) {
-        cond.abnormal = true;
-        m = xasprintf("vhost-user socket %s is missing", p.socket);
-    } else if (!have_used) {
-        cond.abnormal = true;
-        m = xasprintf("the pool did not tell the volume's allocation within %d s (a hung disk?)",
-                      STATS_TIMEOUT_MS / 1000);
-    } else if ((m = volstats_pool_problem(c->vstats, v, used))) {
-        cond.abnormal = true;
-    } else if (qsd_hung_kill_count(v->qsd)) {
-        m = xasprintf("served by qemu-storage-daemon pid %d (restarts: %u; killed as hung %u "
-                      "times, last exit: %s)",
-                      (int)qsd_get_pid(v->qsd), qsd_restart_count(v->qsd),
-                      qsd_hung_kill_count(v->qsd), qsd_last_death(v->qsd));
-    } else {
-        m = xasprintf("served by qemu-storage-daemon pid %d (restarts: %u)",
-                      (int)qsd_get_pid(v->qsd), qsd_restart_count(v->qsd));
-    }
-    qsd_paths_clear(&p);
-    cond.message = m;
+    struct vol_health h;
+    health_of(c, v, have_used ? HEALTH_USED_KNOWN : HEALTH_USED_TIMED_OUT, used, &h);
+    cond.abnormal = h.status != 0;
+    cond.message = h.message;
     Csi__V1__NodeGetVolumeStatsResponse out = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
     out.n_usage = fs ? 2 : 1;
     out.usage = ul;
     out.volume_condition = &cond;
     grpc_call_reply_pb(call, &out.base);
+    vol_health_clear(&h);
 }
 
 /* In the worker: the data the volume sees, its whole chain of layers,
@@ -1106,6 +1072,8 @@ const struct grpc_method *node_methods(struct csi *c, size_t *ret_n)
     M("NodeUnpublishVolume", h_unpublish, LOG_INFO);
     M("NodeGetVolumeStats", h_stats, LOG_DEBUG);
     M("NodeExpandVolume", h_expand, LOG_INFO);
+    M("NodeGetVolumeHealth", health_node_get, LOG_DEBUG);
+    M("NodeGetStorageHealth", health_node_storage, LOG_DEBUG);
 #undef M
     *ret_n = k;
     return n->methods;

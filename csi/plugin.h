@@ -56,7 +56,7 @@ struct plugin_config {
     char *filter_path;        /* resolved at start (node role): the filter every
                                  export is served through, NULL: none */
     int64_t max_volumes;      /* NodeGetInfo max_volumes_per_node; staged volumes at most */
-    bool controller_expansion; /* advertise the Controller EXPAND_VOLUME capability */
+    bool controller_expansion; /* --controller-expansion given: no effect any more */
     int64_t unplug_timeout_ms; /* NodeUnstage stops a QSD with a connected client after this
                                   long since the volume left its last pod or bridge */
     const char *qsd_cgroup;   /* cgroup of the QSDs ("/qsd-csi"), NULL: the plugin's own */

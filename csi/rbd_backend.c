@@ -125,6 +125,7 @@ const struct backend backend_rbd = {
     .create_snapshot = rbd_create_snapshot,
     .delete_snapshot = rbd_delete_snapshot,
     .list_snapshots = rbd_list_snapshots,
+    .get_snapshot = NULL, /* ListSnapshots with snapshot_id answers it */
     .modify_volume = modify_volume,
     .snapshot_metadata = snapshot_metadata,
     .create_group_snapshot = create_group,

@@ -395,6 +395,17 @@ struct pool_stat volstats_pool(struct volstats *vs)
     return vs ? vs->pool : (struct pool_stat){0};
 }
 
+char *volstats_pool_low(struct volstats *vs)
+{
+    struct pool_stat p = volstats_pool(vs);
+    if (!p.valid || p.free >= POOL_LOW_BYTES)
+        return NULL;
+    char b1[32], b2[32];
+    return xasprintf("the pool is nearly full: %s free of %s (writes that need new space may "
+                     "fail with ENOSPC)", format_size(p.free, b1, sizeof(b1)),
+                     format_size(p.capacity, b2, sizeof(b2)));
+}
+
 char *volstats_pool_problem(struct volstats *vs, const struct vol *v, uint64_t allocated)
 {
     struct pool_stat p = volstats_pool(vs);

@@ -72,6 +72,8 @@ struct pool_stat volstats_pool(struct volstats *vs);
 /* NULL, or why the pool cannot hold what the volume may still write (its
  * unallocated capacity) while it is nearly full (malloc'd). */
 char *volstats_pool_problem(struct volstats *vs, const struct vol *v, uint64_t allocated);
+/* NULL, or that the pool is nearly full (less than 1 GiB free; malloc'd). */
+char *volstats_pool_low(struct volstats *vs);
 
 /* Bytes allocated by a volume's chain of layers (shared layers included);
  * reads the images' headers: in a worker, or where a stat is acceptable. */

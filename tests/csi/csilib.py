@@ -30,10 +30,12 @@ SERVICES = {
                    "ControllerUnpublishVolume", "ValidateVolumeCapabilities", "ListVolumes",
                    "GetCapacity", "ControllerGetCapabilities", "CreateSnapshot",
                    "DeleteSnapshot", "ListSnapshots", "ControllerExpandVolume",
-                   "ControllerGetVolume", "ControllerModifyVolume"],
+                   "ControllerGetVolume", "ControllerModifyVolume", "GetSnapshot",
+                   "ControllerGetVolumeHealth", "ControllerListVolumeHealth"],
     "Node": ["NodeStageVolume", "NodeUnstageVolume", "NodePublishVolume",
              "NodeUnpublishVolume", "NodeGetVolumeStats", "NodeExpandVolume",
-             "NodeGetCapabilities", "NodeGetInfo"],
+             "NodeGetCapabilities", "NodeGetInfo", "NodeGetVolumeHealth",
+             "NodeGetStorageHealth"],
     "GroupController": ["GroupControllerGetCapabilities", "CreateVolumeGroupSnapshot",
                         "DeleteVolumeGroupSnapshot", "GetVolumeGroupSnapshot"],
 }
@@ -121,6 +123,43 @@ def csi_sanity():
     assert r.returncode == 0, "building csi-sanity failed: %s%s" % (r.stdout[-2000:],
                                                                     r.stderr[-2000:])
     return os.path.join(cache, "csi-sanity")
+
+
+# The csi-sanity specs that may be skipped, by the reason csi-test gives
+# (csi-sanity --ginkgo.v prints "[SKIPPED] <reason>" for each): the
+# ControllerPublish/Unpublish specs (no PUBLISH_UNPUBLISH_VOLUME: a local
+# volume needs no attach step), and the snapshot accessibility spec, which
+# csi-test v5.6.0 cannot pass for a driver that reports a snapshot's
+# accessible_topology (it compares protobuf messages with reflect.DeepEqual,
+# internal size caches included), so the plugin does not advertise
+# SNAPSHOT_ACCESSIBILITY_CONSTRAINTS (docs/csi-plugin.md).
+# tests/k8s/sanity.sh holds the same list.
+SANITY_SKIPS_ALLOWED = (
+    "ControllerPublishVolume not supported",
+    "ControllerUnpublishVolume not supported",
+    "Controller Publish, UnpublishVolume not supported",
+    "SNAPSHOT_ACCESSIBILITY_CONSTRAINTS not supported",
+)
+
+
+def sanity_skips(log):
+    """(spec, reason) of every spec csi-sanity's --ginkgo.v log reports
+    skipped by the spec itself (specs left out by --ginkgo.focus/skip have
+    no such report)."""
+    out, lines = [], log.splitlines()
+    for i, ln in enumerate(lines):
+        if not ln.startswith("S [SKIPPED]") or i + 1 >= len(lines):
+            continue
+        reason = next((x[len("  [SKIPPED] "):] for x in lines[i + 2:i + 12]
+                       if x.startswith("  [SKIPPED] ") and not x.startswith("  [SKIPPED] in [")),
+                      "?")
+        out.append((lines[i + 1].strip(), reason))
+    return out
+
+
+def sanity_unexpected_skips(log, allowed=SANITY_SKIPS_ALLOWED):
+    """The skipped specs whose reason is not in allowed."""
+    return [(s, r) for s, r in sanity_skips(log) if r not in allowed]
 
 
 def compile_proto(proto_dir, out_dir):

@@ -62,16 +62,18 @@ def run(env):
     caps = c.ControllerGetCapabilities(pb.ControllerGetCapabilitiesRequest(), timeout=T)
     R = pb.ControllerServiceCapability.RPC
     got = {x.rpc.type for x in caps.capabilities}
-    # EXPAND_VOLUME only with --controller-expansion (docs/csi-plugin.md,
-    # "Deploying"); the RPC itself is exercised below either way.
+    # EXPAND_VOLUME always (docs/csi-plugin.md, "Deploying"); GET_SNAPSHOT and
+    # the health RPCs: test_csi_health.py.
     assert got == {R.CREATE_DELETE_VOLUME, R.LIST_VOLUMES, R.GET_CAPACITY, R.MODIFY_VOLUME,
                    R.CREATE_DELETE_SNAPSHOT, R.LIST_SNAPSHOTS, R.CLONE_VOLUME,
-                   R.SINGLE_NODE_MULTI_WRITER}, got
+                   R.SINGLE_NODE_MULTI_WRITER, R.EXPAND_VOLUME, R.GET_SNAPSHOT,
+                   R.GET_VOLUME_HEALTH, R.LIST_VOLUME_HEALTH}, got
     ncaps = c.NodeGetCapabilities(pb.NodeGetCapabilitiesRequest(), timeout=T)
     NR = pb.NodeServiceCapability.RPC
     got = {x.rpc.type for x in ncaps.capabilities}
     assert got == {NR.STAGE_UNSTAGE_VOLUME, NR.GET_VOLUME_STATS, NR.EXPAND_VOLUME,
-                   NR.VOLUME_CONDITION, NR.VOLUME_MOUNT_GROUP, NR.SINGLE_NODE_MULTI_WRITER}, got
+                   NR.VOLUME_CONDITION, NR.VOLUME_MOUNT_GROUP, NR.SINGLE_NODE_MULTI_WRITER,
+                   NR.GET_VOLUME_HEALTH, NR.GET_STORAGE_HEALTH}, got
     info = c.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=T)
     assert info.node_id == env.node and info.max_volumes_per_node == 128, info
     topo = dict(info.accessible_topology.segments)

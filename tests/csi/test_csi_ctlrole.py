@@ -9,7 +9,8 @@ host, without Ceph, in both builds (the ASan build checks its leaks):
   - GetPluginCapabilities: no VOLUME_ACCESSIBILITY_CONSTRAINTS, no
     GROUP_CONTROLLER_SERVICE (the GroupController is not served: UNIMPLEMENTED);
     ControllerGetCapabilities: create/delete volume, expand, create/delete
-    snapshot, clone; no Node service, no ListVolumes;
+    snapshot, clone; no Node service, no ListVolumes, no GetSnapshot and no
+    volume health RPCs (UNIMPLEMENTED);
   - local volumes: CreateVolume, DeleteVolume, CreateSnapshot,
     DeleteSnapshot FAILED_PRECONDITION; ControllerExpandVolume OK with node
     expansion required (NAME and NAME@NODE ids), bad ids and missing
@@ -71,6 +72,14 @@ def main():
                        R.CLONE_VOLUME}, got
         expect_code(c.NodeGetInfo, pb.NodeGetInfoRequest(), C.UNIMPLEMENTED, "NodeGetInfo")
         expect_code(c.ListVolumes, pb.ListVolumesRequest(), C.UNIMPLEMENTED, "ListVolumes")
+        # Not advertised here (no local volumes; RBD's are not served):
+        # GetSnapshot and the volume health RPCs.
+        expect_code(c.GetSnapshot, pb.GetSnapshotRequest(snapshot_id="s@node-7"),
+                    C.UNIMPLEMENTED, "GetSnapshot in the controller role")
+        expect_code(c.ControllerGetVolumeHealth, pb.ControllerGetVolumeHealthRequest(
+            volume_id="pvc-1@node-7"), C.UNIMPLEMENTED, "ControllerGetVolumeHealth")
+        expect_code(c.ControllerListVolumeHealth, pb.ControllerListVolumeHealthRequest(),
+                    C.UNIMPLEMENTED, "ControllerListVolumeHealth")
         expect_code(c.CreateVolumeGroupSnapshot, pb.CreateVolumeGroupSnapshotRequest(
             name="g", source_volume_ids=["pvc-1@node-7"]), C.UNIMPLEMENTED,
             "CreateVolumeGroupSnapshot in the controller role")

@@ -16,8 +16,11 @@ kubelet's shape there.
 Without CAP_SYS_RESOURCE the ext4 run skips csi-sanity's NodeExpandVolume
 spec (online ext4 growth needs it: docs/pod-volumes.md), and says so.
 Every run asserts csi-sanity's exit status and its summary (passed > 0,
-0 failed), then that nothing is left: no loop device on the run directory's
-FUSE files, no mount beneath the kubelet root.
+0 failed), that no spec was skipped but those csilib.SANITY_SKIPS_ALLOWED
+names (--ginkgo.v reports each skip's reason; the ext4 run's
+--ginkgo.skip above leaves that spec out without a report), then that
+nothing is left: no loop device on the run directory's FUSE files, no
+mount beneath the kubelet root.
 
 csi-sanity: csilib.csi_sanity() ($QSD_CSI_SANITY, else the release
 tests/k8s/sidecars.txt pins, built once from the Go module proxy); skipped
@@ -94,7 +97,7 @@ def sanity(env, binary, name, endpoint, extra=()):
                              "--csi.stagingdir=" + os.path.join(stg, "globalmount"),
                              "--csi.testvolumesize=67108864",
                              "--csi.testvolumeexpandsize=134217728",
-                             "--ginkgo.timeout=15m", "--ginkgo.no-color", *extra],
+                             "--ginkgo.timeout=15m", "--ginkgo.no-color", "--ginkgo.v", *extra],
                             stdout=f, stderr=subprocess.STDOUT, timeout=1200).returncode
     text = open(log, errors="replace").read()
     m = re.search(r"Ran (\d+) of (\d+) Specs.*\n(?:.*\n)?.*?(SUCCESS|FAIL)! -- (\d+) Passed \| "
@@ -103,6 +106,9 @@ def sanity(env, binary, name, endpoint, extra=()):
         fails = re.findall(r"\[FAIL\].*", text)
         raise AssertionError("csi-sanity %s: exit %d, %s\n%s\n---- tail\n%s" % (
             name, rc, m.group(0) if m else "no summary", "\n".join(fails[:20]), text[-3000:]))
+    bad = csilib.sanity_unexpected_skips(text)
+    assert not bad, "csi-sanity %s skipped specs it should run:\n%s" % (
+        name, "\n".join("%s: %s" % x for x in bad))
     left = leftovers(env)
     assert not left, "csi-sanity %s left: %s" % (name, left)
     print("ok csi-sanity %s: %s Passed, %s Failed, %s Pending, %s Skipped; nothing left" % (

@@ -9,8 +9,11 @@
 # seconds.  Owns that pod and the staging directory.
 #
 #   tests/k8s/sanity.sh DIR [csi-sanity arguments...]
-# Prints csi-sanity's summary line; exits with csi-sanity's status.  The full
-# log is DIR/logs/csi-sanity.log.
+# Prints csi-sanity's summary line and every skipped spec with csi-test's
+# reason (--ginkgo.v reports each); exits with csi-sanity's status, or 1
+# when it passed but skipped a spec for a reason other than those of
+# ALLOWED_SKIPS (tests/csi/csilib.py SANITY_SKIPS_ALLOWED holds the same
+# list, and says why).  The full log is DIR/logs/csi-sanity.log.
 set -euo pipefail
 
 dir=${1:?usage: sanity.sh DIR [csi-sanity arguments...]}; dir=$(cd "$dir" && pwd); shift
@@ -51,5 +54,32 @@ printf 'readIops: "1000"\nwriteIops: "1000"\n' >"$dir/sanity-mutable.yaml"
     --csi.stagingdir="$staging/globalmount" \
     --csi.testvolumesize=67108864 --ginkgo.timeout=10m --ginkgo.no-color --ginkgo.v "$@" \
     >"$dir/logs/csi-sanity.log" 2>&1 || rc=$?
-grep -E '^(SUCCESS|FAIL)!' "$dir/logs/csi-sanity.log" || tail -5 "$dir/logs/csi-sanity.log"
+log=$dir/logs/csi-sanity.log
+grep -E '^(SUCCESS|FAIL)!' "$log" || tail -5 "$log"
+# The reason line of each skipped spec: "  [SKIPPED] <reason>" ("  [SKIPPED]
+# in [BeforeEach] - file:line" says where).
+ALLOWED_SKIPS=(
+    "ControllerPublishVolume not supported"
+    "ControllerUnpublishVolume not supported"
+    "Controller Publish, UnpublishVolume not supported"
+    "SNAPSHOT_ACCESSIBILITY_CONSTRAINTS not supported"
+)
+reasons=$(grep -E '^  \[SKIPPED\] ' "$log" | grep -v '^  \[SKIPPED\] in \[' |
+          sed 's/^  \[SKIPPED\] //' | sort | uniq -c || true)
+unexpected=0
+while read -r n r; do
+    [ -n "$r" ] || continue
+    ok=0
+    for a in "${ALLOWED_SKIPS[@]}"; do [ "$r" = "$a" ] && ok=1; done
+    if (( ok )); then
+        echo "skipped $n (allowed): $r"
+    else
+        echo "skipped $n, NOT allowed: $r" >&2
+        unexpected=1
+    fi
+done <<<"$reasons"
+if (( rc == 0 && unexpected )); then
+    echo "sanity.sh: csi-sanity skipped specs it should run (see above, $log)" >&2
+    exit 1
+fi
 exit $rc
