@@ -888,10 +888,9 @@ int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
  * no other live client than its own `own`, the watch of our reaped QSD at
  * address dead not counted; a dead lock holder is fenced): the result
  * {size, fenced?, addr?, held, qos?} (addr: our QSD's, when own is 1;
- * held: a live client holds the lock; qos: the image's valid limits, for
- * the check after a first stage's start). */
+ * held: a live client holds the lock; qos: with_qos, the image's limits). */
 static int claim(const struct rbd_req *q, size_t own, bool fresh, const char *dead,
-                 json_t **ret_result, char **ret_msg)
+                 bool with_qos, json_t **ret_result, char **ret_msg)
 {
     struct conn k = {0};
     rbd_image_t img;
@@ -903,12 +902,11 @@ static int claim(const struct rbd_req *q, size_t own, bool fresh, const char *de
     if (r < 0)
         return r;
     r = rbd_lock_claim(img, q->loc.image, own, fresh, dead, &fenced, &addr, &held, ret_msg);
-    /* The check once a first stage's QSD runs: the image's limits now (a
-     * modify may have come after the stage read them: rbd_qos.c). */
+    /* A stage's first check: the limits its QSD starts with (rbd_qos.c;
+     * invalid ones refuse the stage, naming the key). */
     json_t *qos = NULL;
-    _cleanup_free_ char *qmsg = NULL;
-    if (r == 0 && own == 1 && fresh && rbd_qos_read(img, &qos, &qmsg) < 0)
-        qos = NULL;
+    if (r == 0 && with_qos && (r = rbd_qos_read(img, &qos, ret_msg)) == -EUCLEAN)
+        r = rbd_qos_refusal(q, ret_msg);
     rbd_close(img);
     conn_close(&k);
     *ret_result = json_pack("{s:I, s:o*, s:s*, s:b}", "size", (json_int_t)size, "fenced", fenced,
@@ -924,22 +922,27 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
     struct op *op = arg;
     const struct rbd_req *q = rbd_req_of(op);
     _cleanup_free_ char *mons = NULL;
-    json_t *qos = NULL;
-    _cleanup_free_ char *warn = NULL;
-    int r = claim(q, 0, false, NULL, ret_result, ret_msg);
+    int r = claim(q, 0, false, NULL, true, ret_result, ret_msg);
     if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
         json_object_set_new(*ret_result, "monitors", json_string(mons));
-    if (r == 0 && (r = rbd_stage_mark(q, &qos, &warn, ret_msg)) == 0)
-        json_object_set_new(*ret_result, "qos", qos ? qos : json_null());
-    if (warn)
-        json_object_set_new(*ret_result, "warn", json_string(warn));
     return r;
 }
 
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    return claim(rbd_req_of(op), 1, true, NULL, ret_result, ret_msg);
+    const struct rbd_req *q = rbd_req_of(op);
+    int r = claim(q, 1, true, NULL, false, ret_result, ret_msg);
+    /* This node serves the image now: it records itself in it, then reads
+     * the limits again (a modify may have come after the first check read
+     * them, and seen no client: rbd_qos.c). */
+    json_t *qos = NULL;
+    _cleanup_free_ char *warn = NULL;
+    if (r == 0 && rbd_stage_mark(q, &qos, &warn) == 0) /* null: none */
+        json_object_set_new(*ret_result, "qos", qos ? qos : json_null());
+    if (r == 0 && warn)
+        json_object_set_new(*ret_result, "warn", json_string(warn));
+    return r;
 }
 
 /* A check of a staged volume's record (rbd_guard.c's restarts): the
@@ -994,7 +997,7 @@ int rbd_check_fn(void *arg, char **ret_msg, json_t **ret_result)
         return r;
     }
     k->q.cred.key[strcspn(k->q.cred.key, "\n")] = '\0';
-    return claim(&k->q, k->own, k->fresh, k->dead, ret_result, ret_msg);
+    return claim(&k->q, k->own, k->fresh, k->dead, false, ret_result, ret_msg);
 }
 
 static void stage_done(int status, const char *msg, json_t *result, void *opaque)
@@ -1034,11 +1037,7 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     json_t *qos = json_object_get(result, "qos");
     json_decref(v->mutable_params);
     v->mutable_params = json_is_object(qos) ? json_incref(qos) : NULL;
-    const char *warn = json_string_value(json_object_get(result, "warn"));
-    if (warn) {
-        _cleanup_free_ char *w = log_quote(warn);
-        log_warn("rbd", "volume not marked as served here", "volume=%s error=%s", q->name, w);
-    }
+
     v->size = v->image_size = (uint64_t)size;
     int r = qsd_rbd_write_key(c->cfg->run_dir, v->id, q->cred.key);
     _cleanup_free_ char *path = xstrdup(q->path);
@@ -1078,6 +1077,6 @@ void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRe
     q->gid = gid;
     q->ro = ro;
     q->then = then;
-    q->node = c->cfg->node_id;
+    q->node = c->cfg->node_id; /* recorded in the image (rbd_confirm_fn) */
     rbd_start(c, call, q, 0, stage_fn, stage_done);
 }

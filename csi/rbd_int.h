@@ -103,11 +103,15 @@ void rbd_list_plan(Csi__V1__ListSnapshotsRequest *in, struct rbd_plan *pl);
 int rbd_qos_read(rbd_image_t img, json_t **ret, char **ret_msg);
 /* Record params (NULL or empty: the key removed) as img's limits. */
 int rbd_qos_write(rbd_image_t img, json_t *params, char **ret_msg);
-/* NodeStage, once the image may be served here (claim): the node's id
+/* The refusal of a stage for invalid limits (the message of rbd_qos_read
+ * in *msg, completed with the way out): -EUCLEAN. */
+int rbd_qos_refusal(const struct rbd_req *q, char **msg);
+/* NodeStage, once the check after its QSD's start passed: this node's id
  * recorded in the image (RBD_NODE_META, so that ControllerModifyVolume
- * finds it; a failure is only *ret_warn: the limits then reach the QSD at
- * its next start), then the limits read (rbd_qos_read) into *ret. */
-int rbd_stage_mark(const struct rbd_req *q, json_t **ret, char **ret_warn, char **ret_msg);
+ * finds it), then the limits read again into *ret (NULL: none, or invalid:
+ * then *ret_warn says why, as for any failure here; the QSD keeps the
+ * limits it started with).  0, or < 0 with *ret_warn. */
+int rbd_stage_mark(const struct rbd_req *q, json_t **ret, char **ret_warn);
 
 /* Loop side (rbd.c). */
 enum grpc_code rbd_code(int status);

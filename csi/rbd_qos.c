@@ -6,7 +6,8 @@
  * record holds (written by CreateVolume from mutable_parameters and by
  * ControllerModifyVolume, read by NodeStageVolume for the QSD's start),
  * and RBD_NODE_META the id of the node that staged the image last (written
- * by NodeStageVolume); and ControllerModifyVolume of an RBD volume.
+ * by NodeStageVolume once its QSD runs and passed the check); and
+ * ControllerModifyVolume of an RBD volume.
  *
  * ControllerModifyVolume, in a worker: the request's entries merged over
  * the image's limits (qos_merge: INVALID_ARGUMENT naming the key, nothing
@@ -108,35 +109,36 @@ int rbd_qos_write(rbd_image_t img, json_t *params, char **ret_msg)
     return r;
 }
 
-int rbd_stage_mark(const struct rbd_req *q, json_t **ret, char **ret_warn, char **ret_msg)
+int rbd_qos_refusal(const struct rbd_req *q, char **msg)
+{
+    char *m = xasprintf("%s: volume %s not staged; set valid limits with a "
+                        "VolumeAttributesClass (ControllerModifyVolume replaces an invalid "
+                        "value) or remove it (rbd image-meta remove)", *msg, q->loc.image);
+    free(*msg);
+    *msg = m;
+    return -EUCLEAN;
+}
+
+int rbd_stage_mark(const struct rbd_req *q, json_t **ret, char **ret_warn)
 {
     struct conn k = {0};
     rbd_image_t img;
     uint64_t size;
-    /* Written with a watch of our own, closed before the QSD starts (the
-     * check once it runs counts one). */
-    int r = open_volume(q, false, &k, &img, &size, ret_msg);
-    if (r == -EROFS || r == -EPERM || r == -EACCES) { /* a read-only user: read what we can */
-        free(*ret_msg);
-        *ret_msg = NULL;
-        *ret_warn = xasprintf("the node-stage user cannot write the image: %s", strerror(-r));
-        r = open_volume(q, true, &k, &img, &size, ret_msg);
-    } else if (r == 0 && q->node && (r = rbd_metadata_set(img, RBD_NODE_META, q->node)) < 0) {
+    _cleanup_free_ char *msg = NULL;
+    *ret = NULL;
+    /* A watch of our own for a moment (the check before counted ours). */
+    int r = open_volume(q, false, &k, &img, &size, &msg);
+    if (r < 0) {
+        *ret_warn = xasprintf("cannot open the image to record the node: %s (limits changed "
+                              "while it is staged reach its QSD at its next start)", msg);
+        return r;
+    }
+    if (q->node && (r = rbd_metadata_set(img, RBD_NODE_META, q->node)) < 0)
         *ret_warn = xasprintf("cannot record the node in image metadata " RBD_NODE_META ": %s "
                               "(limits changed while it is staged reach its QSD at its next "
                               "start)", strerror(-r));
-        r = 0;
-    }
-    if (r < 0)
-        return r;
-    r = rbd_qos_read(img, ret, ret_msg);
-    if (r == -EUCLEAN) {
-        char *m = xasprintf("%s: volume %s not staged; set valid limits with a "
-                            "VolumeAttributesClass (ControllerModifyVolume replaces an invalid "
-                            "value) or remove it (rbd image-meta remove)", *ret_msg, q->loc.image);
-        free(*ret_msg);
-        *ret_msg = m;
-    }
+    else if ((r = rbd_qos_read(img, ret, &msg)) < 0)
+        *ret_warn = xasprintf("%s (the QSD keeps the limits it started with)", msg);
     rbd_close(img);
     conn_close(&k);
     return r;

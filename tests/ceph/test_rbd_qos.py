@@ -14,7 +14,9 @@ Asserted:
     merged; a bad value, a burst below its base (merged over the image's):
     INVALID_ARGUMENT naming the key, the metadata unchanged;
   - NodeStageVolume: the QSD starts with the image's limits (its throttle
-    group, read through QMP), the image names node-1 (qsd-csi.node);
+    group, read through QMP), the image names node-1 (qsd-csi.node); a
+    client writes, so the QSD holds the image's exclusive lock for what
+    follows;
   - a modify through the controller reaches the live QSD (same pid) and the
     node's record; a bad value changes nothing; the node plugin's own
     ControllerModifyVolume (the volume staged there) sets it too;
@@ -36,6 +38,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -188,7 +191,15 @@ def main():
                 volume_id=vid, staging_target_path=stg, volume_capability=cap, secrets=secrets),
                 timeout=T)
 
+        tgt = os.path.join(env.kubelet, "pods", "p1", "mount")
+        os.makedirs(os.path.dirname(tgt))
+        published = []
+
         def unstage():
+            if published:
+                c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid,
+                                                                    target_path=tgt), timeout=T)
+                published.clear()
             c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid,
                                                             staging_target_path=stg), timeout=T)
 
@@ -199,8 +210,19 @@ def main():
             lim["bps-write"] == 4 * MiB, lim
         assert meta("pvc-q", "qsd-csi.node") == env.node, meta("pvc-q", "qsd-csi.node")
         pid = env.qsd_pids()[rec]
-        print("ok staged: the QSD's throttle group has the image's limits; the image names %s"
-              % env.node)
+        # a client writes: the QSD takes the image's exclusive lock, so the
+        # metadata writes below are librbd's requests to the lock owner
+        c.NodePublishVolume(pb.NodePublishVolumeRequest(
+            volume_id=vid, staging_target_path=stg, target_path=tgt, volume_capability=cap),
+            timeout=T)
+        published.append(tgt)
+        r = subprocess.run([qsdctl, "verify", "--write", "--seed", "3", "--chunks", "8",
+                            "--chunk-size", "65536", "--timeout-ms", "20000", "./vhost.sock"],
+                           cwd=tgt, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "auto" in ceph.rbd("lock", "ls", spec + "pvc-q"), "the QSD holds no lock"
+        print("ok staged: the QSD's throttle group has the image's limits; the image names %s; "
+              "a client wrote (the QSD holds the image's lock)" % env.node)
 
         # --- live through the controller
         t0 = time.monotonic()
