@@ -18,10 +18,11 @@
  * open -> OK (the next stage starts with them); open, and RBD_NODE_META
  * names another node -> the call forwarded to it (nodecall.h, with
  * --node-dial), else UNAVAILABLE naming it.  The order makes a stage that
- * runs at the same time safe: the stage records its node before it reads
- * the limits, a modify writes the limits before it reads the node, so one
- * of them sees the other's write (both are single-object operations on
- * the image's header). */
+ * runs at the same time safe: the stage, once its QSD runs, records its
+ * node and then reads the limits again (rbd_stage_mark; rbd_guard.c sets
+ * them live when they changed), a modify writes the limits before it reads
+ * the node, so one of them sees the other's write (both are operations on
+ * the image's header object). */
 #include "modify.h"
 #include "nodecall.h"
 #include "qos.h"
