@@ -100,7 +100,7 @@ def main():
         # The QSDs start through a wrapper that, when the port of gate
         # listens, waits until the test closes its connection (at most
         # 9 s: the plugin gives a QSD 10 s to start; the modify made in
-        # that window takes 0.05-0.3 s here, ASan included): a stage held
+        # that window takes 0.05-0.3 s here): a stage held
         # between its read of the image's limits and its QSD's start.  (A
         # QSD's file system is read-only and partly hidden, its network the
         # host's.)
