@@ -26,7 +26,9 @@
  *   socket), and MODIFY_VOLUME is advertised; without, controller.c's
  *   (modify.c), which answers UNAVAILABLE naming the volume's node, and
  *   MODIFY_VOLUME is not advertised, so the central resizer does not retry
- *   that forever.  An RBD volume's: controller.c's, as in the node role.
+ *   that forever.  An RBD volume's: controller.c's, as in the node role
+ *   (rbd_qos.c: the limits in the image's metadata, then the call
+ *   forwarded to the node the image names as serving it).
  *   The GroupController, with --node-dial only: a group's volumes are one
  *   node's (INVALID_ARGUMENT otherwise), so CreateVolumeGroupSnapshot goes
  *   to the node of its volumes, Delete and Get to the node of the group's

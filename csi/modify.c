@@ -114,6 +114,58 @@ static void modify_live(struct csi *c, struct grpc_call *call, struct vol *v,
     }
 }
 
+int modify_check(Csi__V1__ControllerModifyVolumeRequest *in, char **ret_msg)
+{
+    size_t n = in->n_mutable_parameters;
+    const char **keys = xcalloc(n + 1, sizeof(char *)), **vals = xcalloc(n + 1, sizeof(char *));
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = in->mutable_parameters[i]->key ? in->mutable_parameters[i]->key : "";
+        vals[i] = in->mutable_parameters[i]->value ? in->mutable_parameters[i]->value : "";
+    }
+    int r = qos_check(n, keys, vals, ret_msg);
+    free(keys);
+    free(vals);
+    return r;
+}
+
+int modify_merge(json_t *current, Csi__V1__ControllerModifyVolumeRequest *in, json_t **ret,
+                 struct qsd_limits *ret_limits, char **ret_msg)
+{
+    return merge_entries(current, in->n_mutable_parameters,
+                         (Csi__V1__CreateVolumeRequest__MutableParametersEntry **)in->mutable_parameters,
+                         ret, ret_limits, ret_msg);
+}
+
+void modify_apply(struct csi *c, struct grpc_call *call, struct vol *v, json_t *np,
+                  const struct qsd_limits *l)
+{
+    if (v->busy) {
+        json_decref(np);
+        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
+        return;
+    }
+    json_t *old = v->mutable_params;
+    v->mutable_params = np;
+    int r = store_save_vol(c->store, v);
+    if (r < 0) {
+        v->mutable_params = old;
+        json_decref(np);
+        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
+        return;
+    }
+    json_decref(old);
+    _cleanup_free_ char *lim = json_dumps(np, JSON_COMPACT | JSON_SORT_KEYS);
+    _cleanup_free_ char *q = log_quote(lim ? lim : "{}");
+    log_info("controller", "volume limits recorded", "volume=%s limits=%s live=%s", v->id, q,
+             vol_live(v) ? "yes" : "no");
+    if (!vol_live(v)) {
+        Csi__V1__ControllerModifyVolumeResponse out = CSI__V1__CONTROLLER_MODIFY_VOLUME_RESPONSE__INIT;
+        grpc_call_reply_pb(call, &out.base);
+        return;
+    }
+    modify_live(c, call, v, l);
+}
+
 void modify_volume_local(struct csi *c, struct grpc_call *call,
                          Csi__V1__ControllerModifyVolumeRequest *in)
 {
@@ -137,35 +189,9 @@ void modify_volume_local(struct csi *c, struct grpc_call *call,
     json_t *np = NULL;
     struct qsd_limits l;
     _cleanup_free_ char *msg = NULL;
-    int r = merge_entries(v->mutable_params, in->n_mutable_parameters,
-                          (Csi__V1__CreateVolumeRequest__MutableParametersEntry **)in->mutable_parameters,
-                          &np, &l, &msg);
-    if (r < 0) {
+    if (modify_merge(v->mutable_params, in, &np, &l, &msg) < 0) {
         grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "%s", msg);
         return;
     }
-    if (v->busy) {
-        json_decref(np);
-        grpc_call_fail(call, GRPC_ABORTED, "an operation on volume %s is in progress", v->id);
-        return;
-    }
-    json_t *old = v->mutable_params;
-    v->mutable_params = np;
-    if ((r = store_save_vol(c->store, v)) < 0) {
-        v->mutable_params = old;
-        json_decref(np);
-        grpc_call_fail(call, GRPC_INTERNAL, "cannot write the volume record: %s", strerror(-r));
-        return;
-    }
-    json_decref(old);
-    _cleanup_free_ char *lim = json_dumps(np, JSON_COMPACT | JSON_SORT_KEYS);
-    _cleanup_free_ char *q = log_quote(lim ? lim : "{}");
-    log_info("controller", "volume limits recorded", "volume=%s limits=%s live=%s", v->id, q,
-             vol_live(v) ? "yes" : "no");
-    if (!vol_live(v)) {
-        Csi__V1__ControllerModifyVolumeResponse out = CSI__V1__CONTROLLER_MODIFY_VOLUME_RESPONSE__INIT;
-        grpc_call_reply_pb(call, &out.base);
-        return;
-    }
-    modify_live(c, call, v, &l);
+    modify_apply(c, call, v, np, &l);
 }

@@ -71,7 +71,9 @@ int qos_merge(json_t *current, size_t n, const char *const *keys, const char *co
             int i = key_index(k);
             const char *s = json_string_value(val);
             if (i < 0 || !s) {
-                *ret_msg = xasprintf("unknown mutable parameter '%s' in the volume's record", k);
+                *ret_msg = xasprintf(i < 0 ? "unknown mutable parameter '%s' in the volume's "
+                                             "record"
+                                           : "%s in the volume's record is not a string", k);
                 return -EINVAL;
             }
             if (parse_value(k, s, &l.v[i], ret_msg) < 0)
@@ -101,6 +103,21 @@ int qos_merge(json_t *current, size_t n, const char *const *keys, const char *co
     }
     if (ret_limits)
         *ret_limits = l;
+    return 0;
+}
+
+int qos_check(size_t n, const char *const *keys, const char *const *vals, char **ret_msg)
+{
+    uint64_t v;
+    for (size_t j = 0; j < n; j++) {
+        if (key_index(keys[j]) < 0) {
+            *ret_msg = xasprintf("unknown mutable parameter '%s' (expected readIops, writeIops, "
+                                 "readBps, writeBps or their ...Burst)", keys[j]);
+            return -EINVAL;
+        }
+        if (parse_value(keys[j], vals[j], &v, ret_msg) < 0)
+            return -EINVAL;
+    }
     return 0;
 }
 

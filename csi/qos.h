@@ -21,5 +21,8 @@
  * QSD_LIMIT_MAX, a burst below its base or without one. */
 int qos_merge(json_t *current, size_t n, const char *const *keys, const char *const *vals,
               json_t **ret_params, struct qsd_limits *ret_limits, char **ret_msg);
+/* The keys and values alone, as qos_merge checks them, without the burst
+ * rules (which need the set they are merged into). */
+int qos_check(size_t n, const char *const *keys, const char *const *vals, char **ret_msg);
 /* The limits of a stored object (qos_merge with nothing to merge). */
 int qos_limits(json_t *params, struct qsd_limits *ret, char **ret_msg);

@@ -26,6 +26,7 @@
 #include "qsd/qemu/rbdsrc.h"
 #include "volqsd.h"
 #include "ids.h"
+#include "modify.h"
 #include "op.h"
 
 #include <fcntl.h>
@@ -321,6 +322,8 @@ void rbd_req_free(struct rbd_req *q)
     rbd_cred_clear(&q->cred);
     free(q->name);
     free(q->path);
+    json_decref(q->mparams);
+    free(q->packed);
     free(q);
 }
 
@@ -352,6 +355,7 @@ enum grpc_code rbd_code(int status)
     case ERANGE: return GRPC_OUT_OF_RANGE;
     case ENOSPC: return GRPC_RESOURCE_EXHAUSTED;
     case ENODEV: return GRPC_NOT_FOUND; /* no such volume (ENOENT: other things) */
+    case EUCLEAN: return GRPC_FAILED_PRECONDITION; /* image metadata not ours (rbd_qos.c) */
     default: return GRPC_INTERNAL;
     }
 }
@@ -501,6 +505,9 @@ static int create_fn(void *arg, char **ret_msg, json_t **ret_result)
     } else if ((r = rbd_metadata_set(img, RBD_META_KEY, name)) < 0) {
         *ret_msg = xasprintf("cannot mark image %s as a volume: %s", name, strerror(-r));
     }
+    /* The limits of mutable_parameters (a retry records them again). */
+    if (r == 0 && q->mparams)
+        r = rbd_qos_write(img, q->mparams, ret_msg);
     rbd_close(img);
     if (r < 0 && !existed)
         rbd_remove(k.io, name);
@@ -707,6 +714,9 @@ void rbd_create_plan(Csi__V1__CreateVolumeRequest *in, struct rbd_plan *pl)
     }
     if ((r = capacity_pick(q->required, q->limit, 0, 0, &pl->size, &msg)) < 0)
         plan_refuse(pl, r, msg);
+    else if (modify_params_of(in->n_mutable_parameters, in->mutable_parameters, &q->mparams,
+                              &msg) < 0)
+        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT, "mutable_parameters: %s", msg);
     else if (!in->volume_content_source ||
              rbd_clone_check(in->volume_content_source, q, &pl->refusal))
         pl->kind = PLAN_ACT;
@@ -877,10 +887,10 @@ int rbd_export_opts(struct csi *c, const struct vol *v, struct qsd_opts *ret, ch
 /* The image of q exists, is ours, and this node may serve it (rbd_lock.h:
  * no other live client than its own `own`, the watch of our reaped QSD at
  * address dead not counted; a dead lock holder is fenced): the result
- * {size, fenced?, addr?, held} (addr: our QSD's, when own is 1; held: a
- * live client holds the lock). */
+ * {size, fenced?, addr?, held, qos?} (addr: our QSD's, when own is 1;
+ * held: a live client holds the lock; qos: with_qos, the image's limits). */
 static int claim(const struct rbd_req *q, size_t own, bool fresh, const char *dead,
-                 json_t **ret_result, char **ret_msg)
+                 bool with_qos, json_t **ret_result, char **ret_msg)
 {
     struct conn k = {0};
     rbd_image_t img;
@@ -892,10 +902,17 @@ static int claim(const struct rbd_req *q, size_t own, bool fresh, const char *de
     if (r < 0)
         return r;
     r = rbd_lock_claim(img, q->loc.image, own, fresh, dead, &fenced, &addr, &held, ret_msg);
+    /* A stage's first check: the limits its QSD starts with (rbd_qos.c;
+     * invalid ones refuse the stage, naming the key). */
+    json_t *qos = NULL;
+    if (r == 0 && with_qos && (r = rbd_qos_read(img, &qos, ret_msg)) == -EUCLEAN)
+        r = rbd_qos_refusal(q, ret_msg);
     rbd_close(img);
     conn_close(&k);
     *ret_result = json_pack("{s:I, s:o*, s:s*, s:b}", "size", (json_int_t)size, "fenced", fenced,
                             "addr", addr, "held", held);
+    if (qos)
+        json_object_set_new(*ret_result, "qos", qos);
     return r;
 }
 
@@ -905,7 +922,7 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
     struct op *op = arg;
     const struct rbd_req *q = rbd_req_of(op);
     _cleanup_free_ char *mons = NULL;
-    int r = claim(q, 0, false, NULL, ret_result, ret_msg);
+    int r = claim(q, 0, false, NULL, true, ret_result, ret_msg);
     if (r == 0 && (r = rbd_cluster_monitors(q->clusters, q->loc.cluster, &mons, ret_msg)) == 0)
         json_object_set_new(*ret_result, "monitors", json_string(mons));
     return r;
@@ -914,7 +931,18 @@ static int stage_fn(void *arg, char **ret_msg, json_t **ret_result)
 int rbd_confirm_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     struct op *op = arg;
-    return claim(rbd_req_of(op), 1, true, NULL, ret_result, ret_msg);
+    const struct rbd_req *q = rbd_req_of(op);
+    int r = claim(q, 1, true, NULL, false, ret_result, ret_msg);
+    /* This node serves the image now: it records itself in it, then reads
+     * the limits again (a modify may have come after the first check read
+     * them, and seen no client: rbd_qos.c). */
+    json_t *qos = NULL;
+    _cleanup_free_ char *warn = NULL;
+    if (r == 0 && rbd_stage_mark(q, &qos, &warn) == 0) /* null: none */
+        json_object_set_new(*ret_result, "qos", qos ? qos : json_null());
+    if (r == 0 && warn)
+        json_object_set_new(*ret_result, "warn", json_string(warn));
+    return r;
 }
 
 /* A check of a staged volume's record (rbd_guard.c's restarts): the
@@ -969,7 +997,7 @@ int rbd_check_fn(void *arg, char **ret_msg, json_t **ret_result)
         return r;
     }
     k->q.cred.key[strcspn(k->q.cred.key, "\n")] = '\0';
-    return claim(&k->q, k->own, k->fresh, k->dead, ret_result, ret_msg);
+    return claim(&k->q, k->own, k->fresh, k->dead, false, ret_result, ret_msg);
 }
 
 static void stage_done(int status, const char *msg, json_t *result, void *opaque)
@@ -1005,6 +1033,11 @@ static void stage_done(int status, const char *msg, json_t *result, void *opaque
     json_decref(v->parameters);
     v->parameters = json_pack("{s:s, s:s, s:s}", "backend", "rbd", "user", q->cred.user,
                               "monitors", mons);
+    /* The image's limits (rbd_qos.c): what its QSD starts with. */
+    json_t *qos = json_object_get(result, "qos");
+    json_decref(v->mutable_params);
+    v->mutable_params = json_is_object(qos) ? json_incref(qos) : NULL;
+
     v->size = v->image_size = (uint64_t)size;
     int r = qsd_rbd_write_key(c->cfg->run_dir, v->id, q->cred.key);
     _cleanup_free_ char *path = xstrdup(q->path);
@@ -1044,5 +1077,6 @@ void rbd_stage(struct csi *c, struct grpc_call *call, Csi__V1__NodeStageVolumeRe
     q->gid = gid;
     q->ro = ro;
     q->then = then;
+    q->node = c->cfg->node_id; /* recorded in the image (rbd_confirm_fn) */
     rbd_start(c, call, q, 0, stage_fn, stage_done);
 }

@@ -85,6 +85,10 @@ void rbd_create_volume(struct csi *c, struct grpc_call *call, Csi__V1__CreateVol
 void rbd_delete_volume(struct csi *c, struct grpc_call *call, Csi__V1__DeleteVolumeRequest *in);
 void rbd_expand_volume(struct csi *c, struct grpc_call *call,
                        Csi__V1__ControllerExpandVolumeRequest *in);
+/* ControllerModifyVolume of an RBD volume (rbd_qos.c): the limits in the
+ * image's metadata, then on the QSD of the node serving it. */
+void rbd_modify_volume(struct csi *c, struct grpc_call *call,
+                       Csi__V1__ControllerModifyVolumeRequest *in);
 /* GetCapacity with backend: rbd parameters (no secrets: the cluster is not
  * asked; docs/rbd.md). */
 void rbd_get_capacity(struct csi *c, struct grpc_call *call, Csi__V1__GetCapacityRequest *in);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_backend.c: the RBD backend's table (backend.h): what it claims (the
  * StorageClass parameter backend: rbd, "rbd:" and "rbdsnap:" ids, the
- * records of staged RBD volumes), its RPCs (rbd.c, rbd_snap.c), the node's
+ * records of staged RBD volumes), its RPCs (rbd.c, rbd_snap.c, rbd_qos.c), the node's
  * record name of an id and the id of a record, and the restarts of its QSDs after the rule
  * (rbd_guard.h). */
 #include "backend.h"
@@ -55,17 +55,6 @@ static bool stage_confirm(struct op *op, struct rbd_req **rbd)
     op_set_ctx(op, &rbd_req_ctx, TAKE_PTR(*rbd));
     rbd_stage_confirm(op);
     return true;
-}
-
-/* Not built for RBD yet: the limits would go to the QSD of the node where
- * the image is staged (docs/node-operations.md). */
-static void modify_volume(struct csi *c, struct grpc_call *call,
-                          Csi__V1__ControllerModifyVolumeRequest *in)
-{
-    (void)c;
-    grpc_call_fail(call, GRPC_UNIMPLEMENTED,
-                   "ControllerModifyVolume is built for local volumes only, not yet for %s",
-                   in->volume_id);
 }
 
 /* Changed-block tracking of RBD snapshots (rbd diff) is not built. */
@@ -126,7 +115,7 @@ const struct backend backend_rbd = {
     .delete_snapshot = rbd_delete_snapshot,
     .list_snapshots = rbd_list_snapshots,
     .get_snapshot = NULL, /* ListSnapshots with snapshot_id answers it */
-    .modify_volume = modify_volume,
+    .modify_volume = rbd_modify_volume,
     .snapshot_metadata = snapshot_metadata,
     .create_group_snapshot = create_group,
     .delete_group_snapshot = delete_group,

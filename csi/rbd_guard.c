@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* rbd_guard.c: see rbd_guard.h (the rule it applies: rbd_lock.c). */
 #include "rbd_guard.h"
+#include "modify.h"
+#include "qos.h"
 #include "rbd.h"
 #include "rbd_lock.h"
 #include "service.h"
@@ -57,6 +59,34 @@ static void record_addr(struct csi *c, struct vol *v, json_t *result)
                  strerror(-r));
 }
 
+/* The image's limits (qos: valid, JSON null for none, NULL when they could
+ * not be read) changed between the
+ * stage's read (the QSD started with those: the record's) and this check:
+ * a ControllerModifyVolume that saw no client then (rbd_qos.c).  They are
+ * recorded and set on the QSD before the call is answered (modify.h: an
+ * empty answer, as NodeStageVolume's; UNAVAILABLE when the QSD cannot be
+ * told, and the CO's retry finds the volume staged with them recorded). */
+static bool limits_changed(struct op *op, struct vol *v, json_t *qos)
+{
+    if (!qos) /* not read: the QSD keeps what it started with */
+        return false;
+    json_t *want = json_is_object(qos) ? json_incref(qos) : json_object();
+    bool same = v->mutable_params ? json_equal(want, v->mutable_params)
+                                  : json_object_size(want) == 0;
+    struct qsd_limits l;
+    _cleanup_free_ char *m = NULL;
+    if (same || qos_limits(want, &l, &m) < 0) {
+        json_decref(want);
+        return false;
+    }
+    struct csi *c = op->csi;
+    struct grpc_call *call = op->call;
+    op_end(op);
+    log_info("rbd", "limits changed while staging: set live", "volume=%s", v->id);
+    modify_apply(c, call, v, want, &l);
+    return true;
+}
+
 static void confirm_done(int status, const char *msg, json_t *result, void *opaque)
 {
     struct op *op = opaque;
@@ -65,7 +95,14 @@ static void confirm_done(int status, const char *msg, json_t *result, void *opaq
     rbd_log_fenced(v->id, json_object_get(result, "fenced"));
     if (status == 0) {
         record_addr(op->csi, v, result);
+        const char *warn = json_string_value(json_object_get(result, "warn"));
+        if (warn) {
+            _cleanup_free_ char *w = log_quote(warn);
+            log_warn("rbd", "volume not marked as served here", "volume=%s error=%s", v->id, w);
+        }
         log_info("node", "volume staged", "volume=%s pid=%d", v->id, (int)qsd_get_pid(v->qsd));
+        if (limits_changed(op, v, json_object_get(result, "qos")))
+            return;
         grpc_call_reply(op->call, "", 0);
         op_end(op);
         return;

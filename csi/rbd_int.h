@@ -34,6 +34,13 @@ struct rbd_req {
                              snapshot (image = its name) */
     bool src_snap;        /* the source is a snapshot */
     stage_new_fn then;    /* NodeStage: how it goes on once the record is made */
+    const char *node;     /* NodeStage: this node's id (rbd_qos.c's mark) */
+    json_t *mparams;      /* CreateVolume: the limits to record (NULL: none);
+                             ControllerModifyVolume: the request's entries
+                             as they came (key -> value), merged in the worker */
+    uint8_t *packed;      /* ControllerModifyVolume: the request, packed again
+                             for the node serving the volume */
+    size_t packed_len;
 };
 
 struct conn {
@@ -87,6 +94,24 @@ bool rbd_clone_check(const Csi__V1__VolumeContentSource *cs, struct rbd_req *q,
 void rbd_snapshot_plan(Csi__V1__CreateSnapshotRequest *in, struct rbd_plan *pl);
 void rbd_delete_snapshot_plan(Csi__V1__DeleteSnapshotRequest *in, struct rbd_plan *pl);
 void rbd_list_plan(Csi__V1__ListSnapshotsRequest *in, struct rbd_plan *pl);
+
+/* Image metadata of the limits (rbd_qos.c, docs/rbd.md "Limits"): worker
+ * side.  The image's limits (NULL: none); -EUCLEAN with a message when
+ * the value is not one this plugin writes (too long, not JSON, a key or
+ * value qos.h refuses): the metadata is anyone's with write access to the
+ * pool, so it is read bounded and checked. */
+int rbd_qos_read(rbd_image_t img, json_t **ret, char **ret_msg);
+/* Record params (NULL or empty: the key removed) as img's limits. */
+int rbd_qos_write(rbd_image_t img, json_t *params, char **ret_msg);
+/* The refusal of a stage for invalid limits (the message of rbd_qos_read
+ * in *msg, completed with the way out): -EUCLEAN. */
+int rbd_qos_refusal(const struct rbd_req *q, char **msg);
+/* NodeStage, once the check after its QSD's start passed: this node's id
+ * recorded in the image (RBD_NODE_META, so that ControllerModifyVolume
+ * finds it), then the limits read again into *ret (NULL: none, or invalid:
+ * then *ret_warn says why, as for any failure here; the QSD keeps the
+ * limits it started with).  0, or < 0 with *ret_warn. */
+int rbd_stage_mark(const struct rbd_req *q, json_t **ret, char **ret_warn);
 
 /* Loop side (rbd.c). */
 enum grpc_code rbd_code(int status);

@@ -468,6 +468,10 @@ static int clone_fn(void *arg, char **ret_msg, json_t **ret_result)
                              "plugin made from %s", name, q->loc.pool, src_id);
     else if (r < 0)
         *ret_msg = xasprintf("cannot mark image %s as a volume: %s", name, strerror(-r));
+    /* A clone inherits its source's metadata: the limits are the request's
+     * (rbd_qos.c), none when it has none. */
+    if (r == 0)
+        r = rbd_qos_write(img, q->mparams, ret_msg);
     rbd_image_info_t info;
     if (r == 0 && (r = rbd_stat(img, &info, sizeof(info))) < 0)
         *ret_msg = xasprintf("cannot read image %s: %s", name, strerror(-r));

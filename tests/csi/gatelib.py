@@ -1,17 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
 """Test scaffolding shared by the tests of qsd-node-gate (security/node_gate_*,
-deploy/node_certs): a unix echo server standing in for the plugin's
-node-operations socket, and a gate process whose stderr log lines are
-collected so a test can wait for one.  Processes are stopped by PID
-(SIGTERM, then SIGKILL after 10 s)."""
+deploy/node_certs) and of the controller reaching a node (csi_nodecall,
+rbd_qos): a unix echo server standing in for the plugin's node-operations
+socket, a gate process whose stderr log lines are collected so a test can
+wait for one, and Relay: the whole path from a controller plugin
+(--node-dial) to a node plugin's node-operations socket (dial gate, a
+stand-in API server, serve gate).  Processes are stopped by PID (SIGTERM,
+then SIGKILL after 10 or 15 s)."""
 import hashlib
+import http.server
+import json
 import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
+
+import pkilib
+
+TOKEN = "eyJhbGciOiJSUzI1NiJ9.test-token.sig"
 
 
 class Echo:
@@ -162,3 +172,156 @@ class GateProcess:
                 self.p.kill()
                 self.p.wait(10)
         return self.p.returncode
+
+
+def make_pki(pki):
+    """The driver's CA with the node's and the controller's pairs, and the
+    cluster's CA with the API server's."""
+    p = pkilib.Pki(pki)
+    for ca in ("ca", "api-ca"):
+        p.ca(ca, days=2)
+    for name, ca, dns, eku in (("node", "ca", "qsd-csi-node", "serverAuth"),
+                               ("controller", "ca", "qsd-csi-controller", "clientAuth"),
+                               ("apiserver", "api-ca", "kubernetes.default.svc", "serverAuth")):
+        p.leaf(name, ca, dns, dns, eku, days=2)
+    p.lock_keys()
+
+
+class ApiServer:
+    """GET /api/v1/nodes/NAME as the API server answers it: the Node, or a
+    Status with 404; 401 without the right bearer token."""
+
+    def __init__(self, pki, nodes, token=None):
+        token = token or TOKEN
+        self.seen = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.seen.append((self.path, self.headers.get("Authorization")))
+                m = re.fullmatch(r"/api/v1/nodes/([a-z0-9.-]+)", self.path)
+                if self.headers.get("Authorization") != "Bearer " + token:
+                    code, body = 401, {"kind": "Status", "message": "Unauthorized", "code": 401}
+                elif not m or m.group(1) not in nodes:
+                    name = m.group(1) if m else self.path
+                    code, body = 404, {"kind": "Status", "code": 404,
+                                       "message": 'nodes "%s" not found' % name}
+                else:
+                    code, body = 200, {"kind": "Node", "metadata": {"name": m.group(1)},
+                                       "status": {"addresses": nodes[m.group(1)]}}
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(pki, "apiserver.pem"), os.path.join(pki, "apiserver.key"))
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Proc:
+    """A program of ours in the background, its log in a file."""
+
+    def __init__(self, argv, log, ready):
+        self.logpath = log
+        self.f = open(log, "a")
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.f, stderr=self.f)
+        deadline = time.monotonic() + 15
+        while not ready():
+            assert self.p.poll() is None, "%s exited %s: %s" % (argv[0], self.p.returncode,
+                                                                self.log()[-2000:])
+            assert time.monotonic() < deadline, "%s not ready: %s" % (argv[0], self.log()[-2000:])
+            time.sleep(0.05)
+
+    def log(self):
+        with open(self.logpath) as f:
+            return f.read()
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(15)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(15)
+        self.f.close()
+        return self.p.returncode
+
+
+def accepting(path):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class Relay:
+    """A controller's way to a node plugin, as deployed: the node's serve
+    gate in front of ops (the node plugin's --node-ops-endpoint socket,
+    confined to gid), an API server answering nodes (name -> addresses),
+    the controller's dial gate, and the token file; controller() starts a
+    controller plugin using them.  procs: what stop() stops."""
+
+    def __init__(self, root, gate, ops, nodes, uid, gid):
+        self.root, self.procs, self.api = root, [], None
+        pki = os.path.join(root, "pki")
+        make_pki(pki)
+        P = lambda n: os.path.join(pki, n)  # noqa: E731
+        try:
+            log = os.path.join(root, "serve-gate.log")
+            self.serve = Proc([gate, "--listen", "127.0.0.1:0", "--forward", ops, "--ca",
+                               P("ca.pem"), "--cert", P("node.pem"), "--key", P("node.key"),
+                               "--peer-name", "qsd-csi-controller", "--uid", str(uid), "--gid",
+                               str(gid)], log, lambda: "msg=listening" in open(log).read())
+            self.procs.append(self.serve)
+            port = int(re.search(r"msg=listening addr=127\.0\.0\.1:(\d+)",
+                                 self.serve.log()).group(1))
+            self.api = ApiServer(pki, nodes)
+            self.dial = os.path.join(root, "dial", "dial.sock")
+            os.makedirs(os.path.dirname(self.dial))
+            log = os.path.join(root, "dial-gate.log")
+            self.dialer = Proc([gate, "--dial", "--listen-unix", self.dial, "--port", str(port),
+                                "--ca", P("ca.pem"), "--cert", P("controller.pem"), "--key",
+                                P("controller.key"), "--peer-name", "qsd-csi-node", "--api-host",
+                                "127.0.0.1", "--api-port", str(self.api.port), "--api-ca",
+                                P("api-ca.pem"), "--uid", str(uid), "--gid", str(gid)],
+                               log, lambda: "msg=listening" in open(log).read())
+            self.procs.append(self.dialer)
+            self.token = os.path.join(root, "token")
+            with open(self.token, "w") as f:
+                f.write(TOKEN + "\n")
+        except BaseException:
+            self.stop()
+            raise
+
+    def controller(self, plugin, sock, driver, extra=(), log="controller.log"):
+        """A controller plugin (--role controller --node-dial) serving sock,
+        ready; not in procs (the caller stops it, or appends it)."""
+        return Proc([plugin, "--role", "controller", "--endpoint", "unix://" + sock,
+                     "--driver-name", driver, "--node-dial", "unix://" + self.dial,
+                     "--api-token-file", self.token, "--log-level", "debug",
+                     *(extra or ["--rbd-clusters", "/dev/null"])],
+                    os.path.join(self.root, log), lambda: accepting(sock))
+
+    def stop(self):
+        for p in self.procs:
+            p.stop()
+        if self.api:
+            self.api.stop()

@@ -45,21 +45,17 @@ Asserted:
 
 usage: test_csi_nodecall.py PLUGIN_BINARY PROTO_DIR QSDCTL GATE
 """
-import http.server
 import json
 import os
 import re
 import signal
-import socket
-import ssl
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csilib  # noqa: E402
-import pkilib  # noqa: E402
+import gatelib  # noqa: E402
 from csilib import expect_code, mount_cap  # noqa: E402
 
 import grpc  # noqa: E402
@@ -67,104 +63,7 @@ import grpc  # noqa: E402
 MiB = 1 << 20
 T = 30
 GID = UID = 64125
-TOKEN = "eyJhbGciOiJSUzI1NiJ9.test-token.sig"
-
-
-def make_pki(pki):
-    """The driver's CA with the node's and the controller's pairs, and the
-    cluster's CA with the API server's."""
-    p = pkilib.Pki(pki)
-    for ca in ("ca", "api-ca"):
-        p.ca(ca, days=2)
-    for name, ca, dns, eku in (("node", "ca", "qsd-csi-node", "serverAuth"),
-                               ("controller", "ca", "qsd-csi-controller", "clientAuth"),
-                               ("apiserver", "api-ca", "kubernetes.default.svc", "serverAuth")):
-        p.leaf(name, ca, dns, dns, eku, days=2)
-    p.lock_keys()
-
-
-class ApiServer:
-    """GET /api/v1/nodes/NAME as the API server answers it: the Node, or a
-    Status with 404; 401 without the right bearer token."""
-
-    def __init__(self, pki, nodes):
-        self.seen = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                outer.seen.append((self.path, self.headers.get("Authorization")))
-                m = re.fullmatch(r"/api/v1/nodes/([a-z0-9.-]+)", self.path)
-                if self.headers.get("Authorization") != "Bearer " + TOKEN:
-                    code, body = 401, {"kind": "Status", "message": "Unauthorized", "code": 401}
-                elif not m or m.group(1) not in nodes:
-                    name = m.group(1) if m else self.path
-                    code, body = 404, {"kind": "Status", "code": 404,
-                                       "message": 'nodes "%s" not found' % name}
-                else:
-                    code, body = 200, {"kind": "Node", "metadata": {"name": m.group(1)},
-                                       "status": {"addresses": nodes[m.group(1)]}}
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(os.path.join(pki, "apiserver.pem"), os.path.join(pki, "apiserver.key"))
-        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class Proc:
-    """A program of ours in the background, its log in a file."""
-
-    def __init__(self, argv, log, ready):
-        self.logpath = log
-        self.f = open(log, "a")
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.f, stderr=self.f)
-        deadline = time.monotonic() + 15
-        while not ready():
-            assert self.p.poll() is None, "%s exited %s: %s" % (argv[0], self.p.returncode,
-                                                                self.log()[-2000:])
-            assert time.monotonic() < deadline, "%s not ready: %s" % (argv[0], self.log()[-2000:])
-            time.sleep(0.05)
-
-    def log(self):
-        with open(self.logpath) as f:
-            return f.read()
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(15)
-        self.f.close()
-        return self.p.returncode
-
-
-def accepting(path):
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
+TOKEN = gatelib.TOKEN
 
 
 def refused(plugin, args, want):
@@ -184,11 +83,8 @@ def main():
     print("ok bad flag combinations: exit 2 naming the flag")
 
     env = csilib.Env(plugin, proto, prefix="qsd-nodecall-")
-    procs, api = [], None
+    procs, relay = [], None
     try:
-        pki = os.path.join(env.root, "pki")
-        make_pki(pki)
-        P = lambda n: os.path.join(pki, n)  # noqa: E731
         ops = os.path.join(env.root, "ops", "node-ops.sock")
         c = env.start(extra=["--node-ops-endpoint", "unix://" + ops, "--node-ops-group", str(GID)])
         pb = env.pb
@@ -196,38 +92,19 @@ def main():
         assert st.st_gid == GID and st.st_mode & 0o777 == 0o660, (st.st_gid, oct(st.st_mode))
         print("ok the node-operations socket: group %d, mode 0660" % GID)
 
-        # the node's serve gate, confined to the socket's group
-        serve = Proc([gate, "--listen", "127.0.0.1:0", "--forward", ops, "--ca", P("ca.pem"),
-                      "--cert", P("node.pem"), "--key", P("node.key"), "--peer-name",
-                      "qsd-csi-controller", "--uid", str(UID), "--gid", str(GID)],
-                     os.path.join(env.root, "serve-gate.log"),
-                     lambda: "msg=listening" in open(os.path.join(env.root, "serve-gate.log")).read())
-        procs.append(serve)
-        port = int(re.search(r"msg=listening addr=127\.0\.0\.1:(\d+)", serve.log()).group(1))
         nodes = {env.node: [{"type": "Hostname", "address": env.node},
                             {"type": "ExternalIP", "address": "192.0.2.7"},
                             {"type": "InternalIP", "address": "127.0.0.1"}],
                  # a node whose address has no gate
                  "node-dark": [{"type": "InternalIP", "address": "127.0.0.3"}],
                  "node-noip": [{"type": "Hostname", "address": "node-noip"}]}
-        api = ApiServer(pki, nodes)
-        dial = os.path.join(env.root, "dial", "dial.sock")
-        os.makedirs(os.path.dirname(dial))
-        dialer = Proc([gate, "--dial", "--listen-unix", dial, "--port", str(port), "--ca",
-                       P("ca.pem"), "--cert", P("controller.pem"), "--key", P("controller.key"),
-                       "--peer-name", "qsd-csi-node", "--api-host", "127.0.0.1", "--api-port",
-                       str(api.port), "--api-ca", P("api-ca.pem"), "--uid", str(UID), "--gid",
-                       str(GID)], os.path.join(env.root, "dial-gate.log"),
-                      lambda: "msg=listening" in open(os.path.join(env.root, "dial-gate.log")).read())
-        procs.append(dialer)
-        token = os.path.join(env.root, "token")
-        with open(token, "w") as f:
-            f.write(TOKEN + "\n")
+        # the node's serve gate (confined to the socket's group), the API
+        # server, the controller's dial gate
+        relay = gatelib.Relay(env.root, gate, ops, nodes, UID, GID)
+        procs = relay.procs
+        api, serve, dialer, token = relay.api, relay.serve, relay.dialer, relay.token
         ctl_sock = os.path.join(env.root, "ctl", "csi.sock")
-        ctl = Proc([plugin, "--role", "controller", "--rbd-clusters", "/dev/null", "--endpoint",
-                    "unix://" + ctl_sock, "--driver-name", env.driver, "--node-dial",
-                    "unix://" + dial, "--api-token-file", token, "--log-level", "debug"],
-                   os.path.join(env.root, "controller.log"), lambda: accepting(ctl_sock))
+        ctl = relay.controller(plugin, ctl_sock, env.driver)
         procs.append(ctl)
         cc = csilib.Client(pb, ctl_sock)
 
@@ -408,11 +285,7 @@ def main():
                 time.sleep(0.05)
 
         def start_ctl():
-            return Proc([plugin, "--role", "controller", "--rbd-clusters", "/dev/null",
-                         "--endpoint", "unix://" + ctl_sock, "--driver-name", env.driver,
-                         "--node-dial", "unix://" + dial, "--api-token-file", token,
-                         "--log-level", "debug"],
-                        os.path.join(env.root, "controller.log"), lambda: accepting(ctl_sock))
+            return relay.controller(plugin, ctl_sock, env.driver)
 
         def plog():
             with open(os.path.join(env.root, "plugin.log")) as f:
@@ -548,10 +421,8 @@ def main():
                 print("".join(open(p).readlines()[-25:]))
         raise
     finally:
-        for p in procs:
-            p.stop()
-        if api:
-            api.stop()
+        if relay:
+            relay.stop()
         env.cleanup()
 
 
