@@ -314,11 +314,18 @@ class Relay:
     def controller(self, plugin, sock, driver, extra=(), log="controller.log"):
         """A controller plugin (--role controller --node-dial) serving sock,
         ready; not in procs (the caller stops it, or appends it)."""
+        # Ready when this instance says so and accepts: for a few
+        # milliseconds after a plugin on io_uring was killed (-9), its
+        # listening socket still accepts (the ring's teardown, which holds
+        # the socket, runs after the exit), so a connect alone may reach
+        # the dead one.
+        logp = os.path.join(self.root, log)
+        before = open(logp).read().count("msg=serving") if os.path.exists(logp) else 0
         return Proc([plugin, "--role", "controller", "--endpoint", "unix://" + sock,
                      "--driver-name", driver, "--node-dial", "unix://" + self.dial,
                      "--api-token-file", self.token, "--log-level", "debug",
-                     *(extra or ["--rbd-clusters", "/dev/null"])],
-                    os.path.join(self.root, log), lambda: accepting(sock))
+                     *(extra or ["--rbd-clusters", "/dev/null"])], logp,
+                    lambda: open(logp).read().count("msg=serving") > before and accepting(sock))
 
     def stop(self):
         for p in self.procs:

