@@ -8,6 +8,7 @@ Every test makes its own root with mktemp; the plugin and the QSDs it started
 are stopped by PID, never by name."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -278,6 +279,10 @@ def ctest_register_root(root):
             f.write("%d %s\n" % (os.getpid(), root))
 
 
+# The plugin's start-up line saying it serves, in either log format.
+SERVING = re.compile(r'msg=serving |"msg":"serving"')
+
+
 class Env:
     """A temporary root: state, pool, run dir, kubelet root, the plugin."""
 
@@ -306,7 +311,9 @@ class Env:
     def start(self, extra=(), wrapper=()):
         """Start the plugin (under wrapper, e.g. strace, when given: then
         self.proc is the wrapper's process)."""
-        self.logf = open(os.path.join(self.root, "plugin.log"), "a")
+        logp = os.path.join(self.root, "plugin.log")
+        served = len(SERVING.findall(open(logp).read())) if os.path.exists(logp) else 0
+        self.logf = open(logp, "a")
         self.proc = subprocess.Popen(
             [*wrapper, self.plugin, "--endpoint", "unix://" + self.sock, "--nodeid", self.node,
              "--driver-name", self.driver, "--state-dir", self.state, "--pool", self.pool,
@@ -318,8 +325,15 @@ class Env:
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError("plugin exited early with %d" % self.proc.returncode)
+            # Ready when this instance says so and accepts: for a few
+            # milliseconds after a plugin on io_uring was killed (-9), its
+            # listening socket still accepts (the ring's teardown, which
+            # holds the socket, runs after the exit).
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
+                with open(logp) as f:
+                    if len(SERVING.findall(f.read())) <= served:
+                        raise OSError("not serving yet")
                 s.connect(self.sock)
                 break
             except OSError:
