@@ -592,7 +592,8 @@ cli() {
 }
 
 # No warning event on a normal local claim, snapshot or deletion (the
-# central provisioner and snapshotter serve the RBD driver name only): a
+# central provisioner serves the RBD driver name only; the local name's
+# snapshotter forwards local snapshots to the node): a
 # local snapshot and claim are deleted (their VolumeSnapshotContent and PV
 # gone, bounded), then every Warning event about a claim, volume or
 # snapshot that is not the RBD scenario's is counted: 0 expected.
