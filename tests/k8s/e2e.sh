@@ -519,7 +519,8 @@ group_snapshot() {
     n=$(console_line vm-group '^SEQ-DONE'); echo "group-snapshot: vm-group: $n"
     [[ $n =~ n=([0-9]+)\ write_errors=0 ]] || { say "vm-group saw write errors"; return 1; }
     n=${BASH_REMATCH[1]}
-    vm_pod $ns vm-gverify "$dir/guest" "writer.seqcheck=32768 writer.hold=15" g-a-r g-b-r |
+    # Each disk's records are in its first n/2 + 1 blocks; a few more are read.
+    vm_pod $ns vm-gverify "$dir/guest" "writer.seqcheck=$((n / 2 + 16)) writer.hold=15" g-a-r g-b-r |
         kubectl apply -f - >/dev/null || return 1
     wait_for 180 "vm-gverify Running" phase_is vm-gverify Running || return 1
     wait_vm vm-gverify 300 "SEQCHECK on vm-gverify's console" console_has vm-gverify '^SEQCHECK' || return 1
@@ -726,6 +727,8 @@ qsds_left() { # the driver's QSDs (and filter heads) still running: their
 uninstall() {
     local t0=$SECONDS left
     timeout 200 kubectl -n $ns delete pod --all --wait=true >/dev/null || { say "pods not deleted"; return 1; }
+    # A group's member snapshots go with their group (a finalizer holds them).
+    timeout 120 kubectl -n $ns delete volumegroupsnapshot --all --wait=true >/dev/null || return 1
     timeout 120 kubectl -n $ns delete volumesnapshot --all --wait=true >/dev/null || return 1
     wait_for 120 "no VolumeSnapshotContent of the driver" eval \
         '[ -z "$(kubectl get volumesnapshotcontent -o jsonpath="{.items[?(@.spec.driver==\"qsd.csi.qsd-csi.dev\")].metadata.name}")" ]' || return 1
