@@ -5,16 +5,26 @@
  * volume (by the StorageClass parameters or the "rbd:" id) and then hands
  * the same bytes to controller.c's handler, which dispatches to rbd.c (and
  * to the RBD snapshot code) exactly as in the node role.  Local volumes are
- * node-local: their controller calls belong to the csi-provisioner and
- * csi-snapshotter of the volume's node (--node-deployment), which the
+ * node-local: their CreateVolume and DeleteVolume belong to the
+ * csi-provisioner of the volume's node (--node-deployment), which the
  * central sidecars cannot be told to leave alone, so:
  *
- *   CreateVolume, DeleteVolume, CreateSnapshot, DeleteSnapshot of a local
- *   volume: FAILED_PRECONDITION.  A final code: the central provisioner
- *   neither retries it as "in progress" (UNAVAILABLE, ABORTED, ...) nor
- *   reschedules (RESOURCE_EXHAUSTED with topology; the controller role
- *   reports no topology), and DeleteVolume never answers OK for a volume it
- *   did not delete (the PV would go, the file would stay).
+ *   CreateVolume, DeleteVolume of a local volume: FAILED_PRECONDITION.  A
+ *   final code: the central provisioner neither retries it as "in
+ *   progress" (UNAVAILABLE, ABORTED, ...) nor reschedules
+ *   (RESOURCE_EXHAUSTED with topology; the controller role reports no
+ *   topology), and DeleteVolume never answers OK for a volume it did not
+ *   delete (the PV would go, the file would stay).
+ *   CreateSnapshot, DeleteSnapshot of a local volume: with --node-dial,
+ *   forwarded as they came to the node the id names (source_volume_id's,
+ *   snapshot_id's: NAME@NODE; a bad id INVALID_ARGUMENT naming the field,
+ *   an id without a node FAILED_PRECONDITION, nothing sent), so one
+ *   central csi-snapshotter (with its group-snapshot controller) serves
+ *   every local snapshot; without, FAILED_PRECONDITION as above.
+ *   ListSnapshots, with --node-dial only (LIST_SNAPSHOTS advertised then):
+ *   filtered by a local id, the node of that id (snapshot_id's first)
+ *   answers; by an RBD id, controller.c's; unfiltered, FAILED_PRECONDITION
+ *   (no list of every node's snapshots is kept here).
  *   ControllerExpandVolume of a local volume: OK with
  *   node_expansion_required and the requested size, nothing done: the
  *   resizer then leaves the growth to NodeExpandVolume on the volume's node,
@@ -49,9 +59,9 @@
 #include <inttypes.h>
 
 #define LOCAL_REFUSED                                                                         \
-    "local volumes are created, deleted and snapshotted by the csi-provisioner and "        \
-    "csi-snapshotter of their node (node plugin, --role node); this is the controller role, " \
-    "which serves backend rbd only"
+    "local volumes are created and deleted by the csi-provisioner of their node (node "     \
+    "plugin, --role node), and snapshotted through this controller only with --node-dial; " \
+    "this is the controller role, which serves backend rbd only"
 
 struct ctlrole {
     struct csi *csi;
@@ -61,7 +71,7 @@ struct ctlrole {
     size_t n_group;
     const struct grpc_method *smeta; /* snapmeta.c's table */
     size_t n_smeta;
-    struct grpc_method methods[13];
+    struct grpc_method methods[14];
 };
 
 static struct ctlrole g_role;
@@ -95,12 +105,16 @@ static void forward(struct grpc_call *call, const char *path, const uint8_t *req
 #define DECODE(Type, type) (Type *)csi_request_unpack(call, &type##__descriptor, req, len)
 
 /* CreateVolume, DeleteVolume, CreateSnapshot, DeleteSnapshot: passed on for
- * a central backend's volumes (RBD), refused for the others (local). */
+ * a central backend's volumes (RBD); for the others (local), the snapshot
+ * calls go to the node their id names with --node-dial, the rest (and
+ * those without) are refused. */
 struct route {
     const char *path;
     const ProtobufCMessageDescriptor *desc;
     const struct backend *(*backend)(const ProtobufCMessage *m);
     const char *refusal; /* what is not a central backend's */
+    const char *field;   /* the id naming the node (NAME@NODE); NULL: none goes there */
+    const char *(*id)(const ProtobufCMessage *m);
 };
 
 static const struct backend *create_backend(const ProtobufCMessage *m)
@@ -124,16 +138,57 @@ static const struct backend *delete_snapshot_backend(const ProtobufCMessage *m)
     return BACKEND_OF(.snapshot_id = ((const Csi__V1__DeleteSnapshotRequest *)m)->snapshot_id);
 }
 
+static const char *snapshot_source(const ProtobufCMessage *m)
+{
+    return ((const Csi__V1__CreateSnapshotRequest *)m)->source_volume_id;
+}
+
+static const char *snapshot_id(const ProtobufCMessage *m)
+{
+    return ((const Csi__V1__DeleteSnapshotRequest *)m)->snapshot_id;
+}
+
 static const struct route routes[] = {
     {CTL "CreateVolume", &csi__v1__create_volume_request__descriptor, create_backend,
-     "parameters: no backend rbd"},
+     "parameters: no backend rbd", NULL, NULL},
     {CTL "DeleteVolume", &csi__v1__delete_volume_request__descriptor, delete_backend,
-     "volume_id is no RBD volume"},
+     "volume_id is no RBD volume", NULL, NULL},
     {CTL "CreateSnapshot", &csi__v1__create_snapshot_request__descriptor, snapshot_backend,
-     "source_volume_id is no RBD volume"},
+     "source_volume_id is no RBD volume", "source_volume_id", snapshot_source},
     {CTL "DeleteSnapshot", &csi__v1__delete_snapshot_request__descriptor, delete_snapshot_backend,
-     "snapshot_id is no RBD snapshot"},
+     "snapshot_id is no RBD snapshot", "snapshot_id", snapshot_id},
 };
+
+/* A local volume's or snapshot's id: NAME or NAME@NODE (service.h
+ * csi_id_out), whichever node; INVALID_ARGUMENT naming field otherwise. */
+static bool local_id_ok(struct grpc_call *call, const char *field, const char *id)
+{
+    _cleanup_free_ char *name = xstrdup(id ? id : "");
+    _cleanup_free_ char *of_node = xasprintf("%s's node", field);
+    char *at = strchr(name, '@');
+    if (at)
+        *at++ = '\0';
+    return id_ok(call, field, name) && (!at || id_ok(call, of_node, at));
+}
+
+/* With --node-dial: the whole call, as it came, to the node the local id
+ * names (which checks the rest and does the work).  An id without a node
+ * (or naming the controller's own name) cannot be placed:
+ * FAILED_PRECONDITION, nothing sent. */
+static void to_node(struct grpc_call *call, const char *path, const char *field,
+                    const char *id, const uint8_t *req, size_t len)
+{
+    if (!local_id_ok(call, field, id))
+        return;
+    const char *node = csi_id_node(g_role.csi, id);
+    if (!node) {
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "%s %s names no node (NAME@NODE): the controller cannot tell which "
+                       "node holds it", field, id);
+        return;
+    }
+    nodecall_forward(g_role.csi, call, node, path, req, len);
+}
 
 static void routed(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
 {
@@ -141,23 +196,41 @@ static void routed(struct grpc_call *call, const uint8_t *req, size_t len, void 
     ProtobufCMessage *in = csi_request_unpack(call, rt->desc, req, len);
     if (!in)
         return;
-    bool central = rt->backend(in)->central;
-    protobuf_c_message_free_unpacked(in, NULL);
-    if (central)
+    if (rt->backend(in)->central)
         forward(call, rt->path, req, len);
+    else if (rt->field && g_role.csi->cfg->node_dial)
+        to_node(call, rt->path, rt->field, rt->id(in), req, len);
     else
         grpc_call_fail(call, GRPC_FAILED_PRECONDITION, "%s: " LOCAL_REFUSED, rt->refusal);
+    protobuf_c_message_free_unpacked(in, NULL);
 }
 
-/* A local volume id: NAME or NAME@NODE (service.h csi_id_out), whichever
- * node: the controller has none. */
-static bool local_id_ok(struct grpc_call *call, const char *id)
+/* ListSnapshots (with --node-dial; csi-snapshotter asks it, by snapshot_id,
+ * for a pre-provisioned snapshot's state): filtered by a local id, the
+ * node that id names answers (snapshot_id's, else source_volume_id's; the
+ * node applies both filters); by an RBD id, controller.c (rbd_snap.c).
+ * Unfiltered: FAILED_PRECONDITION, as the controller has no list of every
+ * node's snapshots (each node plugin lists its own on its socket). */
+static void list_snapshots(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
 {
-    _cleanup_free_ char *name = xstrdup(id ? id : "");
-    char *at = strchr(name, '@');
-    if (at)
-        *at++ = '\0';
-    return id_ok(call, "volume_id", name) && (!at || id_ok(call, "volume_id's node", at));
+    (void)opaque;
+    Csi__V1__ListSnapshotsRequest *in =
+        DECODE(Csi__V1__ListSnapshotsRequest, csi__v1__list_snapshots_request);
+    if (!in)
+        return;
+    const char *sid = in->snapshot_id && *in->snapshot_id ? in->snapshot_id : NULL;
+    const char *vid = in->source_volume_id && *in->source_volume_id ? in->source_volume_id : NULL;
+    if (!sid && !vid)
+        grpc_call_fail(call, GRPC_FAILED_PRECONDITION,
+                       "the controller role lists one node's snapshots: give snapshot_id or "
+                       "source_volume_id (NAME@NODE); each node plugin lists its own");
+    else if (BACKEND_OF(.snapshot_id = sid, .volume_id = vid)->central)
+        forward(call, CTL "ListSnapshots", req, len);
+    else if (sid)
+        to_node(call, CTL "ListSnapshots", "snapshot_id", sid, req, len);
+    else
+        to_node(call, CTL "ListSnapshots", "source_volume_id", vid, req, len);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
 }
 
 static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
@@ -176,7 +249,7 @@ static void expand_volume(struct grpc_call *call, const uint8_t *req, size_t len
     int64_t size = in->capacity_range ? in->capacity_range->required_bytes : 0;
     if (size <= 0 && in->capacity_range)
         size = in->capacity_range->limit_bytes;
-    if (local_id_ok(call, in->volume_id)) {
+    if (local_id_ok(call, "volume_id", in->volume_id)) {
         if (size <= 0) {
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
                            "capacity_range: required_bytes or limit_bytes must be positive");
@@ -362,11 +435,11 @@ static void smeta_delta(struct grpc_call *call, const uint8_t *req, size_t len, 
 
 /* CREATE_DELETE_SNAPSHOT: csi-snapshotter does not start without it;
  * CLONE_VOLUME: csi-provisioner refuses a claim cloned from a claim without
- * it (RBD clones, rbd_snap.c); MODIFY_VOLUME when local volumes' nodes can
- * be reached (--node-dial).  Not GET_SNAPSHOT, GET_VOLUME_HEALTH or
- * LIST_VOLUME_HEALTH: the role has no local volumes, and an RBD volume's
- * or snapshot's are not served (their methods are not in the table:
- * UNIMPLEMENTED). */
+ * it (RBD clones, rbd_snap.c); MODIFY_VOLUME and LIST_SNAPSHOTS when local
+ * volumes' nodes can be reached (--node-dial).  Not GET_SNAPSHOT,
+ * GET_VOLUME_HEALTH or LIST_VOLUME_HEALTH: the role serves no local volume
+ * itself, and an RBD volume's or snapshot's are not served (their methods
+ * are not in the table: UNIMPLEMENTED). */
 static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t len, void *opaque)
 {
     struct csi *c = opaque;
@@ -381,8 +454,9 @@ static void get_capabilities(struct grpc_call *call, const uint8_t *req, size_t 
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__MODIFY_VOLUME,
+        CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS,
     };
-    reply_controller_caps(call, types, ARRAY_SIZE(types) - (c->cfg->node_dial ? 0 : 1));
+    reply_controller_caps(call, types, ARRAY_SIZE(types) - (c->cfg->node_dial ? 0 : 2));
 }
 
 const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
@@ -405,6 +479,7 @@ const struct grpc_method *ctlrole_methods(struct csi *c, size_t *ret_n)
                                                LOG_INFO};
         r->methods[n++] = (struct grpc_method){GRP "GetVolumeGroupSnapshot", group_get, c,
                                                LOG_INFO};
+        M("ListSnapshots", list_snapshots, c);
         r->smeta = snapmeta_methods(c, &r->n_smeta);
         r->methods[n++] = (struct grpc_method){SMD "GetMetadataAllocated", smeta_allocated, c,
                                                LOG_INFO};

@@ -3,11 +3,12 @@
  *
  * Owns: what the binary serves when it runs as the cluster-wide controller
  * beside csi-provisioner, csi-resizer and csi-snapshotter in their central
- * (non-distributed) mode: the Controller service for RBD volumes only, on a
+ * (non-distributed) mode: the Controller service for RBD volumes, on a
  * struct csi that has no node state (no pool, no records, no QSD, no
- * kubelet directories, no cgroup).  Requests for local volumes, which the
- * central sidecars see as well (one driver name), are refused or passed to
- * the node (docs/rbd.md "Deploying"). */
+ * kubelet directories, no cgroup).  Requests for local volumes are
+ * refused, answered without work (expansion), or, with --node-dial,
+ * passed whole to the volume's node (modify, snapshots, group snapshots,
+ * snapshot metadata: docs/node-operations.md; docs/rbd.md "Deploying"). */
 #pragma once
 
 #include "grpc.h"

@@ -46,11 +46,14 @@
 
 /* What the node-operations endpoint serves besides Identity: the calls that
  * arrive at the central controller but must run on the volume's node
- * (docs/node-operations.md), nothing that creates, deletes, stages or
- * publishes.  Every one refuses a volume of another node. */
+ * (docs/node-operations.md): snapshots, nothing that creates or deletes a
+ * volume, stages or publishes.  Every one refuses a volume of another node. */
 static const char *const NODE_OPS_METHODS[] = {
     "/csi.v1.Controller/ControllerGetCapabilities",
     "/csi.v1.Controller/ControllerModifyVolume",
+    "/csi.v1.Controller/CreateSnapshot",
+    "/csi.v1.Controller/DeleteSnapshot",
+    "/csi.v1.Controller/ListSnapshots",
     "/csi.v1.GroupController/",
     "/csi.v1.SnapshotMetadata/",
     NULL,

@@ -21,6 +21,17 @@
 #                     and read back (HOTPLUG-IO ok|FAIL), UNPLUG when it goes
 #   writer.verify=K   write nothing: check K marker blocks on every virtio
 #                     disk (VERIFY dev=vdX ok|FAIL bad=N), VERIFY-DONE, exit
+#   writer.seq=1      instead of the ring: for writer.secs seconds, write
+#                     record i ("QSD-SEQ <i>", one 4 KiB block, fsync) to
+#                     block i/2 of vda for even i, of vdb for odd i, each
+#                     after the previous one was acknowledged (SEQ-START,
+#                     SEQ n every 100, SEQ-DONE n=N); a crash-consistent
+#                     copy of the two disks holds a prefix of the records
+#   writer.seqcheck=B check writer.seq's records in the first B blocks of
+#                     vda and vdb: each disk's records are its own from 0
+#                     on, without a gap, and together a prefix of the
+#                     sequence (vdb has as many as vda, or one fewer):
+#                     SEQCHECK vda=A vdb=B ok|FAIL, then exit
 #   writer.hold=S     wait S seconds after the last line before exiting (the
 #                     guest then powers off): a test reading the console from
 #                     a VM pod's volume, which kubelet removes once the pod
@@ -34,6 +45,8 @@ marks=$(arg writer.marks); marks=${marks:-0}
 hotplug=$(arg writer.hotplug)
 verify=$(arg writer.verify)
 hold=$(arg writer.hold); hold=${hold:-0}
+seq=$(arg writer.seq)
+seqcheck=$(arg writer.seqcheck)
 wait_dev vda || { echo "FAIL no vda"; exit 1; }
 size=$(cat /sys/block/vda/size)
 echo "DISK size=$size"
@@ -60,6 +73,42 @@ if [ -n "$verify" ]; then
     echo "VERIFY-DONE"; sleep $hold
     exit 0
 fi
+cs() { read u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }   # centiseconds since boot
+# writer.seqcheck: how many records DEV holds from block 0 on, each the
+# next of its parity P (vda: 0, 2, 4...; vdb: 1, 3, 5...); -1 when a block
+# holds anything else (a gap shows as the wrong next record).
+seq_count() { # DEV P BLOCKS
+    dd if=/dev/$1 bs=4096 count=$3 2>/dev/null | tr -d '\000' > /tmp/seq.$1
+    k=0
+    while read t v; do
+        n=${v#"${v%%[!0]*}"}
+        if [ "$t" != QSD-SEQ ] || [ "${n:-0}" != $((2 * k + $2)) ]; then echo -1; return; fi
+        k=$((k + 1))
+    done < /tmp/seq.$1
+    echo $k
+}
+if [ -n "$seqcheck" ]; then
+    wait_dev vdb || { echo "SEQCHECK FAIL no vdb"; exit 1; }
+    a=$(seq_count vda 0 $seqcheck) b=$(seq_count vdb 1 $seqcheck)
+    if [ $a -ge 0 ] && [ $b -ge 0 ] && { [ $b = $a ] || [ $b = $((a - 1)) ]; }; then r=ok; else r=FAIL; fi
+    echo "SEQCHECK vda=$a vdb=$b $r"; sleep $hold
+    exit 0
+fi
+if [ "$seq" = 1 ]; then
+    wait_dev vdb || { echo "FAIL no vdb"; exit 1; }
+    i=0 errors=0 end=$(($(cs) + secs * 100))
+    echo "SEQ-START"
+    while [ $(cs) -lt $end ]; do
+        d=vda; [ $((i % 2)) = 1 ] && d=vdb
+        { printf 'QSD-SEQ %010d\n' $i; head -c $((4096 - 19)) /dev/zero; } > /tmp/s
+        dd if=/tmp/s of=/dev/$d bs=4096 seek=$((i / 2)) count=1 conv=fsync 2>/dev/null ||
+            { errors=$((errors + 1)); echo "WRITE-ERROR i=$i"; break; }
+        i=$((i + 1))
+        [ $((i % 100)) = 0 ] && echo "SEQ $i"
+    done
+    echo "SEQ-DONE n=$i write_errors=$errors"; sleep $hold
+    exit 0
+fi
 k=0
 while [ $k -lt $marks ]; do
     mark $k; dd if=/tmp/m of=/dev/vda bs=$bs seek=$k count=1 conv=fsync 2>/dev/null
@@ -73,7 +122,6 @@ fi
 nb=$((size * 512 / bs - marks))
 [ $nb -gt $maxb ] && nb=$maxb
 [ $nb -gt 0 ] || { echo "FAIL disk smaller than one block"; exit 1; }
-cs() { read u _ < /proc/uptime; echo "${u%.*}${u#*.}"; }   # centiseconds since boot
 # Block content of write I: a header naming I, then one byte repeated.
 blk() {
     { printf 'QSD-CTR-BLOCK %010d\n' $1

@@ -15,10 +15,12 @@ only (docs/rbd.md, "Two driver names").
     userID), as on the first;
   - the controller role takes the flags too (its own name on each);
   - --node-ops-endpoint (node role only, its own socket): the node
-    operations the controller forwards (ControllerModifyVolume, the
-    GroupController, SnapshotMetadata) and Identity, nothing else
-    (CreateVolume, DeleteVolume, NodeStageVolume, NodePublishVolume,
-    CreateSnapshot: UNIMPLEMENTED); a modify through it reaches the record;
+    operations the controller forwards (ControllerModifyVolume,
+    CreateSnapshot, DeleteSnapshot, ListSnapshots, the GroupController,
+    SnapshotMetadata) and Identity, nothing else (CreateVolume,
+    DeleteVolume, ControllerExpandVolume, NodeStageVolume,
+    NodePublishVolume, NodeGetInfo: UNIMPLEMENTED); a modify through it
+    reaches the record, a snapshot made there is listed and deleted there;
   - SIGTERM: exit 0, both sockets removed;
   - a second socket that cannot be made: exit non-zero at once, the path
     and the reason in the log, the first socket removed.
@@ -145,6 +147,12 @@ def main():
         with open(os.path.join(env.state, "volumes", csilib.local_id(v.volume_id) + ".json")) as f:
             rec = json.load(f)
         assert rec.get("mutable_parameters", {}).get("readIops") == "700", rec
+        sid = c2.CreateSnapshot(pb.CreateSnapshotRequest(
+            name="snap-ops", source_volume_id=v.volume_id), timeout=30).snapshot.snapshot_id
+        assert [e.snapshot.snapshot_id for e in c2.ListSnapshots(
+            pb.ListSnapshotsRequest(snapshot_id=sid), timeout=10).entries] == [sid]
+        c2.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=sid), timeout=30)
+        assert not c1.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).entries
         gcaps = c2.GroupControllerGetCapabilities(pb.GroupControllerGetCapabilitiesRequest(),
                                                   timeout=10)
         assert gcaps.capabilities, gcaps
@@ -153,7 +161,8 @@ def main():
         refused_there = [
             (c2.CreateVolume, pb.CreateVolumeRequest(name="pvc-x", volume_capabilities=[cap])),
             (c2.DeleteVolume, pb.DeleteVolumeRequest(volume_id=v.volume_id)),
-            (c2.CreateSnapshot, pb.CreateSnapshotRequest(name="s", source_volume_id=v.volume_id)),
+            (c2.ControllerExpandVolume, pb.ControllerExpandVolumeRequest(
+                volume_id=v.volume_id, capacity_range=pb.CapacityRange(required_bytes=32 * MiB))),
             (c2.NodeStageVolume, pb.NodeStageVolumeRequest(
                 volume_id=v.volume_id, staging_target_path=staging, volume_capability=cap)),
             (c2.NodePublishVolume, pb.NodePublishVolumeRequest(
@@ -167,9 +176,9 @@ def main():
         listed = [e.volume.volume_id for e in c1.ListVolumes(pb.ListVolumesRequest(), timeout=10).entries]
         assert listed == [v.volume_id] and not env.qsd_pids(), (listed, env.qsd_pids())
         c1.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v.volume_id), timeout=30)
-        print("ok node-operations socket: Identity, ModifyVolume (in the record), the group "
-              "service; create, delete, snapshot, stage, publish, node info UNIMPLEMENTED, "
-              "nothing changed")
+        print("ok node-operations socket: Identity, ModifyVolume (in the record), snapshots "
+              "(made, listed, deleted), the group service; create, delete, expand, stage, "
+              "publish, node info UNIMPLEMENTED, nothing changed")
 
         c2.close()
         c2 = None

@@ -39,6 +39,16 @@ Asserted:
     closes, the caller gets UNAVAILABLE; killed while a modify waits in the
     TLS handshake (the serve gate SIGSTOPped): the node unchanged; a new
     controller relays the next stream whole and applies the retried modify;
+  - snapshots through the controller (CREATE_DELETE_SNAPSHOT and
+    LIST_SNAPSHOTS advertised): CreateSnapshot of a live volume made on the
+    node (its file in the pool; the same request again, the same id),
+    ListSnapshots by snapshot_id and by source_volume_id answered by the
+    node, unfiltered FAILED_PRECONDITION; bad ids INVALID_ARGUMENT naming
+    the field (an empty one, a bad name, a bad node part), an id without a
+    node FAILED_PRECONDITION, a node without a gate UNAVAILABLE naming it
+    (create, delete, list), an unknown node NOT_FOUND, none of them
+    leaving a snapshot; DeleteSnapshot removes the node's snapshot and
+    file, and a second one is OK;
   - --node-ops-group gives the node-operations socket its group (0660), so
     the serve gate, confined to that gid, reaches it;
   - bad flag combinations exit 2 naming the flag.
@@ -193,6 +203,73 @@ def main():
         print("ok group snapshots through the controller: created (%s, 2 members, live volume "
               "included), got, deleted on the node; two nodes' volumes INVALID_ARGUMENT, an "
               "unknown node NOT_FOUND" % g.group_snapshot_id)
+
+        # snapshots of local volumes through the controller (the central
+        # csi-snapshotter's calls): the whole call to the node of the id
+        R = pb.ControllerServiceCapability.RPC
+        assert R.CREATE_DELETE_SNAPSHOT in caps and R.LIST_SNAPSHOTS in caps, caps
+        sreq = pb.CreateSnapshotRequest(name="snap-fwd", source_volume_id=vid)
+        sf = cc.CreateSnapshot(sreq, timeout=T).snapshot
+        sfile = os.path.join(env.pool, "snapshots", "snap-fwd.qcow2")
+        assert sf.ready_to_use and sf.source_volume_id == vid and \
+            sf.snapshot_id == "snap-fwd@" + env.node and os.path.exists(sfile), sf
+        assert cc.CreateSnapshot(sreq, timeout=T).snapshot.snapshot_id == sf.snapshot_id
+        by_id = cc.ListSnapshots(pb.ListSnapshotsRequest(snapshot_id=sf.snapshot_id),
+                                 timeout=T).entries
+        assert [e.snapshot.snapshot_id for e in by_id] == [sf.snapshot_id] and \
+            by_id[0].snapshot.ready_to_use and by_id[0].snapshot.source_volume_id == vid, by_id
+        by_src = cc.ListSnapshots(pb.ListSnapshotsRequest(source_volume_id=vid), timeout=T).entries
+        assert sf.snapshot_id in [e.snapshot.snapshot_id for e in by_src], by_src
+        assert not cc.ListSnapshots(pb.ListSnapshotsRequest(
+            snapshot_id="snap-none@" + env.node), timeout=T).entries
+        msg = expect_code(cc.ListSnapshots, pb.ListSnapshotsRequest(),
+                          grpc.StatusCode.FAILED_PRECONDITION, "an unfiltered list")
+        assert "snapshot_id" in msg and "source_volume_id" in msg, msg
+        print("ok snapshots through the controller: CreateSnapshot on the node (%s, its file in "
+              "the pool, the same id again), ListSnapshots by snapshot_id and by "
+              "source_volume_id answered by the node; unfiltered FAILED_PRECONDITION"
+              % sf.snapshot_id)
+        for call, req, code, words in (
+                (cc.CreateSnapshot, pb.CreateSnapshotRequest(name="snap-b", source_volume_id=""),
+                 grpc.StatusCode.INVALID_ARGUMENT, ["source_volume_id"]),
+                (cc.CreateSnapshot, pb.CreateSnapshotRequest(
+                    name="snap-b", source_volume_id="pvc-far@no/de"),
+                 grpc.StatusCode.INVALID_ARGUMENT, ["source_volume_id's node"]),
+                (cc.CreateSnapshot, pb.CreateSnapshotRequest(
+                    name="snap-b", source_volume_id="pvc far@" + env.node),
+                 grpc.StatusCode.INVALID_ARGUMENT, ["source_volume_id"]),
+                (cc.CreateSnapshot, pb.CreateSnapshotRequest(
+                    name="snap-b", source_volume_id="pvc-far"),
+                 grpc.StatusCode.FAILED_PRECONDITION, ["source_volume_id", "no node"]),
+                (cc.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id=""),
+                 grpc.StatusCode.INVALID_ARGUMENT, ["snapshot_id"]),
+                (cc.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id="snap-b@no de"),
+                 grpc.StatusCode.INVALID_ARGUMENT, ["snapshot_id's node"]),
+                (cc.ListSnapshots, pb.ListSnapshotsRequest(snapshot_id="snap-b@no/de"),
+                 grpc.StatusCode.INVALID_ARGUMENT, ["snapshot_id's node"]),
+                (cc.ListSnapshots, pb.ListSnapshotsRequest(source_volume_id="pvc far@n"),
+                 grpc.StatusCode.INVALID_ARGUMENT, ["source_volume_id"]),
+                (cc.CreateSnapshot, pb.CreateSnapshotRequest(
+                    name="snap-b", source_volume_id="pvc-x@node-dark"),
+                 grpc.StatusCode.UNAVAILABLE, ["node-dark", "127.0.0.3"]),
+                (cc.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id="snap-b@node-dark"),
+                 grpc.StatusCode.UNAVAILABLE, ["node-dark", "127.0.0.3"]),
+                (cc.ListSnapshots, pb.ListSnapshotsRequest(snapshot_id="snap-b@node-dark"),
+                 grpc.StatusCode.UNAVAILABLE, ["node-dark", "127.0.0.3"]),
+                (cc.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id="snap-b@node-gone"),
+                 grpc.StatusCode.NOT_FOUND, ["node-gone"])):
+            msg = expect_code(call, req, code, str(req).replace("\n", " "))
+            assert all(w in msg for w in words), (req, msg)
+            print("ok %s: %s %s" % (str(req).replace("\n", " ").strip(), code.name, msg))
+        assert [e.snapshot.snapshot_id for e in c.ListSnapshots(
+            pb.ListSnapshotsRequest(), timeout=T).entries] == [sf.snapshot_id], \
+            "a refused call left a snapshot on the node"
+        cc.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=sf.snapshot_id), timeout=T)
+        assert not os.path.exists(sfile) and not c.ListSnapshots(
+            pb.ListSnapshotsRequest(), timeout=T).entries
+        cc.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=sf.snapshot_id), timeout=T)
+        print("ok DeleteSnapshot through the controller: the node's snapshot and file gone, "
+              "a second delete OK")
 
         # SnapshotMetadata through the controller: the node's stream relayed
         assert pb.PluginCapability.Service.SNAPSHOT_METADATA_SERVICE in pcaps, pcaps

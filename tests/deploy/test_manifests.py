@@ -140,6 +140,7 @@ KINDS = {
     "StorageClass": ("storage.k8s.io/v1", False),
     "VolumeAttributesClass": ("storage.k8s.io/v1", False),
     "VolumeSnapshotClass": ("snapshot.storage.k8s.io/v1", False),
+    "VolumeGroupSnapshotClass": ("groupsnapshot.storage.k8s.io/v1", False),
     "PriorityClass": ("scheduling.k8s.io/v1", False),
     "PodMonitor": ("monitoring.coreos.com/v1", True),
     "PrometheusRule": ("monitoring.coreos.com/v1", True),
@@ -212,8 +213,6 @@ SIDECAR_REQUIRED_FLAGS = {
                         "leader-election": "false", "feature-gates": "Topology=true",
                         "strict-topology": "true", "enable-capacity": "true",
                         "capacity-ownerref-level": "1", "http-endpoint": None},
-    "csi-snapshotter": {"csi-address": None, "node-deployment": "true",
-                        "leader-election": "false", "http-endpoint": None},
 }
 # ...and in the controller Deployment: central mode, leader election.
 CONTROLLER_SIDECAR_FLAGS = {
@@ -268,8 +267,9 @@ for _r in _PROVISIONER_RBAC + [
         _rules("ns", "", ["pods"], ["get"], "csi-provisioner (--capacity-ownerref-level)"),
         _rules("ns", "apps", ["daemonsets"], ["get"], "csi-provisioner (--capacity-ownerref-level=1)")]:
     SIDECAR_RBAC.update({k: SIDECAR_RBAC.get(k, v) for k, v in _r.items()})
-# csi-snapshotter v8.7, both modes (no group snapshots: the plugin has no
-# group controller).
+# csi-snapshotter v8.7, central (the controller Deployment), with its
+# group-snapshot controller (the controller role serves the GroupController
+# with --node-dial).
 _SNAPSHOTTER_RBAC = [
     _rules(None, "", ["events"], ["list", "watch", "create", "update", "patch"],
            "csi-snapshotter"),
@@ -278,9 +278,13 @@ _SNAPSHOTTER_RBAC = [
     _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents"],
            ["get", "list", "watch", "update", "patch"], "csi-snapshotter"),
     _rules(None, "snapshot.storage.k8s.io", ["volumesnapshotcontents/status"],
-           ["update", "patch"], "csi-snapshotter")]
-for _r in _SNAPSHOTTER_RBAC:
-    SIDECAR_RBAC.update({k: SIDECAR_RBAC.get(k, v) for k, v in _r.items()})
+           ["update", "patch"], "csi-snapshotter"),
+    _rules(None, "groupsnapshot.storage.k8s.io", ["volumegroupsnapshotclasses"],
+           ["get", "list", "watch"], "csi-snapshotter (group snapshots)"),
+    _rules(None, "groupsnapshot.storage.k8s.io", ["volumegroupsnapshotcontents"],
+           ["get", "list", "watch", "update", "patch"], "csi-snapshotter (group snapshots)"),
+    _rules(None, "groupsnapshot.storage.k8s.io", ["volumegroupsnapshotcontents/status"],
+           ["update", "patch"], "csi-snapshotter (group snapshots)")]
 CONTROLLER_RBAC = {}  # the controller Deployment's
 # csi-provisioner central: no capacity, no topology (the controller role
 # reports none: no Nodes, no CSINodes).
@@ -603,6 +607,9 @@ class Checker:
         if d.get("deletionPolicy") not in ("Delete", "Retain"):
             self.err(where, "deletionPolicy must be Delete or Retain")
 
+    def shape_VolumeGroupSnapshotClass(self, where, d):
+        self.shape_VolumeSnapshotClass(where, d)
+
     def shape_PersistentVolumeClaim(self, where, d):
         spec = d.get("spec") or {}
         if not spec.get("accessModes"):
@@ -855,6 +862,12 @@ class Checker:
             if vsc.get("driver") not in (driver, rbd_driver):
                 self.err("VolumeSnapshotClass %s" % vsc["metadata"]["name"],
                          "driver %r is not a CSIDriver of deploy/ (%r)" % (vsc.get("driver"), driver))
+        # Group snapshots: local volumes only (one node's, stopped together).
+        for _, _, vgc in self.of_kind("VolumeGroupSnapshotClass"):
+            if vgc.get("driver") != driver:
+                self.err("VolumeGroupSnapshotClass %s" % vgc["metadata"]["name"],
+                         "driver %r is not the local volumes' CSIDriver %r" %
+                         (vgc.get("driver"), driver))
         plugins = [(w, s, c, o) for w, s, c, o in self.all_containers()
                    if self.binary_of(c) == "qsd-csi-plugin"]
         if not plugins:
@@ -1000,7 +1013,7 @@ class Checker:
                              "host %r" % (f.get("kubelet-registration-path"), hp))
                 if self.host_path(c, spec, "/registration") != kroot + "/plugins_registry":
                     self.err(cw, "/registration is not kubelet's plugins_registry")
-            if sidecar in ("csi-provisioner", "csi-snapshotter"):
+            if sidecar == "csi-provisioner":
                 if f.get("node-deployment") != "true":
                     self.err(cw, "node-local volumes: --node-deployment=true needed")
                 if "NODE_NAME" not in env:
@@ -1018,10 +1031,13 @@ class Checker:
                 for e in ("NAMESPACE", "POD_NAME"):
                     if e not in env:
                         self.err(cw, "--enable-capacity needs the %s env variable" % e)
-        for want in ("csi-node-driver-registrar", "livenessprobe", "csi-provisioner",
-                     "csi-snapshotter"):
+        for want in ("csi-node-driver-registrar", "livenessprobe", "csi-provisioner"):
             if want not in seen:
                 self.err(where, "no %s sidecar next to the plugin" % want)
+        if "csi-snapshotter" in seen:
+            self.err(where, "a csi-snapshotter in the node DaemonSet: snapshots and group "
+                     "snapshots of local volumes are the controller's central snapshotter's "
+                     "(its group-snapshot controller has no per-node mode)")
         for sock, name in sockets.items():
             if sock not in registered:
                 self.err(where, "no node-driver-registrar registers %s (driver %s) with kubelet"
@@ -1161,7 +1177,7 @@ class Checker:
                          % rsock)
             else:
                 rel[rsock[len(rmv[0]["mountPath"].rstrip("/")):]] = "rbd"
-        seen = set()
+        seen, snapshotters = set(), set()
         for c in spec.get("containers") or []:
             m = SIDECAR_IMAGE.match(str(c.get("image", "")))
             if c is plugin or not m:
@@ -1175,12 +1191,14 @@ class Checker:
             which = rel.get(addr[len(cm[0]["mountPath"].rstrip("/")):]) if cm else None
             if not cm or cm[0].get("name") != mv[0].get("name") or which is None:
                 self.err(cw, "--csi-address %r is not one of the plugin's sockets" % addr)
-            elif name in ("csi-provisioner", "csi-snapshotter") and which != "rbd":
-                # The central provisioner and snapshotter serve RBD volumes
-                # only: under the local name they would refuse, with a
-                # warning event, every local claim and snapshot.
+            elif name == "csi-provisioner" and which != "rbd":
+                # The central provisioner serves RBD volumes only: under the
+                # local name it would refuse, with a warning event, every
+                # local claim.
                 self.err(cw, "--csi-address %r: the central %s must be on the RBD name's "
                          "socket (--rbd-endpoint)" % (addr, name))
+            elif name == "csi-snapshotter":
+                snapshotters.add(which)
             for flag in sorted(NODE_ONLY_FLAGS):
                 if f.get(flag) not in (None, "false"):
                     self.err(cw, "--%s in the controller: central mode only (node-local "
@@ -1191,6 +1209,13 @@ class Checker:
         for want in CONTROLLER_SIDECAR_FLAGS:
             if want not in seen:
                 self.err(where, "no %s sidecar in the controller" % want)
+        if "local" not in snapshotters:
+            # Local volumes' snapshots and group snapshots: the plugin
+            # forwards them to the volume's node (--node-dial).
+            self.err(where, "no csi-snapshotter on the local name's socket (%s)" % sock)
+        if "local" in snapshotters and not flags.get("node-dial"):
+            self.err(where, "a csi-snapshotter for local volumes without --node-dial: the "
+                     "controller plugin would refuse every local snapshot")
         self.check_rbd_clusters(where, spec, plugin, flags)
         self.check_sidecars(where, spec, CONTROLLER_SIDECAR_FLAGS, privileged=False)
         self.check_ports(where, spec, plugin, flags)

@@ -6,18 +6,15 @@ Usage: test_schemas.py [--root SRC]
 
 Objects: `kubectl kustomize deploy/kubernetes` with every component (what `kubectl apply -k`
 sends), `kubectl kustomize deploy/monitoring`, every document of
-deploy/examples/, and the snapshot-controller
-prerequisite of deploy/snapshot-controller/ applied both documented ways to
-a Deployment shaped like external-snapshotter's (name, namespace, container
-and ServiceAccount as upstream ships them): as a kustomize component and
-with `kubectl patch --local --type json --patch-file`; both must add
---enable-distributed-snapshotting and keep the other arguments.
+deploy/examples/ (the snapshot-controller needs nothing of ours: the
+driver's csi-snapshotter is central, docs/node-operations.md).
 
 Validation: schema/validate.mjs (node; packages of schema/package.json,
 installed by scripts/setup.sh): the JSON schemas of kubernetes-models
 (built-in kinds), @kubernetes-models/prometheus-operator (PodMonitor,
 PrometheusRule) and
-schema/volumesnapshotclass-v1.json (the snapshot CRD), plus no field that
+schema/volumesnapshotclass-v1.json and volumegroupsnapshotclass-v1.json (the
+snapshot CRDs), plus no field that
 the API does not have (the field lists of @kubernetes/client-node).  0
 problems required.
 
@@ -34,10 +31,8 @@ import argparse
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 try:
     import yaml
@@ -49,28 +44,6 @@ import render
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VALIDATOR = os.path.join(HERE, "schema", "validate.mjs")
-
-# external-snapshotter's snapshot-controller as its deploy/kubernetes/
-# snapshot-controller/ ships it: the names are what the prerequisite relies on.
-UPSTREAM_SNAPSHOT_CONTROLLER = """
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: snapshot-controller, namespace: kube-system}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app.kubernetes.io/name: snapshot-controller}}
-  template:
-    metadata: {labels: {app.kubernetes.io/name: snapshot-controller}}
-    spec:
-      serviceAccountName: snapshot-controller
-      containers:
-        - name: snapshot-controller
-          image: registry.k8s.io/sig-storage/snapshot-controller:v8.7.0
-          args: ["--v=5", "--leader-election=true"]
-"""
-UPSTREAM_ARGS = ["--v=5", "--leader-election=true"]
-FLAG = "--enable-distributed-snapshotting"
-
 
 class Problems(list):
     def add(self, where, msg):
@@ -94,52 +67,6 @@ def load_examples(root, problems):
                     out += [(rel, d) for d in yaml.safe_load_all(fh) if d is not None]
             except yaml.YAMLError as e:
                 problems.add(rel, "YAML does not parse: %s" % " ".join(str(e).split()))
-    return out
-
-
-def snapshot_controller(root, problems):
-    """The prerequisite applied to the upstream-shaped controller, both ways."""
-    comp = os.path.join(root, "deploy", "snapshot-controller")
-    patch = os.path.join(comp, "distributed-snapshotting.yaml")
-    out = []
-    tmp = tempfile.mkdtemp(prefix="qsd-snapctl-")
-    try:
-        with open(os.path.join(tmp, "upstream.yaml"), "w") as fh:
-            fh.write(UPSTREAM_SNAPSHOT_CONTROLLER)
-        os.symlink(comp, os.path.join(tmp, "component"))
-        with open(os.path.join(tmp, "kustomization.yaml"), "w") as fh:
-            yaml.safe_dump({"resources": ["upstream.yaml"], "components": ["component"]}, fh)
-        docs = render.kustomize(tmp)
-        out += [("deploy/snapshot-controller (component)", d) for d in docs]
-        patched = yaml.safe_load(render.kubectl(
-            "patch", "--local", "-o", "yaml", "--type", "json", "--patch-file", patch,
-            "-f", os.path.join(tmp, "upstream.yaml")).split("\n---")[-1] or "{}")
-    except render.RenderError as e:
-        problems.add("deploy/snapshot-controller", str(e))
-        return out
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    deps = [d for _, d in out if d.get("kind") == "Deployment"]
-    for how, dep in (("component", deps[0] if deps else None), ("kubectl patch", patched)):
-        try:
-            args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-        except (KeyError, IndexError, TypeError):
-            problems.add("deploy/snapshot-controller (%s)" % how, "no Deployment with args")
-            continue
-        if args != UPSTREAM_ARGS + [FLAG]:
-            problems.add("deploy/snapshot-controller (%s)" % how,
-                         "arguments %s, expected the upstream ones plus %s" % (args, FLAG))
-    roles = {d["metadata"]["name"]: d for _, d in out if d.get("kind") == "ClusterRole"}
-    nodes = any(("" in r.get("apiGroups", []) and "nodes" in r.get("resources", []) and
-                 {"get", "list", "watch"} <= set(r.get("verbs", [])))
-                for role in roles.values() for r in role.get("rules") or [])
-    bound = any(b.get("roleRef", {}).get("name") in roles and
-                {"kind": "ServiceAccount", "name": "snapshot-controller",
-                 "namespace": "kube-system"} in b.get("subjects", [])
-                for _, b in out if b.get("kind") == "ClusterRoleBinding")
-    if not (nodes and bound):
-        problems.add("deploy/snapshot-controller", "no ClusterRole with get/list/watch on nodes "
-                     "bound to kube-system/snapshot-controller")
     return out
 
 
@@ -201,7 +128,6 @@ def main():
         objects += [("deploy/monitoring (kustomize)", d)
                     for d in render.kustomize(os.path.join(root, "deploy", "monitoring"))]
         objects += load_examples(root, problems)
-        objects += snapshot_controller(root, problems)
     except render.KubectlMissing as e:
         print("SKIP: %s" % e)
         return 77

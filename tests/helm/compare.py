@@ -71,18 +71,14 @@ def absent(path):
         if kind == "ClusterRole" and name in ("qsd-csi-controller-secrets",
                                               "qsd-csi-controller-provisioner"):
             bad.append("the ClusterRole %s" % name)
-        if kind == "ClusterRoleBinding":
-            for s in d.get("subjects") or []:
-                if s.get("name") == "qsd-csi-controller" and name == "qsd-csi-snapshotter":
-                    bad.append("the controller as a subject of %s" % name)
         if kind == "Deployment":
             for c in d["spec"]["template"]["spec"]["containers"]:
-                if c["name"] in ("csi-provisioner", "csi-snapshotter"):
+                if c["name"] in ("csi-provisioner", "csi-snapshotter-rbd", "csi-resizer-rbd"):
                     bad.append("%s in the Deployment %s" % (c["name"], name))
     if bad:
         print("\n".join(bad))
         return 1
-    print("no VolumeSnapshotClass, no central provisioner or snapshotter, no Secrets role")
+    print("no VolumeSnapshotClass, no RBD provisioner, snapshotter or resizer, no Secrets role")
     return 0
 
 

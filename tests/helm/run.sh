@@ -11,7 +11,7 @@
 #      added), everything off; objects compared by kind/namespace/name
 #      (compare.py);
 #   4. with rbd.enabled=false and snapshots.enabled=false the chart renders
-#      no VolumeSnapshotClass, no central csi-provisioner or csi-snapshotter
+#      no VolumeSnapshotClass, no csi-provisioner, csi-snapshotter-rbd or csi-resizer-rbd
 #      and no Secrets role; with nodeEndpoint.enabled=false no gate, no
 #      node-endpoint flag, volume or Secret, no Nodes role.  The node
 #      endpoint's Secrets (the chart makes them, scripts/node-certs.sh for

@@ -12,7 +12,7 @@
 #   csi-sanity   through kubelet's socket of the node plugin
 #   quick-start  docs/quick-start.md's sections 3-5 as a user follows them
 #   vm-boot, snapshot, modify, hotplug, plugin-restart, rollout, expand, vm-data,
-#   restore-clone   the VM scenarios (VM pods of vmpod.sh)
+#   restore-clone, group-snapshot   the VM scenarios (VM pods of vmpod.sh)
 #   podvol       volumes for ordinary pods: ext4 and block claims written by
 #                one pod and read by the next (podvol.sh)
 #   rbd          an RBD class on the tests' single-node Ceph (ceph.py)
@@ -238,13 +238,13 @@ quick_start() {
     # The examples step made and deleted the example's namespace.
     wait_for 120 "namespace vm-demo gone (examples step)" gone get namespace vm-demo || return 1
     node=$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')
-    # Section 3: "one qsd-csi-node pod per node (7/7) and two qsd-csi-controller
-    # pods (4/4; 7/7 with rbd)"; both driver names on the CSINode; capacities.
+    # Section 3: "one qsd-csi-node pod per node (6/6) and two qsd-csi-controller
+    # pods (5/5; 8/8 with rbd)"; both driver names on the CSINode; capacities.
     ready=$(kubectl -n qsd-csi get pods --no-headers | awk '{print $1, $2}')
-    echo "$ready" | grep -qE '^qsd-csi-node-[a-z0-9]+ 7/7$' ||
-        { say "section 3: the node pod is not 7/7: $ready"; return 1; }
-    [ "$(echo "$ready" | grep -cE '^qsd-csi-controller-[a-z0-9-]+ 7/7$')" = 2 ] ||
-        { say "section 3: not two controller pods 7/7 (components/rbd): $ready"; return 1; }
+    echo "$ready" | grep -qE '^qsd-csi-node-[a-z0-9]+ 6/6$' ||
+        { say "section 3: the node pod is not 6/6: $ready"; return 1; }
+    [ "$(echo "$ready" | grep -cE '^qsd-csi-controller-[a-z0-9-]+ 8/8$')" = 2 ] ||
+        { say "section 3: not two controller pods 8/8 (components/rbd): $ready"; return 1; }
     kubectl get csidriver qsd.csi.qsd-csi.dev rbd.qsd-csi.dev >/dev/null || return 1
     [ "$(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}' | tr ' ' '\n' | sort | tr '\n' ' ')" = \
       "qsd.csi.qsd-csi.dev rbd.qsd-csi.dev " ] || { say "section 3: CSINode drivers: $(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}')"; return 1; }
@@ -252,7 +252,7 @@ quick_start() {
         grep -q 'topology.qsd.csi.qsd-csi.dev/node' || { say "section 3: no topology key on the CSINode"; return 1; }
     [ "$(kubectl -n qsd-csi get csistoragecapacities --no-headers 2>/dev/null | wc -l)" -ge 1 ] ||
         { say "section 3: no CSIStorageCapacity"; return 1; }
-    echo "quick-start: section 3: node pod 7/7, two controller pods 7/7, CSINode with both drivers, $(kubectl -n qsd-csi get csistoragecapacities --no-headers | wc -l) capacities"
+    echo "quick-start: section 3: node pod 6/6, two controller pods 8/8, CSINode with both drivers, $(kubectl -n qsd-csi get csistoragecapacities --no-headers | wc -l) capacities"
     # Sections 4 and 5, as written.
     awk '/^## 4\./ {on = 1} /^## Upgrading/ {on = 0}
          on && /^```sh$/ {b = 1; next} on && b && /^```$/ {b = 0; next} on && b' "$doc" >"$dir/quick-start.sh"
@@ -517,6 +517,98 @@ restore_clone() {
     echo "restore-clone: vm-verify Succeeded"
 }
 
+# ---------------------------------------------------------------- group snapshots
+# A VolumeGroupSnapshot (deploy/examples/volumegroupsnapshotclass.yaml, a
+# label selector) of the two claims of a VM whose guest writes a sequence
+# alternating between them, each write acknowledged (fsync) before the next
+# (writer.seq): csi-snapshotter's group controller (controller Deployment)
+# -> the controller plugin (--node-dial) -> the gates -> the node plugin,
+# which stops the VM's QEMU for the instant.  It becomes readyToUse while
+# the guest writes; its two member VolumeSnapshots (one per claim) are
+# ready, their snapshot files are in the node's pool; both are restored
+# into new claims, which a second VM checks (writer.seqcheck): each disk
+# holds its records from the first on without a gap, and together they are
+# a prefix of the sequence (a record acknowledged after another is never
+# there without it), cut while the guest wrote.  Then the group snapshot is
+# deleted: its members, their contents and their files go.
+grp_field() { kubectl -n $ns get volumegroupsnapshot grp -o jsonpath="$1" 2>/dev/null; }
+grp_members() { # "VOLUMESNAPSHOT CLAIM READY HANDLE" of each member (owned by grp)
+    kubectl -n $ns get volumesnapshot -o json | /usr/bin/python3 -c '
+import json, subprocess, sys
+for s in json.load(sys.stdin)["items"]:
+    if not any(o.get("kind") == "VolumeGroupSnapshot" and o.get("name") == "grp"
+               for o in s["metadata"].get("ownerReferences", [])):
+        continue
+    st = s.get("status") or {}
+    h = ""
+    if st.get("boundVolumeSnapshotContentName"):
+        h = subprocess.run(["kubectl", "get", "volumesnapshotcontent",
+                            st["boundVolumeSnapshotContentName"], "-o",
+                            "jsonpath={.status.snapshotHandle}"],
+                           capture_output=True, text=True).stdout
+    print(s["metadata"]["name"], s["spec"]["source"].get("persistentVolumeClaimName") or "-",
+          str(st.get("readyToUse")).lower(), h or "-")'
+}
+grp_members_ready() { [ "$(grp_members | awk '$3 == "true" && $4 != "-"' | wc -l)" = 2 ]; }
+files_gone() { local f; for f in "$@"; do [ ! -e "$f" ] || return 1; done; }
+members_gone() { [ -z "$(grp_members)" ] && ! kubectl -n $ns get volumesnapshot "$@" >/dev/null 2>&1; }
+group_snapshot() {
+    local t0=$SECONDS pool=/var/lib/qsd-csi/pool m a b files f s n
+    kubectl apply -f "$repo_root/deploy/examples/volumegroupsnapshotclass.yaml" >/dev/null || return 1
+    { vm_claim $ns g-a 256Mi qsd-vm; echo ---; vm_claim $ns g-b 256Mi qsd-vm; echo ---
+      vm_pod $ns vm-group "$dir/guest" "writer.seq=1 writer.secs=90 writer.hold=15" g-a g-b
+    } | kubectl apply -f - >/dev/null || return 1
+    kubectl -n $ns label pvc g-a g-b e2e-group=grp >/dev/null || return 1
+    wait_for 180 "vm-group Running" phase_is vm-group Running || return 1
+    wait_vm vm-group 240 "SEQ 100 on vm-group's console" console_has vm-group '^SEQ 100' || return 1
+    echo "group-snapshot: vm-group writes alternately to g-a and g-b ($((SECONDS - t0)) s)"
+    t0=$SECONDS
+    printf '%s\n' "apiVersion: groupsnapshot.storage.k8s.io/v1" "kind: VolumeGroupSnapshot" \
+        "metadata: {name: grp, namespace: $ns}" "spec:" \
+        "  volumeGroupSnapshotClassName: qsd-vm-group-snapshot" \
+        "  source: {selector: {matchLabels: {e2e-group: grp}}}" | kubectl apply -f - >/dev/null || return 1
+    wait_for 120 "VolumeGroupSnapshot grp readyToUse" eval '[ "$(grp_field {.status.readyToUse})" = true ]' ||
+        { kubectl -n $ns describe volumegroupsnapshot grp >&2; return 1; }
+    echo "group-snapshot: grp readyToUse after $((SECONDS - t0)) s, content $(grp_field {.status.boundVolumeGroupSnapshotContentName})"
+    console_has vm-group '^SEQ-DONE' && { say "the guest had finished writing: no cut under writes"; return 1; }
+    wait_for 60 "two ready member VolumeSnapshots" grp_members_ready || { grp_members >&2; return 1; }
+    grp_members | while read -r s m _ f; do echo "group-snapshot: member $s of claim $m: $f"; done
+    a=$(grp_members | awk '$2 == "g-a" {print $1}'); b=$(grp_members | awk '$2 == "g-b" {print $1}')
+    [ -n "$a" ] && [ -n "$b" ] || { say "no member for g-a or g-b"; grp_members >&2; return 1; }
+    files=$(grp_members | awk -v p=$pool '{h = $4; sub(/@.*/, "", h); print p "/snapshots/" h ".qcow2"}')
+    for f in $files; do [ -f "$f" ] || { say "no snapshot file $f on the node"; return 1; }; done
+    echo "group-snapshot: the members' files are in the node's pool:" $files
+    { vm_claim $ns g-a-r 256Mi qsd-vm VolumeSnapshot "$a"; echo ---
+      vm_claim $ns g-b-r 256Mi qsd-vm VolumeSnapshot "$b"; } | kubectl apply -f - >/dev/null || return 1
+    wait_vm vm-group 210 "SEQ-DONE on vm-group's console" console_has vm-group '^SEQ-DONE' || return 1
+    keep_console vm-group
+    n=$(console_line vm-group '^SEQ-DONE'); echo "group-snapshot: vm-group: $n"
+    [[ $n =~ n=([0-9]+)\ write_errors=0 ]] || { say "vm-group saw write errors"; return 1; }
+    n=${BASH_REMATCH[1]}
+    # Each disk's records are in its first n/2 + 1 blocks; a few more are read.
+    vm_pod $ns vm-gverify "$dir/guest" "writer.seqcheck=$((n / 2 + 16)) writer.hold=15" g-a-r g-b-r |
+        kubectl apply -f - >/dev/null || return 1
+    wait_for 180 "vm-gverify Running" phase_is vm-gverify Running || return 1
+    wait_vm vm-gverify 300 "SEQCHECK on vm-gverify's console" console_has vm-gverify '^SEQCHECK' || return 1
+    keep_console vm-gverify
+    m=$(console_line vm-gverify '^SEQCHECK')
+    echo "group-snapshot: restored claims: $m (the guest wrote $n records)"
+    [[ $m =~ vda=([0-9]+)\ vdb=([0-9]+)\ ok$ ]] || { say "not a consistent prefix: $m"; return 1; }
+    s=$((BASH_REMATCH[1] + BASH_REMATCH[2]))
+    [ $s -ge 100 ] && [ $s -lt "$n" ] ||
+        { say "the group holds $s records: not between 100 (before it) and $n (all)"; return 1; }
+    echo "group-snapshot: the restored pair holds records 0..$((s - 1)) of $n, a prefix on both disks"
+    wait_for 120 "vm-gverify Succeeded" phase_is vm-gverify Succeeded || return 1
+    timeout 120 kubectl -n $ns delete pod vm-gverify vm-group --wait=true >/dev/null || return 1
+    timeout 120 kubectl -n $ns delete pvc g-a-r g-b-r --wait=true >/dev/null || return 1
+    t0=$SECONDS
+    timeout 120 kubectl -n $ns delete volumegroupsnapshot grp --wait=true >/dev/null ||
+        { say "grp not deleted within 120 s"; return 1; }
+    wait_for 120 "the member VolumeSnapshots gone" members_gone "$a" "$b" || return 1
+    wait_for 60 "the members' files gone" files_gone $files || return 1
+    echo "group-snapshot: grp deleted after $((SECONDS - t0)) s: members, contents and files gone"
+}
+
 # The VM CLI (launcher/kubectl-qsd, as `kubectl qsd`): a VM made by
 # `create` boots and writes; `list` shows it Running with its disk; `attach`
 # hot-plugs a claim (the guest sees it and reads it back), `snapshot` makes
@@ -567,10 +659,16 @@ cli() {
 }
 
 # No warning event on a normal local claim, snapshot or deletion (the
-# central provisioner and snapshotter serve the RBD driver name only): a
+# central provisioner serves the RBD driver name only; the local name's
+# snapshotter forwards local snapshots to the node): a
 # local snapshot and claim are deleted (their VolumeSnapshotContent and PV
 # gone, bounded), then every Warning event about a claim, volume or
-# snapshot that is not the RBD scenario's is counted: 0 expected.
+# snapshot that is not the RBD scenario's is counted: 0 expected.  Not
+# counted: the snapshot-controller's own SnapshotDeletePending "... belongs
+# to group snapshot ..." on a group's member while that group is deleted
+# (external-snapshotter v8.7, pkg/common-controller/snapshot_controller.go:
+# the member's deletion is tried while the group object is still there,
+# then retried; the group-snapshot step saw it once per member).
 pv_of() { pvc_field "$1" '{.spec.volumeName}'; }
 gone() { ! kubectl "$@" >/dev/null 2>&1; }
 volume_warnings() {
@@ -580,6 +678,8 @@ kinds = {"PersistentVolumeClaim", "PersistentVolume", "VolumeSnapshot", "VolumeS
 rbd = set(sys.argv[1:])
 for e in json.load(sys.stdin)["items"]:
     o = e["involvedObject"]
+    if e.get("reason") == "SnapshotDeletePending" and "belongs to group snapshot" in e.get("message", ""):
+        continue
     if o.get("kind") in kinds and o.get("name") not in rbd:
         print("%s %s/%s %s x%s: %s" % (e["metadata"]["namespace"], o["kind"], o["name"], e.get("reason"),
                                         e.get("count", 1), e.get("message", "")[:200]))
@@ -700,6 +800,8 @@ qsds_left() { # the driver's QSDs (and filter heads) still running: their
 uninstall() {
     local t0=$SECONDS left
     timeout 200 kubectl -n $ns delete pod --all --wait=true >/dev/null || { say "pods not deleted"; return 1; }
+    # A group's member snapshots go with their group (a finalizer holds them).
+    timeout 120 kubectl -n $ns delete volumegroupsnapshot --all --wait=true >/dev/null || return 1
     timeout 120 kubectl -n $ns delete volumesnapshot --all --wait=true >/dev/null || return 1
     wait_for 120 "no VolumeSnapshotContent of the driver" eval \
         '[ -z "$(kubectl get volumesnapshotcontent -o jsonpath="{.items[?(@.spec.driver==\"qsd.csi.qsd-csi.dev\")].metadata.name}")" ]' || return 1
@@ -863,6 +965,7 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step expand expand
     step vm-data vm_data
     step restore-clone restore_clone
+    step group-snapshot group_snapshot
     step cli cli
     step no-warnings no_warnings
     step podvol podvol_scenario

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Install the driver into the test cluster the way deploy/README.md tells a
-# user to: the VolumeSnapshot CRDs and the snapshot-controller (upstream
-# external-snapshotter's, at the release sidecars.txt builds, with
-# deploy/snapshot-controller/ as a kustomize component), then the driver
+# user to: the VolumeSnapshot and VolumeGroupSnapshot CRDs and the
+# snapshot-controller (upstream external-snapshotter's, at the release
+# sidecars.txt builds, as upstream ships it: the driver needs no change to
+# it), then the driver
 # with both optional pieces (snapshots and rbd, which the scenarios use):
 #   QSD_INSTALL=kustomize (default)  the node endpoint's Secrets
 #       (scripts/node-certs.sh --apply qsd-csi: made once, kept on a rerun),
@@ -45,21 +46,21 @@ crd_dir=$(cd /tmp && go mod download -json "github.com/kubernetes-csi/external-s
 k apply -k "$crd_dir/config/crd"
 k wait --for=condition=Established --timeout=60s \
     crd/volumesnapshots.snapshot.storage.k8s.io crd/volumesnapshotcontents.snapshot.storage.k8s.io \
-    crd/volumesnapshotclasses.snapshot.storage.k8s.io
+    crd/volumesnapshotclasses.snapshot.storage.k8s.io \
+    crd/volumegroupsnapshots.groupsnapshot.storage.k8s.io \
+    crd/volumegroupsnapshotcontents.groupsnapshot.storage.k8s.io \
+    crd/volumegroupsnapshotclasses.groupsnapshot.storage.k8s.io
 
-# 2. The snapshot-controller: upstream's deployment with our component, the
-# image at the release built here (upstream's file names an older tag).
+# 2. The snapshot-controller: upstream's deployment, the image at the
+# release built here (upstream's file names an older tag).
 sc=$dir/install/snapshot-controller; rm -rf "$sc"; mkdir -p "$sc"
 cp "$snap_dir"/deploy/kubernetes/snapshot-controller/{rbac-snapshot-controller.yaml,setup-snapshot-controller.yaml} "$sc/"
-cp -r "$repo_root/deploy/snapshot-controller" "$sc/component"
 cat >"$sc/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
   - rbac-snapshot-controller.yaml
   - setup-snapshot-controller.yaml
-components:
-  - component
 images:
   - name: registry.k8s.io/sig-storage/snapshot-controller
     newTag: $snap_ver

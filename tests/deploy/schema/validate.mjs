@@ -9,11 +9,13 @@
 //   * the JSON schema of its kind (types, required fields, enums, formats):
 //     kubernetes-models for built-in kinds, @kubernetes-models/
 //     prometheus-operator for monitoring.coreos.com, volumesnapshotclass-v1.json
-//     (written from the external-snapshotter CRD, v1) for VolumeSnapshotClass;
+//     and volumegroupsnapshotclass-v1.json (written from the
+//     external-snapshotter CRDs, v1) for VolumeSnapshotClass and
+//     VolumeGroupSnapshotClass;
 //   * no unknown field (the schemas above allow any): every field name is
 //     looked up in the generated models of @kubernetes/client-node (the
-//     Kubernetes OpenAPI spec), recursively; the snapshot class schema
-//     forbids unknown fields itself.  monitoring.coreos.com objects get the
+//     Kubernetes OpenAPI spec), recursively; the snapshot class schemas
+//     forbid unknown fields themselves.  monitoring.coreos.com objects get the
 //     first check only.
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -23,8 +25,13 @@ import { validate as validateObjectMeta } from
     "@kubernetes-models/apimachinery/_schemas/IoK8sApimachineryPkgApisMetaV1ObjectMeta";
 
 const here = (f) => fileURLToPath(new URL(f, import.meta.url));
-const snapshotClassSchema = JSON.parse(readFileSync(here("volumesnapshotclass-v1.json"), "utf8"));
-const validateSnapshotClass = new Ajv({ allErrors: true, strict: true }).compile(snapshotClassSchema);
+// The custom resources' classes: "group/version kind" -> a compiled schema.
+const crdSchemas = {};
+for (const [key, file] of [["snapshot.storage.k8s.io/v1 VolumeSnapshotClass", "volumesnapshotclass-v1.json"],
+                           ["groupsnapshot.storage.k8s.io/v1 VolumeGroupSnapshotClass",
+                            "volumegroupsnapshotclass-v1.json"]])
+    crdSchemas[key] = new Ajv({ allErrors: true, strict: true }).compile(
+        JSON.parse(readFileSync(here(file), "utf8")));
 
 function split(apiVersion) {
     const i = apiVersion.lastIndexOf("/");
@@ -66,8 +73,9 @@ async function check(obj) {
         return ["no apiVersion/kind"];
     const [group, version] = split(obj.apiVersion);
     const kind = obj.kind;
-    if (group === "snapshot.storage.k8s.io" && version === "v1" && kind === "VolumeSnapshotClass") {
-        if (!validateSnapshotClass(obj)) out.push(...schemaErrors(validateSnapshotClass.errors));
+    const validateCrd = crdSchemas[`${obj.apiVersion} ${kind}`];
+    if (validateCrd) {
+        if (!validateCrd(obj)) out.push(...schemaErrors(validateCrd.errors));
         if (obj.metadata !== undefined) {
             if (!validateObjectMeta(obj.metadata)) out.push(...schemaErrors(validateObjectMeta.errors).map((e) => "/metadata" + e));
             unknownFields(obj.metadata, "V1ObjectMeta", "/metadata", out);
