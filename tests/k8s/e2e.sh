@@ -408,12 +408,13 @@ sys.exit(0 if d.get(sys.argv[1]) == int(sys.argv[2]) else 1)' "$2" "$3"
 }
 vac_is() { [ "$(pvc_field "$1" '{.status.currentVolumeAttributesClassName}')" = "$2" ]; }
 # What the guest sees: its writer (one 64 KiB write and a flush per dd,
-# unthrottled about 30 a second) under e2e-crawl's 4 writes a second takes
-# about 250 ms a write and prints a STALL line (>= 200 ms) for each.  The
-# console's lines are stamped with the host's clock as they arrive; the
-# first of three consecutive STALLs after the PVC's patch is when the guest
-# saw the new limit (its arrival minus the patch bounds the delay from
-# above, the write's own time included).
+# unthrottled about 20 a second: a "W i" line every 10 writes, about 0.5 s
+# apart) under e2e-crawl's 4 writes a second writes its 10 in about 2.5 s,
+# most of them with a STALL line (>= 200 ms).  The console's lines are
+# stamped with the host's clock as they arrive.  The guest saw the limit
+# when two 10-write windows in a row took >= 2 s each, the first ending
+# after the PVC's patch; the first STALL of that window that began after
+# the patch is when (its start: arrival minus its own time).
 guest_sees_crawl() { # VM
     local con stamped t0 follower out
     con=$(console_of "$1")
@@ -442,15 +443,24 @@ while time.monotonic() < end:
         out=$(/usr/bin/python3 - "$stamped" "$t0" <<'PY'
 import re, sys
 t0 = float(sys.argv[2])
-stalls = []
+ws, stalls = [], []
 for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"(\S+) W (\d+)$", line.strip())
+    if m:
+        ws.append((float(m.group(1)), int(m.group(2))))
     m = re.match(r"(\S+) STALL i=(\d+) ms=(\d+)", line)
-    if m and float(m.group(1)) > t0:
+    if m:
         stalls.append((float(m.group(1)), int(m.group(2)), int(m.group(3))))
-for k in range(len(stalls) - 2):
-    if [s[1] for s in stalls[k:k + 3]] == [stalls[k][1] + j for j in range(3)]:
-        t, i, ms = stalls[k]
-        print("%.2f %.2f %d %d" % (t - t0, t - t0 - ms / 1000.0, ms, i))
+# Two windows of 10 writes in a row of >= 2 s each (<= 5 writes a second;
+# unthrottled, about 20), the first ending after the patch.
+for k in range(len(ws) - 2):
+    (ta, ia), (tb, ib), (tc, ic) = ws[k:k + 3]
+    if tb > t0 and tb - ta >= 2.0 and tc - tb >= 2.0 and ib == ia + 10 and ic == ib + 10:
+        first = [s for s in stalls if ia < s[1] <= ib and s[0] - s[2] / 1000.0 > t0]
+        if first:
+            t, i, ms = first[0]
+            print("%.2f %.2f %d %d %.1f %.1f" % (t - t0 - ms / 1000.0, t - t0, ms, i,
+                                                  tb - ta, tc - tb))
         break
 PY
 )
@@ -458,10 +468,10 @@ PY
         sleep 1
     done
     kill $follower 2>/dev/null; wait $follower 2>/dev/null
-    [ -n "$out" ] || { say "the guest saw no throttled writes within 30 s of the patch"; tail -5 "$stamped" >&2; return 1; }
+    [ -n "$out" ] || { say "the guest's writes did not slow within 30 s of the patch"; tail -12 "$stamped" >&2; return 1; }
     set -- $out
-    echo "modify: e2e-crawl (4 writes/s): the guest's first throttled write (i=$4, $3 ms) ended $1 s" \
-         "after the PVC's patch, began $2 s after it"
+    echo "modify: e2e-crawl (4 writes/s): the guest's first slow write (i=$4, $3 ms) began $1 s" \
+         "after the PVC's patch (ended $2 s after); its next 20 writes took $5 s and $6 s a 10"
 }
 
 modify() {
