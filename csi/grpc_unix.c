@@ -4,9 +4,12 @@
  * grpc_session; one loop timer for the earliest RPC deadline; one for the
  * shutdown grace period; one sweep (every second while connections exist)
  * that closes connections that never sent their preface within
- * HANDSHAKE_MS, or sat idle (no call in flight, nothing received) for
- * IDLE_MS.  At the connection limit the longest-idle connection makes room
- * for a new one, so idle peers cannot lock kubelet out.  A peer that
+ * HANDSHAKE_MS.  An idle connection is kept, however long: the sidecars
+ * (csi-lib-utils) hold one connection for their life and exit when it
+ * closes ("Lost connection to CSI driver, exiting"), so closing idle ones
+ * restarted them every few idle minutes.  At the connection limit the
+ * longest-idle connection makes room for a new one, so idle peers cannot
+ * lock kubelet out.  A peer that
  * half-closes (shutdown(SHUT_WR)) still gets its answers.  Non-blocking
  * sockets only: nothing here waits. */
 #include "grpc.h"
@@ -21,7 +24,6 @@
 #define READ_CHUNK 65536
 #define READS_PER_EVENT 8 /* fairness between connections */
 #define HANDSHAKE_MS 10000
-#define IDLE_MS (5 * 60 * 1000)
 #define SWEEP_MS 1000
 
 struct conn {
@@ -196,12 +198,9 @@ static void sweep(struct loop *l, void *opaque)
     uint64_t now = now_ms();
     for (struct conn *c = ln->conns, *next; c; c = next) {
         next = c->next;
-        const char *why = !c->got_bytes && now - c->accepted_ms > HANDSHAKE_MS
-                              ? "no preface within the handshake timeout"
-                          : conn_idle(c) && now - c->active_ms > IDLE_MS ? "idle"
-                                                                         : NULL;
-        if (why) {
-            log_info("grpc", "connection closed", "reason=\"%s\"", why);
+        if (!c->got_bytes && now - c->accepted_ms > HANDSHAKE_MS) {
+            log_info("grpc", "connection closed",
+                     "reason=\"no preface within the handshake timeout\"");
             conn_close(c);
         }
     }
