@@ -37,6 +37,10 @@ cbt_service_ip() { # a ready endpoint of the sidecar's Service
         -o jsonpath='{range .items[*].endpoints[?(@.conditions.ready==true)]}{.addresses[0]}{"\n"}{end}' |
         head -1
 }
+cbt_handle() { # SNAPSHOT: its content's CSI snapshot handle
+    kubectl get volumesnapshotcontent -o jsonpath='{.status.snapshotHandle}' \
+        "$(kubectl -n "$ns" get volumesnapshot "$1" -o jsonpath='{.status.boundVolumeSnapshotContentName}')"
+}
 cbt_snap_ready() { [ "$(kubectl -n "$ns" get volumesnapshot "$1" -o jsonpath='{.status.readyToUse}')" = true ]; }
 cbt_ended() { case $(phase "$1") in Succeeded|Failed) return 0 ;; esac; return 1; }
 
@@ -141,7 +145,7 @@ spec:
     - name: c
       image: localhost/qsd-csi/qsd-vm-launcher:0.1.0
       imagePullPolicy: Never
-      command: [sh, -c, "dd if=/dev/urandom of=/dev/xvda bs=65536 count=256 conv=fsync 2>/dev/null && echo filled && trap 'exit 0' TERM && while :; do sleep 1; done"]
+      command: [sh, -c, "dd if=/dev/urandom of=/dev/xvda bs=65536 count=256 iflag=fullblock conv=fsync 2>/dev/null && echo filled && trap 'exit 0' TERM && while :; do sleep 1; done"]
       volumeDevices: [{name: d, devicePath: /dev/xvda}]
   volumes: [{name: d, persistentVolumeClaim: {claimName: cbt-disk}}]
 EOF
@@ -151,13 +155,13 @@ EOF
     # 64 KiB blocks 320, 529 and 960: 20 MiB, 33 MiB + 64 KiB, 60 MiB.
     for o in 320 529 960; do
         kubectl -n "$ns" exec cbt-writer -- \
-            dd if=/dev/urandom of=/dev/xvda bs=65536 seek=$o count=1 conv=fsync 2>/dev/null || return 1
+            dd if=/dev/urandom of=/dev/xvda bs=65536 seek=$o count=1 iflag=fullblock conv=fsync 2>/dev/null ||
+            return 1
     done
     vm_snapshot "$ns" cbt-b qsd-vm-snapshot cbt-disk | kubectl apply -f - >/dev/null || return 1
     wait_for 120 "VolumeSnapshot cbt-b readyToUse" cbt_snap_ready cbt-b || return 1
     echo "cbt: 16 MiB, snapshot cbt-a, 3 blocks, snapshot cbt-b after $((SECONDS - t0)) s;" \
-         "handles $(kubectl get volumesnapshotcontent -o jsonpath='{range .items[*]}{.status.snapshotHandle} {end}' |
-                    tr ' ' '\n' | grep -c .) contents"
+         "handles $(cbt_handle cbt-a) $(cbt_handle cbt-b)"
 
     cbt_lister cbt-alloc cbt-client -n "$ns" -s cbt-b -o json ||
         { say "allocated(cbt-b) failed:"; tail -5 "$dir/cbt-alloc.log" >&2; return 1; }

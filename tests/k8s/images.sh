@@ -64,9 +64,13 @@ done
 if [ -x "$bin/snapshot-metadata-lister" ]; then
     tag=$(awk '$2 == "snapshot-metadata-lister" {print $4}' "$here/sidecars.txt")
     name=localhost/qsd-csi-test/snapshot-metadata-lister:$tag
+    # /etc/hosts before DNS (the cbt step's pods resolve the Service's name
+    # with hostAliases: the harness has no cluster DNS).
+    echo 'hosts: files dns' >"$out/nsswitch.conf"
     "$here/images/mkimage.py" --tag "$name" --out "$out/snapshot-metadata-lister.tar" \
         --entrypoint /snapshot-metadata-lister \
-        "$bin/snapshot-metadata-lister=/snapshot-metadata-lister" >/dev/null
+        "$bin/snapshot-metadata-lister=/snapshot-metadata-lister" \
+        "$out/nsswitch.conf=/etc/nsswitch.conf" >/dev/null
     import "$out/snapshot-metadata-lister.tar"; echo "IMAGE $name"
 fi
 
