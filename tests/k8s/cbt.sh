@@ -32,10 +32,17 @@
 cbt_lister_image() {
     echo "localhost/qsd-csi-test/snapshot-metadata-lister:$(awk '$2 == "snapshot-metadata-lister" {print $4}' "$here/sidecars.txt")"
 }
-cbt_service_ip() { # a ready endpoint of the sidecar's Service
-    kubectl -n qsd-csi get endpointslices -l kubernetes.io/service-name=qsd-csi-snapshot-metadata \
+cbt_service_ip() { # a ready endpoint of the sidecar's Service (else a Ready controller pod's IP)
+    local ip
+    ip=$(kubectl -n qsd-csi get endpointslices -l kubernetes.io/service-name=qsd-csi-snapshot-metadata \
         -o jsonpath='{range .items[*].endpoints[?(@.conditions.ready==true)]}{.addresses[0]}{"\n"}{end}' |
-        head -1
+        head -1)
+    [ -n "$ip" ] || ip=$(kubectl -n qsd-csi get pods -l app.kubernetes.io/name=qsd-csi-controller -o json |
+        /usr/bin/python3 -c 'import json, sys
+for p in json.load(sys.stdin)["items"]:
+    if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])):
+        print(p["status"]["podIP"]); break')
+    echo "$ip"
 }
 cbt_handle() { # SNAPSHOT: its content's CSI snapshot handle
     kubectl get volumesnapshotcontent -o jsonpath='{.status.snapshotHandle}' \
