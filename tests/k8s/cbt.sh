@@ -30,7 +30,7 @@
 # ClusterRoleBinding) at its end, also after a failure.
 
 cbt_lister_image() {
-    echo "localhost/qsd-csi-test/snapshot-metadata-lister:$(awk '$2 == "snapshot-metadata-lister" {print $4}' "$here/sidecars.txt")"
+    echo "localhost/qsd-csi-test/snapshot-metadata-lister:$(awk '$1 == "gitonly" && $2 == "snapshot-metadata-lister" {print $4}' "$here/sidecars.txt")"
 }
 cbt_service_ip() { # a ready endpoint of the sidecar's Service (else a Ready controller pod's IP)
     local ip

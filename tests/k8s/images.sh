@@ -62,7 +62,7 @@ done
 # pod), at the release sidecars.txt builds; not part of deploy/.  Like the
 # csi-snapshot-metadata sidecar, only when built (a git clone: build.sh).
 if [ -x "$bin/snapshot-metadata-lister" ]; then
-    tag=$(awk '$2 == "snapshot-metadata-lister" {print $4}' "$here/sidecars.txt")
+    tag=$(awk '$1 == "gitonly" && $2 == "snapshot-metadata-lister" {print $4}' "$here/sidecars.txt")
     name=localhost/qsd-csi-test/snapshot-metadata-lister:$tag
     # /etc/hosts before DNS (the cbt step's pods resolve the Service's name
     # with hostAliases: the harness has no cluster DNS).

@@ -75,7 +75,7 @@ k apply -k "$sc"
 # components/snapshot-metadata.
 cbt=0
 if [ -x "$bin/csi-snapshot-metadata" ]; then
-    cbt_ver=$(awk '$2 == "csi-snapshot-metadata" {print $4}' "$here/sidecars.txt")
+    cbt_ver=$(awk '$1 == "gitonly" && $2 == "csi-snapshot-metadata" {print $4}' "$here/sidecars.txt")
     cbt_crd=${QSD_K8S_CACHE:-/var/cache/qsd-csi/k8s}/src/github.com_kubernetes-csi_external-snapshot-metadata@$cbt_ver/client/config/crd/cbt.storage.k8s.io_snapshotmetadataservices.yaml
     [ -f "$cbt_crd" ] || { echo "install.sh: no $cbt_crd (tests/k8s/build.sh cbt)" >&2; exit 1; }
     k apply -f "$cbt_crd"
