@@ -190,6 +190,12 @@ SIDECAR_FLAGS = {
         "kube-api-burst", "metrics-address", "http-endpoint", "metrics-path",
         "retry-interval-start", "retry-interval-max", "node-deployment",
         "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length", "feature-gates"},
+    # external-snapshot-metadata v1.1.0, pkg/sidecar/sidecar.go
+    # (components/snapshot-metadata).
+    "csi-snapshot-metadata": {
+        "csi-address", "timeout", "port", "http-endpoint", "kube-api-burst", "kube-api-qps",
+        "kubeconfig", "max-streaming-duration-min", "metrics-path", "tls-cert", "tls-key",
+        "audience", "disable-metrics"},
 }
 SIDECAR_IMAGE = re.compile(r"^registry\.k8s\.io/sig-storage/([a-z-]+):(v\d+\.\d+\.\d+)$")
 
@@ -202,6 +208,7 @@ SIDECAR_RELEASES = {
                                              # v6.3.0 orphaned source-protection sweeper
     "csi-resizer": "v2.3.0",                 # CVE-2026-42508 fixed
     "csi-snapshotter": "v8.7.0",             # v8.6.0 deletion race; v8.7.0 Go CVEs
+    "csi-snapshot-metadata": "v1.1.0",       # SnapshotMetadataService v1beta1
 }
 # Flags each sidecar must have in the node DaemonSet (flag -> value, None:
 # any value).  The resizer is not there: one resizer, in the controller.
@@ -227,6 +234,10 @@ CONTROLLER_SIDECAR_FLAGS = {
                     "handle-volume-inuse-error": "false", "http-endpoint": None},
     "csi-snapshotter": {"csi-address": None, "leader-election": "true",
                         "leader-election-namespace": None, "http-endpoint": None},
+    # The TLS pair of scripts/snapshot-metadata-certs.sh; the port the
+    # Service and the SnapshotMetadataService address name.
+    "csi-snapshot-metadata": {"csi-address": None, "port": "9829", "http-endpoint": ":9828",
+                              "tls-cert": None, "tls-key": None},
 }
 # Flags of the node mode the central sidecars must not have.
 NODE_ONLY_FLAGS = {"node-deployment", "node-deployment-immediate-binding", "enable-capacity",
@@ -300,7 +311,17 @@ for _r in _PROVISIONER_RBAC + [
         _rules("ns", "coordination.k8s.io", ["leases"], ["get", "create", "update"],
                "csi-provisioner, csi-resizer, csi-snapshotter (leader election)"),
         # the plugin: a volume's node to its InternalIP (the node endpoint)
-        _rules(None, "", ["nodes"], ["get"], "the controller plugin (node endpoint address)")] + \
+        _rules(None, "", ["nodes"], ["get"], "the controller plugin (node endpoint address)"),
+        # csi-snapshot-metadata v1.1.0 (components/snapshot-metadata): its
+        # callers' tokens and rights, the SnapshotMetadataService's audience;
+        # the VolumeSnapshots, contents and classes it reads are the
+        # provisioner's and snapshotter's rules already.
+        _rules(None, "authentication.k8s.io", ["tokenreviews"], ["create"],
+               "csi-snapshot-metadata"),
+        _rules(None, "authorization.k8s.io", ["subjectaccessreviews"], ["create"],
+               "csi-snapshot-metadata"),
+        _rules(None, "cbt.storage.k8s.io", ["snapshotmetadataservices"],
+               ["get", "list", "watch"], "csi-snapshot-metadata")] + \
         _SNAPSHOTTER_RBAC:
     CONTROLLER_RBAC.update({k: CONTROLLER_RBAC.get(k, v) for k, v in _r.items()})
 WORKLOAD_RBAC = {"DaemonSet": SIDECAR_RBAC, "Deployment": CONTROLLER_RBAC}

@@ -17,7 +17,10 @@ difference, a path and both values per line.
 The node endpoint's two Secrets are the chart's own (kustomize installs
 get them from scripts/node-certs.sh): taken out of the comparison, and
 checked instead: both there, the keys ca.crt, tls.crt and tls.key holding
-PEM, one CA.
+PEM, one CA.  Likewise changed-block tracking's Secret and
+SnapshotMetadataService (scripts/snapshot-metadata-certs.sh for kustomize):
+a kubernetes.io/tls Secret of PEMs, the object naming the Service, the
+Secret's CA and an audience.
 """
 import base64
 import binascii
@@ -29,6 +32,10 @@ import yaml
 UNKNOWN_CLUSTER_SCOPED = {"VolumeSnapshotClass"}
 # The node endpoint's Secrets: made by the chart, not by kustomize.
 GENERATED_SECRETS = ("qsd-csi-node-tls", "qsd-csi-controller-tls")
+# Changed-block tracking's (snapshotMetadata.enabled): the chart makes the
+# Secret and the SnapshotMetadataService, scripts/snapshot-metadata-certs.sh
+# for kustomize.
+SNAPMETA_SECRET = "qsd-csi-snapshot-metadata-tls"
 
 
 def load(path):
@@ -114,6 +121,50 @@ def generated_secrets(h, out):
     return len(found)
 
 
+def snapmeta_generated(h, out):
+    """Take changed-block tracking's Secret and SnapshotMetadataService out
+    of the helm render h (kustomize installs get both from
+    scripts/snapshot-metadata-certs.sh); append to out what is wrong with
+    them.  Returns how many there were (0 or 2)."""
+    sec = {key: h.pop(key) for key in list(h)
+           if key[0] == "Secret" and key[2] == SNAPMETA_SECRET}
+    sms = {key: h.pop(key) for key in list(h) if key[0] == "SnapshotMetadataService"}
+    if not sec and not sms:
+        return 0
+    if len(sec) != 1 or len(sms) != 1:
+        out.append("changed-block tracking: helm renders %d Secret(s) %s and %d "
+                   "SnapshotMetadataService(s)" % (len(sec), SNAPMETA_SECRET, len(sms)))
+        return 0
+    (_, ns, _), d = next(iter(sec.items()))
+    data = d.get("data") or {}
+    if d.get("type") != "kubernetes.io/tls" or set(data) != {"ca.crt", "tls.crt", "tls.key"}:
+        out.append("Secret %s: type %r, keys %s; expected kubernetes.io/tls with ca.crt, "
+                   "tls.crt, tls.key" % (SNAPMETA_SECRET, d.get("type"), sorted(data)))
+        return 0
+    for k, want in (("ca.crt", b"-----BEGIN CERTIFICATE-----"),
+                    ("tls.crt", b"-----BEGIN CERTIFICATE-----"),
+                    ("tls.key", b"PRIVATE KEY-----")):
+        try:
+            pem = base64.b64decode(str(data[k]), validate=True)
+        except (binascii.Error, ValueError):
+            pem = b""
+        if want not in pem:
+            out.append("Secret %s: %s is not base64 of a PEM %s" %
+                       (SNAPMETA_SECRET, k, want.decode().strip("-")))
+    (_, _, name), o = next(iter(sms.items()))
+    spec = o.get("spec") or {}
+    if name != "qsd.csi.qsd-csi.dev":
+        out.append("SnapshotMetadataService %s: not named after the driver" % name)
+    if spec.get("address") != "qsd-csi-snapshot-metadata.%s:9829" % ns:
+        out.append("SnapshotMetadataService: address %r, expected the Service "
+                   "qsd-csi-snapshot-metadata.%s:9829" % (spec.get("address"), ns))
+    if str(spec.get("caCert")) != str(data["ca.crt"]):
+        out.append("SnapshotMetadataService: caCert is not the Secret's ca.crt")
+    if not spec.get("audience"):
+        out.append("SnapshotMetadataService: no audience")
+    return 2
+
+
 def no_node_endpoint(path):
     bad = []
     for (kind, ns, name), d in load(path).items():
@@ -150,6 +201,7 @@ def main(argv):
     h = load(argv[2])
     out = []
     secrets = generated_secrets(h, out)
+    snapmeta = snapmeta_generated(h, out)
     for key in sorted(set(k) | set(h)):
         name = "%s %s/%s" % key
         if key not in h:
@@ -161,8 +213,10 @@ def main(argv):
     if out:
         print("\n".join(out))
         return 1
-    print("%d objects equal (%s); the node endpoint's %d Secrets (the chart's own) well formed" %
-          (len(k), ", ".join(sorted({x[0] for x in k})), secrets))
+    print("%d objects equal (%s); the node endpoint's %d Secrets (the chart's own) well formed%s" %
+          (len(k), ", ".join(sorted({x[0] for x in k})), secrets,
+           "; changed-block tracking's Secret and SnapshotMetadataService (the chart's own) "
+           "well formed" if snapmeta else ""))
     return 0
 
 

@@ -8,8 +8,10 @@
 #      optional piece on);
 #   3. `helm template` equals `kubectl kustomize` for the same selection:
 #      the defaults (snapshots on, rbd off), everything on (components/rbd
-#      added), everything off; objects compared by kind/namespace/name
-#      (compare.py);
+#      added), changed-block tracking (components/snapshot-metadata,
+#      snapshotMetadata.enabled; its Secret and SnapshotMetadataService are
+#      the chart's own and checked for their shape), everything off;
+#      objects compared by kind/namespace/name (compare.py);
 #   4. with rbd.enabled=false and snapshots.enabled=false the chart renders
 #      no VolumeSnapshotClass, no csi-provisioner, csi-snapshotter-rbd or csi-resizer-rbd
 #      and no Secrets role; with nodeEndpoint.enabled=false no gate, no
@@ -62,7 +64,7 @@ else
 fi
 
 # 2. Lint.
-for set in "" "--set rbd.enabled=true,monitoring.enabled=true" "--set nodeEndpoint.enabled=false"; do
+for set in "" "--set rbd.enabled=true,monitoring.enabled=true,snapshotMetadata.enabled=true" "--set nodeEndpoint.enabled=false"; do
     # shellcheck disable=SC2086
     if out=$("$HELM" lint --strict "$CHART" $set 2>&1); then
         echo "ok   helm lint --strict $set"
@@ -119,6 +121,10 @@ render_pair default "snapshots" ""
 if out=$(compare default); then echo "ok   default values: $out"; else echo "FAIL default values:"; echo "$out"; fail=1; fi
 render_pair all "snapshots rbd" "--set rbd.enabled=true"
 if out=$(compare all); then echo "ok   rbd.enabled=true: $out"; else echo "FAIL rbd.enabled=true:"; echo "$out"; fail=1; fi
+render_pair cbt "snapshots snapshot-metadata" "--set snapshotMetadata.enabled=true"
+if out=$(compare cbt) && grep -q "changed-block tracking's Secret" <<<"$out"; then
+    echo "ok   snapshotMetadata.enabled=true: $out"
+else echo "FAIL snapshotMetadata.enabled=true:"; echo "$out"; fail=1; fi
 render_pair none "" "--set rbd.enabled=false,snapshots.enabled=false"
 if out=$(compare none); then echo "ok   snapshots.enabled=false: $out"; else echo "FAIL snapshots.enabled=false:"; echo "$out"; fail=1; fi
 # The settings: another namespace and kubelet root, everything on.

@@ -7,7 +7,9 @@
 #
 #   tests/k8s/build.sh [--out DIR] [--jobs N] [PIECE...]
 #     PIECE    kube (the five Kubernetes binaries), etcd, containerd (with its
-#              runc shim and ctr), sidecars, csi-sanity;
+#              runc shim and ctr), sidecars, cbt (the changed-block
+#              tracking sidecar and client alone; sidecars includes them),
+#              csi-sanity;
 #              default: all of them
 #     --out    cache root (default $QSD_K8S_CACHE, else /var/cache/qsd-csi/k8s); binaries land in
 #              ROOT/bin/<hash of the pins>/ and the last line printed is
@@ -17,6 +19,10 @@
 #
 # The two sidecars the module proxy refuses are built from git clones
 # (QSD_K8S_GIT_DIR) when there are any, else from standin/ (build_standin).
+# The changed-block tracking pieces (sidecars.txt "gitonly": the
+# csi-snapshot-metadata sidecar and its snapshot-metadata-lister client)
+# have no stand-in: without a clone they are not built ("NOTBUILT <name>"),
+# and the cluster runs without them (install.sh, e2e.sh's cbt step).
 #
 # Pins: go.mod/go.sum here (k8s.io/kubernetes and its staging modules),
 # containerd/go.mod (containerd 2.x: containerd/go.mod says why not
@@ -37,7 +43,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --force) force=1; shift ;;
-    kube|etcd|containerd|sidecars|csi-sanity) pieces+=("$1"); shift ;;
+    kube|etcd|containerd|sidecars|cbt|csi-sanity) pieces+=("$1"); shift ;;
     *) echo "build.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -145,14 +151,18 @@ for r in json.load(sys.stdin).get("Replace") or []:
 # A release built from a git clone (the repository is not on the module
 # proxy): QSD_K8S_GIT_DIR/<owner>+<name>/repo or QSD_K8S_GIT_DIR/<name>, a
 # clone holding TAG at COMMIT; built with the tag's vendor/ tree.
-build_git() { # NAME REPOSITORY TAG COMMIT PACKAGE
-    local name=$1 repo=$2 tag=$3 commit=$4 pkg=$5 owner_name git got src
+build_git() { # NAME REPOSITORY TAG COMMIT PACKAGE [KIND]
+    local name=$1 repo=$2 tag=$3 commit=$4 pkg=$5 kind=${6:-git} owner_name git got src
     cached "$name" "$repo $tag $commit $pkg" && return 0
     owner_name=${repo#github.com/}
     for git in "${QSD_K8S_GIT_DIR:-/nonexistent}/${owner_name/\//+}/repo" \
                "${QSD_K8S_GIT_DIR:-/nonexistent}/${owner_name#*/}"; do
         [ -d "$git" ] && break
     done
+    if [ ! -d "$git" ] && [ "$kind" = gitonly ]; then
+        echo "build.sh: $name: no clone of $repo in QSD_K8S_GIT_DIR: not built" >&2
+        echo "NOTBUILT $name"; return 0
+    fi
     if [ ! -d "$git" ]; then
         echo "build.sh: $name: no clone of $repo in QSD_K8S_GIT_DIR: building the stand-in standin/$name" >&2
         build_standin "$name"; return
@@ -162,6 +172,11 @@ build_git() { # NAME REPOSITORY TAG COMMIT PACKAGE
     src=$out/src/${repo//\//_}@$tag
     rm -rf "$src"; mkdir -p "$src"
     git -C "$git" archive "$commit" | tar -x -C "$src"
+    # A package that is a nested module of its own (external-snapshot-metadata's
+    # tools/snapshot-metadata-lister) is built as a package of the tag's
+    # outer module: with the outer vendor/ tree, so with the code of the same
+    # tag (its own go.mod pins an older release of the outer module).
+    rm -f "$src/$pkg/go.mod" "$src/$pkg/go.sum"
     (cd "$src" && timed "$name" "$repo $tag $commit $pkg" \
         env GOFLAGS="$GOFLAGS -mod=vendor" GOPROXY=off go build \
         -ldflags "-s -w -X main.version=$tag" -o @OUT@ "$pkg")
@@ -184,7 +199,7 @@ build_list() { # KIND: build the lines of sidecars.txt of that kind
     while read -r k name mod ver sum pkg; do
         case $k in ''|'#'*) continue ;; esac
         [ "$k" = "$kind" ] || continue
-        if [ "$k" = git ]; then build_git "$name" "$mod" "$ver" "$sum" "$pkg"
+        if [ "$k" = git ] || [ "$k" = gitonly ]; then build_git "$name" "$mod" "$ver" "$sum" "$pkg" "$k"
         else build_module "$name" "$mod" "$ver" "$sum" "$pkg"; fi
     done <"$here/sidecars.txt"
 }
@@ -194,7 +209,8 @@ for p in "${pieces[@]}"; do
     kube) build_kube ;;
     etcd) build_etcd ;;
     containerd) build_containerd ;;
-    sidecars) build_list sidecar; build_list git ;;
+    sidecars) build_list sidecar; build_list git; build_list gitonly ;;
+    cbt) build_list gitonly ;;
     csi-sanity) build_list sanity ;;
     esac
 done

@@ -13,6 +13,8 @@
 #   quick-start  docs/quick-start.md's sections 3-5 as a user follows them
 #   vm-boot, snapshot, modify, hotplug, plugin-restart, rollout, expand, vm-data,
 #   restore-clone, group-snapshot   the VM scenarios (VM pods of vmpod.sh)
+#   cbt          changed-block tracking through upstream's sidecar and
+#                client (cbt.sh), when its sidecar was built
 #   podvol       volumes for ordinary pods: ext4 and block claims written by
 #                one pod and read by the next (podvol.sh)
 #   rbd          an RBD class on the tests' single-node Ceph (ceph.py)
@@ -36,6 +38,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo_root=$(cd "$here/../.." && pwd)
 . "$here/vmpod.sh"
 . "$here/podvol.sh"
+. "$here/cbt.sh"
 keep=0; [ "${1:-}" = --keep ] && keep=1
 secs=${QSD_K8S_WRITER_SECS:-180}
 dir=$(mktemp -d /tmp/qsd-k8s.XXXXXX)
@@ -243,8 +246,10 @@ quick_start() {
     ready=$(kubectl -n qsd-csi get pods --no-headers | awk '{print $1, $2}')
     echo "$ready" | grep -qE '^qsd-csi-node-[a-z0-9]+ 6/6$' ||
         { say "section 3: the node pod is not 6/6: $ready"; return 1; }
-    [ "$(echo "$ready" | grep -cE '^qsd-csi-controller-[a-z0-9-]+ 8/8$')" = 2 ] ||
-        { say "section 3: not two controller pods 8/8 (components/rbd): $ready"; return 1; }
+    # 9/9 with changed-block tracking (install.sh adds its sidecar when built).
+    local cn=8; [ ! -x "$QSD_K8S_BIN/csi-snapshot-metadata" ] || cn=9
+    [ "$(echo "$ready" | grep -cE "^qsd-csi-controller-[a-z0-9-]+ $cn/$cn\$")" = 2 ] ||
+        { say "section 3: not two controller pods $cn/$cn (components/rbd): $ready"; return 1; }
     kubectl get csidriver qsd.csi.qsd-csi.dev rbd.qsd-csi.dev >/dev/null || return 1
     [ "$(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}' | tr ' ' '\n' | sort | tr '\n' ' ')" = \
       "qsd.csi.qsd-csi.dev rbd.qsd-csi.dev " ] || { say "section 3: CSINode drivers: $(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}')"; return 1; }
@@ -252,7 +257,7 @@ quick_start() {
         grep -q 'topology.qsd.csi.qsd-csi.dev/node' || { say "section 3: no topology key on the CSINode"; return 1; }
     [ "$(kubectl -n qsd-csi get csistoragecapacities --no-headers 2>/dev/null | wc -l)" -ge 1 ] ||
         { say "section 3: no CSIStorageCapacity"; return 1; }
-    echo "quick-start: section 3: node pod 6/6, two controller pods 8/8, CSINode with both drivers, $(kubectl -n qsd-csi get csistoragecapacities --no-headers | wc -l) capacities"
+    echo "quick-start: section 3: node pod 6/6, two controller pods $cn/$cn, CSINode with both drivers, $(kubectl -n qsd-csi get csistoragecapacities --no-headers | wc -l) capacities"
     # Sections 4 and 5, as written.
     awk '/^## 4\./ {on = 1} /^## Upgrading/ {on = 0}
          on && /^```sh$/ {b = 1; next} on && b && /^```$/ {b = 0; next} on && b' "$doc" >"$dir/quick-start.sh"
@@ -832,6 +837,11 @@ uninstall() {
     else
         timeout 200 kubectl delete -k "$dir/install/driver" --wait=true >/dev/null || return 1
     fi
+    # deploy/README.md "Changed-block tracking": the object
+    # scripts/snapshot-metadata-certs.sh made (cluster-scoped).
+    if kubectl get crd snapshotmetadataservices.cbt.storage.k8s.io >/dev/null 2>&1; then
+        kubectl delete snapshotmetadataservice qsd.csi.qsd-csi.dev --ignore-not-found >/dev/null || return 1
+    fi
     echo "uninstall: driver deleted after $((SECONDS - t0)) s"
     wait_for 60 "no QSD left" eval '[ "$(qsds_left)" = 0 ]' || return 1
     left=$(find /var/lib/qsd-csi/pool -type f 2>/dev/null | grep -v '/\.' | head -5)
@@ -969,6 +979,10 @@ step quick-start quick_start
 if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step snapshot snapshot
     step modify modify
+    # Changed-block tracking, when build.sh built its sidecar (a git clone,
+    # QSD_K8S_GIT_DIR) and install.sh so installed it.
+    if [ -x "$QSD_K8S_BIN/csi-snapshot-metadata" ]; then step cbt cbt_step
+    else say "cbt: not run: no csi-snapshot-metadata built (QSD_K8S_GIT_DIR, tests/k8s/build.sh)"; fi
     step hotplug hotplug
     step plugin-restart restart_plugin delete
     step rollout restart_plugin rollout

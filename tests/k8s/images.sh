@@ -42,7 +42,8 @@ import "$out/pause.tar"; echo "IMAGE registry.k8s.io/pause:3.10.2"
 # from a distroless base; here the base is empty.
 for pair in csi-provisioner:csi-provisioner csi-resizer:csi-resizer \
             csi-snapshotter:csi-snapshotter snapshot-controller:snapshot-controller \
-            node-driver-registrar:csi-node-driver-registrar livenessprobe:livenessprobe; do
+            node-driver-registrar:csi-node-driver-registrar livenessprobe:livenessprobe \
+            csi-snapshot-metadata:csi-snapshot-metadata; do
     b=${pair%%:*}; name=registry.k8s.io/sig-storage/${pair#*:}
     if [ ! -x "$bin/$b" ]; then echo "images.sh: no $bin/$b: no image $name" >&2; continue; fi
     if [ "$b" = snapshot-controller ]; then
@@ -56,6 +57,22 @@ for pair in csi-provisioner:csi-provisioner csi-resizer:csi-resizer \
         --entrypoint "/$b" "$bin/$b=/$b" >/dev/null
     import "$out/$b.tar"; echo "IMAGE $name:$tag"
 done
+
+# Upstream's changed-block tracking client (e2e.sh's cbt step runs it in a
+# pod), at the release sidecars.txt builds; not part of deploy/.  Like the
+# csi-snapshot-metadata sidecar, only when built (a git clone: build.sh).
+if [ -x "$bin/snapshot-metadata-lister" ]; then
+    tag=$(awk '$1 == "gitonly" && $2 == "snapshot-metadata-lister" {print $4}' "$here/sidecars.txt")
+    name=localhost/qsd-csi-test/snapshot-metadata-lister:$tag
+    # /etc/hosts before DNS (the cbt step's pods resolve the Service's name
+    # with hostAliases: the harness has no cluster DNS).
+    echo 'hosts: files dns' >"$out/nsswitch.conf"
+    "$here/images/mkimage.py" --tag "$name" --out "$out/snapshot-metadata-lister.tar" \
+        --entrypoint /snapshot-metadata-lister \
+        "$bin/snapshot-metadata-lister=/snapshot-metadata-lister" \
+        "$out/nsswitch.conf=/etc/nsswitch.conf" >/dev/null
+    import "$out/snapshot-metadata-lister.tar"; echo "IMAGE $name"
+fi
 
 if [ $plugin = 1 ]; then
     ptag=$(tag_of qsd-csi-plugin)
