@@ -38,7 +38,7 @@ static int read_token(const char *path, char **ret, char **ret_msg)
     int r = read_file_follow(path, TOKEN_MAX, &t, &len);
     if (r < 0) {
         *ret_msg = xasprintf("cannot read the ServiceAccount token %s: %s", path, strerror(-r));
-        return r;
+        return -EACCES; /* not -ENOENT: the node is not known to be missing */
     }
     while (len && (t[len - 1] == '\n' || t[len - 1] == '\r' || t[len - 1] == ' '))
         len--;
@@ -49,7 +49,7 @@ static int read_token(const char *path, char **ret, char **ret_msg)
     if (!len) {
         free(t);
         *ret_msg = xasprintf("the ServiceAccount token %s is empty or not printable", path);
-        return -EINVAL;
+        return -EACCES;
     }
     *ret = t;
     return 0;

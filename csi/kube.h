@@ -25,9 +25,10 @@
  * by deadline_us (now_us()).  0; on failure a negative errno and *ret_msg
  * (malloc'd) naming what failed: -EINVAL a name that is not a node's,
  * -ENOENT the API server has no such node (404), -EACCES it refused the
- * token (401, 403), -EADDRNOTAVAIL the node has no InternalIP,
- * -ETIMEDOUT, -EPROTO a malformed answer, others from the socket or the
- * token file. */
+ * token (401, 403) or the token file cannot be read or is empty (never
+ * -ENOENT: a caller maps that to NOT_FOUND, which a CO may take for "the
+ * snapshot is gone"), -EADDRNOTAVAIL the node has no InternalIP,
+ * -ETIMEDOUT, -EPROTO a malformed answer, others from the socket. */
 int kube_node_ip(const char *dial_path, const char *token_file, const char *node,
                  uint64_t deadline_us, char ip[INET6_ADDRSTRLEN], char **ret_msg);
 

@@ -232,10 +232,11 @@ def main():
         cc = c.ControllerGetCapabilities(pb.ControllerGetCapabilitiesRequest(), timeout=10)
         R = pb.ControllerServiceCapability.RPC
         got = {x.rpc.type for x in cc.capabilities}
-        # MODIFY_VOLUME: the manifest's --node-dial (local volumes' limits go
-        # to their node), as the GroupController and SnapshotMetadata services
+        # MODIFY_VOLUME and LIST_SNAPSHOTS: the manifest's --node-dial (local
+        # volumes' limits and snapshots go to their node), as the
+        # GroupController and SnapshotMetadata services
         assert got == {R.CREATE_DELETE_VOLUME, R.EXPAND_VOLUME, R.CREATE_DELETE_SNAPSHOT,
-                       R.CLONE_VOLUME, R.MODIFY_VOLUME}, got
+                       R.CLONE_VOLUME, R.MODIFY_VOLUME, R.LIST_SNAPSHOTS}, got
         assert {PC.GROUP_CONTROLLER_SERVICE, PC.SNAPSHOT_METADATA_SERVICE} <= svc, caps
         expect_code(c.NodeGetInfo, pb.NodeGetInfoRequest(), C.UNIMPLEMENTED, "Node service")
 
@@ -267,14 +268,22 @@ def main():
         assert "node" in m and "rbd" in m, m
         expect_code(c.DeleteVolume, pb.DeleteVolumeRequest(volume_id="pvc-local@node-1"),
                     C.FAILED_PRECONDITION, "local DeleteVolume (never OK: the file would stay)")
-        expect_code(c.CreateSnapshot, pb.CreateSnapshotRequest(
-            name="snap-1", source_volume_id="pvc-local@node-1"), C.FAILED_PRECONDITION,
+        # a local snapshot goes to its node (--node-dial); this container
+        # has no API server or token: UNAVAILABLE naming what is missing,
+        # never NOT_FOUND (a CO may take that for "gone")
+        m = expect_code(c.CreateSnapshot, pb.CreateSnapshotRequest(
+            name="snap-1", source_volume_id="pvc-local@node-1"), C.UNAVAILABLE,
             "local CreateSnapshot")
+        assert "node-1" in m and "token" in m, m
+        m = expect_code(c.DeleteSnapshot, pb.DeleteSnapshotRequest(
+            snapshot_id="snap-1@node-1"), C.UNAVAILABLE, "local DeleteSnapshot")
+        assert "node-1" in m and "token" in m, m
         r = c.ControllerExpandVolume(pb.ControllerExpandVolumeRequest(
             volume_id="pvc-local@node-1",
             capacity_range=pb.CapacityRange(required_bytes=128 * MiB)), timeout=10)
         assert r.capacity_bytes == 128 * MiB and r.node_expansion_required, r
-        log("local volumes: create/delete/snapshot refused, expansion left to the node")
+        log("local volumes: create/delete refused, snapshots sent to the node (UNAVAILABLE "
+            "without a token), expansion left to the node")
 
         # --- RBD snapshot and restore (rbd_snap.c behind the controller role)
         snap = c.CreateSnapshot(pb.CreateSnapshotRequest(
