@@ -19,10 +19,10 @@
 #
 # The two sidecars the module proxy refuses are built from git clones
 # (QSD_K8S_GIT_DIR) when there are any, else from standin/ (build_standin).
-# The changed-block tracking pieces (sidecars.txt "gitonly": the
-# csi-snapshot-metadata sidecar and its snapshot-metadata-lister client)
-# have no stand-in: without a clone they are not built ("NOTBUILT <name>"),
-# and the cluster runs without them (install.sh, e2e.sh's cbt step).
+# Changed-block tracking (cbt): the csi-snapshot-metadata sidecar from the
+# proxy (sidecars.txt "cbt" and "nested" lines) and cbt-lister/, our command
+# line around upstream's client library (its README says why not upstream's
+# snapshot-metadata-lister).
 #
 # Pins: go.mod/go.sum here (k8s.io/kubernetes and its staging modules),
 # containerd/go.mod (containerd 2.x: containerd/go.mod says why not
@@ -50,7 +50,8 @@ done
 [ ${#pieces[@]} -gt 0 ] || pieces=(kube etcd containerd sidecars csi-sanity)
 
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/etcd/go.mod" "$here/etcd/go.sum" \
-          "$here/containerd/go.mod" "$here/containerd/go.sum" "$here/sidecars.txt" |
+          "$here/containerd/go.mod" "$here/containerd/go.sum" "$here/sidecars.txt" \
+          "$here/cbt-lister/go.mod" "$here/cbt-lister/go.sum" |
       sha256sum | cut -c1-16)
 bin=$out/bin/$key
 mkdir -p "$bin" "$out/src"
@@ -121,48 +122,67 @@ build_containerd() {
     done
 }
 
+# A module from the proxy, its go.sum hash checked: prints its directory
+# in the module cache.
+download() { # MODULE VERSION SUM
+    local info got
+    info=$(cd /tmp && go mod download -json "$1@$2") || {
+        echo "build.sh: $1@$2 cannot be had from the module proxy:" >&2
+        echo "$info" >&2; return 1; }
+    got=$(sed -n 's/^\t"Sum": "\(.*\)",$/\1/p' <<<"$info")
+    [ "$got" = "$3" ] || { echo "build.sh: $1@$2: sum $got, pinned $3" >&2; return 1; }
+    sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$info"
+}
+
+# The "nested" lines of sidecars.txt for sidecar NAME: MODULE VERSION SUM PATH.
+nested_of() { awk -v n="$1" '$1 == "nested" && $2 == n {print $3, $4, $5, $6}' "$here/sidecars.txt"; }
+
 # A sidecar module is built from its own go.mod and go.sum (the pins its
-# release was tested with), in a copy of the module's tree: the module zip
-# has no vendor/ and, for the snapshotter, not its nested client module, which
-# its go.mod replaces by a path; that replace becomes the same version from
-# the proxy.
+# release was tested with), in a copy of the module's tree.  The module zip
+# has no vendor/ and none of the nested modules its go.mod replaces by a
+# path (./client):
+#   - a "nested" line of sidecars.txt names the module and version that
+#     fill that path (external-snapshot-metadata v1.1.0's ./client is
+#     client/v1.0.0 on the proxy: the same tree, client/v1.1.0 is not
+#     served);
+#   - otherwise the replace becomes the same version from the proxy (the
+#     snapshotter's client/v8).
 build_module() { # NAME MODULE VERSION SUM PACKAGE...
     local name=$1 mod=$2 ver=$3 sum=$4; shift 4
-    local info dir got src=$out/src/${mod//\//_}@$ver
-    cached "$name" "$mod $ver $sum $*" && return 0
-    info=$(cd /tmp && go mod download -json "$mod@$ver") || {
-        echo "build.sh: $mod@$ver cannot be had from the module proxy:" >&2
-        echo "$info" >&2; return 1; }
-    dir=$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$info")
-    got=$(sed -n 's/^\t"Sum": "\(.*\)",$/\1/p' <<<"$info")
-    [ "$got" = "$sum" ] || { echo "build.sh: $mod@$ver: sum $got, pinned $sum" >&2; return 1; }
+    local dir src=$out/src/${mod//\//_}@$ver nested pins nmod nver nsum npath
+    nested=$(nested_of "$name")
+    pins="$mod $ver $sum $*${nested:+ $nested}"
+    cached "$name" "$pins" && return 0
+    dir=$(download "$mod" "$ver" "$sum") || return 1
     rm -rf "$src"; cp -r "$dir" "$src"; chmod -R u+w "$src"
+    while read -r nmod nver nsum npath; do
+        [ -n "$nmod" ] || continue
+        dir=$(download "$nmod" "$nver" "$nsum") || return 1
+        rm -rf "${src:?}/$npath"; cp -r "$dir" "$src/$npath"; chmod -R u+w "$src/$npath"
+    done <<<"$nested"
     local r
     for r in $(cd "$src" && go mod edit -json | python3 -c '
-import json, sys
+import json, os, sys
 for r in json.load(sys.stdin).get("Replace") or []:
-    if r["New"]["Path"].startswith("./"): print(r["Old"]["Path"])'); do
+    p = r["New"]["Path"]
+    if p.startswith("./") and not os.path.isfile(os.path.join(p, "go.mod")): print(r["Old"]["Path"])'); do
         (cd "$src" && go mod edit -dropreplace "$r" && go mod edit -require "$r@$ver")
     done
-    (cd "$src" && timed "$name" "$mod $ver $sum $*" \
+    (cd "$src" && timed "$name" "$pins" \
         env GOFLAGS="$GOFLAGS -mod=mod" go build -ldflags "-s -w -X main.version=$ver" -o @OUT@ "$@")
 }
 
 # A release built from a git clone (the repository is not on the module
 # proxy): QSD_K8S_GIT_DIR/<owner>+<name>/repo or QSD_K8S_GIT_DIR/<name>, a
 # clone holding TAG at COMMIT; built with the tag's vendor/ tree.
-build_git() { # NAME REPOSITORY TAG COMMIT PACKAGE [KIND]
-    local name=$1 repo=$2 tag=$3 commit=$4 pkg=$5 kind=${6:-git} owner_name git got src
+build_git() { # NAME REPOSITORY TAG COMMIT PACKAGE
+    local name=$1 repo=$2 tag=$3 commit=$4 pkg=$5 owner_name git got src
     cached "$name" "$repo $tag $commit $pkg" && return 0
     owner_name=${repo#github.com/}
     for git in "${QSD_K8S_GIT_DIR:-/nonexistent}/${owner_name/\//+}/repo" \
                "${QSD_K8S_GIT_DIR:-/nonexistent}/${owner_name#*/}"; do
         [ -d "$git" ] && break
     done
-    if [ ! -d "$git" ] && [ "$kind" = gitonly ]; then
-        echo "build.sh: $name: no clone of $repo in QSD_K8S_GIT_DIR: not built" >&2
-        echo "NOTBUILT $name"; return 0
-    fi
     if [ ! -d "$git" ]; then
         echo "build.sh: $name: no clone of $repo in QSD_K8S_GIT_DIR: building the stand-in standin/$name" >&2
         build_standin "$name"; return
@@ -172,11 +192,6 @@ build_git() { # NAME REPOSITORY TAG COMMIT PACKAGE [KIND]
     src=$out/src/${repo//\//_}@$tag
     rm -rf "$src"; mkdir -p "$src"
     git -C "$git" archive "$commit" | tar -x -C "$src"
-    # A package that is a nested module of its own (external-snapshot-metadata's
-    # tools/snapshot-metadata-lister) is built as a package of the tag's
-    # outer module: with the outer vendor/ tree, so with the code of the same
-    # tag (its own go.mod pins an older release of the outer module).
-    rm -f "$src/$pkg/go.mod" "$src/$pkg/go.sum"
     (cd "$src" && timed "$name" "$repo $tag $commit $pkg" \
         env GOFLAGS="$GOFLAGS -mod=vendor" GOPROXY=off go build \
         -ldflags "-s -w -X main.version=$tag" -o @OUT@ "$pkg")
@@ -194,12 +209,19 @@ build_standin() { # NAME
     echo "STANDIN $name"
 }
 
+# The changed-block tracking client (cbt-lister/: its own module, pinned
+# by its go.mod and go.sum).
+build_cbt_lister() {
+    (cd "$here/cbt-lister" && timed cbt-lister "$(cat go.mod go.sum main.go)" \
+        go build -ldflags "-s -w" -o @OUT@ .)
+}
+
 build_list() { # KIND: build the lines of sidecars.txt of that kind
     local kind=$1 k name mod ver sum pkg
     while read -r k name mod ver sum pkg; do
         case $k in ''|'#'*) continue ;; esac
         [ "$k" = "$kind" ] || continue
-        if [ "$k" = git ] || [ "$k" = gitonly ]; then build_git "$name" "$mod" "$ver" "$sum" "$pkg" "$k"
+        if [ "$k" = git ]; then build_git "$name" "$mod" "$ver" "$sum" "$pkg"
         else build_module "$name" "$mod" "$ver" "$sum" "$pkg"; fi
     done <"$here/sidecars.txt"
 }
@@ -209,8 +231,8 @@ for p in "${pieces[@]}"; do
     kube) build_kube ;;
     etcd) build_etcd ;;
     containerd) build_containerd ;;
-    sidecars) build_list sidecar; build_list git; build_list gitonly ;;
-    cbt) build_list gitonly ;;
+    sidecars) build_list sidecar; build_list git; build_list cbt; build_cbt_lister ;;
+    cbt) build_list cbt; build_cbt_lister ;;
     csi-sanity) build_list sanity ;;
     esac
 done

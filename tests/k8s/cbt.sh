@@ -3,7 +3,9 @@
 # The cluster scenario of changed-block tracking (docs/changed-blocks.md "In
 # the cluster", issue 25): upstream's csi-snapshot-metadata sidecar in the
 # controller Deployment (deploy/kubernetes/components/snapshot-metadata)
-# answering upstream's client, snapshot-metadata-lister, run in pods:
+# answering upstream's client library (tests/k8s/cbt-lister: a command line
+# around its package iterator, with the flags of upstream's
+# snapshot-metadata-lister), run in pods:
 #   - a pod fills the first 16 MiB of a 64 MiB Block claim with random
 #     bytes and stays (its volume live in its QSD); VolumeSnapshot cbt-a;
 #     three 64 KiB blocks written through `kubectl exec` at 20 MiB,
@@ -30,7 +32,7 @@
 # ClusterRoleBinding) at its end, also after a failure.
 
 cbt_lister_image() {
-    echo "localhost/qsd-csi-test/snapshot-metadata-lister:$(awk '$1 == "gitonly" && $2 == "snapshot-metadata-lister" {print $4}' "$here/sidecars.txt")"
+    echo "localhost/qsd-csi-test/cbt-lister:$(awk '$1 == "cbt" && $2 == "csi-snapshot-metadata" {print $4}' "$here/sidecars.txt")"
 }
 cbt_service_ip() { # a ready endpoint of the sidecar's Service (else a Ready controller pod's IP)
     local ip

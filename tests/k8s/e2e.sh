@@ -14,7 +14,7 @@
 #   vm-boot, snapshot, modify, hotplug, plugin-restart, rollout, expand, vm-data,
 #   restore-clone, group-snapshot   the VM scenarios (VM pods of vmpod.sh)
 #   cbt          changed-block tracking through upstream's sidecar and
-#                client (cbt.sh), when its sidecar was built
+#                client library (cbt.sh)
 #   podvol       volumes for ordinary pods: ext4 and block claims written by
 #                one pod and read by the next (podvol.sh)
 #   rbd          an RBD class on the tests' single-node Ceph (ceph.py)
@@ -247,10 +247,9 @@ quick_start() {
     ready=$(kubectl -n qsd-csi get pods --no-headers | awk '{print $1, $2}')
     echo "$ready" | grep -qE '^qsd-csi-node-[a-z0-9]+ 6/6$' ||
         { say "section 3: the node pod is not 6/6: $ready"; return 1; }
-    # 9/9 with changed-block tracking (install.sh adds its sidecar when built).
-    local cn=8; [ ! -x "$QSD_K8S_BIN/csi-snapshot-metadata" ] || cn=9
-    [ "$(echo "$ready" | grep -cE "^qsd-csi-controller-[a-z0-9-]+ $cn/$cn\$")" = 2 ] ||
-        { say "section 3: not two controller pods $cn/$cn (components/rbd): $ready"; return 1; }
+    # 9/9: components/rbd and components/snapshot-metadata (install.sh).
+    [ "$(echo "$ready" | grep -cE '^qsd-csi-controller-[a-z0-9-]+ 9/9$')" = 2 ] ||
+        { say "section 3: not two controller pods 9/9 (components/rbd, snapshot-metadata): $ready"; return 1; }
     kubectl get csidriver qsd.csi.qsd-csi.dev rbd.qsd-csi.dev >/dev/null || return 1
     [ "$(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}' | tr ' ' '\n' | sort | tr '\n' ' ')" = \
       "qsd.csi.qsd-csi.dev rbd.qsd-csi.dev " ] || { say "section 3: CSINode drivers: $(kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}')"; return 1; }
@@ -258,7 +257,7 @@ quick_start() {
         grep -q 'topology.qsd.csi.qsd-csi.dev/node' || { say "section 3: no topology key on the CSINode"; return 1; }
     [ "$(kubectl -n qsd-csi get csistoragecapacities --no-headers 2>/dev/null | wc -l)" -ge 1 ] ||
         { say "section 3: no CSIStorageCapacity"; return 1; }
-    echo "quick-start: section 3: node pod 6/6, two controller pods $cn/$cn, CSINode with both drivers, $(kubectl -n qsd-csi get csistoragecapacities --no-headers | wc -l) capacities"
+    echo "quick-start: section 3: node pod 6/6, two controller pods 9/9, CSINode with both drivers, $(kubectl -n qsd-csi get csistoragecapacities --no-headers | wc -l) capacities"
     # Sections 4 and 5, as written.
     awk '/^## 4\./ {on = 1} /^## Upgrading/ {on = 0}
          on && /^```sh$/ {b = 1; next} on && b && /^```$/ {b = 0; next} on && b' "$doc" >"$dir/quick-start.sh"
@@ -985,11 +984,9 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step rollout restart_plugin rollout
     step expand expand
     step vm-data vm_data
-    # Changed-block tracking, when build.sh built its sidecar (a git clone,
-    # QSD_K8S_GIT_DIR) and install.sh so installed it.  Its own claim and
-    # pods: after vm-data, so it does not eat the first guest's writing time.
-    if [ -x "$QSD_K8S_BIN/csi-snapshot-metadata" ]; then step cbt cbt_step
-    else say "cbt: not run: no csi-snapshot-metadata built (QSD_K8S_GIT_DIR, tests/k8s/build.sh)"; fi
+    # Changed-block tracking: its own claim and pods, after vm-data, so it
+    # does not eat the first guest's writing time.
+    step cbt cbt_step
     step restore-clone restore_clone
     step group-snapshot group_snapshot
     step cli cli

@@ -45,7 +45,7 @@ for pair in csi-provisioner:csi-provisioner csi-resizer:csi-resizer \
             node-driver-registrar:csi-node-driver-registrar livenessprobe:livenessprobe \
             csi-snapshot-metadata:csi-snapshot-metadata; do
     b=${pair%%:*}; name=registry.k8s.io/sig-storage/${pair#*:}
-    if [ ! -x "$bin/$b" ]; then echo "images.sh: no $bin/$b: no image $name" >&2; continue; fi
+    [ -x "$bin/$b" ] || { echo "images.sh: no $bin/$b (tests/k8s/build.sh)" >&2; exit 1; }
     if [ "$b" = snapshot-controller ]; then
         # Not in deploy/ (a prerequisite): the release sidecars.txt builds.
         tag=$(awk '$2 == "snapshot-controller" {print $4}' "$here/sidecars.txt")
@@ -58,21 +58,19 @@ for pair in csi-provisioner:csi-provisioner csi-resizer:csi-resizer \
     import "$out/$b.tar"; echo "IMAGE $name:$tag"
 done
 
-# Upstream's changed-block tracking client (e2e.sh's cbt step runs it in a
-# pod), at the release sidecars.txt builds; not part of deploy/.  Like the
-# csi-snapshot-metadata sidecar, only when built (a git clone: build.sh).
-if [ -x "$bin/snapshot-metadata-lister" ]; then
-    tag=$(awk '$1 == "gitonly" && $2 == "snapshot-metadata-lister" {print $4}' "$here/sidecars.txt")
-    name=localhost/qsd-csi-test/snapshot-metadata-lister:$tag
-    # /etc/hosts before DNS (the cbt step's pods resolve the Service's name
-    # with hostAliases: the harness has no cluster DNS).
-    echo 'hosts: files dns' >"$out/nsswitch.conf"
-    "$here/images/mkimage.py" --tag "$name" --out "$out/snapshot-metadata-lister.tar" \
-        --entrypoint /snapshot-metadata-lister \
-        "$bin/snapshot-metadata-lister=/snapshot-metadata-lister" \
-        "$out/nsswitch.conf=/etc/nsswitch.conf" >/dev/null
-    import "$out/snapshot-metadata-lister.tar"; echo "IMAGE $name"
-fi
+# The changed-block tracking client (cbt-lister/, e2e.sh's cbt step runs
+# it in a pod), tagged with the release of upstream's client library it
+# wraps; not part of deploy/.
+[ -x "$bin/cbt-lister" ] || { echo "images.sh: no $bin/cbt-lister (tests/k8s/build.sh)" >&2; exit 1; }
+tag=$(awk '$1 == "cbt" && $2 == "csi-snapshot-metadata" {print $4}' "$here/sidecars.txt")
+name=localhost/qsd-csi-test/cbt-lister:$tag
+# /etc/hosts before DNS (the cbt step's pods resolve the Service's name
+# with hostAliases: the harness has no cluster DNS).
+echo 'hosts: files dns' >"$out/nsswitch.conf"
+"$here/images/mkimage.py" --tag "$name" --out "$out/cbt-lister.tar" \
+    --entrypoint /cbt-lister "$bin/cbt-lister=/cbt-lister" \
+    "$out/nsswitch.conf=/etc/nsswitch.conf" >/dev/null
+import "$out/cbt-lister.tar"; echo "IMAGE $name"
 
 if [ $plugin = 1 ]; then
     ptag=$(tag_of qsd-csi-plugin)

@@ -7,7 +7,7 @@
 # it), then the driver
 # with both optional pieces (snapshots and rbd, which the scenarios use),
 # and changed-block tracking (components/snapshot-metadata with its CRD and
-# scripts/snapshot-metadata-certs.sh) when build.sh built its sidecar:
+# scripts/snapshot-metadata-certs.sh; kustomize only):
 #   QSD_INSTALL=kustomize (default)  the node endpoint's Secrets
 #       (scripts/node-certs.sh --apply qsd-csi: made once, kept on a rerun),
 #       then `kubectl apply -k` of a copy of deploy/kubernetes
@@ -70,21 +70,14 @@ EOF
 k apply -k "$sc"
 
 # 2b. Changed-block tracking's CRD (SnapshotMetadataService), as upstream
-# ships it, from the tree build.sh built the csi-snapshot-metadata sidecar
-# from (a git clone: the module zip has no CRD); only when that sidecar was
-# built (sidecars.txt "gitonly"), and then the driver gets
+# ships it: from the client module build.sh put in the csi-snapshot-metadata
+# sidecar's tree (sidecars.txt "nested"); the driver gets
 # components/snapshot-metadata.
-cbt=0
-if [ -x "$bin/csi-snapshot-metadata" ]; then
-    cbt_ver=$(awk '$1 == "gitonly" && $2 == "csi-snapshot-metadata" {print $4}' "$here/sidecars.txt")
-    cbt_crd=${QSD_K8S_CACHE:-/var/cache/qsd-csi/k8s}/src/github.com_kubernetes-csi_external-snapshot-metadata@$cbt_ver/client/config/crd/cbt.storage.k8s.io_snapshotmetadataservices.yaml
-    [ -f "$cbt_crd" ] || { echo "install.sh: no $cbt_crd (tests/k8s/build.sh cbt)" >&2; exit 1; }
-    k apply -f "$cbt_crd"
-    k wait --for=condition=Established --timeout=60s crd/snapshotmetadataservices.cbt.storage.k8s.io
-    cbt=1
-else
-    echo "install.sh: no csi-snapshot-metadata built (QSD_K8S_GIT_DIR): no changed-block tracking" >&2
-fi
+cbt_ver=$(awk '$1 == "cbt" && $2 == "csi-snapshot-metadata" {print $4}' "$here/sidecars.txt")
+cbt_crd=${QSD_K8S_CACHE:-/var/cache/qsd-csi/k8s}/src/github.com_kubernetes-csi_external-snapshot-metadata@$cbt_ver/client/config/crd/cbt.storage.k8s.io_snapshotmetadataservices.yaml
+[ -f "$cbt_crd" ] || { echo "install.sh: no $cbt_crd (tests/k8s/build.sh cbt)" >&2; exit 1; }
+k apply -f "$cbt_crd"
+k wait --for=condition=Established --timeout=60s crd/snapshotmetadataservices.cbt.storage.k8s.io
 
 # 3. The driver, with its optional pieces (deploy/README.md "Optional pieces").
 mode=${QSD_INSTALL:-kustomize}
@@ -95,15 +88,13 @@ kustomize)
     grep -qx '  - components/snapshots' "$drv/kustomization.yaml" &&
     grep -qx '  - components/rbd' "$drv/kustomization.yaml" || {
         echo "install.sh: $drv/kustomization.yaml does not list both components" >&2; exit 1; }
-    if [ $cbt = 1 ]; then
-        sed -i 's|^  # - components/snapshot-metadata$|  - components/snapshot-metadata|' "$drv/kustomization.yaml"
-        grep -qx '  - components/snapshot-metadata' "$drv/kustomization.yaml" || {
-            echo "install.sh: $drv/kustomization.yaml does not list components/snapshot-metadata" >&2; exit 1; }
-    fi
+    sed -i 's|^  # - components/snapshot-metadata$|  - components/snapshot-metadata|' "$drv/kustomization.yaml"
+    grep -qx '  - components/snapshot-metadata' "$drv/kustomization.yaml" || {
+        echo "install.sh: $drv/kustomization.yaml does not list components/snapshot-metadata" >&2; exit 1; }
     # deploy/README.md "Install": the node endpoint's certificates first
     # (and changed-block tracking's, with its SnapshotMetadataService).
     KUBECTL=$bin/kubectl "$repo_root/scripts/node-certs.sh" --apply qsd-csi
-    [ $cbt = 0 ] || KUBECTL=$bin/kubectl "$repo_root/scripts/snapshot-metadata-certs.sh" --apply qsd-csi
+    KUBECTL=$bin/kubectl "$repo_root/scripts/snapshot-metadata-certs.sh" --apply qsd-csi
     k apply -k "$drv"
     ;;
 helm)
