@@ -19,6 +19,7 @@
 #                one pod and read by the next (podvol.sh)
 #   rbd          an RBD class on the tests' single-node Ceph (ceph.py)
 #                through the controller Deployment: provision, boot, snapshot
+#   no-restarts  no container of the driver restarted during the run
 #   uninstall    deploy/README.md's uninstall, then what is left on the node
 #   reap         the cluster killed (-9) with a pod running; the next
 #                cluster.sh up takes the leftover down and starts
@@ -726,6 +727,35 @@ no_warnings() {
          "($(kubectl -n $ns get pvc --no-headers | wc -l) claims, $(kubectl -n $ns get volumesnapshot --no-headers | wc -l) snapshots in $ns)"
 }
 
+# No container of the driver restarted during the run: the sidecars exit
+# when the plugin closes their CSI connection ("Lost connection to CSI
+# driver"), which a plugin closing idle connections did every few idle
+# minutes (csi/grpc_unix.c keeps them now); the controller pods and the
+# node pod the rollout made have been up for many minutes by now, through
+# idle stretches.  Any restart fails the step, naming the container and its
+# last termination.
+no_restarts() {
+    local out
+    out=$(kubectl -n qsd-csi get pods -o json | /usr/bin/python3 -c 'import json, sys
+pods = json.load(sys.stdin)["items"]
+n = 0
+for p in pods:
+    for c in p["status"].get("containerStatuses") or []:
+        n += 1
+        if c.get("restartCount", 0):
+            t = (c.get("lastState") or {}).get("terminated") or {}
+            print("%s/%s restarted %d times: last %s, exit %s, %s" % (
+                p["metadata"]["name"], c["name"], c["restartCount"], t.get("reason"),
+                t.get("exitCode"), (t.get("message") or "").strip()[-200:]))
+print("COUNT %d %d" % (len(pods), n))') || return 1
+    if grep -qv '^COUNT' <<<"$out"; then
+        say "containers of the driver restarted:"; grep -v '^COUNT' <<<"$out" >&2; return 1
+    fi
+    set -- $out
+    [ "$3" -ge 6 ] || { say "only $3 containers in qsd-csi: $out"; return 1; }
+    echo "no-restarts: $2 pods, $3 containers in qsd-csi, none restarted"
+}
+
 # RBD: the tests' single-node Ceph on the host's address (ceph.py), the
 # cluster ConfigMap pointed at it, deploy/examples/rbd.yaml applied with its
 # user's key and namespace (the claim in this test's namespace, 1Gi): the
@@ -994,6 +1024,7 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step podvol podvol_scenario
 fi
 [ "${QSD_K8S_ONLY:-rbd}" = rbd ] && step rbd rbd_step
+step no-restarts no_restarts
 step uninstall uninstall
 step helm helm_step
 step reap reap_killed
