@@ -26,6 +26,11 @@ Asserted:
   - the controller killed (-9) after recording, while its call to the node
     hangs (the node's gate SIGSTOPped): the metadata has the new limits,
     the QSD the old ones; the retry through a new controller sets them;
+  - the node plugin killed (-9) with a forwarded modify in it (stopped):
+    UNAVAILABLE, the QSD (same pid) keeps the old limits, the restarted
+    plugin adopts it and the retry sets them; killed between its record and
+    the qom-set (the QSD set behind its back): the restart sets the
+    record's limits;
   - hostile metadata planted with the rbd CLI (not JSON, too long, an
     unknown key): NodeStageVolume FAILED_PRECONDITION naming qsd-csi.qos,
     no QSD and no record left; a modify replaces the value, and the stage
@@ -112,8 +117,9 @@ def main():
                     'exec 3<&-; fi 2>/dev/null\nexec %s "$@"\n'
                     % (gate_sock.getsockname()[1], qsd))
         os.chmod(wrapper, 0o755)
-        c = env.start(extra=["--rbd-clusters", clusters, "--node-ops-endpoint", "unix://" + ops,
-                             "--node-ops-group", str(GID), "--qsd-binary", wrapper])
+        node_args = ["--rbd-clusters", clusters, "--node-ops-endpoint", "unix://" + ops,
+                     "--node-ops-group", str(GID), "--qsd-binary", wrapper]
+        c = env.start(extra=node_args)
         pb = env.pb
         relay = gatelib.Relay(env.root, gate, ops,
                               {env.node: [{"type": "InternalIP", "address": "127.0.0.1"}]},
@@ -287,6 +293,46 @@ def main():
         assert env.qsd_pids()[rec] == pid
         print("ok the controller killed (-9) after recording: metadata new, QSD old; the retry "
               "through a new controller set it live")
+
+        # --- the node plugin killed (-9) with a forwarded modify in it (the
+        # plugin SIGSTOPped: the request reached its socket, not its
+        # handler): the caller gets UNAVAILABLE, the metadata has the new
+        # limits, the QSD (outliving its plugin) the old ones; the restarted
+        # plugin adopts it, and the retry sets them
+        os.kill(env.proc.pid, signal.SIGSTOP)
+        try:
+            fut = cc.ControllerModifyVolume.future(pb.ControllerModifyVolumeRequest(
+                volume_id=vid, mutable_parameters={"readIops": "1500"}, secrets=secrets),
+                timeout=T)
+            wait_until(lambda: qos("pvc-q")["readIops"] == "1500", "never recorded", 20)
+            time.sleep(0.5)  # the relay's request reaches the stopped node's socket
+            assert not fut.done(), "the modify ended with the node plugin stopped"
+        finally:
+            env.stop(signal.SIGKILL)  # a stopped process dies of SIGKILL too
+        assert fut.exception() is not None and fut.code() == C.UNAVAILABLE, fut
+        assert env.qsd_pids()[rec] == pid, "the QSD did not outlive its plugin"
+        assert csilib.qsd_limits(qsdctl, env, rec)["iops-read"] == 1234
+        c = env.start(extra=node_args)
+        assert env.qsd_pids()[rec] == pid, "the restarted plugin replaced the QSD"
+        assert csilib.qsd_limits(qsdctl, env, rec)["iops-read"] == 1234
+        modify(cc, vid, {"readIops": "1500"})
+        assert csilib.qsd_limits(qsdctl, env, rec)["iops-read"] == 1500
+        # killed (-9) after its record, before the QSD's qom-set (made by
+        # setting the QSD behind the dead plugin's back): the restart sets
+        # the record's limits on the adopted QSD
+        env.stop(signal.SIGKILL)
+        r = subprocess.run([qsdctl, "--run-dir", env.run, "qmp", rec, "qom-set",
+                            '{"path": "tg0", "property": "limits", "value": {"iops-read": 77}}'],
+                           capture_output=True, text=True, timeout=20)
+        assert r.returncode == 0, r.stderr
+        assert csilib.qsd_limits(qsdctl, env, rec)["iops-read"] == 77
+        c = env.start(extra=node_args)
+        lim = csilib.qsd_limits(qsdctl, env, rec)
+        assert lim["iops-read"] == 1500 and lim["iops-write"] == 60, lim
+        assert env.qsd_pids()[rec] == pid
+        print("ok the node plugin killed (-9) with a forwarded modify in it: UNAVAILABLE, the "
+              "QSD (same pid) kept the old limits, the retry set them; killed between its record "
+              "and the qom-set: the restart set the record's")
 
         # --- hostile metadata: staging refuses, naming the key
         unstage()
