@@ -6,7 +6,8 @@ socket, a gate process whose stderr log lines are collected so a test can
 wait for one, and Relay: the whole path from a controller plugin
 (--node-dial) to a node plugin's node-operations socket (dial gate, a
 stand-in API server, serve gate).  Processes are stopped by PID (SIGTERM,
-then SIGKILL after 10 or 15 s)."""
+then SIGKILL after 10 or 15 s).  accepting() is the tests' one probe of a
+unix socket (csi_crash uses it too)."""
 import hashlib
 import http.server
 import json
@@ -262,8 +263,11 @@ class Proc:
 
 
 def accepting(path):
-    s = socket.socket(socket.AF_UNIX)
+    """Whether the unix socket path accepts a connection (within 2 s: a
+    listener whose backlog is full would hold connect() forever)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        s.settimeout(2)
         s.connect(path)
         return True
     except OSError:
