@@ -153,14 +153,8 @@ static void validate_caps(struct csi *c, struct grpc_call *call,
 static void list_volumes(struct csi *c, struct grpc_call *call, Csi__V1__ListVolumesRequest *in)
 {
     const char *after;
-    if (in->max_entries < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
+    if (!list_start_ok(call, in->max_entries, in->starting_token, LIST_TOKEN_VOL, &after))
         return;
-    }
-    if (list_token_parse(in->starting_token, LIST_TOKEN_VOL, &after) < 0) {
-        grpc_call_fail(call, GRPC_ABORTED, "starting_token is not a token this plugin issued");
-        return;
-    }
     store_sort(c->store);
     size_t cap = c->store->n_vols, n = 0;
     struct volmsg *msgs = xcalloc(cap + 1, sizeof(*msgs));

@@ -11,7 +11,7 @@
 #include "health.h"
 
 #include "backend.h"
-#include "ids.h" /* list_token_parse */
+#include "ids.h" /* list_start_ok */
 #include "podvol.h"
 #include "service.h"
 #include "volqsd.h"
@@ -185,14 +185,8 @@ static void controller_list(struct csi *c, struct grpc_call *call,
                             Csi__V1__ControllerListVolumeHealthRequest *in)
 {
     const char *after;
-    if (in->max_entries < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
+    if (!list_start_ok(call, in->max_entries, in->starting_token, LIST_TOKEN_HEALTH, &after))
         return;
-    }
-    if (list_token_parse(in->starting_token, LIST_TOKEN_HEALTH, &after) < 0) {
-        grpc_call_fail(call, GRPC_ABORTED, "starting_token is not a token this plugin issued");
-        return;
-    }
     store_sort(c->store);
     size_t cap = c->store->n_vols, n = 0;
     struct vol_health *hs = xcalloc(cap + 1, sizeof(*hs));

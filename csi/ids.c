@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ids.c: request ids, list tokens and volume capabilities (ids.h): pure
- * checks that fill a verdict, and their forms that fail a call. */
+/* ids.c: request ids, list tokens (and the start every paginated list
+ * shares) and volume capabilities (ids.h): pure checks that fill a
+ * verdict, and their forms that fail a call. */
 #include "ids.h"
 #include "service.h"
 #include "backend.h"
@@ -74,6 +75,23 @@ int list_token_parse(const char *tok, const char *prefix, const char **ret)
         return -EINVAL;
     *ret = tok + strlen(prefix);
     return 0;
+}
+
+bool list_start_check(struct verdict *v, int32_t max_entries, const char *tok, const char *prefix,
+                      const char **ret_after)
+{
+    if (max_entries < 0)
+        return verdict_fail(v, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
+    if (list_token_parse(tok, prefix, ret_after) < 0)
+        return verdict_fail(v, GRPC_ABORTED, "starting_token is not a token this plugin issued");
+    return true;
+}
+
+bool list_start_ok(struct grpc_call *call, int32_t max_entries, const char *tok,
+                   const char *prefix, const char **ret_after)
+{
+    struct verdict v = {0};
+    return sent(list_start_check(&v, max_entries, tok, prefix, ret_after), &v, call);
 }
 
 /* ------------------------------------------------------ capabilities */

@@ -9,6 +9,7 @@
 #include "verdict.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct csi;
 
@@ -38,6 +39,14 @@ bool csi_id_check(struct csi *c, struct verdict *v, const char *field, char *id)
  * deleting the last entry of a page does not invalidate it.  "" -> NULL
  * (from the start); "<prefix><name>" -> name; else -EINVAL. */
 int list_token_parse(const char *tok, const char *prefix, const char **ret);
+/* The start of such a list, the same for each: max_entries not negative
+ * (INVALID_ARGUMENT naming it), then starting_token parsed as above
+ * (ABORTED naming it, as CSI asks of a token the plugin cannot use);
+ * *ret_after set only on success. */
+bool list_start_check(struct verdict *v, int32_t max_entries, const char *tok, const char *prefix,
+                      const char **ret_after);
+bool list_start_ok(struct grpc_call *call, int32_t max_entries, const char *tok,
+                   const char *prefix, const char **ret_after);
 
 /* NULL when the capability is supported, else why (INVALID_ARGUMENT). */
 const char *cap_problem(const Csi__V1__VolumeCapability *cap);

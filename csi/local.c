@@ -665,14 +665,8 @@ static void delete_snapshot(struct csi *c, struct grpc_call *call,
 static void list_snapshots(struct csi *c, struct grpc_call *call, Csi__V1__ListSnapshotsRequest *in)
 {
     const char *after;
-    if (in->max_entries < 0) {
-        grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
+    if (!list_start_ok(call, in->max_entries, in->starting_token, LIST_TOKEN_SNAP, &after))
         return;
-    }
-    if (list_token_parse(in->starting_token, LIST_TOKEN_SNAP, &after) < 0) {
-        grpc_call_fail(call, GRPC_ABORTED, "starting_token is not a token this plugin issued");
-        return;
-    }
     const char *only = list_filter(c, in->snapshot_id), *from = list_filter(c, in->source_volume_id);
     store_sort(c->store);
     size_t cap = only == NOTHING || from == NOTHING ? 0 : c->store->n_snaps, n = 0;

@@ -939,17 +939,9 @@ static void list_done(int status, const char *msg, json_t *result, void *opaque)
 void rbd_list_plan(Csi__V1__ListSnapshotsRequest *in, struct rbd_plan *pl)
 {
     *pl = (struct rbd_plan){.kind = PLAN_REFUSE};
-    const char *why;
-    if (in->max_entries < 0) {
-        verdict_fail(&pl->refusal, GRPC_INVALID_ARGUMENT, "max_entries must not be negative");
+    const char *after;
+    if (!list_start_check(&pl->refusal, in->max_entries, in->starting_token, LIST_TOKEN, &after))
         return;
-    }
-    const char *tok = in->starting_token && *in->starting_token ? in->starting_token : NULL;
-    if (tok && (!startswith(tok, LIST_TOKEN) || name_validate(tok + strlen(LIST_TOKEN), &why) < 0)) {
-        verdict_fail(&pl->refusal, GRPC_ABORTED,
-                     "starting_token is not a token this plugin issued");
-        return;
-    }
     struct rbd_req *q = pl->q = xcalloc(1, sizeof(*q));
     _cleanup_free_ char *msg = NULL;
     int r;
@@ -963,7 +955,7 @@ void rbd_list_plan(Csi__V1__ListSnapshotsRequest *in, struct rbd_plan *pl)
     if (r == 0)
         r = RBD_CRED_OF(in, "snapshotter-list", &q->cred, &msg);
     q->limit = in->max_entries;
-    q->path = tok ? xstrdup(tok + strlen(LIST_TOKEN)) : NULL;
+    q->path = after ? xstrdup(after) : NULL;
     plan_done(pl, r, msg);
 }
 

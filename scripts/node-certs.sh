@@ -27,7 +27,9 @@
 #               extendedKeyUsage serverAuth only
 #   controller  CN and DNS SAN qsd-csi-controller (the serve gate's
 #               --peer-name), extendedKeyUsage clientAuth only
-# Leaves: EC P-256, digitalSignature, 10 years, random 128-bit serials.
+# Leaves: EC P-256, digitalSignature, 10 years, random 128-bit serials
+# (the openssl steps: scripts/lib/pki.sh, shared with
+# snapshot-metadata-certs.sh).
 #
 # Needs bash, the openssl CLI (1.1.1 or 3.x), base64; --apply needs
 # kubectl (KUBECTL=path to use another) with a context that may create
@@ -41,7 +43,6 @@ NODE_SECRET=qsd-csi-node-tls
 CONTROLLER_SECRET=qsd-csi-controller-tls
 NODE_NAME=qsd-csi-node
 CONTROLLER_NAME=qsd-csi-controller
-DAYS=3650
 FILES=(ca.crt ca.key node.crt node.key controller.crt controller.key)
 KUBECTL=${KUBECTL:-kubectl}
 
@@ -50,6 +51,10 @@ usage() {
     exit 2
 }
 die() { echo "node-certs.sh: $*" >&2; exit 1; }
+lib=$(dirname "${BASH_SOURCE[0]}")/lib/pki.sh
+[ -r "$lib" ] || die "cannot read $lib (the script runs from its source tree)"
+# shellcheck source-path=SCRIPTDIR source=lib/pki.sh
+. "$lib"
 
 out= ns= rotate=0
 while [ $# -gt 0 ]; do
@@ -105,59 +110,12 @@ if [ -n "$ns" ]; then
 fi
 
 # --- the key material --------------------------------------------------------
-cat >"$work/openssl.cnf" <<EOF
-[req]
-distinguished_name = dn
-prompt = no
-[dn]
-CN = qsd-csi node endpoint CA
-[ca]
-basicConstraints = critical,CA:TRUE,pathlen:0
-keyUsage = critical,keyCertSign,cRLSign
-subjectKeyIdentifier = hash
-[node]
-basicConstraints = critical,CA:FALSE
-keyUsage = critical,digitalSignature
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:$NODE_NAME
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-[controller]
-basicConstraints = critical,CA:FALSE
-keyUsage = critical,digitalSignature
-extendedKeyUsage = clientAuth
-subjectAltName = DNS:$CONTROLLER_NAME
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-EOF
-ossl() { # quiet unless it fails
-    local err
-    err=$(openssl "$@" 2>&1 >/dev/null) || die "openssl $1 failed: $err"
-}
-serial() { echo "0x$(openssl rand -hex 16)"; }
-key() { ossl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/$1.key"; }
-
-key ca
-ossl req -new -x509 -config "$work/openssl.cnf" -extensions ca -key "$work/ca.key" \
-    -set_serial "$(serial)" -days "$DAYS" -sha256 -out "$work/ca.crt"
-for leaf in node controller; do
-    cn=$NODE_NAME; [ $leaf = node ] || cn=$CONTROLLER_NAME
-    key $leaf
-    ossl req -new -config "$work/openssl.cnf" -key "$work/$leaf.key" -subj "/CN=$cn" \
-        -out "$work/$leaf.csr"
-    ossl x509 -req -in "$work/$leaf.csr" -CA "$work/ca.crt" -CAkey "$work/ca.key" \
-        -set_serial "$(serial)" -days "$DAYS" -sha256 -extfile "$work/openssl.cnf" \
-        -extensions $leaf -out "$work/$leaf.crt"
-    ossl verify -CAfile "$work/ca.crt" -purpose "$([ $leaf = node ] && echo sslserver || echo sslclient)" \
-        "$work/$leaf.crt"
-done
+pki_ca "$work" "qsd-csi node endpoint CA"
+pki_leaf "$work" node "$NODE_NAME" serverAuth "DNS:$NODE_NAME"
+pki_leaf "$work" controller "$CONTROLLER_NAME" clientAuth "DNS:$CONTROLLER_NAME"
 chmod 0644 "$work"/*.crt
 chmod 0600 "$work"/*.key
-for c in ca node controller; do
-    fp=$(openssl x509 -in "$work/$c.crt" -noout -fingerprint -sha256 | sed 's/^.*=//')
-    end=$(openssl x509 -in "$work/$c.crt" -noout -enddate | sed 's/^notAfter=//')
-    echo "node-certs.sh: $c certificate sha256 $fp, valid until $end"
-done
+pki_show node-certs.sh "$work" ca node controller
 
 # --- --out -----------------------------------------------------------------
 if [ -n "$out" ]; then

@@ -27,7 +27,8 @@
 # pathlen 0, 10 years (its key is not kept anywhere); the server EC P-256,
 # serverAuth, 10 years, DNS SANs qsd-csi-snapshot-metadata,
 # qsd-csi-snapshot-metadata.NAMESPACE, ...NAMESPACE.svc and
-# ...NAMESPACE.svc.cluster.local.
+# ...NAMESPACE.svc.cluster.local (the openssl steps: scripts/lib/pki.sh,
+# shared with node-certs.sh).
 #
 # Needs bash, the openssl CLI, base64, and kubectl (KUBECTL=path to use
 # another) with a context that may create Secrets in NAMESPACE and
@@ -39,7 +40,6 @@ set -euo pipefail
 SECRET=qsd-csi-snapshot-metadata-tls
 SERVICE=qsd-csi-snapshot-metadata
 PORT=9829
-DAYS=3650
 KUBECTL=${KUBECTL:-kubectl}
 
 usage() {
@@ -47,6 +47,10 @@ usage() {
     exit 2
 }
 die() { echo "snapshot-metadata-certs.sh: $*" >&2; exit 1; }
+lib=$(dirname "${BASH_SOURCE[0]}")/lib/pki.sh
+[ -r "$lib" ] || die "cannot read $lib (the script runs from its source tree)"
+# shellcheck source-path=SCRIPTDIR source=lib/pki.sh
+. "$lib"
 
 ns= rotate=0 driver=qsd.csi.qsd-csi.dev audience=qsd-csi-snapshot-metadata
 while [ $# -gt 0 ]; do
@@ -84,45 +88,10 @@ if [ $rotate = 0 ] && have_secret; then
         base64 -d >"$work/ca.crt" || die "cannot read ca.crt of Secret $SECRET"
     openssl x509 -in "$work/ca.crt" -noout 2>/dev/null || die "Secret $SECRET: ca.crt is not a certificate"
 else
-    cat >"$work/openssl.cnf" <<EOT
-[req]
-distinguished_name = dn
-prompt = no
-[dn]
-CN = qsd-csi snapshot metadata CA
-[ca]
-basicConstraints = critical,CA:TRUE,pathlen:0
-keyUsage = critical,keyCertSign,cRLSign
-subjectKeyIdentifier = hash
-[server]
-basicConstraints = critical,CA:FALSE
-keyUsage = critical,digitalSignature
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:$SERVICE,DNS:$SERVICE.$ns,DNS:$SERVICE.$ns.svc,DNS:$SERVICE.$ns.svc.cluster.local
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-EOT
-    ossl() { # quiet unless it fails
-        local err
-        err=$(openssl "$@" 2>&1 >/dev/null) || die "openssl $1 failed: $err"
-    }
-    serial() { echo "0x$(openssl rand -hex 16)"; }
-    for k in ca server; do
-        ossl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/$k.key"
-    done
-    ossl req -new -x509 -config "$work/openssl.cnf" -extensions ca -key "$work/ca.key" \
-        -set_serial "$(serial)" -days "$DAYS" -sha256 -out "$work/ca.crt"
-    ossl req -new -config "$work/openssl.cnf" -key "$work/server.key" -subj "/CN=$SERVICE.$ns" \
-        -out "$work/server.csr"
-    ossl x509 -req -in "$work/server.csr" -CA "$work/ca.crt" -CAkey "$work/ca.key" \
-        -set_serial "$(serial)" -days "$DAYS" -sha256 -extfile "$work/openssl.cnf" \
-        -extensions server -out "$work/server.crt"
-    ossl verify -CAfile "$work/ca.crt" -purpose sslserver "$work/server.crt"
-    for c in ca server; do
-        fp=$(openssl x509 -in "$work/$c.crt" -noout -fingerprint -sha256 | sed 's/^.*=//')
-        end=$(openssl x509 -in "$work/$c.crt" -noout -enddate | sed 's/^notAfter=//')
-        echo "snapshot-metadata-certs.sh: $c certificate sha256 $fp, valid until $end"
-    done
+    pki_ca "$work" "qsd-csi snapshot metadata CA"
+    pki_leaf "$work" server "$SERVICE.$ns" serverAuth \
+        "DNS:$SERVICE,DNS:$SERVICE.$ns,DNS:$SERVICE.$ns.svc,DNS:$SERVICE.$ns.svc.cluster.local"
+    pki_show snapshot-metadata-certs.sh "$work" ca server
     if ! "$KUBECTL" get namespace "$ns" --ignore-not-found -o name | grep -q .; then
         printf '%s\n' 'apiVersion: v1' 'kind: Namespace' 'metadata:' "  name: $ns" '  labels:' \
             '    app.kubernetes.io/part-of: qsd-csi' \

@@ -97,7 +97,7 @@ def main():
         csilib.skip("Ceph " + why + " (scripts/setup.sh installs it)")
     env = csilib.Env(plugin, proto, prefix="qsd-rbd-qos-")
     ceph = cephlib.Cluster()
-    relay, procs = None, []
+    relay = None
     try:
         ceph.start()
         clusters = ceph.write_clusters(env.root)
@@ -136,7 +136,7 @@ def main():
                                   "--driver-name", env.driver, *extra],
                                  os.path.join(env.root, log), lambda: gatelib.accepting(sock))
                 p.sock = sock
-            procs.append(p)
+                relay.procs.append(p)  # stopped with the relay
             return p
 
         ctl = controller()
@@ -276,10 +276,7 @@ def main():
             wait_until(lambda: qos("pvc-q")["readIops"] == "1234", "never recorded", 20)
             workers = children(ctl.p.pid)
             assert not fut.done(), "the modify ended with the node's gate stopped"
-            ctl.p.kill()
-            ctl.p.wait(10)
-            procs.remove(ctl)
-            ctl.f.close()
+            relay.kill(ctl)
             wait_until(lambda: all(map(gone, workers)), "the dead controller's workers live on")
         finally:
             os.kill(relay.serve.p.pid, signal.SIGCONT)
@@ -378,21 +375,13 @@ def main():
 
         unstage()
         cc.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets), timeout=T)
-        for p in list(procs):
-            assert p.stop() == 0, "%s exited %s" % (p.p.args[0], p.p.returncode)
-            procs.remove(p)
+        relay.stop(check=True)
         assert env.stop() == 0, "the node plugin did not exit 0"
         print("ok every process exits 0 on SIGTERM")
     except Exception:
-        for name in ("plugin.log", "controller.log", "controller-plain.log", "serve-gate.log"):
-            p = os.path.join(env.root, name)
-            if os.path.exists(p):
-                print("---- %s (tail)" % name)
-                print("".join(open(p).readlines()[-25:]))
+        gatelib.Relay.tails(env.root, "plugin.log", "controller-plain.log")
         raise
     finally:
-        for p in procs:
-            p.stop()
         if relay:
             relay.stop()
         env.cleanup()  # the QSDs before the cluster

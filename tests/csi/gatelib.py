@@ -6,7 +6,8 @@ socket, a gate process whose stderr log lines are collected so a test can
 wait for one, and Relay: the whole path from a controller plugin
 (--node-dial) to a node plugin's node-operations socket (dial gate, a
 stand-in API server, serve gate).  Processes are stopped by PID (SIGTERM,
-then SIGKILL after 10 or 15 s)."""
+then SIGKILL after 10 or 15 s).  accepting() is the tests' one probe of a
+unix socket (csi_crash uses it too)."""
 import hashlib
 import http.server
 import json
@@ -262,8 +263,11 @@ class Proc:
 
 
 def accepting(path):
-    s = socket.socket(socket.AF_UNIX)
+    """Whether the unix socket path accepts a connection (within 2 s: a
+    listener whose backlog is full would hold connect() forever)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        s.settimeout(2)
         s.connect(path)
         return True
     except OSError:
@@ -277,7 +281,10 @@ class Relay:
     gate in front of ops (the node plugin's --node-ops-endpoint socket,
     confined to gid), an API server answering nodes (name -> addresses),
     the controller's dial gate, and the token file; controller() starts a
-    controller plugin using them.  procs: what stop() stops."""
+    controller plugin using them.  procs: what stop() stops (the gates, the
+    controllers, and whatever else a test appends)."""
+
+    LOGS = ("controller.log", "dial-gate.log", "serve-gate.log")  # in root
 
     def __init__(self, root, gate, ops, nodes, uid, gid):
         self.root, self.procs, self.api = root, [], None
@@ -313,7 +320,7 @@ class Relay:
 
     def controller(self, plugin, sock, driver, extra=(), log="controller.log"):
         """A controller plugin (--role controller --node-dial) serving sock,
-        ready; not in procs (the caller stops it, or appends it)."""
+        ready; in procs (kill() takes one out)."""
         # Ready when this instance says so and accepts: for a few
         # milliseconds after a plugin on io_uring was killed (-9), its
         # listening socket still accepts (the ring's teardown, which holds
@@ -321,14 +328,47 @@ class Relay:
         # the dead one.
         logp = os.path.join(self.root, log)
         before = open(logp).read().count("msg=serving") if os.path.exists(logp) else 0
-        return Proc([plugin, "--role", "controller", "--endpoint", "unix://" + sock,
-                     "--driver-name", driver, "--node-dial", "unix://" + self.dial,
-                     "--api-token-file", self.token, "--log-level", "debug",
-                     *(extra or ["--rbd-clusters", "/dev/null"])], logp,
-                    lambda: open(logp).read().count("msg=serving") > before and accepting(sock))
+        p = Proc([plugin, "--role", "controller", "--endpoint", "unix://" + sock,
+                  "--driver-name", driver, "--node-dial", "unix://" + self.dial,
+                  "--api-token-file", self.token, "--log-level", "debug",
+                  *(extra or ["--rbd-clusters", "/dev/null"])], logp,
+                 lambda: open(logp).read().count("msg=serving") > before and accepting(sock))
+        self.procs.append(p)
+        return p
 
-    def stop(self):
-        for p in self.procs:
-            p.stop()
+    def kill(self, p):
+        """SIGKILL p (one of procs, e.g. a controller), reap it (at most
+        10 s) and take it out of procs."""
+        p.p.kill()
+        p.p.wait(10)
+        self.procs.remove(p)
+        p.f.close()
+
+    def stop(self, check=False):
+        """Stop procs, the newest first (the controllers before the gates
+        they use), then the API server.  check: then assert that each
+        exited 0 (SIGTERM's clean exit; one stopped before counts with its
+        status).  Stopped ones leave procs, so a second stop() (a test's
+        finally) has nothing left to do."""
+        bad = []
+        while self.procs:
+            p = self.procs.pop()
+            if p.stop() != 0:
+                bad.append("%s exited %s" % (p.p.args[0], p.p.returncode))
         if self.api:
             self.api.stop()
+            self.api = None
+        assert not check or not bad, "; ".join(bad)
+
+    @classmethod
+    def tails(cls, root, *more, n=25):
+        """Print the last n lines of each log in root named in more (e.g.
+        the node plugin's), then of the relay's (LOGS), those that exist:
+        what a failed test shows.  A class method: a test may fail before
+        its Relay exists."""
+        for name in (*more, *cls.LOGS):
+            path = os.path.join(root, name)
+            if os.path.exists(path):
+                print("---- %s (tail)" % name)
+                with open(path) as f:
+                    print("".join(f.readlines()[-n:]))

@@ -14,12 +14,12 @@ usage: test_csi_crash.py PLUGIN PROTO_DIR [QSDCTL]
 """
 import os
 import signal
-import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csilib  # noqa: E402
+import gatelib  # noqa: E402
 from csilib import mount_cap  # noqa: E402
 import grpc  # noqa: E402
 
@@ -43,18 +43,6 @@ def retry(fn, req, what):
                     time.monotonic() > deadline:
                 raise AssertionError("%s: %s %s" % (what, e.code(), e.details()))
             time.sleep(0.05)
-
-
-def accepts(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.settimeout(2)
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 def main():
@@ -104,7 +92,7 @@ def main():
                 assert csilib.cgroup_of(qsds[0]) == own, "%s: QSD in cgroup %s, not %s" % (
                     what, csilib.cgroup_of(qsds[0]), own)
                 retry(c.NodePublishVolume, pub, what + ": publish")
-                assert accepts(os.path.join(tgt, "vhost.sock")), \
+                assert gatelib.accepting(os.path.join(tgt, "vhost.sock")), \
                     "%s: the socket does not accept through the target" % what
                 retry(c.NodeUnpublishVolume, unpub, what + ": unpublish")
             else:

@@ -93,7 +93,7 @@ def main():
     print("ok bad flag combinations: exit 2 naming the flag")
 
     env = csilib.Env(plugin, proto, prefix="qsd-nodecall-")
-    procs, relay = [], None
+    relay = None
     try:
         ops = os.path.join(env.root, "ops", "node-ops.sock")
         c = env.start(extra=["--node-ops-endpoint", "unix://" + ops, "--node-ops-group", str(GID)])
@@ -111,11 +111,9 @@ def main():
         # the node's serve gate (confined to the socket's group), the API
         # server, the controller's dial gate
         relay = gatelib.Relay(env.root, gate, ops, nodes, UID, GID)
-        procs = relay.procs
-        api, serve, dialer, token = relay.api, relay.serve, relay.dialer, relay.token
+        api, serve, token = relay.api, relay.serve, relay.token
         ctl_sock = os.path.join(env.root, "ctl", "csi.sock")
         ctl = relay.controller(plugin, ctl_sock, env.driver)
-        procs.append(ctl)
         cc = csilib.Client(pb, ctl_sock)
 
         caps = [x.rpc.type for x in cc.ControllerGetCapabilities(
@@ -377,10 +375,7 @@ def main():
         next(it)
         workers = children(ctl.p.pid)
         assert workers, "no worker relays the stream"
-        ctl.p.kill()
-        ctl.p.wait(10)
-        procs.remove(ctl)
-        ctl.f.close()
+        relay.kill(ctl)
         wait_until(lambda: all(map(gone, workers)), "the dead controller's workers live on")
         # (CANCELLED, or OK when the way's buffers took all of its 400 KB
         # before the kill)
@@ -396,7 +391,6 @@ def main():
         stall.close()
         cc.close()
         ctl = start_ctl()
-        procs.append(ctl)
         cc = csilib.Client(pb, ctl_sock)
         assert blocks(cc.channel, "GetMetadataDelta", max_results=4096, base_snapshot_id=z0,
                       target_snapshot_id=z1)[1] == [(i * cl, cl) for i in range(0, zsize // cl, 4)]
@@ -415,10 +409,7 @@ def main():
             workers = children(ctl.p.pid)
             time.sleep(0.3)  # the worker is in the gate's handshake, which cannot end
             assert not fut.done(), "the modify ended with the node's gate stopped"
-            ctl.p.kill()
-            ctl.p.wait(10)
-            procs.remove(ctl)
-            ctl.f.close()
+            relay.kill(ctl)
             wait_until(lambda: all(map(gone, workers)), "the dead controller's workers live on")
         finally:
             os.kill(serve.p.pid, signal.SIGCONT)
@@ -426,7 +417,6 @@ def main():
         assert csilib.qsd_limits(qsdctl, env, "pvc-far") == lim0, "a killed modify changed limits"
         cc.close()
         ctl = start_ctl()
-        procs.append(ctl)
         cc = csilib.Client(pb, ctl_sock)
         modify({"readIops": "1234", "writeBps": str(8 * MiB)})
         assert csilib.qsd_limits(qsdctl, env, "pvc-far")["iops-read"] == 1234
@@ -483,8 +473,7 @@ def main():
         assert csilib.qsd_limits(qsdctl, env, "pvc-far") == lim
         print("ok the node's gate stopped: UNAVAILABLE %s" % msg)
 
-        for p in (ctl, dialer):
-            assert p.stop() == 0, "%s exited %s" % (p.p.args[0], p.p.returncode)
+        relay.stop(check=True)  # the controller and the dial gate (the serve gate: above)
         c.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tgt),
                               timeout=T)
         c.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=stg),
@@ -493,11 +482,7 @@ def main():
         assert env.stop() == 0, "the node plugin did not exit 0"
         print("ok every process exits 0 on SIGTERM")
     except Exception:
-        for name in ("plugin.log", "controller.log", "dial-gate.log", "serve-gate.log"):
-            p = os.path.join(env.root, name)
-            if os.path.exists(p):
-                print("---- %s (tail)" % name)
-                print("".join(open(p).readlines()[-25:]))
+        gatelib.Relay.tails(env.root, "plugin.log")
         raise
     finally:
         if relay:

@@ -399,6 +399,15 @@ static void test_list(void **state)
     outcome("list", &pl, PLAN_ACT, GRPC_OK, NULL);
     assert_string_equal(pl.q->name, "s2");
     rbd_plan_clear(&pl);
+    in.starting_token = "r1:"; /* the prefix without a name */
+    rbd_list_plan(&in, &pl);
+    outcome("list", &pl, PLAN_REFUSE, GRPC_ABORTED, "starting_token is not a token");
+    rbd_plan_clear(&pl);
+    in.starting_token = ""; /* from the start */
+    rbd_list_plan(&in, &pl);
+    outcome("list", &pl, PLAN_ACT, GRPC_OK, NULL);
+    assert_null(pl.q->path);
+    rbd_plan_clear(&pl);
     in.snapshot_id = "rbdsnap:";
     rbd_list_plan(&in, &pl);
     outcome("list", &pl, PLAN_REFUSE, GRPC_INVALID_ARGUMENT, "snapshot_id");
