@@ -11,10 +11,10 @@
 #   examples     every deploy/examples/ file accepted by the API server
 #   csi-sanity   through kubelet's socket of the node plugin
 #   quick-start  docs/quick-start.md's sections 3-5 as a user follows them
-#   vm-boot, snapshot, modify, hotplug, plugin-restart, rollout, expand, vm-data,
-#   restore-clone, group-snapshot   the VM scenarios (VM pods of vmpod.sh)
-#   cbt          changed-block tracking through upstream's sidecar and
-#                client library (cbt.sh)
+#   vm-boot, snapshot, modify, hotplug, plugin-restart, rollout, expand, cbt,
+#   vm-data, restore-clone, group-snapshot   the VM scenarios (VM pods of
+#                vmpod.sh); cbt: changed-block tracking through upstream's
+#                sidecar and client library (cbt.sh)
 #   podvol       volumes for ordinary pods: ext4 and block claims written by
 #                one pod and read by the next (podvol.sh)
 #   rbd          an RBD class on the tests' single-node Ceph (ceph.py)
@@ -1013,10 +1013,11 @@ if [ "${QSD_K8S_ONLY:-vm}" = vm ] && step vm-boot vm_boot; then
     step plugin-restart restart_plugin delete
     step rollout restart_plugin rollout
     step expand expand
-    step vm-data vm_data
-    # Changed-block tracking: its own claim and pods, after vm-data, so it
-    # does not eat the first guest's writing time.
+    # Changed-block tracking: its own claim and pods, after expand (the last
+    # step that needs the first guest writing) and while that guest finishes
+    # its writing time, which vm-data then waits out.
     step cbt cbt_step
+    step vm-data vm_data
     step restore-clone restore_clone
     step group-snapshot group_snapshot
     step cli cli
