@@ -420,9 +420,10 @@ vac_is() { [ "$(pvc_field "$1" '{.status.currentVolumeAttributesClassName}')" = 
 # with the host's clock as they arrive, and the guest's clock is mapped onto
 # the host's by the line that arrived soonest after its write ended.  The
 # guest saw the new limit (4 writes a second) at the first write that began
-# after the PVC's patch, took >= 100 ms (unthrottled: about 30-50 ms), and
-# from which on 10 writes took >= 2 s and the next 10 too (unthrottled:
-# about 0.5 s).  QEMU sets a throttle group's buckets to empty when its
+# after the PVC's patch, took 50 ms more than the median of the writes of
+# the 3 s before it (unthrottled: about 30-50 ms; the next ones about 200),
+# and from which on 10 writes took >= 2 s and the next 10 too (unthrottled:
+# about 0.5 s, 1.2 s on a loaded machine).  QEMU sets a throttle group's buckets to empty when its
 # limits change, so the first write after the qom-set passes at once and
 # the next one waits: that one is the first the guest sees slowed.
 # The hops, on the same clock (one machine): a watch of the PVC (stamped
@@ -431,9 +432,11 @@ vac_is() { [ "$(pvc_field "$1" '{.status.currentVolumeAttributesClassName}')" = 
 # (after the call); the controller plugin's "forwarded" line (its time
 # minus ms: the call's arrival; lookup_ms: the node's address from the API
 # server; dial_ms: the dial gate's mutual TLS to the node; call_ms: the
-# node's call); the node plugin's "volume limits recorded" (the call
-# arrived, the record written) and "volume limits set live" (the qom-set
-# answered).
+# node's call); the node plugin's rpc line of the call (its time minus
+# duration_ms: the arrival), "volume limits recorded" and "volume limits
+# set live" (the qom-set answered); the guest's first write after that
+# (it passes on the emptied bucket) and the first one slowed.  csi-resizer
+# at --v=4/5 adds its own lines (PVC update seen, CSI call sent).
 guest_sees_crawl() { # VM VOLUME
     local con t0 t1 follower out since
     con=$(console_of "$1")
@@ -476,7 +479,7 @@ finally:
     t1=$EPOCHREALTIME
     out=
     for _ in $(seq 40); do
-        out=$(/usr/bin/python3 - "$dir/crawl.console" "$t0" <<'PY'
+        out=$(/usr/bin/python3 - "$dir/crawl.console" "$t0" "$dir/crawl.writes" <<'PY'
 import re, sys
 t0 = float(sys.argv[2])
 T = []  # (write, guest start s, duration s, arrival)
@@ -489,15 +492,18 @@ if len(T) < 22:
 off = min(a - (s + d) for i, s, d, a in T)
 w = [(i, s + off, d) for i, s, d, a in T]
 span = lambda k: w[k + 9][1] + w[k + 9][2] - w[k][1]
+base = sorted(x[2] for x in w if t0 - 3 <= x[1] <= t0)
+base = base[len(base) // 2] if base else 0.05
 for k in range(len(w) - 19):
     i, s, d = w[k]
-    if s <= t0 or d < 0.1 or w[k + 19][0] != i + 19:
+    if s <= t0 or d < base + 0.05 or w[k + 19][0] != i + 19:
         continue
     if span(k) >= 2.0 and span(k + 10) >= 2.0:
-        base = sorted(x[2] for x in w if t0 - 3 <= x[1] <= t0)
         near = " ".join("%d" % round(x[2] * 1000) for x in w[max(0, k - 4):k + 5])
+        with open(sys.argv[3], "w") as f:
+            f.writelines("%d %.3f %.3f\n" % x for x in w)
         print("%.3f %d %d %.1f %.1f %d %s" % (s - t0, i, round(d * 1000), span(k), span(k + 10),
-              round(base[len(base) // 2] * 1000) if base else -1, near.replace(" ", ",")))
+              round(base * 1000), near.replace(" ", ",")))
         break
 PY
 )
@@ -512,16 +518,18 @@ PY
          "$6 ms) began $1 s after the PVC's patch; from it 10 writes took $4 s and the next 10 $5 s" \
          "(writes around it, ms: $7)"
     echo "modify: cpu pressure: $(head -1 /proc/pressure/cpu)"
-    # Where the time went (the hops above; ms after the patch began).
+    # Where the time went (the hops above; ms after the patch began).  The
+    # plugins log JSON or key=value lines (--log-format); a hop whose line
+    # is missing is printed as not seen (the step measures the guest).
     { kubectl -n qsd-csi logs -l app.kubernetes.io/name=qsd-csi-controller -c qsd-csi-plugin \
           --since-time="$since" --tail=-1 2>/dev/null | grep 'ControllerModifyVolume' | sed 's/^/CTL /'
       # csi-resizer's own lines, when its --v is 4 or more (the deploy's is 2)
       kubectl -n qsd-csi logs -l app.kubernetes.io/name=qsd-csi-controller -c csi-resizer \
           --since-time="$since" --tail=-1 2>/dev/null | sed 's/^/RSZ /'
       kubectl -n qsd-csi logs "$(plugin_pod)" -c qsd-csi-plugin --since-time="$since" 2>/dev/null |
-          grep "volume=$8" | sed 's/^/NODE /'
+          grep -E "ControllerModifyVolume|$8" | sed 's/^/NODE /'
     } | /usr/bin/python3 -c 'import datetime, json, re, sys
-t0, t1, first, pvc = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+t0, t1, pvc, writes, first = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])
 def ts(s):
     return datetime.datetime.strptime(s.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").replace(
         tzinfo=datetime.timezone.utc).timestamp()
@@ -531,65 +539,68 @@ def kv(line):
         return {k: str(v) for k, v in json.loads(line).items()}
     return {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
             for m in re.finditer(r"(\w+)=(?:\"((?:[^\"\\\\]|\\\\.)*)\"|(\S+))", line)}
-hops = [("kubectl patch returned", t1)]
+hops = {"kubectl patch returned": t1}
+def hop(name, t):
+    if t is not None and t >= t0 and name not in hops:
+        hops[name] = t
 for line in open(pvc, errors="replace"):
-    p = line.split(" ")
-    if len(p) < 4 or float(p[0]) < t0:
-        continue
+    p = (line.rstrip("\n").split(" ") + ["", "", ""])[:4]
     t = float(p[0])
-    if p[1] == "e2e-crawl" and not any(h[0].startswith("API server") for h in hops):
-        hops.append(("API server has it (watch)", t))
-    if p[2] == "InProgress/e2e-crawl" and not any(h[0].startswith("resizer") for h in hops):
-        hops.append(("resizer: InProgress (watch)", t))
-    if p[3].strip() == "e2e-crawl" and not any(h[0].startswith("resizer: current") for h in hops):
-        hops.append(("resizer: current class (watch)", t))
-ctl = node_rec = node_live = None
+    if p[1] == "e2e-crawl":
+        hop("API server: the patch (PVC watch)", t)
+    if p[2] == "InProgress/e2e-crawl":
+        hop("resizer: InProgress (PVC watch)", t)
+    if p[3] == "e2e-crawl":
+        hop("resizer: current class (PVC watch)", t)
 day = datetime.datetime.fromtimestamp(t0, datetime.timezone.utc)
-rsz = {"Enqueueing PVC for modify": "resizer: PVC update seen (v4)",
-       "Started PVC processing for modify": "resizer: worker took it (v4)",
-       "GRPC call": "resizer: CSI call sent (v5)", "GRPC response": "resizer: CSI answer (v5)"}
+rsz = {"Enqueueing PVC for modify": "resizer: PVC update seen (its v4)",
+       "Started PVC processing for modify": "resizer: worker took it (its v4)",
+       "GRPC call": "resizer: CSI call sent (its v5)"}
 for line in sys.stdin:
     src, _, rest = line.partition(" ")
     m = re.match(r"[IWE](\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+) .*?\] (.*)", rest)
-    if src == "RSZ" and m:
-        t = day.replace(month=int(m.group(1)), day=int(m.group(2)), hour=int(m.group(3)),
-                        minute=int(m.group(4)), second=0, microsecond=0).timestamp() + float(m.group(5))
-        for k, name in rsz.items():
-            if t >= t0 and k in m.group(6) and ("GRPC" not in k or "ModifyVolume" in m.group(6)
-                                                or "GRPC response" == k and any(h[0].startswith("resizer: CSI call") for h in hops)) \
-                    and not any(h[0] == name for h in hops):
-                hops.append((name, t))
+    if src == "RSZ":
+        if m:
+            t = day.replace(month=int(m.group(1)), day=int(m.group(2)), hour=int(m.group(3)),
+                            minute=int(m.group(4)), second=0, microsecond=0).timestamp() + float(m.group(5))
+            for k, name in rsz.items():
+                if k in m.group(6) and ("GRPC" not in k or "ModifyVolume" in m.group(6)):
+                    hop(name, t)
         continue
     try:
         d = kv(rest)
         t = ts(d["ts"])
     except (KeyError, ValueError):
         continue
-    if t < t0:
-        continue
-    if src == "CTL" and d.get("msg") == "forwarded" and ctl is None:
-        ctl = (t, d)
-    if src == "NODE" and d.get("msg") == "volume limits recorded" and node_rec is None:
-        node_rec = t
-    if src == "NODE" and d.get("msg") == "volume limits set live" and node_live is None:
-        node_live = t
-if ctl:
-    t, d = ctl
-    ms = lambda k: float(d.get(k, "nan")) / 1000
-    hops.append(("controller: call arrived", t - ms("ms")))
-    hops.append(("controller: node address (lookup %d ms)" % round(ms("lookup_ms") * 1000),
-                 t - ms("ms") + ms("lookup_ms")))
-    hops.append(("controller: connected (TLS, %d ms)" % round(ms("dial_ms") * 1000),
-                 t - ms("ms") + ms("lookup_ms") + ms("dial_ms")))
-    hops.append(("controller: answered", t))
-if node_rec:
-    hops.append(("node: limits recorded", node_rec))
-if node_live:
-    hops.append(("node: qom-set answered", node_live))
-hops.append(("guest: first slowed write began", first))
-for name, t in sorted(hops, key=lambda h: h[1]):
-    print("modify: hop: %-44s %+7d ms" % (name, round((t - t0) * 1000)))
-' "$t0" "$t1" "$(echo "$t0 + $1" | bc -l)" "$dir/crawl.pvc"
+    msg, ms = d.get("msg"), lambda k: float(d.get(k, "nan")) / 1000
+    if src == "CTL" and msg == "forwarded":
+        a = t - ms("ms")
+        hop("controller: call arrived", a)
+        hop("controller: node address (lookup %s ms)" % d.get("lookup_ms"), a + ms("lookup_ms"))
+        hop("controller: connected (mutual TLS, %s ms)" % d.get("dial_ms"),
+            a + ms("lookup_ms") + ms("dial_ms"))
+        hop("controller: answered", t)
+    if src == "NODE" and msg == "rpc" and "ControllerModifyVolume" in d.get("method", ""):
+        hop("node: call arrived", t - ms("duration_ms"))
+    if src == "NODE" and msg == "volume limits recorded":
+        hop("node: limits recorded", t)
+    if src == "NODE" and msg == "volume limits set live":
+        hop("node: qom-set answered", t)
+w = [tuple(float(x) for x in l.split()) for l in open(writes)]
+live = hops.get("node: qom-set answered", hops.get("controller: answered"))
+if live:
+    hop("guest: first write after the qom-set began", next((s for i, s, d in w if s > live), None))
+hop("guest: first slowed write began", first)
+names = ["API server: the patch (PVC watch)", "resizer: InProgress (PVC watch)",
+         "controller: call arrived", "controller: answered", "node: call arrived",
+         "node: qom-set answered", "resizer: current class (PVC watch)"]
+for name in names:
+    if name not in hops:
+        print("modify: hop: %-48s not seen" % name)
+for name, t in sorted(hops.items(), key=lambda h: h[1]):
+    print("modify: hop: %-48s %+6d ms" % (name, round((t - t0) * 1000)))
+' "$t0" "$t1" "$dir/crawl.pvc" "$dir/crawl.writes" "$(echo "$t0 + $1" | bc -l)"
+    return 0
 }
 
 modify() {
