@@ -423,9 +423,10 @@ vac_is() { [ "$(pvc_field "$1" '{.status.currentVolumeAttributesClassName}')" = 
 # after the PVC's patch, took 50 ms more than the median of the writes of
 # the 3 s before it (unthrottled: about 30-50 ms; the next ones about 200),
 # and from which on 10 writes took >= 2 s and the next 10 too (unthrottled:
-# about 0.5 s, 1.2 s on a loaded machine).  QEMU sets a throttle group's buckets to empty when its
-# limits change, so the first write after the qom-set passes at once and
-# the next one waits: that one is the first the guest sees slowed.
+# about 0.5 s, 1.2 s on a loaded machine).  QEMU sets a throttle group's
+# buckets to empty when its limits change, so the first write after the
+# qom-set passes at once and the next ones wait: the first the guest sees
+# slowed is the second or the third.
 # The hops, on the same clock (one machine): a watch of the PVC (stamped
 # as its events arrive): the API server's copy of the patch, csi-resizer's
 # ModifyVolumeStatus InProgress (just before its call), the current class
@@ -441,10 +442,10 @@ guest_sees_crawl() { # VM VOLUME
     local con t0 t1 follower out since
     con=$(console_of "$1")
     console_has "$1" '^SUMMARY' && { say "the writer of $1 has finished: no guest to measure"; return 1; }
-    # Followers, bounded (90 s), stopped by their pid when done: the
-    # console from its end, and a watch of the PVC; each line with its
-    # arrival time.
-    /usr/bin/python3 -c 'import subprocess, sys, threading, time
+    # Followers, bounded (90 s), stopped by their pid when done (the
+    # watch's kubectl with them): the console from its end, and a watch of
+    # the PVC; each line with its arrival time.
+    /usr/bin/python3 -c 'import os, signal, subprocess, sys, threading, time
 con, out_con, out_pvc, ns = sys.argv[1:5]
 end = time.monotonic() + 90
 def follow():
@@ -462,6 +463,7 @@ w = subprocess.Popen(["kubectl", "-n", ns, "get", "pvc", "root", "-w", "-o",
                       "/{.status.modifyVolumeStatus.targetVolumeAttributesClassName} "
                       "{.status.currentVolumeAttributesClassName}{\"\\n\"}"],
                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+signal.signal(signal.SIGTERM, lambda *_: (w.kill(), os._exit(0)))  # the kill below
 threading.Timer(max(0, end - time.monotonic()), w.kill).start()
 out = open(out_pvc, "w", buffering=1)
 try:
