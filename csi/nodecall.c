@@ -23,6 +23,7 @@ struct nodecall {
     uint8_t *req;
     size_t len;
     uint64_t deadline_us;
+    uint64_t start_us; /* the call's arrival (the "forwarded" log's ms) */
     uint64_t worker_ms; /* the worker's own bound: the call's, and a little to report */
     bool stream;
     /* a stream (nodecall_stream): the worker writes each message into the
@@ -90,11 +91,13 @@ static int unhex(const char *s, uint8_t **ret, size_t *ret_len)
  * is set once known. */
 static enum grpc_code dial_node(const struct plugin_config *cfg, const struct nodecall *x,
                                 char ip[INET6_ADDRSTRLEN], struct grpc_client **ret_gc,
-                                char **ret_msg)
+                                uint64_t *ret_lookup_us, char **ret_msg)
 {
     char *why = NULL;
-    uint64_t lookup_by = MIN(x->deadline_us, now_us() + LOOKUP_MAX_US);
+    uint64_t t0 = now_us();
+    uint64_t lookup_by = MIN(x->deadline_us, t0 + LOOKUP_MAX_US);
     int r = kube_node_ip(cfg->node_dial_path, cfg->api_token_file, x->node, lookup_by, ip, &why);
+    *ret_lookup_us = now_us() - t0;
     if (r < 0) {
         *ret_msg = xasprintf("cannot find node %s: %s", x->node, why);
         free(why);
@@ -116,12 +119,13 @@ static enum grpc_code dial_node(const struct plugin_config *cfg, const struct no
 /* The outcome as the worker's result: always a gRPC status. */
 static int outcome(enum grpc_code code, const char *node, const char *ip,
                    struct grpc_client_status *st, char *msg, const char *resp_hex,
-                   json_t **ret_result)
+                   const uint64_t ms[3], json_t **ret_result)
 {
     if (!msg)
         msg = xasprintf("node %s (%s)%s%s", node, ip, *st->message ? ": " : "", st->message);
-    *ret_result = json_pack("{s:i, s:s, s:s}", "code", (int)code, "message", msg, "response",
-                            resp_hex ? resp_hex : "");
+    *ret_result = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I}", "code", (int)code, "message", msg,
+                            "response", resp_hex ? resp_hex : "", "lookup_ms", (json_int_t)ms[0],
+                            "dial_ms", (json_int_t)ms[1], "call_ms", (json_int_t)ms[2]);
     free(msg);
     return 0;
 }
@@ -137,7 +141,8 @@ static int to_pipe(const uint8_t *msg, size_t len, void *opaque)
 }
 
 /* In the worker: look the node up, dial it, make the call ({code, message,
- * response}; a stream's messages go into the pipe, its response is ""). */
+ * response, and the milliseconds of the three steps: lookup_ms, dial_ms,
+ * call_ms}; a stream's messages go into the pipe, its response is ""). */
 static int nodecall_fn(void *arg, char **ret_msg, json_t **ret_result)
 {
     (void)ret_msg;
@@ -150,9 +155,13 @@ static int nodecall_fn(void *arg, char **ret_msg, json_t **ret_result)
     uint8_t *resp = NULL;
     size_t rlen = 0;
     _cleanup_free_ char *resp_hex = NULL;
+    uint64_t lookup_us = 0, t0 = now_us(), t1, ms[3] = {0};
     if (x->stream)
         close(x->rfd); /* the loop's end */
-    enum grpc_code code = dial_node(op->csi->cfg, x, ip, &gc, &msg);
+    enum grpc_code code = dial_node(op->csi->cfg, x, ip, &gc, &lookup_us, &msg);
+    t1 = now_us();
+    ms[0] = lookup_us / 1000;
+    ms[1] = (t1 - t0 - lookup_us) / 1000;
     if (code == GRPC_OK) {
         grpc_client_status_done(&st);
         if (x->stream) {
@@ -165,9 +174,11 @@ static int nodecall_fn(void *arg, char **ret_msg, json_t **ret_result)
                 resp_hex = hex(resp, rlen);
         }
     }
+    if (code == GRPC_OK || gc)
+        ms[2] = (now_us() - t1) / 1000;
     free(resp);
     grpc_client_free(gc);
-    int r = outcome(code, x->node, ip, &st, msg, resp_hex, ret_result);
+    int r = outcome(code, x->node, ip, &st, msg, resp_hex, ms, ret_result);
     grpc_client_status_done(&st);
     return r;
 }
@@ -193,7 +204,16 @@ static void nodecall_done(int status, const char *msg, json_t *result, void *opa
     } else if (unhex(h, &resp, &rlen) < 0) {
         grpc_call_fail(op->call, GRPC_INTERNAL, "node %s: a garbled answer", x->node);
     } else {
-        log_info("nodecall", "forwarded", "node=%s method=%s", x->node, x->method);
+        /* When the call came (the line's time minus ms) and where its time
+         * went: the node's address from the API server, the connection
+         * (the dial gate's mutual TLS to the node's gate), the node's call
+         * (tests/k8s's modify step prints them). */
+        log_info("nodecall", "forwarded", "node=%s method=%s ms=%llu lookup_ms=%lld dial_ms=%lld "
+                 "call_ms=%lld", x->node, x->method,
+                 (unsigned long long)((now_us() - x->start_us) / 1000),
+                 (long long)json_integer_value(json_object_get(result, "lookup_ms")),
+                 (long long)json_integer_value(json_object_get(result, "dial_ms")),
+                 (long long)json_integer_value(json_object_get(result, "call_ms")));
         grpc_call_reply(op->call, resp, rlen);
     }
     free(resp);
@@ -232,6 +252,7 @@ static struct op *nodecall_begin(struct csi *c, struct grpc_call *call, const ch
     memcpy(x->req, req, len);
     x->len = len;
     x->deadline_us = deadline - MARGIN_US;
+    x->start_us = now;
     x->worker_ms = (deadline - now) / 1000 + 1000;
     return op;
 }

@@ -8,6 +8,8 @@
 #   DISK size=SECTORS                  the disk is there
 #   W i                                every 10th write done (progress)
 #   STALL i=I ms=MS                    a write that took >= 200 ms
+#   T i START MS                       writer.trace=1: every write, its start
+#                                      (centiseconds since boot) and time
 #   WRITE-ERROR i=I                    dd failed
 #   MISMATCH block=B                   read-back differs from the last write
 #   SUMMARY writes=N write_errors=E mismatches=M ioerr=X max_stall_ms=S max_stall_i=I bs=BS blocks=NB
@@ -32,6 +34,9 @@
 #                     on, without a gap, and together a prefix of the
 #                     sequence (vdb has as many as vda, or one fewer):
 #                     SEQCHECK vda=A vdb=B ok|FAIL, then exit
+#   writer.trace=1    a T line per write of the ring (when it began and
+#                     how long it took): tests/k8s times a limit's change
+#                     on it (the write the new limit first slowed)
 #   writer.hold=S     wait S seconds after the last line before exiting (the
 #                     guest then powers off): a test reading the console from
 #                     a VM pod's volume, which kubelet removes once the pod
@@ -46,6 +51,7 @@ hotplug=$(arg writer.hotplug)
 verify=$(arg writer.verify)
 hold=$(arg writer.hold); hold=${hold:-0}
 seq=$(arg writer.seq)
+trace=$(arg writer.trace)
 seqcheck=$(arg writer.seqcheck)
 wait_dev vda || { echo "FAIL no vda"; exit 1; }
 size=$(cat /sys/block/vda/size)
@@ -150,6 +156,7 @@ while [ $(cs) -lt $end ]; do
     d=$((($(cs) - t0) * 10))
     [ $d -gt $max ] && { max=$d; maxi=$n; }
     [ $d -ge 200 ] && echo "STALL i=$n ms=$d"
+    [ "$trace" = 1 ] && echo "T $n $t0 $d"
     n=$((n + 1))
     [ $((n % 10)) -eq 0 ] && echo "W $n"
 done

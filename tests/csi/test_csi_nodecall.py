@@ -18,7 +18,9 @@ Asserted:
     --node-dial;
   - a modify through the controller lands on the node's live QSD (qom-get of
     the throttle group) and its record; the API server saw the token, the
-    serve gate logged the relayed connection;
+    serve gate logged the relayed connection; the controller's `forwarded`
+    line has ms, lookup_ms, dial_ms and call_ms, the three within the whole
+    and the whole within what the caller waited;
   - the node's refusal comes back as it is (INVALID_ARGUMENT naming the key,
     the node named), and changes nothing;
   - a node the API server does not know: NOT_FOUND naming it; a token the
@@ -157,6 +159,16 @@ def main():
         print("ok a modify through the controller set the node's live QSD (iops-read 1500, "
               "bps-write 8 MiB) in %.2f s: the API server asked with the token, the serve gate "
               "relayed it" % took)
+        # The controller's line says where the time went: the steps within
+        # the whole, the whole within what the caller waited.
+        with open(os.path.join(env.root, "controller.log")) as f:
+            fw = [ln for ln in f if "msg=forwarded" in ln and "ControllerModifyVolume" in ln]
+        assert fw, "no forwarded line in controller.log"
+        ms = {k: int(v) for k, v in re.findall(r" (ms|lookup_ms|dial_ms|call_ms)=(\d+)", fw[-1])}
+        assert sorted(ms) == ["call_ms", "dial_ms", "lookup_ms", "ms"], fw[-1]
+        assert ms["lookup_ms"] + ms["dial_ms"] + ms["call_ms"] <= ms["ms"] <= took * 1000 + 1, \
+            (ms, took)
+        print("ok the controller logged the forward's times: %s" % ms)
 
         msg = expect_code(lambda r, timeout: modify({"readIops": "fast"}), None,
                           grpc.StatusCode.INVALID_ARGUMENT, "a bad value")

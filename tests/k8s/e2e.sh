@@ -282,7 +282,7 @@ quick_start() {
 # ---------------------------------------------------------------- VM scenarios
 vm_boot() {
     { vm_namespace $ns; echo ---; vm_claim $ns root 1Gi qsd-vm; echo ---
-      vm_pod $ns $vm "$dir/guest" "writer.secs=$secs writer.marks=8 writer.hotplug=1 writer.hold=15" root
+      vm_pod $ns $vm "$dir/guest" "writer.secs=$secs writer.marks=8 writer.hotplug=1 writer.trace=1 writer.hold=15" root
     } >"$dir/vm-first.yaml"
     kubectl apply -f "$dir/vm-first.yaml" >/dev/null || return 1
     local t0=$SECONDS
@@ -413,71 +413,196 @@ d = json.load(sys.stdin); d = d.get("return", d)
 sys.exit(0 if d.get(sys.argv[1]) == int(sys.argv[2]) else 1)' "$2" "$3"
 }
 vac_is() { [ "$(pvc_field "$1" '{.status.currentVolumeAttributesClassName}')" = "$2" ]; }
-# What the guest sees: its writer (one 64 KiB write and a flush per dd,
-# unthrottled about 20 a second: a "W i" line every 10 writes, about 0.5 s
-# apart) under e2e-crawl's 4 writes a second writes its 10 in about 2.5 s,
-# most of them with a STALL line (>= 200 ms).  The console's lines are
-# stamped with the host's clock as they arrive.  The guest saw the limit
-# when two 10-write windows in a row took >= 2 s each, the first ending
-# after the PVC's patch; the first STALL of that window that began after
-# the patch is when (its start: arrival minus its own time).
-guest_sees_crawl() { # VM
-    local con stamped t0 follower out
+# What the guest sees, and where the time goes.  The guest's writer (one
+# 64 KiB write and a flush per dd, unthrottled about 20 a second) prints a
+# T line per write (writer.trace=1: its number, start in the guest's
+# centiseconds since boot, and duration); its console's lines are stamped
+# with the host's clock as they arrive, and the guest's clock is mapped onto
+# the host's by the line that arrived soonest after its write ended.  The
+# guest saw the new limit (4 writes a second) at the first write that began
+# after the PVC's patch, took 50 ms more than the median of the writes of
+# the 3 s before it (unthrottled: about 30-50 ms; the next ones about 200),
+# and from which on 10 writes took >= 2 s and the next 10 too (unthrottled:
+# about 0.5 s, 1.2 s on a loaded machine).  QEMU sets a throttle group's
+# buckets to empty when its limits change, so the first write after the
+# qom-set passes at once and the next ones wait: the first the guest sees
+# slowed is the second or the third.
+# The hops, on the same clock (one machine): a watch of the PVC (stamped
+# as its events arrive): the API server's copy of the patch, csi-resizer's
+# ModifyVolumeStatus InProgress (just before its call), the current class
+# (after the call); the controller plugin's "forwarded" line (its time
+# minus ms: the call's arrival; lookup_ms: the node's address from the API
+# server; dial_ms: the dial gate's mutual TLS to the node; call_ms: the
+# node's call); the node plugin's rpc line of the call (its time minus
+# duration_ms: the arrival), "volume limits recorded" and "volume limits
+# set live" (the qom-set answered); the guest's first write after that
+# (it passes on the emptied bucket) and the first one slowed.  csi-resizer
+# at --v=4/5 adds its own lines (PVC update seen, CSI call sent).
+guest_sees_crawl() { # VM VOLUME
+    local con t0 t1 follower out since
     con=$(console_of "$1")
     console_has "$1" '^SUMMARY' && { say "the writer of $1 has finished: no guest to measure"; return 1; }
-    stamped=$dir/crawl.stamped
-    # A follower of the console from its end, each line with its arrival
-    # time; bounded (60 s), stopped by its pid when done.
-    /usr/bin/python3 -c 'import sys, time
-f = open(sys.argv[1], "rb"); f.seek(0, 2); out = open(sys.argv[2], "w", buffering=1)
-end = time.monotonic() + 60; buf = b""
-while time.monotonic() < end:
-    d = f.readline()
-    if not d:
-        time.sleep(0.02); continue
-    buf += d
-    if buf.endswith(b"\n"):
-        out.write("%.3f %s\n" % (time.time(), buf.decode(errors="replace").strip())); buf = b""
-' "$con" "$stamped" &
+    # Followers, bounded (90 s), stopped by their pid when done (the
+    # watch's kubectl with them): the console from its end, and a watch of
+    # the PVC; each line with its arrival time.
+    /usr/bin/python3 -c 'import os, signal, subprocess, sys, threading, time
+con, out_con, out_pvc, ns = sys.argv[1:5]
+end = time.monotonic() + 90
+def follow():
+    f = open(con, "rb"); f.seek(0, 2); out = open(out_con, "w", buffering=1); buf = b""
+    while time.monotonic() < end:
+        d = f.readline()
+        if not d:
+            time.sleep(0.01); continue
+        buf += d
+        if buf.endswith(b"\n"):
+            out.write("%.3f %s\n" % (time.time(), buf.decode(errors="replace").strip())); buf = b""
+threading.Thread(target=follow, daemon=True).start()
+w = subprocess.Popen(["kubectl", "-n", ns, "get", "pvc", "root", "-w", "-o",
+                      "jsonpath={.spec.volumeAttributesClassName} {.status.modifyVolumeStatus.status}"
+                      "/{.status.modifyVolumeStatus.targetVolumeAttributesClassName} "
+                      "{.status.currentVolumeAttributesClassName}{\"\\n\"}"],
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+signal.signal(signal.SIGTERM, lambda *_: (w.kill(), os._exit(0)))  # the kill below
+threading.Timer(max(0, end - time.monotonic()), w.kill).start()
+out = open(out_pvc, "w", buffering=1)
+try:
+    for line in w.stdout:
+        out.write("%.3f %s\n" % (time.time(), line.decode(errors="replace").strip()))
+finally:
+    w.kill()
+' "$con" "$dir/crawl.console" "$dir/crawl.pvc" $ns &
     follower=$!
-    sleep 1
+    sleep 2
+    since=$(date -u +%Y-%m-%dT%H:%M:%SZ)
     t0=$EPOCHREALTIME
     kubectl -n $ns patch pvc root --type merge \
         -p '{"spec":{"volumeAttributesClassName":"e2e-crawl"}}' >/dev/null || { kill $follower; return 1; }
+    t1=$EPOCHREALTIME
     out=
-    for _ in $(seq 30); do
-        out=$(/usr/bin/python3 - "$stamped" "$t0" <<'PY'
+    for _ in $(seq 40); do
+        out=$(/usr/bin/python3 - "$dir/crawl.console" "$t0" "$dir/crawl.writes" <<'PY'
 import re, sys
 t0 = float(sys.argv[2])
-ws, stalls = [], []
+T = []  # (write, guest start s, duration s, arrival)
 for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"(\S+) W (\d+)$", line.strip())
+    m = re.match(r"(\S+) T (\d+) (\d+) (\d+)$", line.strip())
     if m:
-        ws.append((float(m.group(1)), int(m.group(2))))
-    m = re.match(r"(\S+) STALL i=(\d+) ms=(\d+)", line)
-    if m:
-        stalls.append((float(m.group(1)), int(m.group(2)), int(m.group(3))))
-# Two windows of 10 writes in a row of >= 2 s each (<= 5 writes a second;
-# unthrottled, about 20), the first ending after the patch.
-for k in range(len(ws) - 2):
-    (ta, ia), (tb, ib), (tc, ic) = ws[k:k + 3]
-    if tb > t0 and tb - ta >= 2.0 and tc - tb >= 2.0 and ib == ia + 10 and ic == ib + 10:
-        first = [s for s in stalls if ia < s[1] <= ib and s[0] - s[2] / 1000.0 > t0]
-        if first:
-            t, i, ms = first[0]
-            print("%.2f %.2f %d %d %.1f %.1f" % (t - t0 - ms / 1000.0, t - t0, ms, i,
-                                                  tb - ta, tc - tb))
+        T.append((int(m.group(2)), int(m.group(3)) / 100.0, int(m.group(4)) / 1000.0, float(m.group(1))))
+if len(T) < 22:
+    sys.exit(0)
+off = min(a - (s + d) for i, s, d, a in T)
+w = [(i, s + off, d) for i, s, d, a in T]
+span = lambda k: w[k + 9][1] + w[k + 9][2] - w[k][1]
+base = sorted(x[2] for x in w if t0 - 3 <= x[1] <= t0)
+base = base[len(base) // 2] if base else 0.05
+for k in range(len(w) - 19):
+    i, s, d = w[k]
+    if s <= t0 or d < base + 0.05 or w[k + 19][0] != i + 19:
+        continue
+    if span(k) >= 2.0 and span(k + 10) >= 2.0:
+        near = " ".join("%d" % round(x[2] * 1000) for x in w[max(0, k - 4):k + 5])
+        with open(sys.argv[3], "w") as f:
+            f.writelines("%d %.3f %.3f\n" % x for x in w)
+        print("%.3f %d %d %.1f %.1f %d %s" % (s - t0, i, round(d * 1000), span(k), span(k + 10),
+              round(base * 1000), near.replace(" ", ",")))
         break
 PY
 )
         [ -n "$out" ] && break
         sleep 1
     done
+    sleep 2 # the watch's event of the current class
     kill $follower 2>/dev/null; wait $follower 2>/dev/null
-    [ -n "$out" ] || { say "the guest's writes did not slow within 30 s of the patch"; tail -12 "$stamped" >&2; return 1; }
-    set -- $out
-    echo "modify: e2e-crawl (4 writes/s): the guest's first slow write (i=$4, $3 ms) began $1 s" \
-         "after the PVC's patch (ended $2 s after); its next 20 writes took $5 s and $6 s a 10"
+    [ -n "$out" ] || { say "the guest's writes did not slow within 40 s of the patch"; tail -12 "$dir/crawl.console" >&2; return 1; }
+    set -- $out "$2"
+    echo "modify: e2e-crawl (4 writes/s): the guest's first slowed write (#$2, $3 ms; unthrottled" \
+         "$6 ms) began $1 s after the PVC's patch; from it 10 writes took $4 s and the next 10 $5 s" \
+         "(writes around it, ms: $7)"
+    echo "modify: cpu pressure: $(head -1 /proc/pressure/cpu)"
+    # Where the time went (the hops above; ms after the patch began).  The
+    # plugins log JSON or key=value lines (--log-format); a hop whose line
+    # is missing is printed as not seen (the step measures the guest).
+    { kubectl -n qsd-csi logs -l app.kubernetes.io/name=qsd-csi-controller -c qsd-csi-plugin \
+          --since-time="$since" --tail=-1 2>/dev/null | grep 'ControllerModifyVolume' | sed 's/^/CTL /'
+      # csi-resizer's own lines, when its --v is 4 or more (the deploy's is 2)
+      kubectl -n qsd-csi logs -l app.kubernetes.io/name=qsd-csi-controller -c csi-resizer \
+          --since-time="$since" --tail=-1 2>/dev/null | sed 's/^/RSZ /'
+      kubectl -n qsd-csi logs "$(plugin_pod)" -c qsd-csi-plugin --since-time="$since" 2>/dev/null |
+          grep -E "ControllerModifyVolume|$8" | sed 's/^/NODE /'
+    } | /usr/bin/python3 -c 'import datetime, json, re, sys
+t0, t1, pvc, writes, first = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])
+def ts(s):
+    return datetime.datetime.strptime(s.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+def kv(line):
+    line = line.strip()
+    if line.startswith("{"):
+        return {k: str(v) for k, v in json.loads(line).items()}
+    return {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
+            for m in re.finditer(r"(\w+)=(?:\"((?:[^\"\\\\]|\\\\.)*)\"|(\S+))", line)}
+hops = {"kubectl patch returned": t1}
+def hop(name, t):
+    if t is not None and t >= t0 and name not in hops:
+        hops[name] = t
+for line in open(pvc, errors="replace"):
+    p = (line.rstrip("\n").split(" ") + ["", "", ""])[:4]
+    t = float(p[0])
+    if p[1] == "e2e-crawl":
+        hop("API server: the patch (PVC watch)", t)
+    if p[2] == "InProgress/e2e-crawl":
+        hop("resizer: InProgress (PVC watch)", t)
+    if p[3] == "e2e-crawl":
+        hop("resizer: current class (PVC watch)", t)
+day = datetime.datetime.fromtimestamp(t0, datetime.timezone.utc)
+rsz = {"Enqueueing PVC for modify": "resizer: PVC update seen (its v4)",
+       "Started PVC processing for modify": "resizer: worker took it (its v4)",
+       "GRPC call": "resizer: CSI call sent (its v5)"}
+for line in sys.stdin:
+    src, _, rest = line.partition(" ")
+    m = re.match(r"[IWE](\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+) .*?\] (.*)", rest)
+    if src == "RSZ":
+        if m:
+            t = day.replace(month=int(m.group(1)), day=int(m.group(2)), hour=int(m.group(3)),
+                            minute=int(m.group(4)), second=0, microsecond=0).timestamp() + float(m.group(5))
+            for k, name in rsz.items():
+                if k in m.group(6) and ("GRPC" not in k or "ModifyVolume" in m.group(6)):
+                    hop(name, t)
+        continue
+    try:
+        d = kv(rest)
+        t = ts(d["ts"])
+    except (KeyError, ValueError):
+        continue
+    msg, ms = d.get("msg"), lambda k: float(d.get(k, "nan")) / 1000
+    if src == "CTL" and msg == "forwarded":
+        a = t - ms("ms")
+        hop("controller: call arrived", a)
+        hop("controller: node address (lookup %s ms)" % d.get("lookup_ms"), a + ms("lookup_ms"))
+        hop("controller: connected (mutual TLS, %s ms)" % d.get("dial_ms"),
+            a + ms("lookup_ms") + ms("dial_ms"))
+        hop("controller: answered", t)
+    if src == "NODE" and msg == "rpc" and "ControllerModifyVolume" in d.get("method", ""):
+        hop("node: call arrived", t - ms("duration_ms"))
+    if src == "NODE" and msg == "volume limits recorded":
+        hop("node: limits recorded", t)
+    if src == "NODE" and msg == "volume limits set live":
+        hop("node: qom-set answered", t)
+w = [tuple(float(x) for x in l.split()) for l in open(writes)]
+live = hops.get("node: qom-set answered", hops.get("controller: answered"))
+if live:
+    hop("guest: first write after the qom-set began", next((s for i, s, d in w if s > live), None))
+hop("guest: first slowed write began", first)
+names = ["API server: the patch (PVC watch)", "resizer: InProgress (PVC watch)",
+         "controller: call arrived", "controller: answered", "node: call arrived",
+         "node: qom-set answered", "resizer: current class (PVC watch)"]
+for name in names:
+    if name not in hops:
+        print("modify: hop: %-48s not seen" % name)
+for name, t in sorted(hops.items(), key=lambda h: h[1]):
+    print("modify: hop: %-48s %+6d ms" % (name, round((t - t0) * 1000)))
+' "$t0" "$t1" "$dir/crawl.pvc" "$dir/crawl.writes" "$(echo "$t0 + $1" | bc -l)"
+    return 0
 }
 
 modify() {
@@ -485,7 +610,7 @@ modify() {
     v=$(vol_name root) || return 1
     pid=$(qsd_pid "$v")
     vac_apply >/dev/null || return 1
-    guest_sees_crawl $vm || return 1
+    guest_sees_crawl $vm "$v" || return 1
     wait_for 120 "PVC root's current class e2e-crawl" vac_is root e2e-crawl || return 1
     wait_for 10 "writeIops 4 on root's QSD" limit_is "$v" iops-write 4 || return 1
     for c in e2e-slow e2e-fast; do
