@@ -42,6 +42,7 @@ repo_root=$(cd "$here/../.." && pwd)
 . "$here/podvol.sh"
 . "$here/cbt.sh"
 keep=0; [ "${1:-}" = --keep ] && keep=1
+locked=0  # 1 once this run holds the machine's cluster lock (step lock)
 secs=${QSD_K8S_WRITER_SECS:-210}
 dir=$(mktemp -d /tmp/qsd-k8s.XXXXXX)
 # This run's tag of podman's images (two runs on one machine must not
@@ -79,13 +80,17 @@ report() { # what the cluster says, after a failure
 }
 
 finish() {
-    if [ -n "${KUBECONFIG:-}" ] && [ $keep = 0 ]; then
+    if [ $locked = 1 ] && [ -n "${KUBECONFIG:-}" ] && [ $keep = 0 ]; then
         [ $failed -gt 0 ] && report
         # Bounded: a VM pod's grace period is 90 s (guest power-off).
         timeout 200 kubectl delete ns $ns --wait=true >/dev/null 2>&1
     fi
     stop_ceph
-    if [ $keep = 1 ]; then echo "cluster left up: $dir (tests/k8s/cluster.sh down $dir)"
+    # Before the lock this run has no cluster, and cluster.sh down would
+    # unmount the machine's kubelet directory and delete the bridge of the
+    # run that holds the lock.
+    if [ $locked = 0 ]; then rm -rf "$dir"
+    elif [ $keep = 1 ]; then echo "cluster left up: $dir (tests/k8s/cluster.sh down $dir)"
     elif [ $failed -gt 0 ]; then
         QSD_K8S_DEBUG=1 step down "$here/cluster.sh" down "$dir"; echo "logs kept in $dir/logs"
     else step down "$here/cluster.sh" down "$dir" && rm -rf "$dir"; fi
@@ -1121,6 +1126,7 @@ step build build || exit 1
 # for the cluster's processes, so only this script holds the lock.
 exec 8>/run/qsd-k8s-e2e.lock
 step lock flock -w 2400 8 || exit 1
+locked=1
 step up "$here/cluster.sh" up "$dir" 8>&- || exit 1
 remove_stale_tags
 eval "$("$here/cluster.sh" env "$dir")"
