@@ -699,7 +699,7 @@ grp_members_ready() { [ "$(grp_members | awk '$3 == "true" && $4 != "-"' | wc -l
 files_gone() { local f; for f in "$@"; do [ ! -e "$f" ] || return 1; done; }
 members_gone() { [ -z "$(grp_members)" ] && ! kubectl -n $ns get volumesnapshot "$@" >/dev/null 2>&1; }
 group_snapshot() {
-    local t0=$SECONDS pool=/var/lib/qsd-csi/pool m a b files f s n
+    local t0=$SECONDS pool=/var/lib/qsd-csi/pool m a b files f s n out
     kubectl apply -f "$repo_root/deploy/examples/volumegroupsnapshotclass.yaml" >/dev/null || return 1
     { vm_claim $ns g-a 256Mi qsd-vm; echo ---; vm_claim $ns g-b 256Mi qsd-vm; echo ---
       vm_pod $ns vm-group "$dir/guest" "writer.seq=1 writer.secs=90 writer.hold=15" g-a g-b
@@ -716,6 +716,25 @@ group_snapshot() {
     wait_for 120 "VolumeGroupSnapshot grp readyToUse" eval '[ "$(grp_field {.status.readyToUse})" = true ]' ||
         { kubectl -n $ns describe volumegroupsnapshot grp >&2; return 1; }
     echo "group-snapshot: grp readyToUse after $((SECONDS - t0)) s, content $(grp_field {.status.boundVolumeGroupSnapshotContentName})"
+    # The instant's pause, from the node plugin's line (stop sent to
+    # continue sent, csi/local_group.c): the consumer is the VM's QEMU.
+    out=$(kubectl -n qsd-csi logs daemonset/qsd-csi-node -c qsd-csi-plugin 2>/dev/null |
+          /usr/bin/python3 -c 'import json, sys
+last = None
+for line in sys.stdin:
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(j, dict) and j.get("msg") == "group snapshot created":
+        last = j
+if last:
+    print(int(last["consumers"]), int(last["pause_us"]), last.get("members"))')
+    [ -n "$out" ] || { say "no 'group snapshot created' line in the node plugin's log"; return 1; }
+    set -- $out
+    [ "$1" -ge 1 ] || { say "the group snapshot stopped no consumer (the VM's QEMU): $out"; return 1; }
+    echo "group-snapshot: the disks' consumers ($1, the VM's QEMU) paused $(( $2 / 1000 )).$(( $2 % 1000 / 100 )) ms" \
+         "for $3 members (the node plugin's pause_us=$2; CPU pressure: $(cut -d' ' -f2,3 /proc/pressure/cpu | head -1))"
     console_has vm-group '^SEQ-DONE' && { say "the guest had finished writing: no cut under writes"; return 1; }
     wait_for 60 "two ready member VolumeSnapshots" grp_members_ready || { grp_members >&2; return 1; }
     grp_members | while read -r s m _ f; do echo "group-snapshot: member $s of claim $m: $f"; done
