@@ -427,8 +427,9 @@ vac_is() { [ "$(pvc_field "$1" '{.status.currentVolumeAttributesClassName}')" = 
 # guest saw the new limit (4 writes a second) at the first write that began
 # after the PVC's patch, took 50 ms more than the median of the writes of
 # the 3 s before it (unthrottled: about 30-50 ms; the next ones about 200),
-# and from which on 10 writes took >= 2 s and the next 10 too (unthrottled:
-# about 0.5 s, 1.2 s on a loaded machine).  QEMU sets a throttle group's
+# and from which on the writes keep the slow pace: the m-th after it starts
+# at least m x 0.2 s later, for 19 writes (so 10 writes take >= 2 s and the
+# next 10 too; unthrottled: about 0.5 s, 1.2 s on a loaded machine).  QEMU sets a throttle group's
 # buckets to empty when its limits change, so the first write after the
 # qom-set passes at once and the next ones wait: the first the guest sees
 # slowed is the second or the third.
@@ -504,6 +505,12 @@ base = base[len(base) // 2] if base else 0.05
 for k in range(len(w) - 19):
     i, s, d = w[k]
     if s <= t0 or d < base + 0.05 or w[k + 19][0] != i + 19:
+        continue
+    # and paced from it: the m-th write after it starts at least m x 0.2 s
+    # later (4 a second, 20 % slack).  A lone slow write of a loaded
+    # machine before the limit (seen: +171 ms, the qom-set at +328) is
+    # followed by fast ones.
+    if any(w[k + m][1] - s < 0.2 * m for m in range(1, 20)):
         continue
     if span(k) >= 2.0 and span(k + 10) >= 2.0:
         near = " ".join("%d" % round(x[2] * 1000) for x in w[max(0, k - 4):k + 5])
