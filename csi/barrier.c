@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <jansson.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -39,14 +40,12 @@ struct sockfile {
     uint64_t ino;
 };
 
-/* Add the peer inode of every connected unix socket whose file is one of
+/* Add the peer inode of every connected unix socket of fd's network
+ * namespace (fd: a NETLINK_SOCK_DIAG socket) whose file is one of
  * files[0..nf) to *peers (with the file's index). */
-static int diag_peers(const struct sockfile *files, size_t nf, uint32_t **peers, size_t **which,
-                      size_t *np, char **ret_msg)
+static int diag_dump(int fd, const struct sockfile *files, size_t nf, uint32_t **peers,
+                     size_t **which, size_t *np, char **ret_msg)
 {
-    _cleanup_close_ int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-    if (fd < 0)
-        return fail(-errno, ret_msg, "cannot open NETLINK_SOCK_DIAG");
     struct timeval tv = {.tv_sec = DIAG_TIMEOUT_S};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     struct {
@@ -95,6 +94,78 @@ static int diag_peers(const struct sockfile *files, size_t nf, uint32_t **peers,
                 }
         }
     }
+}
+
+/* A NETLINK_SOCK_DIAG socket of the network namespace nsfd names (-1:
+ * this thread's own); the thread returns to its own (selffd) at once.  A
+ * socket keeps the namespace it was made in. */
+static int diag_socket(int nsfd, int selffd)
+{
+    if (nsfd >= 0 && setns(nsfd, CLONE_NEWNET) < 0)
+        return -errno;
+    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    int e = fd < 0 ? -errno : 0;
+    if (nsfd >= 0 && setns(selffd, CLONE_NEWNET) < 0) {
+        /* never left in another namespace: the worker cannot go on */
+        log_error("barrier", "cannot return to the plugin's network namespace", "errno=%d", errno);
+        abort();
+    }
+    return fd < 0 ? e : fd;
+}
+
+/* The peers of the connections accepted on files[0..nf), in every network
+ * namespace a process is in.  An accepted unix socket is made in the
+ * connecting socket's namespace (the kernel's unix_stream_connect), so a
+ * VM pod's connection to an export socket is listed in the pod's
+ * namespace, not in the plugin's (the host's): each namespace is asked.
+ * The plugin's own must answer; another that cannot be entered or asked
+ * (gone meanwhile) is skipped. */
+static int diag_peers(const struct sockfile *files, size_t nf, uint32_t **peers, size_t **which,
+                      size_t *np, char **ret_msg)
+{
+    _cleanup_close_ int selffd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    struct stat self;
+    if (selffd < 0 || fstat(selffd, &self) < 0)
+        return fail(-errno, ret_msg, "cannot open this process's network namespace");
+    {
+        _cleanup_close_ int fd = diag_socket(-1, selffd);
+        if (fd < 0)
+            return fail(fd, ret_msg, "cannot open NETLINK_SOCK_DIAG");
+        int r = diag_dump(fd, files, nf, peers, which, np, ret_msg);
+        if (r < 0)
+            return r;
+    }
+    DIR *d = opendir("/proc");
+    if (!d)
+        return fail(-errno, ret_msg, "cannot read /proc");
+    ino_t *seen = NULL;
+    size_t nseen = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        uint64_t pid;
+        if (parse_uint(de->d_name, 1, INT32_MAX, &pid) < 0)
+            continue;
+        _cleanup_free_ char *p = xasprintf("%s/ns/net", de->d_name);
+        _cleanup_close_ int nsfd = openat(dirfd(d), p, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (nsfd < 0 || fstat(nsfd, &st) < 0 || st.st_ino == self.st_ino)
+            continue;
+        bool dup = false;
+        for (size_t i = 0; i < nseen && !dup; i++)
+            dup = seen[i] == st.st_ino;
+        if (dup)
+            continue;
+        seen = xrealloc(seen, (nseen + 1) * sizeof(*seen));
+        seen[nseen++] = st.st_ino;
+        _cleanup_close_ int fd = diag_socket(nsfd, selffd);
+        _cleanup_free_ char *why = NULL;
+        if (fd >= 0 && diag_dump(fd, files, nf, peers, which, np, &why) < 0)
+            log_debug("barrier", "a network namespace's unix sockets not read", "pid=%s why=\"%s\"",
+                      de->d_name, why ? why : "");
+    }
+    free(seen);
+    closedir(d);
+    return 0;
 }
 
 static int all_stopped(pid_t pid);

@@ -3,7 +3,9 @@
  * a set of vhost-user sockets (the peers of the connections the vhost-user
  * filter, or a QSD, accepted on them: a VM's QEMU) are found through the
  * kernel's unix socket table (NETLINK_SOCK_DIAG: the accepted sockets whose
- * file is the export socket, and their peers) and /proc/PID/fd; they are
+ * file is the export socket, and their peers, in every network namespace a
+ * process is in: an accepted socket lives in its connector's, a VM pod's)
+ * and /proc/PID/fd; they are
  * stopped (SIGSTOP by pidfd, then waited for, bounded, until every thread
  * is stopped) and continued.  Stopped, a consumer neither submits a request
  * nor sees a completion, so what its disks hold at any moment while it is

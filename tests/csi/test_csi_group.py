@@ -11,8 +11,9 @@ Asserted:
     naming it), an unknown parameter; Get of an unknown group NOT_FOUND,
     Delete of one OK;
   - a writer (`qsdctl seqwrite`: write k to disk k mod 2, each acknowledged
-    before the next) runs through the two volumes' published sockets while
-    groups are taken: every group's member images hold exactly a prefix
+    before the next; in a network namespace of its own, as a VM pod's QEMU)
+    runs through the two volumes' published sockets while groups are taken
+    (each stops exactly that one consumer): every group's member images hold exactly a prefix
     0..K of the sequence (a write on B acknowledged after a write on A is
     never there without it), K grows from group to group; the pause (the
     writer stopped, from the plugin's log) is reported (target: under 100
@@ -99,9 +100,14 @@ WRITERS = []
 
 
 class Writer:
-    def __init__(self, qsdctl, socks, start):
+    def __init__(self, qsdctl, socks, start, netns=False):
+        """netns: in a network namespace of its own (unshare execs it: the
+        same pid), as a VM pod's QEMU is: the connections it makes are
+        then listed in that namespace's unix socket table, not the
+        plugin's."""
         WRITERS.append(self)
-        self.p = subprocess.Popen([qsdctl, "seqwrite", "--interval-us", "150", "--start",
+        self.p = subprocess.Popen([*(["unshare", "--net"] if netns else []), qsdctl, "seqwrite",
+                                   "--interval-us", "150", "--start",
                                    str(start), *socks], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         self.pid = self.p.pid
@@ -220,7 +226,10 @@ def run(env, qsdctl):
         groups[name] = top
         return top
 
-    w = Writer(qsdctl, socks, 0)
+    # The writer in a network namespace of its own, as a VM pod's QEMU
+    # (the cluster's first run found no consumer: the plugin looked in its
+    # own namespace only); the later writer is in the plugin's.
+    w = Writer(qsdctl, socks, 0, netns=True)
     time.sleep(0.5)
     assert w.running(), "the writer did not start"
     last = -1
